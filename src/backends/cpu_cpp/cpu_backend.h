@@ -1,0 +1,29 @@
+#pragma once
+/// The CPU target with C++ candidates: built by the system C++ compiler into a shared object.
+
+#include <string>
+#include <vector>
+
+#include "backends/backend.h"
+
+namespace kfab {
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend();
+  std::string_view target() const override { return "cpu"; }
+  std::string_view dsl() const override { return "cpp"; }
+  std::vector<std::string> extensions() const override { return {".cpp", ".cc", ".cxx"}; }
+  int probe() const override { return compiler_version_.empty() ? 0 : 10; }
+  std::string describe() const override;
+  BuildOutcome<BuildResult> build(const std::filesystem::path& source) override;
+
+  /// The flags every candidate and reference is compiled with (before -I and -o).
+  static const std::vector<std::string>& flags();
+
+ private:
+  std::string compiler_;          ///< $CXX, else g++
+  std::string compiler_version_;  ///< first line of `compiler --version`; empty if absent
+};
+
+}  // namespace kfab

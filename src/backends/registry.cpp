@@ -1,0 +1,21 @@
+#include <algorithm>
+
+#include "backends/backend.h"
+#include "backends/cpu_cpp/cpu_backend.h"
+
+namespace kfab {
+
+std::vector<std::unique_ptr<Backend>> make_backends() {
+  std::vector<std::unique_ptr<Backend>> v;
+  v.push_back(std::make_unique<CpuBackend>());
+  std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a->probe() > b->probe(); });
+  return v;
+}
+
+std::unique_ptr<Backend> make_backend(std::string_view target) {
+  for (auto& b : make_backends())
+    if (b->target() == target) return std::move(b);
+  return nullptr;
+}
+
+}  // namespace kfab

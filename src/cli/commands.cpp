@@ -1,0 +1,248 @@
+#include "cli/commands.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <iostream>
+#include <thread>
+
+#include "backends/backend.h"
+#include "core/discover.h"
+#include "core/doctor.h"
+#include "core/hash.h"
+#include "core/paths.h"
+#include "eval/evaluator.h"
+#include "report/table.h"
+#include "store/store.h"
+
+namespace kfab::cli {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+Commands::Commands(CLI::App& app) : app_(app) {
+  app.add_flag("--json", json_, "print one JSON object on stdout");
+
+  doctor_ = app.add_subcommand("doctor", "what is here: compilers, GPUs, ncu, python+torch, triton, OpenCL");
+  doctor_->add_flag("--json", json_, "print one JSON object on stdout");
+
+  tasks_ = app.add_subcommand("tasks", "list tasks (native manifests and KernelBench files)");
+  tasks_->add_option("PATH", path_, "a task folder, a task.toml or a folder of tasks")->capture_default_str();
+  tasks_->add_flag("--json", json_, "print one JSON object on stdout");
+
+  eval_ = app.add_subcommand("eval", "verify and time one candidate against the task's reference");
+  eval_->add_option("TASK", task_, "task folder or task.toml")->required();
+  eval_->add_option("CANDIDATE", candidate_, "candidate source file")->required();
+  eval_->add_option("--target", target_, "cpu (default: the best target present)");
+  eval_->add_option("--timeout", timeout_s_, "seconds each runner job may take before it is killed")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  eval_->add_option("--seeds", seeds_, "seeds per shape")->capture_default_str()->check(CLI::Range(1, 1000));
+  eval_->add_option("--min-calls", min_calls_, "timed calls per shape, at least")->capture_default_str()->check(CLI::Range(1, 1000000));
+  eval_->add_option("--min-time", min_time_s_, "seconds of timed calls per shape, at least")->capture_default_str()->check(CLI::NonNegativeNumber);
+  eval_->add_option("--memory-limit", memory_gib_, "address-space limit of the runner in GiB (default: min(8, RAM/2))")->check(CLI::PositiveNumber);
+  eval_->add_option("--db", db_, "the store (default: " + Store::default_path().string() + ")");
+  eval_->add_flag("--no-store", no_store_, "do not record the evaluation");
+  eval_->add_flag("--quiet,-q", quiet_, "no progress lines on stderr");
+  eval_->add_flag("--json", json_, "print one JSON object on stdout");
+}
+
+int Commands::run() {
+  if (doctor_->parsed()) return doctor();
+  if (tasks_->parsed()) return tasks();
+  if (eval_->parsed()) return eval();
+  return kExitBadInput;
+}
+
+namespace {
+
+int bad_input(bool as_json, const std::string& message, const std::string& hint = {}) {
+  if (as_json) {
+    std::cout << json{{"error", message}, {"hint", hint}}.dump(2) << "\n";
+  } else {
+    std::cerr << "kfab: " << message << "\n";
+    if (!hint.empty()) std::cerr << "  " << hint << "\n";
+  }
+  return kExitBadInput;
+}
+
+std::string fmt_num(const json& j, const char* spec = "{:.3g}") {
+  if (j.is_number()) return fmt::format(fmt::runtime(spec), j.get<double>());
+  if (j.is_string()) return j.get<std::string>();
+  return "-";
+}
+
+std::string shape_list(const std::vector<ShapeBinding>& v) {
+  std::string s;
+  for (const auto& b : v) s += (s.empty() ? "" : "; ") + format_binding(b);
+  return s.empty() ? "-" : s;
+}
+
+}  // namespace
+
+int Commands::doctor() {
+  json out = probe_system();
+  out["backends"] = json::array();
+  for (const auto& b : make_backends())
+    out["backends"].push_back({{"target", b->target()}, {"dsl", b->dsl()}, {"score", b->probe()}, {"found", b->describe()}});
+  out["paths"] = {{"store", Store::default_path().string()}, {"cache", cache_dir().string()},
+                  {"runner", runner_path().string()}, {"abi_include", abi_include_dir().string()}};
+  out["cpu_cores"] = std::thread::hardware_concurrency();
+  if (json_) {
+    std::cout << out.dump(2) << "\n";
+    return kExitOk;
+  }
+  auto line = [](const std::string& what, const json& j, const std::string& value) {
+    std::cout << fmt::format("{:<14} {}\n", what, j.value("found", false) ? value : "none (" + j.value("why", std::string("absent")) + ")");
+  };
+  for (const auto& c : out["compilers"]) line(c["name"].get<std::string>(), c, c.value("version", "") + "  " + c.value("path", ""));
+  line("cuda toolkit", out["cuda_toolkit"], out["cuda_toolkit"].value("version", "") + "  " + out["cuda_toolkit"].value("home", ""));
+  std::string gpus;
+  for (const auto& d : out["gpus"]["devices"])
+    gpus += (gpus.empty() ? "" : "; ") + d.value("name", "") + " (sm " + d.value("compute_capability", "?") + ")";
+  line("gpus", out["gpus"], gpus + (out["gpus"].contains("driver_version") ? "  driver " + out["gpus"]["driver_version"].get<std::string>() : ""));
+  const json& py = out["python"];
+  line("python", py, py.value("python", "") + "  torch " + py.value("torch", "?") + "  triton " + py.value("triton", "?"));
+  std::string plats;
+  for (const auto& p : out["opencl"]["platforms"])
+    plats += (plats.empty() ? "" : "; ") + p.value("name", "") + " (" + std::to_string(p.value("devices", 0)) + " devices)";
+  line("opencl", out["opencl"], plats);
+  line("ncu", out["ncu"], out["ncu"].value("version", "") + "  " + out["ncu"].value("path", ""));
+  for (const auto& b : out["backends"])
+    std::cout << fmt::format("{:<14} {} ({})\n", "backend " + b["target"].get<std::string>(),
+                             b["score"].get<int>() > 0 ? "available" : "unavailable", b["found"].get<std::string>());
+  std::cout << fmt::format("{:<14} {}\n{:<14} {}\n", "store", out["paths"]["store"].get<std::string>(), "cache",
+                           out["paths"]["cache"].get<std::string>());
+  return kExitOk;
+}
+
+int Commands::tasks() {
+  std::error_code ec;
+  if (!fs::exists(path_, ec)) return bad_input(json_, path_ + ": no such file or folder", "give a task folder or a folder of tasks");
+  auto entries = discover_tasks(path_);
+  int broken = 0;
+  json arr = json::array();
+  Table table({"name", "format", "op class", "inputs", "outputs", "tune", "held out"});
+  for (const auto& e : entries) {
+    json j = {{"path", e.path.string()}, {"format", e.format}};
+    if (e.task) {
+      const Task& t = *e.task;
+      auto tensors = [](const std::vector<TensorSpec>& v) {
+        std::string s;
+        json list = json::array();
+        for (const auto& x : v) {
+          std::string dims;
+          for (const auto& d : x.shape) dims += (dims.empty() ? "" : ",") + d;
+          s += (s.empty() ? "" : " ") + x.name + ":" + std::string(dtype_name(x.dtype)) + "[" + dims + "]";
+          list.push_back({{"name", x.name}, {"dtype", dtype_name(x.dtype)}, {"shape", x.shape}});
+        }
+        return std::pair{s, list};
+      };
+      auto [ins, ins_j] = tensors(t.inputs);
+      auto [outs, outs_j] = tensors(t.outputs);
+      j.update({{"name", t.name}, {"op_class", t.op_class}, {"summary", t.summary}, {"inputs", ins_j},
+                {"outputs", outs_j}, {"tune", t.tune}, {"heldout", t.heldout}});
+      table.add({t.name, e.format, t.op_class.empty() ? "-" : t.op_class, ins, outs, shape_list(t.tune), shape_list(t.heldout)});
+    } else if (e.format == "kernelbench") {
+      j["name"] = e.path.stem().string();
+      table.add({e.path.stem().string(), e.format, "-", "get_inputs()", "forward()", "-", "-"});
+    } else {
+      ++broken;
+      j["error"] = e.error;
+      table.add({e.path.filename().string(), "native", "BROKEN", e.error, "", "", ""});
+    }
+    arr.push_back(j);
+  }
+  if (json_) {
+    std::cout << json{{"path", path_}, {"tasks", arr}, {"broken", broken}}.dump(2) << "\n";
+  } else if (entries.empty()) {
+    std::cout << "no tasks under " << path_ << "\n";
+  } else {
+    std::cout << table.render();
+    std::cout << fmt::format("{} tasks{}\n", entries.size(), broken ? fmt::format(", {} broken", broken) : "");
+  }
+  return broken ? kExitBadInput : kExitOk;
+}
+
+int Commands::eval() {
+  auto task = load_task(task_);
+  if (!task) return bad_input(json_, task.error().message, task.error().hint);
+  std::error_code ec;
+  if (!fs::is_regular_file(candidate_, ec)) return bad_input(json_, candidate_ + ": no such candidate file");
+
+  std::unique_ptr<Backend> backend;
+  if (target_.empty()) {
+    for (auto& b : make_backends())
+      if (b->probe() > 0) {
+        backend = std::move(b);
+        break;
+      }
+    if (!backend) return bad_input(json_, "no target is available here", "run `kfab doctor` to see what is missing");
+  } else {
+    backend = make_backend(target_);
+    if (!backend) return bad_input(json_, "unknown target \"" + target_ + "\"", "accepted: cpu");
+    if (backend->probe() == 0) return bad_input(json_, "target " + target_ + " is not available here: " + backend->describe());
+  }
+  const auto exts = backend->extensions();
+  const std::string ext = fs::path(candidate_).extension().string();
+  if (std::find(exts.begin(), exts.end(), ext) == exts.end()) {
+    std::string list;
+    for (const auto& e : exts) list += (list.empty() ? "" : ", ") + e;
+    return bad_input(json_, candidate_ + ": a " + std::string(backend->target()) + " candidate must be one of " + list,
+                     "the target is chosen with --target");
+  }
+
+  EvalOptions opt;
+  opt.seeds = seeds_;
+  opt.min_calls = min_calls_;
+  opt.min_time_s = min_time_s_;
+  opt.runner.timeout_s = timeout_s_;
+  if (memory_gib_ > 0) opt.runner.memory_bytes = static_cast<uint64_t>(memory_gib_ * (1ull << 30));
+  if (!quiet_ && ::isatty(2)) opt.progress = [](const std::string& s) { std::cerr << "kfab: " << s << "\n"; };
+
+  Evaluator evaluator(*backend, opt);
+  auto verdict = evaluator.evaluate(*task, candidate_);
+  if (!verdict) return bad_input(json_, verdict.error().message, verdict.error().hint);
+  const Verdict& v = *verdict;
+
+  json out = v.to_json();
+  if (!no_store_) {
+    const fs::path db = db_.empty() ? Store::default_path() : fs::path(db_);
+    auto store = Store::open(db);
+    auto source = read_file(candidate_);
+    if (!store) {
+      std::cerr << "kfab: warning: the evaluation was not recorded: " << store.error().to_string() << "\n";
+    } else if (auto id = (*store)->record_evaluation(*task, source ? *source : "", v); !id) {
+      std::cerr << "kfab: warning: the evaluation was not recorded: " << id.error().to_string() << "\n";
+    } else {
+      out["store"] = {{"db", db.string()}, {"evaluation", *id}};
+    }
+  }
+
+  if (json_) {
+    std::cout << out.dump(2) << "\n";
+  } else {
+    Table t({"shape", "set", "status", "max abs err", "max rel err", "median ms", "iqr ms", "n", "reference ms", "speedup", "% of bound"});
+    for (const auto& s : out["shapes"]) {
+      std::string shape;
+      for (const auto& [k, val] : s["shape"].items()) shape += (shape.empty() ? "" : " ") + k + "=" + std::to_string(val.get<int64_t>());
+      const json none;
+      const json& tm = s.contains("time_ms") ? s["time_ms"] : none;
+      const json& bl = s.contains("baseline_ms") ? s["baseline_ms"] : none;
+      t.add({shape, s["heldout"].get<bool>() ? "heldout" : "tune", s["status"].get<std::string>(),
+             fmt_num(s.value("max_abs_err", json())), fmt_num(s.value("max_rel_err", json())),
+             tm.is_object() ? fmt_num(tm["median"], "{:.4f}") : "-", tm.is_object() ? fmt_num(tm["iqr"], "{:.4f}") : "-",
+             tm.is_object() ? std::to_string(tm["n"].get<int64_t>()) : "-",
+             bl.is_object() ? fmt_num(bl["median"], "{:.4f}") : "-",
+             s.contains("speedup") ? fmt_num(s["speedup"], "{:.2f}x") : "-",
+             s.contains("percent_of_bound") ? fmt_num(s["percent_of_bound"], "{:.1f}%") : "-"});
+    }
+    std::cout << fmt::format("task {}  candidate {}  target {}/{}\n", v.task, v.candidate, v.target, v.dsl);
+    if (!v.shapes.empty() && v.disposition != Disposition::CompileFailed) std::cout << t.render();
+    std::cout << fmt::format("{}{}: {}\n", disposition_name(v.disposition),
+                             v.speedup ? fmt::format(" ({:.2f}x)", *v.speedup) : "", v.detail);
+  }
+  return v.passed() ? kExitOk : kExitFailed;
+}
+
+}  // namespace kfab::cli

@@ -1,0 +1,46 @@
+#pragma once
+/// The subcommands: each registers its options on the CLI11 app and runs when chosen.
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+namespace kfab::cli {
+
+constexpr std::string_view kVersion = "0.1.0";
+
+/// Exit codes of DESIGN.md section 2.3.
+constexpr int kExitOk = 0;
+constexpr int kExitFailed = 1;
+constexpr int kExitBadInput = 2;
+
+class Commands {
+ public:
+  explicit Commands(CLI::App& app);
+  /// Runs the chosen subcommand; returns the exit code.
+  int run();
+
+ private:
+  int doctor();
+  int tasks();
+  int eval();
+
+  CLI::App& app_;
+  CLI::App* doctor_ = nullptr;
+  CLI::App* tasks_ = nullptr;
+  CLI::App* eval_ = nullptr;
+  bool json_ = false;
+  std::string path_ = "tasks";
+  std::string task_;
+  std::string candidate_;
+  std::string target_;
+  std::string db_;
+  double timeout_s_ = 60.0;
+  int seeds_ = 5;
+  int min_calls_ = 50;
+  double min_time_s_ = 0.5;
+  double memory_gib_ = 0.0;
+  bool no_store_ = false;
+  bool quiet_ = false;
+};
+
+}  // namespace kfab::cli

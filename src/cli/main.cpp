@@ -1,0 +1,36 @@
+// kfab's command line: parses arguments and calls the library (DESIGN.md section 2.3).
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+#include <iostream>
+
+#include "cli/commands.h"
+#include "core/process.h"
+
+int main(int argc, char** argv) {
+  kfab::install_child_reaper();
+  CLI::App app{"kfab: fast, verified compute kernels from a reference computation"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string(kfab::cli::kVersion));
+  kfab::cli::Commands commands(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return 2;
+  }
+  try {
+    return commands.run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kfab: internal error: %s\n", e.what());
+    return 3;
+  }
+}

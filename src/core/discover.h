@@ -1,0 +1,24 @@
+#pragma once
+/// Finding tasks under a folder: native manifests (task.toml) and KernelBench files (a Python file
+/// defining `class Model(` and `get_inputs`).
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/task.h"
+
+namespace kfab {
+
+struct TaskEntry {
+  std::filesystem::path path;
+  std::string format;        ///< "native" or "kernelbench"
+  std::optional<Task> task;  ///< native tasks that loaded
+  std::string error;         ///< why a native task did not load
+};
+
+/// Every task under `root` (or `root` itself), sorted by path.
+std::vector<TaskEntry> discover_tasks(const std::filesystem::path& root);
+
+}  // namespace kfab

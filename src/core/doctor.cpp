@@ -1,0 +1,185 @@
+#include "core/doctor.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "core/process.h"
+
+namespace kfab {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+/// The line of `--version` output that carries the version (nvcc puts it last).
+json tool(const std::string& name, const std::string& path_hint = {}) {
+  std::string path = find_program(name);
+  if (path.empty() && !path_hint.empty() && fs::exists(path_hint)) path = path_hint;
+  if (path.empty()) return {{"name", name}, {"found", false}, {"why", "not on PATH"}};
+  auto r = run_command({path, "--version"}, 20.0);
+  std::string version;
+  if (r && !r->output.empty()) {
+    version = first_line(r->output);
+    for (size_t pos = 0; pos < r->output.size();) {
+      size_t end = r->output.find('\n', pos);
+      std::string line = r->output.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+      if (line.find("release") != std::string::npos || line.find("Version") != std::string::npos) version = line;
+      if (end == std::string::npos) break;
+      pos = end + 1;
+    }
+  }
+  return {{"name", name}, {"found", true}, {"path", path}, {"version", version}};
+}
+
+json probe_gpus() {
+  json out = {{"driver", "libcuda.so.1"}, {"devices", json::array()}};
+  void* h = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) {
+    out["found"] = false;
+    out["why"] = "libcuda.so.1 not found (no NVIDIA driver here)";
+    return out;
+  }
+  using InitFn = int (*)(unsigned);
+  using CountFn = int (*)(int*);
+  using GetFn = int (*)(int*, int);
+  using NameFn = int (*)(char*, int, int);
+  using MemFn = int (*)(size_t*, int);
+  using AttrFn = int (*)(int*, int, int);
+  using DrvFn = int (*)(int*);
+  auto init = reinterpret_cast<InitFn>(::dlsym(h, "cuInit"));
+  auto count = reinterpret_cast<CountFn>(::dlsym(h, "cuDeviceGetCount"));
+  auto get = reinterpret_cast<GetFn>(::dlsym(h, "cuDeviceGet"));
+  auto name = reinterpret_cast<NameFn>(::dlsym(h, "cuDeviceGetName"));
+  auto mem = reinterpret_cast<MemFn>(::dlsym(h, "cuDeviceTotalMem_v2"));
+  auto attr = reinterpret_cast<AttrFn>(::dlsym(h, "cuDeviceGetAttribute"));
+  auto drv = reinterpret_cast<DrvFn>(::dlsym(h, "cuDriverGetVersion"));
+  if (!init || !count || !get || !name) {
+    out["found"] = false;
+    out["why"] = "libcuda.so.1 lacks the expected entry points";
+    return out;
+  }
+  if (int rc = init(0); rc != 0) {
+    out["found"] = false;
+    out["why"] = "cuInit failed with CUDA error " + std::to_string(rc);
+    return out;
+  }
+  int v = 0;
+  if (drv && drv(&v) == 0) out["driver_version"] = std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+  int n = 0;
+  count(&n);
+  for (int i = 0; i < n; ++i) {
+    int dev = 0;
+    if (get(&dev, i) != 0) continue;
+    char buf[256] = {0};
+    name(buf, sizeof buf - 1, dev);
+    json d = {{"index", i}, {"name", buf}};
+    size_t bytes = 0;
+    if (mem && mem(&bytes, dev) == 0) d["memory_GiB"] = static_cast<double>(bytes) / (1ull << 30);
+    int major = 0, minor = 0;
+    if (attr && attr(&major, 75, dev) == 0 && attr(&minor, 76, dev) == 0)
+      d["compute_capability"] = std::to_string(major) + "." + std::to_string(minor);
+    out["devices"].push_back(d);
+  }
+  out["found"] = n > 0;
+  if (n == 0) out["why"] = "the driver reports no device";
+  return out;
+}
+
+json probe_opencl() {
+  json out = {{"library", "libOpenCL.so.1"}, {"platforms", json::array()}};
+  void* h = ::dlopen("libOpenCL.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) {
+    out["found"] = false;
+    out["why"] = "libOpenCL.so.1 not found (install ocl-icd-libopencl1 and a platform such as pocl-opencl-icd)";
+    return out;
+  }
+  using PlatFn = int (*)(unsigned, void**, unsigned*);
+  using InfoFn = int (*)(void*, unsigned, size_t, void*, size_t*);
+  using DevFn = int (*)(void*, uint64_t, unsigned, void**, unsigned*);
+  auto plats = reinterpret_cast<PlatFn>(::dlsym(h, "clGetPlatformIDs"));
+  auto info = reinterpret_cast<InfoFn>(::dlsym(h, "clGetPlatformInfo"));
+  auto devs = reinterpret_cast<DevFn>(::dlsym(h, "clGetDeviceIDs"));
+  unsigned n = 0;
+  if (!plats || !info || plats(0, nullptr, &n) != 0 || n == 0) {
+    out["found"] = false;
+    out["why"] = "no OpenCL platform is installed";
+    return out;
+  }
+  std::vector<void*> ids(n);
+  plats(n, ids.data(), nullptr);
+  constexpr unsigned kPlatformName = 0x0902, kPlatformVersion = 0x0901;
+  constexpr uint64_t kDeviceTypeAll = 0xFFFFFFFF;
+  for (void* p : ids) {
+    char name[256] = {0}, version[256] = {0};
+    info(p, kPlatformName, sizeof name - 1, name, nullptr);
+    info(p, kPlatformVersion, sizeof version - 1, version, nullptr);
+    unsigned nd = 0;
+    if (devs) devs(p, kDeviceTypeAll, 0, nullptr, &nd);
+    out["platforms"].push_back({{"name", name}, {"version", version}, {"devices", nd}});
+  }
+  out["found"] = true;
+  return out;
+}
+
+json probe_python() {
+  const std::string py = find_program("python3");
+  if (py.empty()) return {{"found", false}, {"why", "python3 not on PATH"}};
+  json out = {{"found", true}, {"path", py}};
+  const char* script =
+      "import sys, importlib\n"
+      "print('python', sys.version.split()[0])\n"
+      "for m in ('torch', 'triton'):\n"
+      "    try:\n"
+      "        mod = importlib.import_module(m)\n"
+      "        extra = ''\n"
+      "        if m == 'torch': extra = ' cuda=' + str(mod.cuda.is_available())\n"
+      "        print(m, mod.__version__ + extra)\n"
+      "    except Exception as e:\n"
+      "        print(m, 'absent:', type(e).__name__)\n";
+  auto r = run_command({py, "-c", script}, 60.0);
+  if (!r || !r->status.ok()) {
+    out["why"] = "python3 did not run the probe";
+    return out;
+  }
+  size_t pos = 0;
+  const std::string& o = r->output;
+  while (pos < o.size()) {
+    size_t end = o.find('\n', pos);
+    std::string line = o.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+    auto sp = line.find(' ');
+    if (sp != std::string::npos) out[line.substr(0, sp)] = line.substr(sp + 1);
+    if (end == std::string::npos) break;
+    pos = end + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+json probe_system() {
+  json out;
+  const char* cxx = std::getenv("CXX");
+  out["compilers"] = json::array({tool(cxx && *cxx ? cxx : "g++"), tool("clang++"),
+                                  tool("nvcc", "/usr/local/cuda/bin/nvcc")});
+  json cuda = tool("nvcc", "/usr/local/cuda/bin/nvcc");
+  for (const char* home : std::initializer_list<const char*>{std::getenv("CUDA_HOME"), std::getenv("CUDA_PATH"), "/usr/local/cuda"}) {
+    if (home && fs::exists(fs::path(home) / "include/cuda.h")) {
+      cuda["home"] = home;
+      break;
+    }
+  }
+  out["cuda_toolkit"] = cuda;
+  out["gpus"] = probe_gpus();
+  out["python"] = probe_python();
+  out["opencl"] = probe_opencl();
+  out["ncu"] = tool("ncu", "/usr/local/cuda/bin/ncu");
+  return out;
+}
+
+}  // namespace kfab

@@ -1,0 +1,13 @@
+#pragma once
+/// What is here: compilers, the CUDA toolkit, GPUs (libcuda through dlopen), Python with torch and
+/// triton, OpenCL platforms, ncu. Absence is reported, never an error.
+
+#include <nlohmann/json.hpp>
+
+namespace kfab {
+
+/// One object per area: {"compilers": [...], "cuda": {...}, "gpus": [...], "python": {...},
+/// "opencl": [...], "ncu": {...}}. Each entry says "found" and what was found or why not.
+nlohmann::json probe_system();
+
+}  // namespace kfab

@@ -1,0 +1,99 @@
+#pragma once
+/// Child processes: spawning with resource limits in their own process group, talking to them over
+/// pipes, waiting with deadlines and killing the whole group. Used for compilers, probes and runners.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/expected.h"
+
+namespace kfab {
+
+/// Limits applied in the child before exec (setrlimit). 0 leaves a limit as it is.
+struct ProcessLimits {
+  uint64_t address_space_bytes = 0;
+  uint64_t cpu_seconds = 0;
+  uint64_t file_size_bytes = 0;
+  bool no_core_files = true;
+};
+
+struct SpawnOptions {
+  std::vector<std::string> argv;
+  std::filesystem::path cwd;                              ///< empty: inherit
+  std::vector<std::pair<std::string, std::string>> env;   ///< set on top of the parent's environment
+  ProcessLimits limits;
+  /// Where the child's stdout and stderr go; empty: a pipe read back by the parent (capture()).
+  std::filesystem::path output_file;
+  /// Gives the child a request pipe on fd 3 and a reply pipe on fd 4.
+  bool protocol_pipes = false;
+};
+
+/// How a child ended.
+struct ExitStatus {
+  bool exited = false;  ///< exited normally with `code`
+  int code = 0;
+  int signal = 0;       ///< killed by this signal
+  bool ok() const { return exited && code == 0; }
+  std::string describe() const;
+};
+
+/// "SIGSEGV (segmentation fault)"
+std::string signal_name(int sig);
+
+/// A running child in its own process group. Killed (group-wide) when destroyed while still running.
+class Child {
+ public:
+  static Expected<Child> spawn(const SpawnOptions& opt);
+  Child(Child&& o) noexcept;
+  Child& operator=(Child&& o) noexcept;
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+  ~Child();
+
+  pid_t pid() const { return pid_; }
+  int request_fd() const { return to_child_; }
+  int reply_fd() const { return from_child_; }
+  /// Reads the merged stdout/stderr pipe until EOF or the deadline (only without output_file).
+  std::string capture(std::chrono::steady_clock::time_point deadline, bool* timed_out);
+  /// Sends SIGKILL to the whole process group.
+  void kill_group();
+  /// Waits for the child; kills the group first if it is still running at the deadline.
+  ExitStatus wait(std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
+  bool running() const { return pid_ > 0 && !reaped_; }
+
+ private:
+  Child() = default;
+  void close_fds();
+  pid_t pid_ = -1;
+  int to_child_ = -1;
+  int from_child_ = -1;
+  int output_ = -1;
+  bool reaped_ = false;
+  ExitStatus status_;
+};
+
+struct CommandResult {
+  ExitStatus status;
+  std::string output;  ///< stdout and stderr, merged
+  bool timed_out = false;
+  double seconds = 0.0;
+};
+
+/// Runs a command to completion (or until `timeout_s`), capturing its output.
+Expected<CommandResult> run_command(const std::vector<std::string>& argv, double timeout_s,
+                                    const std::filesystem::path& cwd = {});
+
+/// On SIGINT, SIGTERM or SIGHUP, kills the process group of every child still running, then lets the
+/// signal take its default course, so that an interrupted kfab leaves no candidate running behind it.
+void install_child_reaper();
+
+/// Looks a program up on PATH; empty when absent.
+std::string find_program(const std::string& name);
+
+}  // namespace kfab

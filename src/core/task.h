@@ -1,0 +1,75 @@
+#pragma once
+/// A native task (DESIGN.md section 2.2): what to compute, on which shapes, and how to check it.
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/expected.h"
+#include "core/expr.h"
+
+namespace kfab {
+
+enum class InitKind { Normal, Uniform, RandInt, Zeros, Ones, Bernoulli };
+
+/// How an input is filled for a seed. Parameters: normal (a = mean, b = std), uniform and randint
+/// (a = low, b = high; randint draws integers in [low, high)), bernoulli (a = p).
+struct InitSpec {
+  InitKind kind = InitKind::Normal;
+  double a = 0.0;
+  double b = 1.0;
+};
+
+std::string_view init_name(InitKind k);
+
+struct TensorSpec {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<std::string> shape;  ///< one expression per dimension; empty for a scalar
+  InitSpec init;                   ///< inputs only
+  std::optional<double> atol;      ///< outputs only: overrides the task's tolerance
+  std::optional<double> rtol;
+};
+
+struct Tolerance {
+  double atol = 0.0;
+  double rtol = 0.0;
+};
+
+struct Task {
+  std::string name;
+  std::string summary;
+  std::string op_class;
+  std::filesystem::path dir;       ///< the task's folder
+  std::filesystem::path manifest;  ///< its task.toml
+  std::vector<TensorSpec> inputs;
+  std::vector<TensorSpec> outputs;
+  std::vector<ShapeBinding> tune;
+  std::vector<ShapeBinding> heldout;
+  std::filesystem::path reference;  ///< absolute path of the reference source
+  std::optional<double> atol;
+  std::optional<double> rtol;
+  std::string cost_flops;  ///< expression, empty when absent
+  std::string cost_bytes;
+
+  /// Tolerance for an output: its own, else the task's, else the dtype's default.
+  Tolerance tolerance_for(const TensorSpec& out) const;
+  /// The concrete dimensions of a tensor for one shape binding (validated at load time).
+  std::vector<int64_t> dims(const TensorSpec& t, const ShapeBinding& b) const;
+  std::optional<double> flops(const ShapeBinding& b) const;
+  std::optional<double> bytes(const ShapeBinding& b) const;
+};
+
+/// Default tolerance of a dtype (fp32 1e-5 abs / 1e-4 rel; fp16 and bf16 1e-2; exact for integers).
+Tolerance default_tolerance(DType t);
+
+/// Loads and validates a task from its folder or its task.toml. Every problem is an Error whose
+/// message names the file, the line, the field and what would be accepted.
+Expected<Task> load_task(const std::filesystem::path& path);
+
+/// "M=4096, N=8192"
+std::string format_binding(const ShapeBinding& b);
+
+}  // namespace kfab

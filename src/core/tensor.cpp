@@ -1,0 +1,99 @@
+#include "core/tensor.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <new>
+
+namespace kfab {
+
+namespace {
+constexpr size_t kAlign = 64;
+}
+
+void HostTensor::Free::operator()(void* p) const { std::free(p); }
+
+HostTensor::HostTensor(DType dtype, std::vector<int64_t> shape) : dtype_(dtype), shape_(std::move(shape)) {
+  numel_ = 1;
+  for (int64_t d : shape_) numel_ *= static_cast<size_t>(d);
+  strides_.assign(shape_.size(), 1);
+  for (size_t i = shape_.size(); i-- > 1;) strides_[i - 1] = strides_[i] * shape_[i];
+  size_t bytes = (nbytes() + kAlign - 1) / kAlign * kAlign;
+  if (bytes == 0) bytes = kAlign;
+  void* p = std::aligned_alloc(kAlign, bytes);
+  if (p == nullptr) throw std::bad_alloc();
+  data_.reset(p);
+}
+
+kfab_tensor HostTensor::view() {
+  kfab_tensor t;
+  t.data = data_.get();
+  t.dtype = static_cast<kfab_dtype>(dtype_);
+  t.ndim = static_cast<int32_t>(shape_.size());
+  t.shape = shape_.data();
+  t.strides = strides_.data();
+  return t;
+}
+
+void HostTensor::poison(uint8_t pattern) {
+  if (!dtype_is_float(dtype_)) {
+    std::memset(data_.get(), pattern, nbytes());
+    return;
+  }
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (size_t i = 0; i < numel_; ++i) store_from_double(data_.get(), dtype_, i, nan);
+}
+
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+uint64_t derive_seed(uint64_t seed, uint64_t a, uint64_t b) {
+  uint64_t s = seed ^ (a * 0xd1342543de82ef95ull) ^ (b * 0x9e3779b97f4a7c15ull);
+  splitmix64(s);
+  return splitmix64(s);
+}
+
+void HostTensor::fill(const InitSpec& init, uint64_t seed) {
+  uint64_t state = seed;
+  auto uniform01 = [&]() {  // in (0, 1): 53 random bits, never exactly 0
+    return (static_cast<double>(splitmix64(state) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+  };
+  void* d = data_.get();
+  switch (init.kind) {
+    case InitKind::Zeros:
+      for (size_t i = 0; i < numel_; ++i) store_from_double(d, dtype_, i, 0.0);
+      return;
+    case InitKind::Ones:
+      for (size_t i = 0; i < numel_; ++i) store_from_double(d, dtype_, i, 1.0);
+      return;
+    case InitKind::Uniform:
+      for (size_t i = 0; i < numel_; ++i) store_from_double(d, dtype_, i, init.a + (init.b - init.a) * uniform01());
+      return;
+    case InitKind::RandInt: {
+      const auto lo = static_cast<int64_t>(std::ceil(init.a));
+      const auto span = static_cast<uint64_t>(static_cast<int64_t>(std::ceil(init.b)) - lo);
+      for (size_t i = 0; i < numel_; ++i)
+        store_from_double(d, dtype_, i, static_cast<double>(lo + static_cast<int64_t>(splitmix64(state) % span)));
+      return;
+    }
+    case InitKind::Bernoulli:
+      for (size_t i = 0; i < numel_; ++i) store_from_double(d, dtype_, i, uniform01() < init.a ? 1.0 : 0.0);
+      return;
+    case InitKind::Normal:
+      // Box-Muller, two values per pair of uniforms.
+      for (size_t i = 0; i < numel_; i += 2) {
+        const double r = std::sqrt(-2.0 * std::log(uniform01()));
+        const double t = 6.283185307179586 * uniform01();
+        store_from_double(d, dtype_, i, init.a + init.b * r * std::cos(t));
+        if (i + 1 < numel_) store_from_double(d, dtype_, i + 1, init.a + init.b * r * std::sin(t));
+      }
+      return;
+  }
+}
+
+}  // namespace kfab

@@ -1,0 +1,221 @@
+#include "eval/evaluator.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+
+#include "core/hash.h"
+#include "eval/roofline.h"
+
+namespace kfab {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+/// How a job ended, folded into what the verdict needs.
+struct JobOutcome {
+  bool ok = false;  ///< the runner answered with a result
+  json body;
+  std::optional<Disposition> failure;
+  std::string detail;
+  bool task_error = false;  ///< the reference or the manifest is at fault
+};
+
+JobOutcome interpret(const JobReply& r) {
+  JobOutcome o;
+  switch (r.kind) {
+    case JobReply::Kind::Timeout:
+      o.failure = Disposition::Timeout;
+      o.detail = r.detail;
+      return o;
+    case JobReply::Kind::Crashed:
+    case JobReply::Kind::Broken:
+      o.failure = Disposition::Crashed;
+      o.detail = r.detail;
+      return o;
+    case JobReply::Kind::Ok: break;
+  }
+  if (r.body.value("ok", false)) {
+    o.ok = true;
+    o.body = r.body;
+    return o;
+  }
+  const std::string kind = r.body.value("kind", "");
+  o.detail = r.body.value("detail", "");
+  o.body = r.body;
+  if (kind == "task_error" || kind == "reference_failed" || kind == "protocol_error") {
+    o.task_error = true;
+  } else if (kind == "load_failed") {
+    o.failure = Disposition::CompileFailed;
+  } else if (auto d = parse_disposition(kind)) {
+    o.failure = *d;
+  } else {
+    o.failure = Disposition::Crashed;
+    o.detail = "unexpected runner reply: " + r.body.dump();
+  }
+  return o;
+}
+
+std::string mismatch_text(const json& errors, const Task& task) {
+  if (!errors.contains("first_mismatch")) return "outputs differ from the reference";
+  const json& m = errors["first_mismatch"];
+  std::string coord;
+  for (const auto& c : m["coord"]) coord += (coord.empty() ? "" : ", ") + std::to_string(c.get<int64_t>());
+  const std::string name = m.value("output", "");
+  Tolerance tol;
+  for (const auto& o : task.outputs)
+    if (o.name == name) tol = task.tolerance_for(o);
+  return fmt::format("{} of {} values differ; first at {}[{}] (seed {}, call {}): got {}, want {} (atol {:g}, rtol {:g})",
+                     errors.value("mismatches", 0), errors.value("checked", 0), name, coord,
+                     m.value("seed", 0), m.value("call", 0), m["got"].dump(), m["want"].dump(), tol.atol, tol.rtol);
+}
+
+}  // namespace
+
+Expected<Verdict> Evaluator::evaluate(const Task& task, const fs::path& candidate) {
+  const auto start = std::chrono::steady_clock::now();
+  auto say = [&](const std::string& s) {
+    if (opt_.progress) opt_.progress(s);
+  };
+  Verdict v;
+  v.task = task.name;
+  v.target = std::string(backend_.target());
+  v.dsl = std::string(backend_.dsl());
+  v.candidate = candidate.string();
+  v.protocol = {{"seeds", opt_.seeds},         {"base_seed", opt_.base_seed}, {"min_calls", opt_.min_calls},
+                {"min_time_s", opt_.min_time_s}, {"timeout_s", opt_.runner.timeout_s},
+                {"order", "candidate, reference, candidate"}, {"flush", "clflush of every operand before each timed call"}};
+  auto finish = [&]() -> Expected<Verdict> {
+    v.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return v;
+  };
+
+  auto source = read_file(candidate);
+  if (!source) return Unexpected{source.error()};
+  v.candidate_hash = hash_hex(*source);
+
+  say("build reference " + task.reference.filename().string());
+  auto ref = backend_.build(task.reference);
+  if (!ref.ok())
+    return make_error(task.reference.string() + ": the task's reference does not build:\n" + ref.failure().message,
+                      "fix the reference of task " + task.name);
+  say("build " + candidate.filename().string());
+  auto cand = backend_.build(candidate);
+  if (!cand.ok()) {
+    v.disposition = Disposition::CompileFailed;
+    v.detail = cand.failure().message;
+    return finish();
+  }
+  v.build = {{"cached", cand.value().cached}, {"seconds", cand.value().seconds}, {"key", cand.value().key}};
+
+  RunnerClient runner(opt_.runner);
+  json base = {{"task", task.manifest.string()},
+               {"candidate", cand.value().artifact.string()},
+               {"reference", ref.value().artifact.string()},
+               {"base_seed", opt_.base_seed}};
+
+  std::vector<std::pair<const ShapeBinding*, bool>> shapes;
+  for (const auto& s : task.tune) shapes.emplace_back(&s, false);
+  if (opt_.heldout)
+    for (const auto& s : task.heldout) shapes.emplace_back(&s, true);
+  for (const auto& [s, held] : shapes) {
+    ShapeResult r;
+    r.shape = *s;
+    r.heldout = held;
+    v.shapes.push_back(std::move(r));
+  }
+
+  json seeds = json::array();
+  for (int i = 0; i < opt_.seeds; ++i) seeds.push_back(i);
+  std::optional<Disposition> stop;
+  std::string incorrect_detail;
+  for (auto& sr : v.shapes) {
+    say(fmt::format("verify {}{}", format_binding(sr.shape), sr.heldout ? " (held out)" : ""));
+    json req = base;
+    req["op"] = "verify";
+    req["shape"] = sr.shape;
+    req["seeds"] = seeds;
+    JobOutcome o = interpret(runner.run(req));
+    if (o.task_error) return make_error(task.name + ": " + o.detail, "the task's reference or manifest is at fault");
+    if (o.failure) {
+      sr.status = std::string(disposition_name(*o.failure));
+      stop = o.failure;
+      v.detail = fmt::format("shape {{{}}}: {}", format_binding(sr.shape), o.detail);
+      break;
+    }
+    sr.errors = o.body;
+    sr.correct = o.body.value("correct", false);
+    sr.status = sr.correct ? "passed" : "incorrect";
+    if (!sr.correct && incorrect_detail.empty())
+      incorrect_detail = fmt::format("shape {{{}}}{}: {}", format_binding(sr.shape), sr.heldout ? " (held out)" : "",
+                                     mismatch_text(o.body, task));
+  }
+  if (stop) {
+    v.disposition = *stop;
+    return finish();
+  }
+  if (!incorrect_detail.empty()) {
+    v.disposition = Disposition::Incorrect;
+    v.detail = incorrect_detail;
+    return finish();
+  }
+  if (!opt_.time) {
+    v.detail = "correct on every shape; not timed";
+    return finish();
+  }
+
+  std::optional<MachinePeaks> peaks;
+  if (!task.cost_flops.empty() || !task.cost_bytes.empty()) {
+    say("machine peaks");
+    peaks = cpu_peaks(runner);
+    if (peaks) v.machine = peaks->to_json();
+  }
+  double log_sum = 0.0;
+  int timed = 0;
+  for (auto& sr : v.shapes) {
+    if (sr.heldout) continue;
+    say("time " + format_binding(sr.shape));
+    json req = base;
+    req["op"] = "time";
+    req["shape"] = sr.shape;
+    req["seed"] = 0;
+    req["min_calls"] = opt_.min_calls;
+    req["min_time_s"] = opt_.min_time_s;
+    req["max_calls"] = opt_.max_calls;
+    req["max_time_s"] = opt_.max_time_s;
+    req["warmup"] = opt_.warmup;
+    JobOutcome o = interpret(runner.run(req));
+    if (o.task_error) return make_error(task.name + ": " + o.detail, "the task's reference or manifest is at fault");
+    if (o.failure) {
+      v.disposition = *o.failure;
+      v.detail = fmt::format("shape {{{}}} while timing: {}", format_binding(sr.shape), o.detail);
+      if (*o.failure == Disposition::Incorrect) {
+        sr.status = "incorrect";
+        sr.errors = o.body.value("evidence", json());
+      }
+      return finish();
+    }
+    sr.time = TimeStats::from_json(o.body["candidate"]);
+    sr.baseline = TimeStats::from_json(o.body["baseline"]);
+    if (peaks) sr.bound_ms = bound_ms(task, sr.shape, *peaks);
+    if (sr.bound_ms && sr.time->median < *sr.bound_ms) {
+      v.disposition = Disposition::Rejected;
+      v.detail = fmt::format("shape {{{}}}: median time {:.6g} ms is below the roofline bound {:.6g} ms: the work "
+                             "the task's cost describes cannot be done that fast here",
+                             format_binding(sr.shape), sr.time->median, *sr.bound_ms);
+      sr.status = "rejected";
+      return finish();
+    }
+    log_sum += std::log(sr.baseline->median / sr.time->median);
+    ++timed;
+  }
+  if (timed > 0) v.speedup = std::exp(log_sum / timed);
+  v.detail = fmt::format("correct on {} shapes x {} seeds; {:.3f}x the reference (geometric mean over {} tuning shapes)",
+                         v.shapes.size(), opt_.seeds, v.speedup.value_or(0.0), timed);
+  return finish();
+}
+
+}  // namespace kfab

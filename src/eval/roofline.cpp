@@ -1,0 +1,88 @@
+#include "eval/roofline.h"
+
+#include <fstream>
+#include <thread>
+
+#include "core/hash.h"
+#include "core/paths.h"
+#include "runner/runner_client.h"
+
+namespace kfab {
+
+nlohmann::json MachinePeaks::to_json() const {
+  return {{"device", device},
+          {"copy_bandwidth_GBps", bandwidth_Bps / 1e9},
+          {"peak_gflops_f32", flops_per_s / 1e9},
+          {"bound_margin", margin},
+          {"source", source}};
+}
+
+namespace {
+
+struct CpuFacts {
+  std::string model;
+  double mhz = 0.0;
+  int flops_per_cycle = 8;  // fp32 per core: 2 FMA pipes x lanes x 2
+};
+
+CpuFacts read_cpuinfo() {
+  CpuFacts f;
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  std::string flags;
+  while (std::getline(in, line)) {
+    auto value = [&] { return line.substr(line.find(':') + 2); };
+    if (f.model.empty() && line.rfind("model name", 0) == 0) f.model = value();
+    if (f.mhz == 0.0 && line.rfind("cpu MHz", 0) == 0) f.mhz = std::stod(value());
+    if (flags.empty() && line.rfind("flags", 0) == 0) flags = " " + value() + " ";
+  }
+  std::ifstream maxf("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq");
+  double khz = 0.0;
+  if (maxf >> khz && khz / 1000.0 > f.mhz) f.mhz = khz / 1000.0;
+  if (f.mhz == 0.0) f.mhz = 4000.0;
+  if (flags.find(" avx512f ") != std::string::npos) f.flops_per_cycle = 64;
+  else if (flags.find(" fma ") != std::string::npos) f.flops_per_cycle = 32;
+  else if (flags.find(" avx ") != std::string::npos) f.flops_per_cycle = 16;
+  if (f.model.empty()) f.model = "unknown CPU";
+  return f;
+}
+
+}  // namespace
+
+std::optional<MachinePeaks> cpu_peaks(RunnerClient& runner) {
+  const CpuFacts facts = read_cpuinfo();
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  MachinePeaks p;
+  p.device = facts.model;
+  p.flops_per_s = static_cast<double>(cores) * facts.mhz * 1e6 * facts.flops_per_cycle;
+  const auto file = cache_dir() / "machine" / ("cpu-" + hash_hex(facts.model + "/" + std::to_string(cores)).substr(0, 16) + ".json");
+  if (auto text = read_file(file)) {
+    try {
+      auto j = nlohmann::json::parse(*text);
+      p.bandwidth_Bps = j.at("copy_bandwidth_bytes_per_s").get<double>();
+      p.source = "cached " + file.string();
+      return p;
+    } catch (const nlohmann::json::exception&) {
+      // A damaged cache entry is measured again.
+    }
+  }
+  JobReply r = runner.run({{"op", "machine"}});
+  if (r.kind != JobReply::Kind::Ok || !r.body.value("ok", false)) return std::nullopt;
+  p.bandwidth_Bps = r.body.at("copy_bandwidth_bytes_per_s").get<double>();
+  p.source = "measured";
+  nlohmann::json j = {{"device", p.device}, {"cores", cores}, {"copy_bandwidth_bytes_per_s", p.bandwidth_Bps}};
+  (void)write_file_atomic(file, j.dump(2));
+  return p;
+}
+
+std::optional<double> bound_ms(const Task& task, const ShapeBinding& shape, const MachinePeaks& peaks) {
+  const auto flops = task.flops(shape);
+  const auto bytes = task.bytes(shape);
+  if (!flops && !bytes) return std::nullopt;
+  double s = 0.0;
+  if (flops && peaks.flops_per_s > 0) s = std::max(s, *flops / (peaks.flops_per_s * peaks.margin));
+  if (bytes && peaks.bandwidth_Bps > 0) s = std::max(s, *bytes / (peaks.bandwidth_Bps * peaks.margin));
+  return s * 1e3;
+}
+
+}  // namespace kfab

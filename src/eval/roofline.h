@@ -1,0 +1,31 @@
+#pragma once
+/// Speed-of-light bounds: the fastest time a task's cost allows on this machine. A candidate timed
+/// below its bound did not do the work (or lied about its time) and is rejected.
+
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/task.h"
+
+namespace kfab {
+
+class RunnerClient;
+
+struct MachinePeaks {
+  std::string device;              ///< CPU model
+  double bandwidth_Bps = 0.0;      ///< measured copy bandwidth (bytes read + written per second)
+  double flops_per_s = 0.0;        ///< nominal fp32 peak: cores x clock x SIMD FMA width
+  double margin = 1.25;            ///< the bound uses peaks this much above the figures above
+  std::string source;              ///< "measured", "cached"
+  nlohmann::json to_json() const;
+};
+
+/// The CPU's peaks: the bandwidth measured once through a runner and cached in the cache folder.
+std::optional<MachinePeaks> cpu_peaks(RunnerClient& runner);
+
+/// max(flops / peak, bytes / bandwidth) in ms, both peaks raised by the margin; nullopt without cost.
+std::optional<double> bound_ms(const Task& task, const ShapeBinding& shape, const MachinePeaks& peaks);
+
+}  // namespace kfab

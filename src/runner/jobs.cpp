@@ -1,0 +1,329 @@
+#include "runner/jobs.h"
+
+#include <dlfcn.h>
+#include <omp.h>
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#include <immintrin.h>
+#endif
+
+#include "core/task.h"
+#include "core/tensor.h"
+#include "eval/compare.h"
+#include "eval/stats.h"
+
+namespace kfab::runner {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using RunFn = int (*)(const kfab_tensor*, int32_t, kfab_tensor*, int32_t, void*);
+
+namespace {
+
+/// A failure that ends the job with a disposition (runtime_failed, rejected, ...).
+struct JobFailure {
+  std::string kind;
+  std::string detail;
+};
+
+json failure(const std::string& kind, const std::string& detail) {
+  return {{"ok", false}, {"kind", kind}, {"detail", detail}};
+}
+
+// Libraries stay loaded for the runner's life: a runner serves one candidate and its reference.
+std::map<std::string, RunFn> g_loaded;
+
+std::string load(const std::string& path, RunFn* fn) {
+  if (auto it = g_loaded.find(path); it != g_loaded.end()) {
+    *fn = it->second;
+    return {};
+  }
+  void* h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) return std::string("cannot load ") + path + ": " + ::dlerror();
+  auto* sym = reinterpret_cast<RunFn>(::dlsym(h, "kfab_run"));
+  if (sym == nullptr)
+    return "the shared object does not export kfab_run (declare it with KFAB_EXPORT, as in kfab/candidate.h)";
+  g_loaded[path] = sym;
+  *fn = sym;
+  return {};
+}
+
+std::map<std::string, Task> g_tasks;
+
+/// Everything a job needs: the task, both entry points and the buffers of one shape.
+struct Setup {
+  const Task* task = nullptr;
+  RunFn candidate = nullptr;
+  RunFn reference = nullptr;
+  ShapeBinding shape;
+  std::vector<HostTensor> inputs;
+  std::vector<HostTensor> snapshot;
+  std::vector<HostTensor> cand_out;
+  std::vector<HostTensor> ref_out;
+  std::vector<kfab_tensor> in_views, cand_views, ref_views;
+};
+
+std::optional<json> prepare(const json& req, Setup& s) {
+  const std::string task_path = req.at("task").get<std::string>();
+  auto it = g_tasks.find(task_path);
+  if (it == g_tasks.end()) {
+    auto t = load_task(task_path);
+    if (!t) return failure("task_error", t.error().to_string());
+    it = g_tasks.emplace(task_path, std::move(*t)).first;
+  }
+  s.task = &it->second;
+  if (auto e = load(req.at("candidate").get<std::string>(), &s.candidate); !e.empty())
+    return failure("load_failed", e);
+  if (auto e = load(req.at("reference").get<std::string>(), &s.reference); !e.empty())
+    return failure("reference_failed", "reference: " + e);
+  for (const auto& [k, v] : req.at("shape").items()) s.shape[k] = v.get<int64_t>();
+  for (const auto& in : s.task->inputs) {
+    s.inputs.emplace_back(in.dtype, s.task->dims(in, s.shape));
+    s.snapshot.emplace_back(in.dtype, s.task->dims(in, s.shape));
+  }
+  for (const auto& out : s.task->outputs) {
+    s.cand_out.emplace_back(out.dtype, s.task->dims(out, s.shape));
+    s.ref_out.emplace_back(out.dtype, s.task->dims(out, s.shape));
+  }
+  for (auto& t : s.inputs) s.in_views.push_back(t.view());
+  for (auto& t : s.cand_out) s.cand_views.push_back(t.view());
+  for (auto& t : s.ref_out) s.ref_views.push_back(t.view());
+  return std::nullopt;
+}
+
+void fill_inputs(Setup& s, uint64_t base_seed, int64_t seed) {
+  for (size_t i = 0; i < s.inputs.size(); ++i) {
+    s.inputs[i].fill(s.task->inputs[i].init, derive_seed(base_seed, static_cast<uint64_t>(seed), i));
+    std::memcpy(s.snapshot[i].data(), s.inputs[i].data(), s.inputs[i].nbytes());
+  }
+}
+
+/// Which input changed, and where; empty when none did.
+std::string input_change(const Setup& s) {
+  for (size_t i = 0; i < s.inputs.size(); ++i) {
+    if (std::memcmp(s.inputs[i].data(), s.snapshot[i].data(), s.inputs[i].nbytes()) == 0) continue;
+    size_t first = 0;
+    while (first < s.inputs[i].numel() && s.inputs[i].at(first) == s.snapshot[i].at(first)) ++first;
+    return "input " + s.task->inputs[i].name + " was modified (first change at element " + std::to_string(first) + ")";
+  }
+  return {};
+}
+
+void call(RunFn fn, Setup& s, std::vector<kfab_tensor>& outs, const char* who) {
+  int rc;
+  try {
+    rc = fn(s.in_views.data(), static_cast<int32_t>(s.in_views.size()), outs.data(),
+            static_cast<int32_t>(outs.size()), nullptr);
+  } catch (const std::bad_alloc&) {
+    throw JobFailure{"crashed", std::string(who) + " ran out of memory (std::bad_alloc under the runner's address-space limit)"};
+  } catch (const std::exception& e) {
+    throw JobFailure{"crashed", std::string(who) + " threw an exception: " + e.what()};
+  } catch (...) {
+    throw JobFailure{"crashed", std::string(who) + " threw an exception"};
+  }
+  if (rc != 0) throw JobFailure{"runtime_failed", std::string(who) + " returned " + std::to_string(rc)};
+}
+
+void call_candidate(Setup& s) {
+  call(s.candidate, s, s.cand_views, "kfab_run");
+  if (auto c = input_change(s); !c.empty()) throw JobFailure{"rejected", c};
+}
+
+void call_reference(Setup& s) {
+  try {
+    call(s.reference, s, s.ref_views, "reference");
+  } catch (JobFailure& f) {
+    throw JobFailure{"reference_failed", f.detail};
+  }
+  if (auto c = input_change(s); !c.empty()) throw JobFailure{"reference_failed", "the reference modified an input: " + c};
+}
+
+json verify(const json& req) {
+  Setup s;
+  if (auto f = prepare(req, s)) return *f;
+  const auto base_seed = req.at("base_seed").get<uint64_t>();
+  std::vector<CompareStats> stats(s.task->outputs.size());
+  for (const auto& seed_j : req.at("seeds")) {
+    const auto seed = seed_j.get<int64_t>();
+    fill_inputs(s, base_seed, seed);
+    // Candidate, reference, candidate: the second call must not profit from what the reference
+    // left behind, and both must have written every element (the outputs are poisoned before each).
+    for (auto& o : s.cand_out) o.poison(0x5a);
+    call_candidate(s);
+    std::vector<HostTensor> first;
+    for (auto& o : s.cand_out) {
+      first.emplace_back(o.dtype(), o.shape());
+      std::memcpy(first.back().data(), o.data(), o.nbytes());
+    }
+    for (auto& o : s.ref_out) o.poison(0x00);
+    call_reference(s);
+    for (auto& o : s.cand_out) o.poison(0xa5);
+    call_candidate(s);
+    for (size_t i = 0; i < s.task->outputs.size(); ++i) {
+      const auto& spec = s.task->outputs[i];
+      const Tolerance tol = s.task->tolerance_for(spec);
+      compare_output(first[i], s.ref_out[i], tol, spec.name, seed, 1, stats[i]);
+      compare_output(s.cand_out[i], s.ref_out[i], tol, spec.name, seed, 2, stats[i]);
+    }
+  }
+  CompareStats all;
+  json outputs = json::array();
+  for (size_t i = 0; i < stats.size(); ++i) {
+    json o = stats[i].to_json();
+    o["name"] = s.task->outputs[i].name;
+    outputs.push_back(o);
+    all.max_abs = std::max(all.max_abs, stats[i].max_abs);
+    all.max_rel = std::max(all.max_rel, stats[i].max_rel);
+    all.checked += stats[i].checked;
+    all.mismatches += stats[i].mismatches;
+    all.nonfinite += stats[i].nonfinite;
+    if (!all.first && stats[i].first) all.first = stats[i].first;
+  }
+  json r = all.to_json();
+  r["ok"] = true;
+  r["correct"] = all.ok();
+  r["outputs"] = outputs;
+  return r;
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+__attribute__((target("clflushopt"))) void flush_lines_opt(const char* c, size_t n) {
+  for (size_t off = 0; off < n; off += 64) _mm_clflushopt(const_cast<char*>(c + off));
+}
+
+void flush_lines(const char* c, size_t n) {
+  for (size_t off = 0; off < n; off += 64) _mm_clflush(c + off);
+}
+
+bool has_clflushopt() {
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  return (b >> 23) & 1u;
+}
+#endif
+
+/// Evicts the operands of the next call from every cache level: the inputs and the outputs it
+/// writes. clflushopt where the CPU has it (unordered, so much faster than clflush); elsewhere, a
+/// scratch buffer larger than the last-level cache is overwritten instead.
+void flush_operands(Setup& s, const std::vector<HostTensor>& outs) {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool opt = has_clflushopt();
+  auto flush = [&](const HostTensor& t) {
+    const auto* p = static_cast<const char*>(t.data());
+    if (opt) flush_lines_opt(p, t.nbytes());
+    else flush_lines(p, t.nbytes());
+  };
+  for (const auto& t : s.inputs) flush(t);
+  for (const auto& t : outs) flush(t);
+  _mm_mfence();
+#else
+  (void)s;
+  (void)outs;
+  static std::vector<char> scratch(256u << 20);
+  for (size_t i = 0; i < scratch.size(); i += 64) scratch[i] = static_cast<char>(i);
+#endif
+}
+
+double now_ms() { return std::chrono::duration<double, std::milli>(Clock::now().time_since_epoch()).count(); }
+
+json time_job(const json& req) {
+  Setup s;
+  if (auto f = prepare(req, s)) return *f;
+  const auto base_seed = req.at("base_seed").get<uint64_t>();
+  const auto min_calls = req.value("min_calls", 50);
+  const auto max_calls = req.value("max_calls", 10000);
+  const double min_time_ms = req.value("min_time_s", 0.5) * 1e3;
+  const double max_time_ms = req.value("max_time_s", 30.0) * 1e3;
+  const int warmup = req.value("warmup", 3);
+  const bool flush = req.value("flush", true);
+  fill_inputs(s, base_seed, req.value("seed", 0));
+
+  const double warm_start = now_ms();
+  for (int i = 0; i < warmup || now_ms() - warm_start < 20.0; ++i) {
+    call_candidate(s);
+    call_reference(s);
+    if (i > 1000) break;
+  }
+  std::vector<double> cand, ref;
+  const double start = now_ms();
+  for (;;) {
+    const int n = static_cast<int>(cand.size());
+    const double elapsed = now_ms() - start;
+    if (n >= max_calls) break;
+    if (n >= min_calls && elapsed >= min_time_ms) break;
+    if (n >= 1 && elapsed >= max_time_ms) break;
+    // Alternate which goes first, so neither always runs right after the other's flush.
+    for (int k = 0; k < 2; ++k) {
+      const bool is_cand = (k == 0) == (n % 2 == 0);
+      if (flush) flush_operands(s, is_cand ? s.cand_out : s.ref_out);
+      const double t0 = now_ms();
+      if (is_cand) call(s.candidate, s, s.cand_views, "kfab_run");
+      else call(s.reference, s, s.ref_views, "reference");
+      (is_cand ? cand : ref).push_back(now_ms() - t0);
+    }
+  }
+  if (auto c = input_change(s); !c.empty()) throw JobFailure{"rejected", c + " during timing"};
+  // The last timed call must still be right: a candidate may not skip work once it is being timed.
+  CompareStats st;
+  for (size_t i = 0; i < s.task->outputs.size(); ++i)
+    compare_output(s.cand_out[i], s.ref_out[i], s.task->tolerance_for(s.task->outputs[i]),
+                   s.task->outputs[i].name, req.value("seed", 0), 3, st);
+  if (!st.ok()) {
+    json r = failure("incorrect", "the output of the last timed call does not match the reference");
+    r["evidence"] = st.to_json();
+    return r;
+  }
+  return {{"ok", true}, {"candidate", summarize(cand).to_json()}, {"baseline", summarize(ref).to_json()}};
+}
+
+/// Copy bandwidth of this machine with all threads, best of several passes (bytes read + written).
+json machine_job(const json& req) {
+  const size_t bytes = req.value("bytes", size_t{256} << 20);
+  const size_t n = bytes / sizeof(double);
+  std::unique_ptr<double[]> a(new double[n]), b(new double[n]);
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; ++i) {
+    a[i] = static_cast<double>(i);
+    b[i] = 0.0;
+  }
+  double best = 0.0;
+  for (int pass = 0; pass < 6; ++pass) {
+    const double t0 = now_ms();
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; ++i) b[i] = a[i];
+    const double ms = now_ms() - t0;
+    best = std::max(best, 2.0 * static_cast<double>(bytes) / (ms * 1e-3));
+    std::swap(a, b);
+  }
+  return {{"ok", true}, {"copy_bandwidth_bytes_per_s", best}, {"threads", omp_get_max_threads()}};
+}
+
+}  // namespace
+
+json handle(const json& req) {
+  const std::string op = req.value("op", "");
+  try {
+    if (op == "hello") return {{"ok", true}, {"protocol", 1}};
+    if (op == "verify") return verify(req);
+    if (op == "time") return time_job(req);
+    if (op == "machine") return machine_job(req);
+    return failure("protocol_error", "unknown op \"" + op + "\"");
+  } catch (const JobFailure& f) {
+    return failure(f.kind, f.detail);
+  } catch (const json::exception& e) {
+    return failure("protocol_error", std::string("malformed request: ") + e.what());
+  } catch (const std::bad_alloc&) {
+    return failure("crashed", "out of memory while preparing the job (the runner's address-space limit)");
+  }
+}
+
+}  // namespace kfab::runner

@@ -1,0 +1,133 @@
+#include "runner/runner_client.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "core/paths.h"
+#include "runner/protocol.h"
+
+namespace kfab {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+uint64_t default_memory_limit() {
+  const uint64_t eight = 8ull << 30;
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page = ::sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return eight;
+  return std::min(eight, static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) / 2);
+}
+
+RunnerClient::RunnerClient(RunnerOptions opt) : opt_(opt) {
+  ::signal(SIGPIPE, SIG_IGN);  // a dead runner must not take kfab down when it is written to
+  if (opt_.memory_bytes == 0) opt_.memory_bytes = default_memory_limit();
+  if (opt_.cpu_seconds == 0) {
+    const auto cores = std::max(1u, std::thread::hardware_concurrency());
+    opt_.cpu_seconds = static_cast<uint64_t>(opt_.timeout_s * cores * 8) + 10;
+  }
+}
+
+RunnerClient::~RunnerClient() {
+  if (child_ && child_->running()) {
+    write_message(child_->request_fd(), {{"op", "quit"}});
+    child_->wait(Clock::now() + std::chrono::seconds(2));
+  }
+  discard();
+}
+
+void RunnerClient::discard() {
+  if (child_) {
+    child_->kill_group();
+    child_->wait();
+    child_.reset();
+  }
+  if (!dir_.empty()) {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+    dir_.clear();
+  }
+}
+
+std::optional<std::string> RunnerClient::ensure_started() {
+  if (child_ && child_->running()) return std::nullopt;
+  discard();
+  std::string tmpl = (fs::temp_directory_path() / "kfab-runner-XXXXXX").string();
+  if (::mkdtemp(tmpl.data()) == nullptr) return "cannot create a runner folder in " + fs::temp_directory_path().string();
+  dir_ = tmpl;
+  SpawnOptions so;
+  so.argv = {runner_path().string()};
+  so.cwd = dir_;
+  so.env = {{"TMPDIR", dir_.string()}};
+  so.output_file = dir_ / "runner.log";
+  so.protocol_pipes = true;
+  so.limits.address_space_bytes = opt_.memory_bytes;
+  so.limits.cpu_seconds = opt_.cpu_seconds;
+  so.limits.file_size_bytes = opt_.file_size_bytes;
+  auto c = Child::spawn(so);
+  if (!c) return c.error().to_string() + " (is kfab-runner beside kfab? KFAB_RUNNER may name it)";
+  child_.emplace(std::move(*c));
+  ++spawned_;
+  return std::nullopt;
+}
+
+std::string RunnerClient::log_tail() const {
+  std::ifstream in(dir_ / "runner.log", std::ios::binary);
+  if (!in) return {};
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  constexpr size_t kTail = 2000;
+  if (s.size() > kTail) s = "..." + s.substr(s.size() - kTail);
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+JobReply RunnerClient::run(const nlohmann::json& request) {
+  JobReply r;
+  if (auto err = ensure_started()) {
+    r.kind = JobReply::Kind::Broken;
+    r.detail = *err;
+    return r;
+  }
+  const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(opt_.timeout_s * 1000));
+  const bool sent = write_message(child_->request_fd(), request);
+  ReadResult in = sent ? read_message(child_->reply_fd(), deadline) : ReadResult{ReadStatus::Eof, {}, {}};
+  if (in.status == ReadStatus::Ok) {
+    r.body = std::move(in.message);
+    return r;
+  }
+  if (in.status == ReadStatus::Timeout) {
+    child_->kill_group();
+    child_->wait();
+    r.kind = JobReply::Kind::Timeout;
+    r.detail = "no answer within " + std::to_string(opt_.timeout_s).substr(0, std::to_string(opt_.timeout_s).find('.') + 2) +
+               " s; the runner's process group was killed";
+  } else {
+    // The runner is gone or talking nonsense: find out how it ended.
+    if (in.status == ReadStatus::Malformed) child_->kill_group();
+    const ExitStatus st = child_->wait(Clock::now() + std::chrono::seconds(5));
+    if (in.status == ReadStatus::Malformed) {
+      r.kind = JobReply::Kind::Broken;
+      r.detail = "the runner broke protocol: " + in.error;
+    } else if (st.signal == SIGXCPU) {
+      r.kind = JobReply::Kind::Timeout;
+      r.detail = "the runner exceeded its CPU-time limit of " + std::to_string(opt_.cpu_seconds) + " s";
+    } else {
+      r.kind = JobReply::Kind::Crashed;
+      r.detail = "the runner " + st.describe() + " during the job";
+      if (st.signal == SIGXFSZ) r.detail += " (a file grew past the limit of " + std::to_string(opt_.file_size_bytes >> 20) + " MiB)";
+    }
+    r.body = {{"signal", st.signal}, {"exit_code", st.exited ? st.code : -1}};
+  }
+  if (auto tail = log_tail(); !tail.empty()) r.detail += "; its output ended with: " + tail;
+  discard();
+  return r;
+}
+
+}  // namespace kfab

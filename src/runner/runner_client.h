@@ -1,0 +1,60 @@
+#pragma once
+/// kfab's side of a runner: spawns kfab-runner with limits in its own process group and temporary
+/// folder, sends it jobs with a deadline, and replaces it when it crashes, hangs or breaks protocol.
+
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/process.h"
+
+namespace kfab {
+
+struct RunnerOptions {
+  double timeout_s = 60.0;          ///< per job, wall clock
+  uint64_t memory_bytes = 0;        ///< address-space limit; 0: the default (see default_memory_limit)
+  uint64_t cpu_seconds = 0;         ///< CPU-time limit of one runner; 0: timeout x cores x 8
+  uint64_t file_size_bytes = 1ull << 30;
+};
+
+/// The smaller of 8 GiB and half the machine's memory.
+uint64_t default_memory_limit();
+
+struct JobReply {
+  enum class Kind {
+    Ok,       ///< the runner answered; body holds its reply (which may report a failure)
+    Crashed,  ///< the runner died during the job
+    Timeout,  ///< the job ran past its deadline; the runner was killed
+    Broken,   ///< the runner spoke something that is not the protocol
+  };
+  Kind kind = Kind::Ok;
+  nlohmann::json body;
+  std::string detail;
+};
+
+class RunnerClient {
+ public:
+  explicit RunnerClient(RunnerOptions opt);
+  ~RunnerClient();
+  RunnerClient(const RunnerClient&) = delete;
+  RunnerClient& operator=(const RunnerClient&) = delete;
+
+  /// Runs one job; spawns a runner if none is alive.
+  JobReply run(const nlohmann::json& request);
+  /// How many runners this client has started.
+  int spawned() const { return spawned_; }
+
+ private:
+  std::optional<std::string> ensure_started();
+  void discard();
+  std::string log_tail() const;
+
+  RunnerOptions opt_;
+  std::optional<Child> child_;
+  std::filesystem::path dir_;
+  int spawned_ = 0;
+};
+
+}  // namespace kfab

@@ -1,0 +1,220 @@
+#include "store/store.h"
+
+#include <sqlite3.h>
+
+#include "core/hash.h"
+#include "core/paths.h"
+
+namespace kfab {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int kBusyTimeoutMs = 30000;
+
+/// A prepared statement, finalized on scope exit.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) { rc_ = sqlite3_prepare_v2(db, sql, -1, &s_, nullptr); }
+  ~Stmt() { sqlite3_finalize(s_); }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+  bool ok() const { return rc_ == SQLITE_OK; }
+  Stmt& bind(int i, const std::string& v) {
+    sqlite3_bind_text(s_, i, v.c_str(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Stmt& bind(int i, int64_t v) {
+    sqlite3_bind_int64(s_, i, v);
+    return *this;
+  }
+  Stmt& bind(int i, std::optional<double> v) {
+    if (v) sqlite3_bind_double(s_, i, *v);
+    else sqlite3_bind_null(s_, i);
+    return *this;
+  }
+  int step() { return sqlite3_step(s_); }
+  int64_t int_col(int i) { return sqlite3_column_int64(s_, i); }
+  std::string text_col(int i) {
+    const auto* t = sqlite3_column_text(s_, i);
+    return t ? reinterpret_cast<const char*>(t) : "";
+  }
+  std::optional<double> real_col(int i) {
+    if (sqlite3_column_type(s_, i) == SQLITE_NULL) return std::nullopt;
+    return sqlite3_column_double(s_, i);
+  }
+
+ private:
+  sqlite3_stmt* s_ = nullptr;
+  int rc_ = SQLITE_ERROR;
+};
+
+Unexpected db_error(sqlite3* db, const std::string& what) {
+  return make_error("store: " + what + ": " + sqlite3_errmsg(db), "");
+}
+
+}  // namespace
+
+fs::path Store::default_path() { return data_dir() / "kfab.db"; }
+
+Expected<std::unique_ptr<Store>> Store::open(const fs::path& file) {
+  std::error_code ec;
+  if (file.has_parent_path()) fs::create_directories(file.parent_path(), ec);
+  sqlite3* db = nullptr;
+  const int rc = sqlite3_open_v2(file.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return make_error(file.string() + ": cannot open the store: " + msg, "choose another file with --db PATH");
+  }
+  sqlite3_busy_timeout(db, kBusyTimeoutMs);
+  std::unique_ptr<Store> s(new Store(db));
+  for (const char* pragma : {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL", "PRAGMA foreign_keys=ON"}) {
+    if (auto ok = s->exec(pragma); !ok)
+      return make_error(file.string() + ": " + ok.error().message, "is it a kfab store? --db PATH chooses another");
+  }
+  if (auto ok = s->migrate(); !ok) return make_error(file.string() + ": " + ok.error().message);
+  return s;
+}
+
+Store::~Store() { sqlite3_close(db_); }
+
+Expected<void> Store::exec(const std::string& sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string m = err ? err : sqlite3_errmsg(db_);
+    sqlite3_free(err);
+    return make_error("store: " + m);
+  }
+  return {};
+}
+
+Expected<void> Store::migrate() {
+  if (auto ok = exec("BEGIN IMMEDIATE"); !ok) return ok;
+  int version = 0;
+  {
+    Stmt st(db_, "PRAGMA user_version");
+    if (st.ok() && st.step() == SQLITE_ROW) version = static_cast<int>(st.int_col(0));
+  }
+  if (version > kSchemaVersion) {
+    (void)exec("ROLLBACK");
+    return make_error("store schema version " + std::to_string(version) + " is newer than this kfab understands (" +
+                      std::to_string(kSchemaVersion) + ")");
+  }
+  if (version < 1) {
+    auto ok = exec(R"sql(
+      CREATE TABLE tasks (
+        id INTEGER PRIMARY KEY,
+        name TEXT NOT NULL,
+        path TEXT NOT NULL,
+        content_hash TEXT NOT NULL,
+        created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+        UNIQUE (path, content_hash));
+      CREATE TABLE candidates (
+        hash TEXT PRIMARY KEY,
+        task_id INTEGER NOT NULL REFERENCES tasks(id),
+        dsl TEXT NOT NULL,
+        path TEXT NOT NULL,
+        source TEXT NOT NULL,
+        created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')));
+      CREATE TABLE evaluations (
+        id INTEGER PRIMARY KEY,
+        task_id INTEGER NOT NULL REFERENCES tasks(id),
+        candidate_hash TEXT NOT NULL REFERENCES candidates(hash),
+        target TEXT NOT NULL,
+        disposition TEXT NOT NULL,
+        detail TEXT NOT NULL,
+        speedup REAL,
+        verdict TEXT NOT NULL,
+        created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')));
+      CREATE INDEX evaluations_by_candidate ON evaluations(candidate_hash);
+      CREATE INDEX evaluations_by_task ON evaluations(task_id);
+      PRAGMA user_version = 1;
+    )sql");
+    if (!ok) {
+      (void)exec("ROLLBACK");
+      return ok;
+    }
+  }
+  return exec("COMMIT");
+}
+
+Expected<int64_t> Store::record_evaluation(const Task& task, const std::string& source, const Verdict& v) {
+  auto manifest = read_file(task.manifest);
+  auto reference = read_file(task.reference);
+  const std::string content = hash_hex((manifest ? *manifest : "") + '\0' + (reference ? *reference : ""));
+  if (auto ok = exec("BEGIN IMMEDIATE"); !ok) return Unexpected{ok.error()};
+  auto fail = [&](const std::string& what) -> Expected<int64_t> {
+    auto e = db_error(db_, what);
+    (void)exec("ROLLBACK");
+    return e;
+  };
+  {
+    Stmt st(db_, "INSERT OR IGNORE INTO tasks(name, path, content_hash) VALUES (?, ?, ?)");
+    if (!st.ok() || st.bind(1, task.name).bind(2, task.dir.string()).bind(3, content).step() != SQLITE_DONE)
+      return fail("recording the task");
+  }
+  int64_t task_id = 0;
+  {
+    Stmt st(db_, "SELECT id FROM tasks WHERE path = ? AND content_hash = ?");
+    if (!st.ok() || st.bind(1, task.dir.string()).bind(2, content).step() != SQLITE_ROW) return fail("finding the task");
+    task_id = st.int_col(0);
+  }
+  {
+    Stmt st(db_, "INSERT OR IGNORE INTO candidates(hash, task_id, dsl, path, source) VALUES (?, ?, ?, ?, ?)");
+    if (!st.ok() ||
+        st.bind(1, v.candidate_hash).bind(2, task_id).bind(3, v.dsl).bind(4, v.candidate).bind(5, source).step() != SQLITE_DONE)
+      return fail("recording the candidate");
+  }
+  int64_t id = 0;
+  {
+    Stmt st(db_,
+            "INSERT INTO evaluations(task_id, candidate_hash, target, disposition, detail, speedup, verdict) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)");
+    if (!st.ok() || st.bind(1, task_id)
+                            .bind(2, v.candidate_hash)
+                            .bind(3, v.target)
+                            .bind(4, std::string(disposition_name(v.disposition)))
+                            .bind(5, v.detail)
+                            .bind(6, v.speedup)
+                            .bind(7, v.to_json().dump())
+                            .step() != SQLITE_DONE)
+      return fail("recording the evaluation");
+    id = sqlite3_last_insert_rowid(db_);
+  }
+  if (auto ok = exec("COMMIT"); !ok) {
+    (void)exec("ROLLBACK");
+    return Unexpected{ok.error()};
+  }
+  return id;
+}
+
+Expected<std::vector<Store::EvaluationRow>> Store::recent_evaluations(int limit) {
+  Stmt st(db_,
+          "SELECT e.id, t.name, e.candidate_hash, e.target, e.disposition, e.speedup, e.created_at "
+          "FROM evaluations e JOIN tasks t ON t.id = e.task_id ORDER BY e.id DESC LIMIT ?");
+  if (!st.ok()) return db_error(db_, "reading evaluations");
+  st.bind(1, static_cast<int64_t>(limit));
+  std::vector<EvaluationRow> rows;
+  int rc;
+  while ((rc = st.step()) == SQLITE_ROW)
+    rows.push_back({st.int_col(0), st.text_col(1), st.text_col(2), st.text_col(3), st.text_col(4), st.real_col(5), st.text_col(6)});
+  if (rc != SQLITE_DONE) return db_error(db_, "reading evaluations");
+  return rows;
+}
+
+Expected<int64_t> Store::count(const std::string& table) {
+  if (table != "tasks" && table != "candidates" && table != "evaluations") return make_error("store: no table " + table);
+  Stmt st(db_, ("SELECT count(*) FROM " + table).c_str());
+  if (!st.ok() || st.step() != SQLITE_ROW) return db_error(db_, "counting " + table);
+  return st.int_col(0);
+}
+
+Expected<bool> Store::integrity_ok() {
+  Stmt st(db_, "PRAGMA integrity_check");
+  if (!st.ok() || st.step() != SQLITE_ROW) return db_error(db_, "integrity check");
+  return st.text_col(0) == "ok";
+}
+
+}  // namespace kfab

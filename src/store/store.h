@@ -1,0 +1,58 @@
+#pragma once
+/// The store: one SQLite file with tasks, candidates (by content hash) and evaluations. WAL mode and
+/// IMMEDIATE transactions let several kfab processes write at once; every write is one transaction.
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/expected.h"
+#include "core/task.h"
+#include "eval/verdict.h"
+
+struct sqlite3;
+
+namespace kfab {
+
+class Store {
+ public:
+  /// Opens (creating it and its folder if needed) and migrates the store.
+  static Expected<std::unique_ptr<Store>> open(const std::filesystem::path& file);
+  /// data_dir()/kfab.db
+  static std::filesystem::path default_path();
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  /// Records a task (once per manifest content), the candidate's source (once per hash) and the
+  /// evaluation; returns the evaluation's id.
+  Expected<int64_t> record_evaluation(const Task& task, const std::string& candidate_source, const Verdict& v);
+
+  struct EvaluationRow {
+    int64_t id = 0;
+    std::string task;
+    std::string candidate_hash;
+    std::string target;
+    std::string disposition;
+    std::optional<double> speedup;
+    std::string created_at;
+  };
+  /// The most recent evaluations, newest first.
+  Expected<std::vector<EvaluationRow>> recent_evaluations(int limit);
+  Expected<int64_t> count(const std::string& table);
+  /// PRAGMA integrity_check == "ok"
+  Expected<bool> integrity_ok();
+
+  static constexpr int kSchemaVersion = 1;
+
+ private:
+  explicit Store(sqlite3* db) : db_(db) {}
+  Expected<void> exec(const std::string& sql);
+  Expected<void> migrate();
+  sqlite3* db_;
+};
+
+}  // namespace kfab
