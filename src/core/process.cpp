@@ -30,7 +30,7 @@ std::string signal_name(int sig) {
 
 std::string ExitStatus::describe() const {
   if (exited) return "exited with status " + std::to_string(code);
-  if (signal != 0) return "killed by " + signal_name(signal);
+  if (signal != 0) return "was killed by " + signal_name(signal);
   return "still running";
 }
 

@@ -147,7 +147,7 @@ Expected<TensorSpec> read_tensor(const ManifestReader& r, const toml::node& node
   auto name = r.string_field(*t, &node, where + ".", "name", true);
   if (!name) return Unexpected{name.error()};
   s.name = *name;
-  const std::string field = where + "(" + s.name + ").";
+  const std::string field = std::string(is_input ? "input" : "output") + "(" + s.name + ").";
 
   auto dt = r.string_field(*t, &node, field, "dtype", true);
   if (!dt) return Unexpected{dt.error()};
@@ -364,16 +364,20 @@ Expected<Task> load_task(const fs::path& path) {
 
   // Every expression must evaluate in every shape set, to a positive integer for dimensions.
   auto check_set = [&](const ShapeBinding& b, const std::string& set_name) -> Expected<void> {
-    for (const auto* list : {&task.inputs, &task.outputs}) {
-      for (const auto& t : *list) {
+    for (const bool is_input : {true, false}) {
+      const auto& list = is_input ? task.inputs : task.outputs;
+      const char* key = is_input ? "input" : "output";
+      for (size_t i = 0; i < list.size(); ++i) {
+        const auto& t = list[i];
+        const toml::node* at = root[key][i]["shape"].node();
         for (const auto& e : t.shape) {
           auto v = eval_expr(e, b);
-          const std::string field = std::string(list == &task.inputs ? "input(" : "output(") + t.name + ").shape";
+          const std::string field = std::string(key) + "(" + t.name + ").shape";
           if (!v)
-            return r.fail(nullptr, field, v.error().message + " in shapes." + set_name + " {" + format_binding(b) + "}",
+            return r.fail(at, field, v.error().message + " in shapes." + set_name + " {" + format_binding(b) + "}",
                           "bind every shape symbol in every entry of shapes.tune and shapes.heldout");
           if (*v < 1.0 || std::floor(*v) != *v)
-            return r.fail(nullptr, field, "\"" + e + "\" is " + std::to_string(*v) + " in shapes." + set_name + " {" + format_binding(b) + "}",
+            return r.fail(at, field, "\"" + e + "\" is " + std::to_string(*v) + " in shapes." + set_name + " {" + format_binding(b) + "}",
                           "a positive integer");
         }
       }
@@ -382,7 +386,7 @@ Expected<Task> load_task(const fs::path& path) {
       if (text.empty()) continue;
       auto v = eval_expr(text, b);
       if (!v)
-        return r.fail(nullptr, "cost." + key, v.error().message + " in shapes." + set_name + " {" + format_binding(b) + "}",
+        return r.fail(root["cost"][key].node(), "cost." + key, v.error().message + " in shapes." + set_name + " {" + format_binding(b) + "}",
                       "an expression of the shape symbols");
     }
     return {};

@@ -1,5 +1,6 @@
 #include "core/tensor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -41,8 +42,13 @@ void HostTensor::poison(uint8_t pattern) {
     std::memset(data_.get(), pattern, nbytes());
     return;
   }
-  const double nan = std::numeric_limits<double>::quiet_NaN();
-  for (size_t i = 0; i < numel_; ++i) store_from_double(data_.get(), dtype_, i, nan);
+  switch (dtype_) {
+    case DType::F32: std::fill_n(static_cast<float*>(data_.get()), numel_, std::numeric_limits<float>::quiet_NaN()); return;
+    case DType::F64: std::fill_n(static_cast<double*>(data_.get()), numel_, std::numeric_limits<double>::quiet_NaN()); return;
+    case DType::F16: std::fill_n(static_cast<uint16_t*>(data_.get()), numel_, uint16_t{0x7e00}); return;
+    case DType::BF16: std::fill_n(static_cast<uint16_t*>(data_.get()), numel_, uint16_t{0x7fc0}); return;
+    default: return;
+  }
 }
 
 uint64_t splitmix64(uint64_t& state) {

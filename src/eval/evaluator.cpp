@@ -175,6 +175,7 @@ Expected<Verdict> Evaluator::evaluate(const Task& task, const fs::path& candidat
   }
   double log_sum = 0.0;
   int timed = 0;
+  bool remeasured = false;
   for (auto& sr : v.shapes) {
     if (sr.heldout) continue;
     say("time " + format_binding(sr.shape));
@@ -201,6 +202,16 @@ Expected<Verdict> Evaluator::evaluate(const Task& task, const fs::path& candidat
     sr.time = TimeStats::from_json(o.body["candidate"]);
     sr.baseline = TimeStats::from_json(o.body["baseline"]);
     if (peaks) sr.bound_ms = bound_ms(task, sr.shape, *peaks);
+    if (sr.bound_ms && sr.time->median < *sr.bound_ms && !remeasured) {
+      // Before rejecting, make sure the bound does not rest on a measurement taken on a busy machine.
+      say("machine peaks, measured again before a rejection");
+      remeasured = true;
+      if (auto again = cpu_peaks(runner, true)) {
+        peaks = again;
+        v.machine = peaks->to_json();
+        sr.bound_ms = bound_ms(task, sr.shape, *peaks);
+      }
+    }
     if (sr.bound_ms && sr.time->median < *sr.bound_ms) {
       v.disposition = Disposition::Rejected;
       v.detail = fmt::format("shape {{{}}}: median time {:.6g} ms is below the roofline bound {:.6g} ms: the work "

@@ -1,1 +1,189 @@
 #include <gtest/gtest.h>
+
+#include <csignal>
+
+#include "harness.h"
+#include "store/store.h"
+
+namespace kfab::test {
+
+namespace {
+const std::vector<std::string> kFast = {"--json", "--timeout", "10", "--min-calls", "10", "--min-time", "0.05"};
+
+std::vector<std::string> eval_args(const std::string& task, const std::string& cand, std::vector<std::string> extra = {}) {
+  std::vector<std::string> a = {"eval", task, cand};
+  a.insert(a.end(), kFast.begin(), kFast.end());
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+}  // namespace
+
+struct BrokenCase {
+  std::string file;
+  std::string disposition;
+  std::string detail;  ///< a fragment the detail must contain
+};
+
+void PrintTo(const BrokenCase& c, std::ostream* os) { *os << c.file << " -> " << c.disposition; }
+
+class BrokenCandidate : public ::testing::TestWithParam<BrokenCase> {};
+
+TEST_P(BrokenCandidate, GetsItsDispositionAndKfabExitsOne) {
+  const BrokenCase& c = GetParam();
+  CliResult r = kfab_cli(eval_args(fixture("tasks/affine"), fixture("broken/" + c.file), {"--memory-limit", "1"}));
+  ASSERT_TRUE(r.status.exited) << "kfab " << r.status.describe() << "\n" << r.err;
+  EXPECT_EQ(r.status.code, 1) << r.out << r.err;
+  nlohmann::json j = r.json();
+  EXPECT_EQ(j.value("disposition", ""), c.disposition) << j.dump(2);
+  EXPECT_NE(j.value("detail", "").find(c.detail), std::string::npos) << j.value("detail", "");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Classes, BrokenCandidate,
+    ::testing::Values(
+        BrokenCase{"wrong_result.cpp", "incorrect", "values differ; first at y[0, 0] (seed 0, call 1)"},
+        BrokenCase{"crash.cpp", "crashed", "SIGSEGV"},
+        BrokenCase{"unbounded_alloc.cpp", "crashed", "out of memory"},
+        BrokenCase{"modifies_input.cpp", "rejected", "input x was modified"},
+        BrokenCase{"hardcoded_shape.cpp", "incorrect", "(held out)"},
+        BrokenCase{"caches_output.cpp", "incorrect", "(seed 1, call 1)"},
+        BrokenCase{"no_compile.cpp", "compile_failed", "undefined_variable"},
+        BrokenCase{"no_entry_point.cpp", "compile_failed", "does not export kfab_run"},
+        BrokenCase{"returns_nonzero.cpp", "runtime_failed", "kfab_run returned 7"},
+        BrokenCase{"skips_when_timed.cpp", "incorrect", "work was skipped while timed"},
+        BrokenCase{"exits.cpp", "crashed", "exited with status 0"}),
+    [](const auto& info) {
+      std::string n = info.param.file.substr(0, info.param.file.find('.'));
+      for (char& ch : n)
+        if (ch == '-') ch = '_';
+      return n;
+    });
+
+TEST(Eval, HangEndsWithinTheTimeoutPlusFiveSeconds) {
+  CliResult r = kfab_cli({"eval", fixture("tasks/affine"), fixture("broken/hang.cpp"), "--json", "--timeout", "3"});
+  ASSERT_TRUE(r.status.exited) << r.status.describe();
+  EXPECT_EQ(r.status.code, 1);
+  EXPECT_EQ(r.json().value("disposition", ""), "timeout");
+  EXPECT_LT(r.seconds, 3.0 + 5.0);
+}
+
+TEST(Eval, CorrectCandidateGivesTheDesignJson) {
+  CliResult r = kfab_cli(eval_args(fixture("tasks/affine"), fixture("tasks/affine/candidates/good.cpp")));
+  ASSERT_TRUE(r.status.exited);
+  EXPECT_EQ(r.status.code, 0) << r.out << r.err;
+  nlohmann::json j = r.json();
+  EXPECT_EQ(j["task"], "affine");
+  EXPECT_EQ(j["target"], "cpu");
+  EXPECT_EQ(j["dsl"], "cpp");
+  EXPECT_EQ(j["disposition"], "passed");
+  ASSERT_TRUE(j["speedup"].is_number());
+  ASSERT_EQ(j["shapes"].size(), 3u);  // 2 tuning + 1 held out
+  double log_sum = 0;
+  for (const auto& s : j["shapes"]) {
+    EXPECT_TRUE(s["correct"].get<bool>());
+    EXPECT_TRUE(s["max_abs_err"].is_number());
+    EXPECT_TRUE(s["max_rel_err"].is_number());
+    EXPECT_EQ(s["checked"].get<int64_t>() % (2 * 5), 0) << "two candidate calls x five seeds";
+    if (s["heldout"].get<bool>()) {
+      EXPECT_FALSE(s.contains("time_ms"));
+      continue;
+    }
+    EXPECT_GE(s["time_ms"]["n"].get<int>(), 10);
+    EXPECT_TRUE(s["time_ms"]["median"].is_number());
+    EXPECT_TRUE(s["time_ms"]["iqr"].is_number());
+    EXPECT_TRUE(s["baseline_ms"]["median"].is_number());
+    EXPECT_TRUE(s["percent_of_bound"].is_number());
+    log_sum += std::log(s["baseline_ms"]["median"].get<double>() / s["time_ms"]["median"].get<double>());
+  }
+  EXPECT_NEAR(j["speedup"].get<double>(), std::exp(log_sum / 2), 1e-9) << "speedup is the geometric mean over tuning shapes";
+  EXPECT_TRUE(j["store"]["evaluation"].is_number());
+}
+
+TEST(Eval, CandidateOutputOnStdoutDoesNotDisturbTheRunner) {
+  CliResult r = kfab_cli(eval_args(fixture("tasks/affine"), fixture("tasks/affine/candidates/noisy.cpp")));
+  EXPECT_EQ(r.status.code, 0) << r.out << r.err;
+  EXPECT_EQ(r.json().value("disposition", ""), "passed");
+}
+
+TEST(Eval, TimeBelowTheRooflineBoundIsRejected) {
+  CliResult r = kfab_cli(eval_args(fixture("tasks/affine_impossible_cost"), fixture("tasks/affine/candidates/good.cpp")));
+  EXPECT_EQ(r.status.code, 1) << r.out << r.err;
+  nlohmann::json j = r.json();
+  EXPECT_EQ(j.value("disposition", ""), "rejected");
+  EXPECT_NE(j.value("detail", "").find("below the roofline bound"), std::string::npos);
+}
+
+TEST(Eval, EveryEvaluationIsRecordedInTheStore) {
+  const auto db = scratch() / "recorded.db";
+  CliResult a = kfab_cli(eval_args(fixture("tasks/affine"), fixture("broken/wrong_result.cpp"), {"--db", db.string()}));
+  CliResult b = kfab_cli(eval_args(fixture("tasks/affine"), fixture("tasks/affine/candidates/good.cpp"), {"--db", db.string()}));
+  ASSERT_EQ(a.status.code, 1);
+  ASSERT_EQ(b.status.code, 0);
+  auto s = Store::open(db);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(*(*s)->count("evaluations"), 2);
+  auto rows = (*s)->recent_evaluations(2);
+  ASSERT_TRUE(rows.has_value());
+  EXPECT_EQ((*rows)[0].disposition, "passed");
+  EXPECT_EQ((*rows)[1].disposition, "incorrect");
+}
+
+TEST(Eval, MalformedManifestExitsTwoNamingTheFile) {
+  const auto dir = scratch() / "bad-task";
+  std::filesystem::create_directories(dir);
+  (void)write_file_atomic(dir / "task.toml", "name = \"bad\"\n[[output]]\nname = \"y\"\ndtype = \"f33\"\nshape = [\"M\"]\n");
+  CliResult r = kfab_cli({"eval", dir.string(), fixture("tasks/affine/candidates/good.cpp")});
+  ASSERT_TRUE(r.status.exited);
+  EXPECT_EQ(r.status.code, 2);
+  EXPECT_NE(r.err.find((dir / "task.toml").string() + ":4: output(y).dtype: unknown dtype \"f33\""), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("accepted: f32"), std::string::npos) << r.err;
+}
+
+TEST(Eval, BadUsageExitsTwo) {
+  EXPECT_EQ(kfab_cli({"eval", fixture("tasks/affine"), fixture("broken/absent.cpp")}).status.code, 2);
+  EXPECT_EQ(kfab_cli({"eval", fixture("tasks/affine"), fixture("tasks/affine/task.toml")}).status.code, 2);
+  EXPECT_EQ(kfab_cli({"eval", fixture("tasks/affine"), fixture("broken/crash.cpp"), "--target", "tpu"}).status.code, 2);
+  EXPECT_EQ(kfab_cli({"eval"}).status.code, 2);
+  EXPECT_EQ(kfab_cli({"frobnicate"}).status.code, 2);
+  CliResult j = kfab_cli({"eval", fixture("tasks/affine"), fixture("broken/absent.cpp"), "--json"});
+  EXPECT_EQ(j.status.code, 2);
+  EXPECT_NE(j.json().value("error", "").find("no such candidate"), std::string::npos);
+}
+
+TEST(Tasks, ListsTheBundledSuite) {
+  CliResult r = kfab_cli({"tasks", "tasks/core", "--json"});
+  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  nlohmann::json j = r.json();
+  EXPECT_EQ(j["broken"], 0);
+  EXPECT_GE(j["tasks"].size(), 12u);
+  for (const auto& t : j["tasks"]) {
+    EXPECT_EQ(t["format"], "native");
+    EXPECT_FALSE(t["tune"].empty()) << t.dump();
+    EXPECT_FALSE(t["heldout"].empty()) << t.dump();
+  }
+  CliResult table = kfab_cli({"tasks", "tasks/core"});
+  EXPECT_NE(table.out.find("softmax"), std::string::npos);
+  EXPECT_NE(table.out.find("held out"), std::string::npos);
+}
+
+TEST(Tasks, ABrokenManifestIsShownAndExitsTwo) {
+  const auto dir = scratch() / "suite-with-broken/bad";
+  std::filesystem::create_directories(dir);
+  (void)write_file_atomic(dir / "task.toml", "name = 3\n");
+  CliResult r = kfab_cli({"tasks", dir.parent_path().string()});
+  EXPECT_EQ(r.status.code, 2);
+  EXPECT_NE(r.out.find("BROKEN"), std::string::npos) << r.out;
+}
+
+TEST(Doctor, NeverFailsAndReportsEveryArea) {
+  CliResult r = kfab_cli({"doctor", "--json"});
+  ASSERT_EQ(r.status.code, 0) << r.err;
+  nlohmann::json j = r.json();
+  for (const char* k : {"compilers", "cuda_toolkit", "gpus", "python", "opencl", "ncu", "backends", "paths"})
+    EXPECT_TRUE(j.contains(k)) << k;
+  EXPECT_TRUE(j["gpus"].contains("found"));
+  EXPECT_EQ(j["backends"][0]["target"], "cpu");
+  EXPECT_EQ(kfab_cli({"doctor"}).status.code, 0);
+}
+
+}  // namespace kfab::test

@@ -1,1 +1,99 @@
 #include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "backends/cpu_cpp/cpu_backend.h"
+#include "core/task.h"
+#include "eval/evaluator.h"
+#include "harness.h"
+#include "runner/runner_client.h"
+
+namespace kfab::test {
+
+namespace {
+
+class RunnerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ::setenv("KFAB_RUNNER", KFAB_RUNNER_BINARY, 1);
+    ::setenv("KFAB_CACHE_DIR", (std::string(KFAB_BINARY) + ".test-cache").c_str(), 1);
+  }
+  std::string build(const std::string& rel) {
+    auto r = backend_.build(fixture(rel));
+    EXPECT_TRUE(r.ok()) << r.failure().message;
+    return r.value().artifact.string();
+  }
+  nlohmann::json verify_job(const std::string& cand) {
+    return {{"op", "verify"},         {"task", fixture("tasks/affine/task.toml")}, {"candidate", cand},
+            {"reference", ref_},      {"base_seed", 1},                            {"shape", {{"M", 8}, {"N", 16}}},
+            {"seeds", {0, 1}}};
+  }
+  void SetUp() override { ref_ = build("tasks/affine/reference.cpp"); }
+  CpuBackend backend_;
+  std::string ref_;
+};
+
+}  // namespace
+
+TEST_F(RunnerTest, ACrashedRunnerIsReplacedAndTheNextJobRuns) {
+  RunnerClient client(RunnerOptions{});
+  JobReply crash = client.run(verify_job(build("broken/crash.cpp")));
+  EXPECT_EQ(crash.kind, JobReply::Kind::Crashed);
+  EXPECT_NE(crash.detail.find("SIGSEGV"), std::string::npos) << crash.detail;
+  JobReply good = client.run(verify_job(build("tasks/affine/candidates/good.cpp")));
+  ASSERT_EQ(good.kind, JobReply::Kind::Ok) << good.detail;
+  EXPECT_TRUE(good.body.value("correct", false)) << good.body.dump();
+  EXPECT_EQ(client.spawned(), 2);
+}
+
+TEST_F(RunnerTest, AHungRunnerIsKilledAtTheDeadlineAndReplaced) {
+  RunnerOptions opt;
+  opt.timeout_s = 1.0;
+  RunnerClient client(opt);
+  const auto start = std::chrono::steady_clock::now();
+  JobReply hang = client.run(verify_job(build("broken/hang.cpp")));
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(hang.kind, JobReply::Kind::Timeout);
+  EXPECT_LT(s, 1.0 + 5.0);
+  JobReply good = client.run(verify_job(build("tasks/affine/candidates/good.cpp")));
+  ASSERT_EQ(good.kind, JobReply::Kind::Ok) << good.detail;
+  EXPECT_EQ(client.spawned(), 2);
+}
+
+TEST_F(RunnerTest, OneEvaluatorGoesOnAfterACrashingCandidate) {
+  auto task = load_task(fixture("tasks/affine"));
+  ASSERT_TRUE(task.has_value());
+  EvalOptions opt;
+  opt.min_calls = 5;
+  opt.min_time_s = 0.01;
+  Evaluator ev(backend_, opt);
+  auto bad = ev.evaluate(*task, fixture("broken/crash.cpp"));
+  ASSERT_TRUE(bad.has_value());
+  EXPECT_EQ(bad->disposition, Disposition::Crashed);
+  EXPECT_EQ(bad->shapes[0].status, "crashed");
+  EXPECT_EQ(bad->shapes[1].status, "not_run");
+  auto good = ev.evaluate(*task, fixture("tasks/affine/candidates/good.cpp"));
+  ASSERT_TRUE(good.has_value());
+  EXPECT_EQ(good->disposition, Disposition::Passed) << good->detail;
+}
+
+TEST_F(RunnerTest, TheRunnerLivesInItsOwnFolderWithLimits) {
+  RunnerOptions opt;
+  opt.memory_bytes = 512ull << 20;
+  RunnerClient client(opt);
+  JobReply r = client.run(verify_job(build("broken/unbounded_alloc.cpp")));
+  ASSERT_EQ(r.kind, JobReply::Kind::Ok) << r.detail;
+  EXPECT_EQ(r.body.value("kind", ""), "crashed");
+  EXPECT_NE(r.body.value("detail", "").find("out of memory"), std::string::npos);
+}
+
+TEST_F(RunnerTest, ReferenceFailureIsATaskErrorNotTheCandidates) {
+  RunnerClient client(RunnerOptions{});
+  nlohmann::json job = verify_job(build("tasks/affine/candidates/good.cpp"));
+  job["reference"] = build("broken/returns_nonzero.cpp");
+  JobReply r = client.run(job);
+  ASSERT_EQ(r.kind, JobReply::Kind::Ok);
+  EXPECT_EQ(r.body.value("kind", ""), "reference_failed");
+}
+
+}  // namespace kfab::test

@@ -1,1 +1,195 @@
 #include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/task.h"
+
+namespace kfab {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* kGood = R"(name = "t"
+summary = "s"
+op_class = "softmax"
+
+[[input]]
+name = "x"
+dtype = "f32"
+shape = ["M", "N"]
+init = "uniform"
+low = -2.0
+high = 2.0
+
+[[input]]
+name = "idx"
+dtype = "i64"
+shape = ["M"]
+init = "randint"
+low = 0
+high = 7
+
+[[output]]
+name = "y"
+dtype = "f32"
+shape = ["M", "2*N"]
+atol = 1e-3
+
+[shapes]
+tune = [ { M = 4, N = 8 } ]
+heldout = [ { M = 3, N = 5 } ]
+
+[reference]
+source = "reference.cpp"
+
+[tolerance]
+rtol = 1e-3
+
+[cost]
+flops = "5*M*N"
+bytes = "12*M*N"
+)";
+
+class Manifest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("kfab-manifest-" + std::to_string(::getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+    std::ofstream(dir_ / "reference.cpp") << "// reference\n";
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  Expected<Task> load(const std::string& text) {
+    std::ofstream(dir_ / "task.toml") << text;
+    return load_task(dir_);
+  }
+  /// Replaces the first occurrence of `from` in the good manifest.
+  static std::string edit(const std::string& from, const std::string& to) {
+    std::string s = kGood;
+    auto pos = s.find(from);
+    EXPECT_NE(pos, std::string::npos) << from;
+    return s.replace(pos, from.size(), to);
+  }
+  /// The error's full text, message and hint.
+  std::string error_of(const std::string& text) {
+    auto t = load(text);
+    EXPECT_FALSE(t.has_value());
+    return t ? "" : t.error().to_string();
+  }
+  fs::path dir_;
+};
+
+}  // namespace
+
+TEST_F(Manifest, LoadsEveryField) {
+  auto t = load(kGood);
+  ASSERT_TRUE(t.has_value()) << t.error().to_string();
+  EXPECT_EQ(t->name, "t");
+  EXPECT_EQ(t->op_class, "softmax");
+  ASSERT_EQ(t->inputs.size(), 2u);
+  EXPECT_EQ(t->inputs[0].init.kind, InitKind::Uniform);
+  EXPECT_EQ(t->inputs[0].init.a, -2.0);
+  EXPECT_EQ(t->inputs[1].dtype, DType::I64);
+  EXPECT_EQ(t->inputs[1].init.kind, InitKind::RandInt);
+  EXPECT_EQ(t->inputs[1].init.b, 7.0);
+  EXPECT_EQ(t->dims(t->outputs[0], t->tune[0]), (std::vector<int64_t>{4, 16}));
+  EXPECT_EQ(t->heldout.size(), 1u);
+  EXPECT_EQ(*t->flops(t->tune[0]), 160.0);
+  const Tolerance tol = t->tolerance_for(t->outputs[0]);
+  EXPECT_EQ(tol.atol, 1e-3);  // the output's own
+  EXPECT_EQ(tol.rtol, 1e-3);  // the task's
+  EXPECT_TRUE(t->reference.is_absolute());
+}
+
+TEST_F(Manifest, DefaultTolerancesDependOnTheDtype) {
+  EXPECT_EQ(default_tolerance(DType::F32).atol, 1e-5);
+  EXPECT_EQ(default_tolerance(DType::F32).rtol, 1e-4);
+  EXPECT_EQ(default_tolerance(DType::F16).atol, 1e-2);
+  EXPECT_EQ(default_tolerance(DType::BF16).rtol, 1e-2);
+  EXPECT_EQ(default_tolerance(DType::I32).atol, 0.0);
+}
+
+TEST_F(Manifest, MissingFieldNamesFileLineAndField) {
+  const std::string e = error_of(edit("name = \"y\"\ndtype = \"f32\"", "name = \"y\""));
+  EXPECT_NE(e.find("task.toml:"), std::string::npos) << e;
+  EXPECT_NE(e.find("output(y).dtype: missing"), std::string::npos) << e;
+}
+
+TEST_F(Manifest, UnboundShapeSymbolPointsAtTheShapeLine) {
+  const std::string e = error_of(edit("shape = [\"M\"]", "shape = [\"K\"]"));
+  EXPECT_NE(e.find("task.toml:16: input(idx).shape: expression \"K\": symbol K is not bound in shapes.tune"), std::string::npos) << e;
+}
+
+TEST_F(Manifest, MissingNameIsReported) {
+  const std::string e = error_of(edit("name = \"t\"\n", ""));
+  EXPECT_NE(e.find("name: missing"), std::string::npos) << e;
+}
+
+TEST_F(Manifest, WrongTypeNamesWhatIsAccepted) {
+  const std::string e = error_of(edit("shape = [\"M\", \"N\"]", "shape = \"M\""));
+  EXPECT_NE(e.find("task.toml:8: input(x).shape: must be an array"), std::string::npos) << e;
+  EXPECT_NE(e.find("accepted:"), std::string::npos) << e;
+}
+
+TEST_F(Manifest, UnknownDtypeListsTheAcceptedOnes) {
+  const std::string e = error_of(edit("dtype = \"f32\"", "dtype = \"float33\""));
+  EXPECT_NE(e.find("task.toml:7: input(x).dtype: unknown dtype \"float33\""), std::string::npos) << e;
+  EXPECT_NE(e.find("f32, f16, bf16, f64, i32, i64, i8, u8, bool"), std::string::npos) << e;
+}
+
+TEST_F(Manifest, UnboundShapeSymbolNamesTheShapeSet) {
+  const std::string e = error_of(edit("heldout = [ { M = 3, N = 5 } ]", "heldout = [ { M = 3 } ]"));
+  EXPECT_NE(e.find("symbol N is not bound in shapes.heldout {M=3}"), std::string::npos) << e;
+}
+
+TEST_F(Manifest, UnboundCostSymbolIsReported) {
+  const std::string e = error_of(edit("flops = \"5*M*N\"", "flops = \"5*M*K\""));
+  EXPECT_NE(e.find("task.toml:38: cost.flops: expression \"5*M*K\": symbol K is not bound in shapes.tune {M=4, N=8}"), std::string::npos) << e;
+}
+
+TEST_F(Manifest, MissingReferenceFileIsReported) {
+  const std::string e = error_of(edit("source = \"reference.cpp\"", "source = \"nope.cpp\""));
+  EXPECT_NE(e.find("reference.source: file"), std::string::npos) << e;
+  EXPECT_NE(e.find("nope.cpp does not exist"), std::string::npos) << e;
+}
+
+TEST_F(Manifest, UnknownFieldIsATypo) {
+  const std::string e = error_of(edit("init = \"uniform\"", "init = \"uniform\"\nstdd = 3.0"));
+  EXPECT_NE(e.find("input[0].stdd: unknown field"), std::string::npos) << e;
+}
+
+TEST_F(Manifest, InitialiserParametersMustFitTheInitialiser) {
+  EXPECT_NE(error_of(edit("init = \"uniform\"", "init = \"gaussian\"")).find("unknown initialiser \"gaussian\""), std::string::npos);
+  EXPECT_NE(error_of(edit("low = -2.0", "mean = 1.0")).find("does not apply to init \"uniform\""), std::string::npos);
+  EXPECT_NE(error_of(edit("high = 2.0", "high = -3.0")).find("low must be below high"), std::string::npos);
+}
+
+TEST_F(Manifest, ShapesMustBePositiveIntegers) {
+  EXPECT_NE(error_of(edit("tune = [ { M = 4, N = 8 } ]", "tune = [ { M = 0, N = 8 } ]")).find("shapes.tune.M: must be a positive integer"),
+            std::string::npos);
+  EXPECT_NE(error_of(edit("tune = [ { M = 4, N = 8 } ]", "tune = []")).find("shapes.tune: must be a non-empty array"), std::string::npos);
+  const std::string e = error_of(edit("shape = [\"M\", \"2*N\"]", "shape = [\"M\", \"N/3\"]"));
+  EXPECT_NE(e.find("task.toml:24: output(y).shape: \"N/3\" is 2.666667 in shapes.tune {M=4, N=8}"), std::string::npos) << e;
+}
+
+TEST_F(Manifest, InvalidTomlGivesLineAndColumn) {
+  const std::string e = error_of(edit("name = \"t\"", "name = \"t"));
+  EXPECT_NE(e.find("task.toml:1:"), std::string::npos) << e;
+  EXPECT_NE(e.find("not valid TOML"), std::string::npos) << e;
+}
+
+TEST_F(Manifest, MissingManifest) {
+  auto t = load_task(dir_ / "absent");
+  ASSERT_FALSE(t.has_value());
+  EXPECT_NE(t.error().message.find("no such task manifest"), std::string::npos);
+}
+
+TEST_F(Manifest, DuplicateTensorNamesAreRejected) {
+  const std::string e = error_of(edit("name = \"idx\"", "name = \"x\""));
+  EXPECT_NE(e.find("duplicate tensor name"), std::string::npos) << e;
+}
+
+}  // namespace kfab
