@@ -1,0 +1,47 @@
+# kfab: the two entry points a newcomer needs are `make run` and `make test`.
+# `make` installs the Debian packages kfab builds with (when missing) and builds build/kfab.
+
+BUILD      ?= build
+JOBS       ?= $(shell nproc)
+CMAKE_ARGS ?=
+# Warnings are errors in CI.
+ifeq ($(CI),true)
+CMAKE_ARGS += -DKFAB_WERROR=ON
+endif
+
+DEB_PACKAGES := cmake g++ make pkg-config nlohmann-json3-dev libcli11-dev libfmt-dev \
+                libtomlplusplus-dev libxxhash-dev libsqlite3-dev libgtest-dev
+
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: all deps configure build test test-all run bench clean
+
+all: build
+
+deps:
+	@missing=$$(for p in $(DEB_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q "install ok installed" || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "kfab: installing Debian packages:" $$missing; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+configure: deps
+	cmake -S . -B $(BUILD) $(CMAKE_ARGS)
+
+build: configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+# Every CPU test (labels unit and integration); gpu and perf tests are not run here.
+test: build
+	ctest --test-dir $(BUILD) -L 'unit|integration' --output-on-failure -j $(JOBS)
+
+# The main job: evaluate a bundled optimized candidate against its reference and print the verdict.
+run: build
+	$(BUILD)/kfab eval tasks/core/softmax tasks/core/softmax/candidates/rowwise_simd_opt.cpp
+
+# Every bundled candidate of tasks/core, with its speedup over the reference (a benchmark, not a test).
+bench: build
+	bench/core_suite.sh $(BUILD)/kfab
+
+clean:
+	rm -rf $(BUILD)
