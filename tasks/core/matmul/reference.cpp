@@ -1,0 +1,48 @@
+// Reference for matmul: C[M, N] = A[M, K] @ B[K, N], all f32, row-major.
+// Naive i-j-k loop, one double accumulator per output element, rounded once to f32.
+#include <kfab/candidate.h>
+
+#include <cstdint>
+
+namespace {
+
+// True when t is an f32 tensor of the given rank laid out contiguously in row-major order.
+bool is_dense_f32(const kfab_tensor& t, int32_t ndim) {
+  if (t.dtype != KFAB_F32 || t.ndim != ndim || t.data == nullptr) return false;
+  if (ndim > 0 && t.shape == nullptr) return false;
+  int64_t expect = 1;
+  for (int32_t d = ndim - 1; d >= 0; --d) {
+    if (t.shape[d] < 0) return false;
+    if (t.strides != nullptr && t.shape[d] > 1 && t.strides[d] != expect) return false;
+    expect *= t.shape[d];
+  }
+  return true;
+}
+
+}  // namespace
+
+KFAB_EXPORT int kfab_run(const kfab_tensor* inputs, int32_t n_inputs, kfab_tensor* outputs,
+                         int32_t n_outputs, void* /*stream*/) {
+  if (inputs == nullptr || outputs == nullptr || n_inputs != 2 || n_outputs != 1) return 1;
+  const kfab_tensor& a = inputs[0];
+  const kfab_tensor& b = inputs[1];
+  kfab_tensor& c = outputs[0];
+  if (!is_dense_f32(a, 2) || !is_dense_f32(b, 2) || !is_dense_f32(c, 2)) return 2;
+  const int64_t M = a.shape[0];
+  const int64_t K = a.shape[1];
+  const int64_t N = b.shape[1];
+  if (b.shape[0] != K || c.shape[0] != M || c.shape[1] != N) return 3;
+
+  const float* ap = static_cast<const float*>(a.data);
+  const float* bp = static_cast<const float*>(b.data);
+  float* cp = static_cast<float*>(c.data);
+  for (int64_t i = 0; i < M; ++i) {
+    for (int64_t j = 0; j < N; ++j) {
+      double acc = 0.0;
+      for (int64_t k = 0; k < K; ++k)
+        acc += static_cast<double>(ap[i * K + k]) * static_cast<double>(bp[k * N + j]);
+      cp[i * N + j] = static_cast<float>(acc);
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,53 @@
+// Reference for softmax over the last dimension of x [M, N]:
+//   y[i, j] = exp(x[i, j] - m_i) / sum_k exp(x[i, k] - m_i),  m_i = max_k x[i, k]
+// Single-threaded, in double (the max shift keeps exp from overflowing), rounded once to f32.
+#include <kfab/candidate.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace {
+
+// True when t is an f32 tensor of the given rank laid out contiguously in row-major order.
+bool is_dense_f32(const kfab_tensor& t, int32_t ndim) {
+  if (t.dtype != KFAB_F32 || t.ndim != ndim || t.data == nullptr) return false;
+  if (ndim > 0 && t.shape == nullptr) return false;
+  int64_t expect = 1;
+  for (int32_t d = ndim - 1; d >= 0; --d) {
+    if (t.shape[d] < 0) return false;
+    if (t.strides != nullptr && t.shape[d] > 1 && t.strides[d] != expect) return false;
+    expect *= t.shape[d];
+  }
+  return true;
+}
+
+}  // namespace
+
+KFAB_EXPORT int kfab_run(const kfab_tensor* inputs, int32_t n_inputs, kfab_tensor* outputs,
+                         int32_t n_outputs, void* /*stream*/) {
+  if (inputs == nullptr || outputs == nullptr || n_inputs != 1 || n_outputs != 1) return 1;
+  const kfab_tensor& x = inputs[0];
+  kfab_tensor& y = outputs[0];
+  if (!is_dense_f32(x, 2) || !is_dense_f32(y, 2)) return 2;
+  const int64_t M = x.shape[0];
+  const int64_t N = x.shape[1];
+  if (y.shape[0] != M || y.shape[1] != N) return 3;
+
+  const float* xp = static_cast<const float*>(x.data);
+  float* yp = static_cast<float*>(y.data);
+  std::vector<double> e(static_cast<size_t>(N));
+  for (int64_t i = 0; i < M; ++i) {
+    const float* row = xp + i * N;
+    double m = -INFINITY;
+    for (int64_t j = 0; j < N; ++j) m = std::fmax(m, static_cast<double>(row[j]));
+    double sum = 0.0;
+    for (int64_t j = 0; j < N; ++j) {
+      e[j] = std::exp(static_cast<double>(row[j]) - m);
+      sum += e[j];
+    }
+    for (int64_t j = 0; j < N; ++j) yp[i * N + j] = static_cast<float>(e[j] / sum);
+  }
+  return 0;
+}
