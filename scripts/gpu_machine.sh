@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Builds kfab from a clean tree on a machine with no package registry (the GPU machine), runs the test
+# tiers and the benchmark, and writes every log to the folder named on the command line.
+#
+#   scripts/gpu_machine.sh OUTDIR
+#
+# The headers that machine lacks (toml++, xxhash, sqlite3) come as Debian .deb files in .debs/
+# (fetch them here with `scripts/fetch_debs.sh`), unpacked with dpkg -x into .deps/: nothing is
+# installed system-wide.
+set -uo pipefail
+out=${1:?usage: scripts/gpu_machine.sh OUTDIR}
+mkdir -p "$out"
+cd "$(dirname "$0")/.."
+root=$PWD/.deps/root
+lib=$root/usr/lib/x86_64-linux-gnu
+log() { echo "== $*" | tee -a "$out/summary.txt"; }
+
+{
+  date -u
+  uname -a
+  g++ --version | head -1
+  cmake --version | head -1
+  nvcc --version | tail -1
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu,power.draw --format=csv 2>&1
+} >"$out/machine.txt" 2>&1
+
+rm -rf .deps && mkdir -p "$root"
+for deb in .debs/*.deb; do dpkg -x "$deb" "$root"; done
+# The .pc files say prefix=/usr; point them at the unpacked tree. The -dev symlink of sqlite3 points
+# at a runtime the machine already has.
+sed -i "s|^prefix=/usr|prefix=$root/usr|" "$lib"/pkgconfig/*.pc
+ln -sf /usr/lib/x86_64-linux-gnu/libsqlite3.so.0 "$lib/libsqlite3.so"
+
+log "configure"
+PKG_CONFIG_PATH=$lib/pkgconfig cmake -S . -B build-gpu -DCMAKE_PREFIX_PATH="$root/usr" \
+  -DCMAKE_BUILD_RPATH="$lib" >"$out/configure.log" 2>&1 || { log "configure failed"; tail -30 "$out/configure.log"; exit 1; }
+log "build"
+cmake --build build-gpu -j "$(nproc)" >"$out/build.log" 2>&1 || { log "build failed"; grep -E "error" "$out/build.log" | head -30; exit 1; }
+log "doctor"
+build-gpu/kfab doctor >"$out/doctor.txt" 2>&1
+cat "$out/doctor.txt"
+log "tests (unit, integration, gpu)"
+export KFAB_CACHE_DIR=$PWD/build-gpu/cache KFAB_DATA_DIR=$PWD/build-gpu/data
+ctest --test-dir build-gpu -L 'unit|integration|gpu' --output-on-failure -j 8 >"$out/ctest.log" 2>&1
+rc=$?
+tail -8 "$out/ctest.log" | tee -a "$out/summary.txt"
+log "bench: tasks/core on the cpu target"
+OMP_NUM_THREADS=${OMP_NUM_THREADS:-8} bench/core_suite.sh build-gpu/kfab 2>&1 | tee "$out/bench_core.txt"
+exit $rc
