@@ -44,6 +44,16 @@ export KFAB_CACHE_DIR=$PWD/build-gpu/cache KFAB_DATA_DIR=$PWD/build-gpu/data
 ctest --test-dir build-gpu -L 'unit|integration|gpu' --output-on-failure -j 8 >"$out/ctest.log" 2>&1
 rc=$?
 tail -8 "$out/ctest.log" | tee -a "$out/summary.txt"
+log "cuda: evaluations of the bundled CUDA candidates (cold cache, then warm)"
+for cand in tasks/core/*/candidates/*.cu; do
+  task=$(dirname "$(dirname "$cand")")
+  for pass in cold warm; do
+    start=$(date +%s%N)
+    build-gpu/kfab eval "$task" "$cand" --target cuda --json >"$out/eval_$(basename "$task")_$pass.json" 2>>"$out/eval_errors.txt"
+    echo "$cand $pass: exit $? in $(( ($(date +%s%N) - start) / 1000000 )) ms" | tee -a "$out/summary.txt"
+  done
+done
+build-gpu/kfab eval tasks/core/softmax tasks/core/softmax/candidates/block_softmax.cu --target cuda | tee -a "$out/summary.txt"
 log "bench: tasks/core on the cpu target"
 OMP_NUM_THREADS=${OMP_NUM_THREADS:-8} bench/core_suite.sh build-gpu/kfab 2>&1 | tee "$out/bench_core.txt"
 exit $rc

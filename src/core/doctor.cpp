@@ -37,60 +37,6 @@ json tool(const std::string& name, const std::string& path_hint = {}) {
   return {{"name", name}, {"found", true}, {"path", path}, {"version", version}};
 }
 
-json probe_gpus() {
-  json out = {{"driver", "libcuda.so.1"}, {"devices", json::array()}};
-  void* h = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (h == nullptr) {
-    out["found"] = false;
-    out["why"] = "libcuda.so.1 not found (no NVIDIA driver here)";
-    return out;
-  }
-  using InitFn = int (*)(unsigned);
-  using CountFn = int (*)(int*);
-  using GetFn = int (*)(int*, int);
-  using NameFn = int (*)(char*, int, int);
-  using MemFn = int (*)(size_t*, int);
-  using AttrFn = int (*)(int*, int, int);
-  using DrvFn = int (*)(int*);
-  auto init = reinterpret_cast<InitFn>(::dlsym(h, "cuInit"));
-  auto count = reinterpret_cast<CountFn>(::dlsym(h, "cuDeviceGetCount"));
-  auto get = reinterpret_cast<GetFn>(::dlsym(h, "cuDeviceGet"));
-  auto name = reinterpret_cast<NameFn>(::dlsym(h, "cuDeviceGetName"));
-  auto mem = reinterpret_cast<MemFn>(::dlsym(h, "cuDeviceTotalMem_v2"));
-  auto attr = reinterpret_cast<AttrFn>(::dlsym(h, "cuDeviceGetAttribute"));
-  auto drv = reinterpret_cast<DrvFn>(::dlsym(h, "cuDriverGetVersion"));
-  if (!init || !count || !get || !name) {
-    out["found"] = false;
-    out["why"] = "libcuda.so.1 lacks the expected entry points";
-    return out;
-  }
-  if (int rc = init(0); rc != 0) {
-    out["found"] = false;
-    out["why"] = "cuInit failed with CUDA error " + std::to_string(rc);
-    return out;
-  }
-  int v = 0;
-  if (drv && drv(&v) == 0) out["driver_version"] = std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
-  int n = 0;
-  count(&n);
-  for (int i = 0; i < n; ++i) {
-    int dev = 0;
-    if (get(&dev, i) != 0) continue;
-    char buf[256] = {0};
-    name(buf, sizeof buf - 1, dev);
-    json d = {{"index", i}, {"name", buf}};
-    size_t bytes = 0;
-    if (mem && mem(&bytes, dev) == 0) d["memory_GiB"] = static_cast<double>(bytes) / (1ull << 30);
-    int major = 0, minor = 0;
-    if (attr && attr(&major, 75, dev) == 0 && attr(&minor, 76, dev) == 0)
-      d["compute_capability"] = std::to_string(major) + "." + std::to_string(minor);
-    out["devices"].push_back(d);
-  }
-  out["found"] = n > 0;
-  if (n == 0) out["why"] = "the driver reports no device";
-  return out;
-}
-
 json probe_opencl() {
   json out = {{"library", "libOpenCL.so.1"}, {"platforms", json::array()}};
   void* h = ::dlopen("libOpenCL.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -161,6 +107,60 @@ json probe_python() {
 }
 
 }  // namespace
+
+json probe_gpus() {
+  json out = {{"driver", "libcuda.so.1"}, {"devices", json::array()}};
+  void* h = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) {
+    out["found"] = false;
+    out["why"] = "libcuda.so.1 not found (no NVIDIA driver here)";
+    return out;
+  }
+  using InitFn = int (*)(unsigned);
+  using CountFn = int (*)(int*);
+  using GetFn = int (*)(int*, int);
+  using NameFn = int (*)(char*, int, int);
+  using MemFn = int (*)(size_t*, int);
+  using AttrFn = int (*)(int*, int, int);
+  using DrvFn = int (*)(int*);
+  auto init = reinterpret_cast<InitFn>(::dlsym(h, "cuInit"));
+  auto count = reinterpret_cast<CountFn>(::dlsym(h, "cuDeviceGetCount"));
+  auto get = reinterpret_cast<GetFn>(::dlsym(h, "cuDeviceGet"));
+  auto name = reinterpret_cast<NameFn>(::dlsym(h, "cuDeviceGetName"));
+  auto mem = reinterpret_cast<MemFn>(::dlsym(h, "cuDeviceTotalMem_v2"));
+  auto attr = reinterpret_cast<AttrFn>(::dlsym(h, "cuDeviceGetAttribute"));
+  auto drv = reinterpret_cast<DrvFn>(::dlsym(h, "cuDriverGetVersion"));
+  if (!init || !count || !get || !name) {
+    out["found"] = false;
+    out["why"] = "libcuda.so.1 lacks the expected entry points";
+    return out;
+  }
+  if (int rc = init(0); rc != 0) {
+    out["found"] = false;
+    out["why"] = "cuInit failed with CUDA error " + std::to_string(rc);
+    return out;
+  }
+  int v = 0;
+  if (drv && drv(&v) == 0) out["driver_version"] = std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+  int n = 0;
+  count(&n);
+  for (int i = 0; i < n; ++i) {
+    int dev = 0;
+    if (get(&dev, i) != 0) continue;
+    char buf[256] = {0};
+    name(buf, sizeof buf - 1, dev);
+    json d = {{"index", i}, {"name", buf}};
+    size_t bytes = 0;
+    if (mem && mem(&bytes, dev) == 0) d["memory_GiB"] = static_cast<double>(bytes) / (1ull << 30);
+    int major = 0, minor = 0;
+    if (attr && attr(&major, 75, dev) == 0 && attr(&minor, 76, dev) == 0)
+      d["compute_capability"] = std::to_string(major) + "." + std::to_string(minor);
+    out["devices"].push_back(d);
+  }
+  out["found"] = n > 0;
+  if (n == 0) out["why"] = "the driver reports no device";
+  return out;
+}
 
 json probe_system() {
   json out;

@@ -10,4 +10,8 @@ namespace kfab {
 /// "opencl": [...], "ncu": {...}}. Each entry says "found" and what was found or why not.
 nlohmann::json probe_system();
 
+/// The NVIDIA GPUs, through libcuda.so.1 loaded with dlopen: {"found", "why"?, "driver_version",
+/// "devices": [{"index", "name", "memory_GiB", "compute_capability"}]}.
+nlohmann::json probe_gpus();
+
 }  // namespace kfab

@@ -46,7 +46,7 @@ JobOutcome interpret(const JobReply& r) {
   const std::string kind = r.body.value("kind", "");
   o.detail = r.body.value("detail", "");
   o.body = r.body;
-  if (kind == "task_error" || kind == "reference_failed" || kind == "protocol_error") {
+  if (kind == "task_error" || kind == "reference_failed" || kind == "protocol_error" || kind == "device_error") {
     o.task_error = true;
   } else if (kind == "load_failed") {
     o.failure = Disposition::CompileFailed;
@@ -85,6 +85,7 @@ Expected<Verdict> Evaluator::evaluate(const Task& task, const fs::path& candidat
   v.target = std::string(backend_.target());
   v.dsl = std::string(backend_.dsl());
   v.candidate = candidate.string();
+  if (backend_.target() != "cpu") v.baseline = "cpu reference (the task's oracle, timed on the host)";
   v.protocol = {{"seeds", opt_.seeds},         {"base_seed", opt_.base_seed}, {"min_calls", opt_.min_calls},
                 {"min_time_s", opt_.min_time_s}, {"timeout_s", opt_.runner.timeout_s},
                 {"order", "candidate, reference, candidate"}, {"flush", "clflush of every operand before each timed call"}};
@@ -111,11 +112,14 @@ Expected<Verdict> Evaluator::evaluate(const Task& task, const fs::path& candidat
   }
   v.build = {{"cached", cand.value().cached}, {"seconds", cand.value().seconds}, {"key", cand.value().key}};
 
-  RunnerClient runner(opt_.runner);
+  RunnerOptions ro = opt_.runner;
+  ro.limit_address_space = backend_.target() == "cpu";
+  RunnerClient runner(ro);
   json base = {{"task", task.manifest.string()},
                {"candidate", cand.value().artifact.string()},
                {"reference", ref.value().artifact.string()},
-               {"base_seed", opt_.base_seed}};
+               {"base_seed", opt_.base_seed},
+               {"target", backend_.target()}};
 
   std::vector<std::pair<const ShapeBinding*, bool>> shapes;
   for (const auto& s : task.tune) shapes.emplace_back(&s, false);
@@ -139,7 +143,7 @@ Expected<Verdict> Evaluator::evaluate(const Task& task, const fs::path& candidat
     req["shape"] = sr.shape;
     req["seeds"] = seeds;
     JobOutcome o = interpret(runner.run(req));
-    if (o.task_error) return make_error(task.name + ": " + o.detail, "the task's reference or manifest is at fault");
+    if (o.task_error) return make_error(task.name + ": " + o.detail, "the task's reference or manifest (or the device) is at fault");
     if (o.failure) {
       sr.status = std::string(disposition_name(*o.failure));
       stop = o.failure;
@@ -168,7 +172,8 @@ Expected<Verdict> Evaluator::evaluate(const Task& task, const fs::path& candidat
   }
 
   std::optional<MachinePeaks> peaks;
-  if (!task.cost_flops.empty() || !task.cost_bytes.empty()) {
+  // The roofline bound needs the device's peaks; kfab has them for the CPU so far.
+  if (backend_.target() == "cpu" && (!task.cost_flops.empty() || !task.cost_bytes.empty())) {
     say("machine peaks");
     peaks = cpu_peaks(runner);
     if (peaks) v.machine = peaks->to_json();

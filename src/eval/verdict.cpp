@@ -64,7 +64,7 @@ nlohmann::json Verdict::to_json() const {
   j["shapes"] = nlohmann::json::array();
   for (const auto& s : shapes) j["shapes"].push_back(s.to_json());
   j["speedup"] = speedup ? nlohmann::json(*speedup) : nlohmann::json();
-  j["baseline"] = "reference";
+  j["baseline"] = baseline;
   j["build"] = build;
   j["machine"] = machine;
   j["protocol"] = protocol;

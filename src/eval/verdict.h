@@ -41,6 +41,7 @@ struct Verdict {
   std::string detail;
   std::vector<ShapeResult> shapes;
   std::optional<double> speedup;  ///< geometric mean over tuning shapes of baseline / candidate median
+  std::string baseline = "reference";  ///< what the candidate was timed against
   nlohmann::json build;           ///< compile time, cache hit
   nlohmann::json machine;         ///< peaks used for the roofline bound
   nlohmann::json protocol;        ///< seeds, calls, timeout: how the verdict was obtained

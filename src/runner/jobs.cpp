@@ -22,6 +22,7 @@
 #include "core/tensor.h"
 #include "eval/compare.h"
 #include "eval/stats.h"
+#include "runner/cuda_driver.h"
 
 namespace kfab::runner {
 
@@ -35,10 +36,13 @@ namespace {
 struct JobFailure {
   std::string kind;
   std::string detail;
+  bool fatal = false;  ///< the runner cannot go on (a lost CUDA context): kfab replaces it
 };
 
-json failure(const std::string& kind, const std::string& detail) {
-  return {{"ok", false}, {"kind", kind}, {"detail", detail}};
+json failure(const std::string& kind, const std::string& detail, bool fatal = false) {
+  json j = {{"ok", false}, {"kind", kind}, {"detail", detail}};
+  if (fatal) j["fatal"] = true;
+  return j;
 }
 
 // Libraries stay loaded for the runner's life: a runner serves one candidate and its reference.
@@ -72,7 +76,25 @@ struct Setup {
   std::vector<HostTensor> cand_out;
   std::vector<HostTensor> ref_out;
   std::vector<kfab_tensor> in_views, cand_views, ref_views;
+  // cuda target: the candidate works on device copies; the reference stays the CPU oracle.
+  bool cuda = false;
+  std::vector<cuda::DevPtr> d_in, d_out;
+  std::vector<kfab_tensor> d_in_views, d_out_views;
+
+  Setup() = default;
+  Setup(const Setup&) = delete;
+  Setup& operator=(const Setup&) = delete;
+  ~Setup() {
+    for (auto p : d_in) cuda::device().free(p);
+    for (auto p : d_out) cuda::device().free(p);
+  }
 };
+
+/// A CUDA call's result: a failure that names the error. Errors from kernels are sticky (the context
+/// is lost), so every one of them ends this runner.
+void cuda_check(int rc, const std::string& what) {
+  if (rc != 0) throw JobFailure{"crashed", what + ": " + cuda::device().error(rc), true};
+}
 
 std::optional<json> prepare(const json& req, Setup& s) {
   const std::string task_path = req.at("task").get<std::string>();
@@ -99,6 +121,23 @@ std::optional<json> prepare(const json& req, Setup& s) {
   for (auto& t : s.inputs) s.in_views.push_back(t.view());
   for (auto& t : s.cand_out) s.cand_views.push_back(t.view());
   for (auto& t : s.ref_out) s.ref_views.push_back(t.view());
+  s.cuda = req.value("target", "cpu") == "cuda";
+  if (s.cuda) {
+    if (auto e = cuda::device().open(); !e.empty()) return failure("device_error", e);
+    auto mirror = [&](std::vector<HostTensor>& host, std::vector<kfab_tensor>& views, std::vector<cuda::DevPtr>& dev,
+                      std::vector<kfab_tensor>& dviews) {
+      for (size_t i = 0; i < host.size(); ++i) {
+        cuda::DevPtr p = 0;
+        cuda_check(cuda::device().alloc(&p, host[i].nbytes()), "cuMemAlloc");
+        dev.push_back(p);
+        kfab_tensor v = views[i];
+        v.data = reinterpret_cast<void*>(static_cast<uintptr_t>(p));
+        dviews.push_back(v);
+      }
+    };
+    mirror(s.inputs, s.in_views, s.d_in, s.d_in_views);
+    mirror(s.cand_out, s.cand_views, s.d_out, s.d_out_views);
+  }
   return std::nullopt;
 }
 
@@ -106,6 +145,7 @@ void fill_inputs(Setup& s, uint64_t base_seed, int64_t seed) {
   for (size_t i = 0; i < s.inputs.size(); ++i) {
     s.inputs[i].fill(s.task->inputs[i].init, derive_seed(base_seed, static_cast<uint64_t>(seed), i));
     std::memcpy(s.snapshot[i].data(), s.inputs[i].data(), s.inputs[i].nbytes());
+    if (s.cuda) cuda_check(cuda::device().upload(s.d_in[i], s.inputs[i].data(), s.inputs[i].nbytes()), "upload of an input");
   }
 }
 
@@ -123,8 +163,10 @@ std::string input_change(const Setup& s) {
 void call(RunFn fn, Setup& s, std::vector<kfab_tensor>& outs, const char* who) {
   int rc;
   try {
-    rc = fn(s.in_views.data(), static_cast<int32_t>(s.in_views.size()), outs.data(),
-            static_cast<int32_t>(outs.size()), nullptr);
+    const bool on_device = s.cuda && &outs == &s.d_out_views;
+    auto& ins = on_device ? s.d_in_views : s.in_views;
+    rc = fn(ins.data(), static_cast<int32_t>(ins.size()), outs.data(), static_cast<int32_t>(outs.size()),
+            on_device ? cuda::device().stream() : nullptr);
   } catch (const std::bad_alloc&) {
     throw JobFailure{"crashed", std::string(who) + " ran out of memory (std::bad_alloc under the runner's address-space limit)"};
   } catch (const std::exception& e) {
@@ -135,8 +177,23 @@ void call(RunFn fn, Setup& s, std::vector<kfab_tensor>& outs, const char* who) {
   if (rc != 0) throw JobFailure{"runtime_failed", std::string(who) + " returned " + std::to_string(rc)};
 }
 
+/// cuda: the host outputs (just poisoned by the caller) go to the device before the call, and come
+/// back after it with the inputs, which must not have changed.
 void call_candidate(Setup& s) {
-  call(s.candidate, s, s.cand_views, "kfab_run");
+  if (!s.cuda) {
+    call(s.candidate, s, s.cand_views, "kfab_run");
+    if (auto c = input_change(s); !c.empty()) throw JobFailure{"rejected", c};
+    return;
+  }
+  auto& dev = cuda::device();
+  for (size_t i = 0; i < s.cand_out.size(); ++i)
+    cuda_check(dev.upload(s.d_out[i], s.cand_out[i].data(), s.cand_out[i].nbytes()), "upload of an output");
+  call(s.candidate, s, s.d_out_views, "kfab_run");
+  cuda_check(dev.synchronize(), "after kfab_run");
+  for (size_t i = 0; i < s.cand_out.size(); ++i)
+    cuda_check(dev.download(s.cand_out[i].data(), s.d_out[i], s.cand_out[i].nbytes()), "download of an output");
+  for (size_t i = 0; i < s.inputs.size(); ++i)
+    cuda_check(dev.download(s.inputs[i].data(), s.d_in[i], s.inputs[i].nbytes()), "download of an input");
   if (auto c = input_change(s); !c.empty()) throw JobFailure{"rejected", c};
 }
 
@@ -237,6 +294,22 @@ void flush_operands(Setup& s, const std::vector<HostTensor>& outs) {
 
 double now_ms() { return std::chrono::duration<double, std::milli>(Clock::now().time_since_epoch()).count(); }
 
+/// One timed candidate call on the GPU: poisoned outputs uploaded, L2 overwritten, then events on the
+/// runner's stream around the call; the whole context is synchronized before the next call.
+double time_on_device(Setup& s, bool flush, cuda::Event start, cuda::Event end) {
+  auto& dev = cuda::device();
+  for (size_t i = 0; i < s.cand_out.size(); ++i)
+    cuda_check(dev.upload(s.d_out[i], s.cand_out[i].data(), s.cand_out[i].nbytes()), "upload of an output");
+  if (flush) cuda_check(dev.flush_l2(), "L2 flush");
+  cuda_check(dev.event_record(start, dev.stream()), "cuEventRecord");
+  call(s.candidate, s, s.d_out_views, "kfab_run");
+  cuda_check(dev.event_record(end, dev.stream()), "cuEventRecord");
+  cuda_check(dev.synchronize(), "after kfab_run");
+  float ms = 0.0f;
+  cuda_check(dev.event_elapsed_ms(&ms, start, end), "cuEventElapsedTime");
+  return ms;
+}
+
 json time_job(const json& req) {
   Setup s;
   if (auto f = prepare(req, s)) return *f;
@@ -260,6 +333,9 @@ json time_job(const json& req) {
   // is being timed leaves poison behind.
   std::mt19937_64 pick(std::random_device{}());
   auto check = [&](int iteration) -> std::optional<json> {
+    if (s.cuda)
+      for (size_t i = 0; i < s.cand_out.size(); ++i)
+        cuda_check(cuda::device().download(s.cand_out[i].data(), s.d_out[i], s.cand_out[i].nbytes()), "download of an output");
     CompareStats st;
     for (size_t i = 0; i < s.task->outputs.size(); ++i)
       compare_output(s.cand_out[i], s.ref_out[i], s.task->tolerance_for(s.task->outputs[i]),
@@ -270,6 +346,11 @@ json time_job(const json& req) {
     r["evidence"] = st.to_json();
     return r;
   };
+  cuda::Event ev_start = nullptr, ev_end = nullptr;
+  if (s.cuda) {
+    cuda_check(cuda::device().event_create(&ev_start), "cuEventCreate");
+    cuda_check(cuda::device().event_create(&ev_end), "cuEventCreate");
+  }
   std::vector<double> cand, ref;
   const double start = now_ms();
   for (;;) {
@@ -283,6 +364,10 @@ json time_job(const json& req) {
       const bool is_cand = (k == 0) == (n % 2 == 0);
       if (is_cand)
         for (auto& o : s.cand_out) o.poison(0x5a);
+      if (is_cand && s.cuda) {
+        cand.push_back(time_on_device(s, flush, ev_start, ev_end));
+        continue;
+      }
       if (flush) flush_operands(s, is_cand ? s.cand_out : s.ref_out);
       const double t0 = now_ms();
       if (is_cand) call(s.candidate, s, s.cand_views, "kfab_run");
@@ -292,6 +377,9 @@ json time_job(const json& req) {
     if (pick() % 8 == 0)
       if (auto bad = check(n)) return *bad;
   }
+  if (s.cuda)
+    for (size_t i = 0; i < s.inputs.size(); ++i)
+      cuda_check(cuda::device().download(s.inputs[i].data(), s.d_in[i], s.inputs[i].nbytes()), "download of an input");
   if (auto c = input_change(s); !c.empty()) throw JobFailure{"rejected", c + " during timing"};
   if (auto bad = check(static_cast<int>(cand.size()) - 1)) return *bad;
   return {{"ok", true}, {"candidate", summarize(cand).to_json()}, {"baseline", summarize(ref).to_json()}};
@@ -334,7 +422,7 @@ json handle(const json& req) {
     if (op == "machine") return machine_job(req);
     return failure("protocol_error", "unknown op \"" + op + "\"");
   } catch (const JobFailure& f) {
-    return failure(f.kind, f.detail);
+    return failure(f.kind, f.detail, f.fatal);
   } catch (const json::exception& e) {
     return failure("protocol_error", std::string("malformed request: ") + e.what());
   } catch (const std::bad_alloc&) {

@@ -66,7 +66,7 @@ std::optional<std::string> RunnerClient::ensure_started() {
   so.env = {{"TMPDIR", dir_.string()}};
   so.output_file = dir_ / "runner.log";
   so.protocol_pipes = true;
-  so.limits.address_space_bytes = opt_.memory_bytes;
+  so.limits.address_space_bytes = opt_.limit_address_space ? opt_.memory_bytes : 0;
   so.limits.cpu_seconds = opt_.cpu_seconds;
   so.limits.file_size_bytes = opt_.file_size_bytes;
   auto c = Child::spawn(so);
@@ -100,6 +100,8 @@ JobReply RunnerClient::run(const nlohmann::json& request) {
   ReadResult in = sent ? read_message(child_->reply_fd(), deadline) : ReadResult{ReadStatus::Eof, {}, {}};
   if (in.status == ReadStatus::Ok) {
     r.body = std::move(in.message);
+    // A runner that says it cannot go on (a lost CUDA context) is replaced before the next job.
+    if (r.body.value("fatal", false)) discard();
     return r;
   }
   if (in.status == ReadStatus::Timeout) {

@@ -15,6 +15,8 @@ namespace kfab {
 struct RunnerOptions {
   double timeout_s = 60.0;          ///< per job, wall clock
   uint64_t memory_bytes = 0;        ///< address-space limit; 0: the default (see default_memory_limit)
+  /// Off for GPU targets: the CUDA driver reserves far more address space than it uses.
+  bool limit_address_space = true;
   uint64_t cpu_seconds = 0;         ///< CPU-time limit of one runner; 0: timeout x cores x 8
   uint64_t file_size_bytes = 1ull << 30;
 };

@@ -1,0 +1,39 @@
+#pragma once
+/// The CUDA target with CUDA C++ candidates: one .cu file built by nvcc into a shared object (device
+/// code for the GPU's own architecture, sm_90a on Hopper) and run by a runner on device pointers.
+///
+/// nvcc -shared rather than NVRTC + host glue: a candidate's host code (launch configuration, several
+/// kernels, streams) is C++ that NVRTC cannot compile, and nvcc's compile of one small file is about
+/// 2 s, paid once per content hash thanks to the compile cache.
+
+#include <string>
+#include <vector>
+
+#include "backends/backend.h"
+
+namespace kfab {
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend();
+  std::string_view target() const override { return "cuda"; }
+  std::string_view dsl() const override { return "cuda"; }
+  std::vector<std::string> extensions() const override { return {".cu"}; }
+  /// 30 with nvcc and a GPU, else 0 (builds still work with nvcc alone, e.g. in CI).
+  int probe() const override { return nvcc_.empty() || gpu_.empty() ? 0 : 30; }
+  std::string describe() const override;
+  BuildOutcome<BuildResult> build(const std::filesystem::path& source) override;
+
+  /// The -arch value: from $KFAB_CUDA_ARCH, else the GPU's compute capability (sm_90a for 9.0),
+  /// else sm_90a.
+  const std::string& arch() const { return arch_; }
+  bool has_compiler() const { return !nvcc_.empty(); }
+
+ private:
+  std::string nvcc_;
+  std::string nvcc_version_;
+  std::string gpu_;  ///< name of device 0; empty without a GPU
+  std::string arch_;
+};
+
+}  // namespace kfab

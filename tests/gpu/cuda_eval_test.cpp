@@ -1,0 +1,70 @@
+// The cuda target end to end; skips itself where there is no GPU (label gpu).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "backends/cuda/cuda_backend.h"
+#include "eval/evaluator.h"
+#include "../integration/harness.h"
+
+namespace kfab::test {
+
+class CudaEval : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ::setenv("KFAB_RUNNER", KFAB_RUNNER_BINARY, 1);
+    ::setenv("KFAB_CACHE_DIR", (std::string(KFAB_BINARY) + ".test-cache").c_str(), 1);
+    if (backend_.probe() == 0) GTEST_SKIP() << "no GPU here: " << backend_.describe();
+  }
+  CudaBackend backend_;
+};
+
+TEST_F(CudaEval, CorrectCandidatePassesAndIsTimedWithEvents) {
+  CliResult r = kfab_cli({"eval", fixture("tasks/affine"), fixture("tasks/affine/candidates/good.cu"), "--json"});
+  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  nlohmann::json j = r.json();
+  EXPECT_EQ(j["target"], "cuda");
+  EXPECT_EQ(j["disposition"], "passed");
+  for (const auto& s : j["shapes"]) {
+    if (s["heldout"].get<bool>()) continue;
+    EXPECT_GE(s["time_ms"]["n"].get<int>(), 50);
+  }
+}
+
+TEST_F(CudaEval, OutOfBoundsWriteCrashesNamingTheErrorAndTheNextCandidateRuns) {
+  auto task = load_task(fixture("tasks/affine"));
+  ASSERT_TRUE(task.has_value());
+  EvalOptions opt;
+  opt.min_time_s = 0.05;
+  Evaluator ev(backend_, opt);
+  auto bad = ev.evaluate(*task, fixture("broken/oob_write.cu"));
+  ASSERT_TRUE(bad.has_value()) << bad.error().to_string();
+  EXPECT_EQ(bad->disposition, Disposition::Crashed);
+  EXPECT_NE(bad->detail.find("CUDA_ERROR_ILLEGAL_ADDRESS"), std::string::npos) << bad->detail;
+  auto good = ev.evaluate(*task, fixture("tasks/affine/candidates/good.cu"));
+  ASSERT_TRUE(good.has_value());
+  EXPECT_EQ(good->disposition, Disposition::Passed) << good->detail;
+}
+
+TEST_F(CudaEval, BundledSoftmaxPasses) {
+  CliResult r = kfab_cli({"eval", "tasks/core/softmax", "tasks/core/softmax/candidates/block_softmax.cu", "--json"});
+  EXPECT_EQ(r.status.code, 0) << r.out << r.err;
+  EXPECT_EQ(r.json().value("disposition", ""), "passed");
+}
+
+TEST_F(CudaEval, WrongResultOnTheGpuIsIncorrect) {
+  const auto f = scratch() / "wrong.cu";
+  ASSERT_TRUE(write_file_atomic(f, R"(#include <cuda_runtime.h>
+#include "kfab/candidate.h"
+__global__ void k(const float* x, float* y, long n) { long i = blockIdx.x * 256L + threadIdx.x; if (i < n) y[i] = 2.0f * x[i]; }
+KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t, kfab_tensor* out, int32_t, void* s) {
+  long n = in[0].shape[0] * in[0].shape[1];
+  k<<<(n + 255) / 256, 256, 0, (cudaStream_t)s>>>((const float*)in[0].data, (float*)out[0].data, n);
+  return 0;
+})").has_value());
+  CliResult r = kfab_cli({"eval", fixture("tasks/affine"), f.string(), "--json"});
+  EXPECT_EQ(r.status.code, 1);
+  EXPECT_EQ(r.json().value("disposition", ""), "incorrect");
+}
+
+}  // namespace kfab::test
