@@ -37,8 +37,8 @@ PKG_CONFIG_PATH=$lib/pkgconfig cmake -S . -B build-gpu -DCMAKE_PREFIX_PATH="$roo
 log "build"
 cmake --build build-gpu -j "$(nproc)" >"$out/build.log" 2>&1 || { log "build failed"; grep -E "error" "$out/build.log" | head -30; exit 1; }
 log "doctor"
-build-gpu/kfab doctor >"$out/doctor.txt" 2>&1
-cat "$out/doctor.txt"
+build-gpu/kfab doctor 2>&1 | tee -a "$out/summary.txt"
+
 log "tests (unit, integration, gpu)"
 export KFAB_CACHE_DIR=$PWD/build-gpu/cache KFAB_DATA_DIR=$PWD/build-gpu/data
 ctest --test-dir build-gpu -L 'unit|integration|gpu' --output-on-failure -j 8 >"$out/ctest.log" 2>&1
@@ -49,7 +49,7 @@ for cand in tasks/core/*/candidates/*.cu; do
   task=$(dirname "$(dirname "$cand")")
   for pass in cold warm; do
     start=$(date +%s%N)
-    build-gpu/kfab eval "$task" "$cand" --target cuda --json >"$out/eval_$(basename "$task")_$pass.json" 2>>"$out/eval_errors.txt"
+    build-gpu/kfab eval "$task" "$cand" --target cuda --json --quiet >>"$out/cuda_evals.jsonl" 2>>"$out/summary.txt"
     echo "$cand $pass: exit $? in $(( ($(date +%s%N) - start) / 1000000 )) ms" | tee -a "$out/summary.txt"
   done
 done
