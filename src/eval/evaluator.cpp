@@ -88,7 +88,11 @@ Expected<Verdict> Evaluator::evaluate(const Task& task, const fs::path& candidat
   if (backend_.target() != "cpu") v.baseline = "cpu reference (the task's oracle, timed on the host)";
   v.protocol = {{"seeds", opt_.seeds},         {"base_seed", opt_.base_seed}, {"min_calls", opt_.min_calls},
                 {"min_time_s", opt_.min_time_s}, {"timeout_s", opt_.runner.timeout_s},
-                {"order", "candidate, reference, candidate"}, {"flush", "clflush of every operand before each timed call"}};
+                {"order", "candidate, reference, candidate"},
+                {"flush", backend_.target() == "cpu" ? "clflushopt of every operand before each timed call"
+                                                      : "2x L2 overwritten on the stream before each timed call"},
+                {"timer", backend_.target() == "cpu" ? "steady_clock around the call"
+                                                      : "CUDA events on the runner's stream; context synchronized after each call"}};
   auto finish = [&]() -> Expected<Verdict> {
     v.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return v;

@@ -182,7 +182,9 @@ TEST(Doctor, NeverFailsAndReportsEveryArea) {
   for (const char* k : {"compilers", "cuda_toolkit", "gpus", "python", "opencl", "ncu", "backends", "paths"})
     EXPECT_TRUE(j.contains(k)) << k;
   EXPECT_TRUE(j["gpus"].contains("found"));
-  EXPECT_EQ(j["backends"][0]["target"], "cpu");
+  bool has_cpu = false;
+  for (const auto& b : j["backends"]) has_cpu = has_cpu || b["target"] == "cpu";
+  EXPECT_TRUE(has_cpu) << j["backends"].dump();
   EXPECT_EQ(kfab_cli({"doctor"}).status.code, 0);
 }
 
