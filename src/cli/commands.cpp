@@ -38,7 +38,7 @@ Commands::Commands(CLI::App& app) : app_(app) {
   eval_->add_option("--timeout", timeout_s_, "seconds each runner job may take before it is killed")
       ->capture_default_str()->check(CLI::PositiveNumber);
   eval_->add_option("--seeds", seeds_, "seeds per shape")->capture_default_str()->check(CLI::Range(1, 1000));
-  eval_->add_option("--min-calls", min_calls_, "timed calls per shape, at least")->capture_default_str()->check(CLI::Range(1, 1000000));
+  eval_->add_option("--min-calls", min_calls_, "timed calls per shape, at least (default: cpu 50, cuda 100)")->check(CLI::Range(1, 1000000));
   eval_->add_option("--min-time", min_time_s_, "seconds of timed calls per shape, at least")->capture_default_str()->check(CLI::NonNegativeNumber);
   eval_->add_option("--memory-limit", memory_gib_, "address-space limit of the runner in GiB (default: min(8, RAM/2))")->check(CLI::PositiveNumber);
   eval_->add_option("--db", db_, "the store (default: " + Store::default_path().string() + ")");
@@ -244,6 +244,20 @@ int Commands::eval() {
     }
     std::cout << fmt::format("task {}  candidate {}  target {}/{}\n", v.task, v.candidate, v.target, v.dsl);
     if (!v.shapes.empty() && v.disposition != Disposition::CompileFailed) std::cout << t.render();
+    for (const auto& s : out["shapes"]) {
+      if (!s.contains("clocks") && !s.contains("achieved_GBps")) continue;
+      std::string line = "  " + s["shape"].dump() + ":";
+      if (s.contains("achieved_GBps"))
+        line += fmt::format(" {:.0f} GB/s ({:.1f}% of the measured copy bandwidth)", s["achieved_GBps"].get<double>(),
+                            s["percent_of_copy_bandwidth"].get<double>());
+      if (s.contains("timer")) line += "; timer: " + s["timer"].get<std::string>();
+      if (s.contains("clocks") && s["clocks"].value("recorded", false))
+        line += fmt::format("; SM {}-{} MHz, memory {}-{} MHz, clock reasons: {}", s["clocks"]["sm_mhz_min"].get<unsigned>(),
+                            s["clocks"]["sm_mhz_max"].get<unsigned>(), s["clocks"]["mem_mhz_min"].get<unsigned>(),
+                            s["clocks"]["mem_mhz_max"].get<unsigned>(), s["clocks"]["reasons"].get<std::string>());
+      if (s.contains("warning")) line += "; WARNING: " + s["warning"].get<std::string>();
+      std::cout << line << "\n";
+    }
     std::cout << fmt::format("{}{}: {}\n", disposition_name(v.disposition),
                              v.speedup ? fmt::format(" ({:.2f}x)", *v.speedup) : "", v.detail);
   }

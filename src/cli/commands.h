@@ -36,7 +36,7 @@ class Commands {
   std::string db_;
   double timeout_s_ = 60.0;
   int seeds_ = 5;
-  int min_calls_ = 50;
+  int min_calls_ = 0;
   double min_time_s_ = 0.5;
   double memory_gib_ = 0.0;
   bool no_store_ = false;

@@ -328,7 +328,7 @@ Expected<Task> load_task(const fs::path& path) {
   const toml::node* ref = root.get("reference");
   if (ref == nullptr || !ref->is_table())
     return r.fail(ref, "reference", ref ? "must be a table" : "missing", "[reference] with source = \"reference.cpp\"");
-  if (auto ok = r.only_keys(*ref->as_table(), "reference.", {"source"}); !ok) return Unexpected{ok.error()};
+  if (auto ok = r.only_keys(*ref->as_table(), "reference.", {"source", "cuda"}); !ok) return Unexpected{ok.error()};
   auto src = r.string_field(*ref->as_table(), ref, "reference.", "source", true);
   if (!src) return Unexpected{src.error()};
   task.reference = task.dir / *src;
@@ -336,6 +336,14 @@ Expected<Task> load_task(const fs::path& path) {
     return r.fail(ref->as_table()->get("source"), "reference.source",
                   "file " + task.reference.string() + " does not exist",
                   "a C++ file beside task.toml implementing kfab_run");
+  auto cuda_src = r.string_field(*ref->as_table(), ref, "reference.", "cuda", false);
+  if (!cuda_src) return Unexpected{cuda_src.error()};
+  if (!cuda_src->empty()) {
+    task.reference_cuda = task.dir / *cuda_src;
+    if (!fs::is_regular_file(task.reference_cuda, ec))
+      return r.fail(ref->as_table()->get("cuda"), "reference.cuda", "file " + task.reference_cuda.string() + " does not exist",
+                    "a .cu file beside task.toml implementing kfab_run on device pointers: the GPU baseline");
+  }
 
   if (const toml::node* tol = root.get("tolerance")) {
     if (!tol->is_table()) return r.fail(tol, "tolerance", "must be a table", "[tolerance] with atol and rtol");

@@ -48,7 +48,10 @@ struct Task {
   std::vector<TensorSpec> outputs;
   std::vector<ShapeBinding> tune;
   std::vector<ShapeBinding> heldout;
-  std::filesystem::path reference;  ///< absolute path of the reference source
+  std::filesystem::path reference;  ///< absolute path of the reference source: the CPU oracle
+  /// Optional ([reference] cuda = "reference.cu"): the GPU baseline candidates are timed against on
+  /// the cuda target. Correctness is always judged by `reference`.
+  std::filesystem::path reference_cuda;
   std::optional<double> atol;
   std::optional<double> rtol;
   std::string cost_flops;  ///< expression, empty when absent

@@ -18,11 +18,11 @@ struct EvalOptions {
   uint64_t base_seed = 0x6b666162;  ///< "kfab"
   bool heldout = true;              ///< verify held-out shapes too
   bool time = true;
-  int min_calls = 50;
+  int min_calls = 0;  ///< 0: the target's default (cpu 50, cuda 100)
   double min_time_s = 0.5;
   int max_calls = 10000;
   double max_time_s = 30.0;
-  int warmup = 3;
+  int warmup = 0;  ///< 0: the target's default (cpu 3, cuda 10)
   RunnerOptions runner;
   /// Receives one line per step ("verify M=512, N=2048"), for progress on long evaluations.
   std::function<void(const std::string&)> progress;

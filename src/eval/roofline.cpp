@@ -11,7 +11,8 @@ namespace kfab {
 
 nlohmann::json MachinePeaks::to_json() const {
   return {{"device", device},
-          {"copy_bandwidth_GBps", bandwidth_Bps / 1e9},
+          {"copy_bandwidth_GBps", copy_Bps / 1e9},
+          {"peak_bandwidth_GBps", bandwidth_Bps / 1e9},
           {"peak_gflops_f32", flops_per_s / 1e9},
           {"bound_margin", margin},
           {"source", source}};
@@ -62,6 +63,7 @@ std::optional<MachinePeaks> cpu_peaks(RunnerClient& runner, bool remeasure) {
       auto j = nlohmann::json::parse(*text);
       cached = j.at("copy_bandwidth_bytes_per_s").get<double>();
       p.bandwidth_Bps = cached;
+      p.copy_Bps = cached;
       p.source = "cached " + file.string();
       if (!remeasure) return p;
     } catch (const nlohmann::json::exception&) {
@@ -74,9 +76,62 @@ std::optional<MachinePeaks> cpu_peaks(RunnerClient& runner, bool remeasure) {
     return std::nullopt;
   }
   p.bandwidth_Bps = std::max(cached, r.body.at("copy_bandwidth_bytes_per_s").get<double>());
+  p.copy_Bps = p.bandwidth_Bps;
   p.source = cached > 0.0 ? "measured again" : "measured";
   nlohmann::json j = {{"device", p.device}, {"cores", cores}, {"copy_bandwidth_bytes_per_s", p.bandwidth_Bps}};
   (void)write_file_atomic(file, j.dump(2));
+  return p;
+}
+
+namespace {
+
+/// Published peaks of the GPUs kfab knows (dense; the FLOP/s is bf16 tensor-core, the highest an f32
+/// task can legitimately reach through reduced-precision tensor cores within its tolerance).
+struct GpuSpec {
+  const char* match;
+  double bandwidth_Bps;
+  double flops_per_s;
+};
+constexpr GpuSpec kGpus[] = {
+    {"H200", 4.8e12, 989e12},
+    {"H100 NVL", 3.9e12, 835e12},
+    {"H100 PCIe", 2.0e12, 756e12},
+    {"H100", 3.35e12, 989e12},
+};
+
+}  // namespace
+
+std::optional<MachinePeaks> gpu_peaks(RunnerClient& runner, bool remeasure) {
+  const auto file = cache_dir() / "machine" / "cuda-device0.json";
+  nlohmann::json j;
+  if (auto text = read_file(file); text && !remeasure) {
+    try {
+      j = nlohmann::json::parse(*text);
+    } catch (const nlohmann::json::exception&) {
+      j = nlohmann::json();
+    }
+  }
+  MachinePeaks p;
+  if (!j.is_object() || !j.contains("copy_bandwidth_bytes_per_s")) {
+    JobReply r = runner.run({{"op", "machine"}, {"target", "cuda"}});
+    if (r.kind != JobReply::Kind::Ok || !r.body.value("ok", false)) return std::nullopt;
+    j = r.body;
+    j.erase("ok");
+    (void)write_file_atomic(file, j.dump(2));
+    p.source = "measured";
+  } else {
+    p.source = "cached " + file.string();
+  }
+  p.device = j.value("device", "GPU");
+  p.copy_Bps = j.value("copy_bandwidth_bytes_per_s", 0.0);
+  p.bandwidth_Bps = p.copy_Bps;
+  for (const auto& g : kGpus) {
+    if (p.device.find(g.match) == std::string::npos) continue;
+    p.bandwidth_Bps = std::max(p.bandwidth_Bps, g.bandwidth_Bps);
+    p.flops_per_s = g.flops_per_s;
+    break;
+  }
+  p.margin = 1.25;
   return p;
 }
 

@@ -15,8 +15,9 @@ class RunnerClient;
 
 struct MachinePeaks {
   std::string device;              ///< CPU model
-  double bandwidth_Bps = 0.0;      ///< measured copy bandwidth (bytes read + written per second)
-  double flops_per_s = 0.0;        ///< nominal fp32 peak: cores x clock x SIMD FMA width
+  double bandwidth_Bps = 0.0;      ///< peak bandwidth for the bound (bytes read + written per second)
+  double copy_Bps = 0.0;           ///< the copy bandwidth kfab measured here
+  double flops_per_s = 0.0;        ///< peak FLOP/s for the bound (CPU: cores x clock x SIMD FMA width)
   /// The bound uses peaks this much above the figures above: a false rejection of an honest kernel
   /// is worse than letting a slightly-too-fast one through, and the cheats it is for (skipped work,
   /// a lying timer) come in far below any bound.
@@ -29,6 +30,10 @@ struct MachinePeaks {
 /// With `remeasure`, measures again and keeps the higher figure (a measurement taken while the
 /// machine was busy reads low; the bound must not).
 std::optional<MachinePeaks> cpu_peaks(RunnerClient& runner, bool remeasure = false);
+
+/// The GPU's peaks: the larger of the device table (H100, H200) and a measured device-to-device copy,
+/// cached like the CPU's. nullopt when the runner cannot open the device.
+std::optional<MachinePeaks> gpu_peaks(RunnerClient& runner, bool remeasure = false);
 
 /// max(flops / peak, bytes / bandwidth) in ms, both peaks raised by the margin; nullopt without cost.
 std::optional<double> bound_ms(const Task& task, const ShapeBinding& shape, const MachinePeaks& peaks);

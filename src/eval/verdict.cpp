@@ -49,6 +49,7 @@ nlohmann::json ShapeResult::to_json() const {
     j["bound_ms"] = *bound_ms;
     if (time && time->median > 0) j["percent_of_bound"] = 100.0 * *bound_ms / time->median;
   }
+  for (const auto& [k, val] : extra.items()) j[k] = val;
   return j;
 }
 

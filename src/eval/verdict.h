@@ -27,6 +27,7 @@ struct ShapeResult {
   std::optional<TimeStats> time;
   std::optional<TimeStats> baseline;
   std::optional<double> bound_ms;  ///< roofline bound from the task's cost, if any
+  nlohmann::json extra = nlohmann::json::object();  ///< target-specific evidence: clocks, timer, bandwidth
 
   nlohmann::json to_json() const;
 };

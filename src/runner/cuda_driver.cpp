@@ -26,6 +26,7 @@ struct Api {
   int (*cuEventElapsedTime)(float*, void*, void*);
   int (*cuGetErrorName)(int, const char**);
   int (*cuGetErrorString)(int, const char**);
+  int (*cuMemcpyDtoDAsync)(DevPtr, DevPtr, size_t, void*);
 };
 
 Api g_api;
@@ -55,7 +56,8 @@ std::string Device::open() {
             bind(h, g_api.cuMemFree, "cuMemFree_v2") && bind(h, g_api.cuMemcpyHtoD, "cuMemcpyHtoD_v2") &&
             bind(h, g_api.cuMemcpyDtoH, "cuMemcpyDtoH_v2") && bind(h, g_api.cuMemsetD8Async, "cuMemsetD8Async") &&
             bind(h, g_api.cuEventCreate, "cuEventCreate") && bind(h, g_api.cuEventRecord, "cuEventRecord") &&
-            bind(h, g_api.cuGetErrorName, "cuGetErrorName") && bind(h, g_api.cuGetErrorString, "cuGetErrorString");
+            bind(h, g_api.cuGetErrorName, "cuGetErrorName") && bind(h, g_api.cuGetErrorString, "cuGetErrorString") &&
+            bind(h, g_api.cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
   if (!bind(h, g_api.cuEventElapsedTime, "cuEventElapsedTime_v2")) ok = ok && bind(h, g_api.cuEventElapsedTime, "cuEventElapsedTime");
   if (!ok) return "libcuda.so.1 lacks an expected entry point";
   int rc = g_api.cuInit(0);
@@ -94,6 +96,82 @@ int Device::synchronize() { return g_api.cuCtxSynchronize(); }
 int Device::event_create(Event* e) { return g_api.cuEventCreate(e, 0); }
 int Device::event_record(Event e, Stream s) { return g_api.cuEventRecord(e, s); }
 int Device::event_elapsed_ms(float* ms, Event a, Event b) { return g_api.cuEventElapsedTime(ms, a, b); }
+
+double Device::copy_bandwidth() {
+  constexpr size_t kBytes = size_t{1} << 30;
+  DevPtr a = 0, b = 0;
+  if (alloc(&a, kBytes) != 0) return 0.0;
+  if (alloc(&b, kBytes) != 0) {
+    free(a);
+    return 0.0;
+  }
+  Event e0 = nullptr, e1 = nullptr;
+  event_create(&e0);
+  event_create(&e1);
+  double best = 0.0;
+  for (int pass = 0; pass < 8; ++pass) {
+    event_record(e0, stream_);
+    g_api.cuMemcpyDtoDAsync(b, a, kBytes, stream_);
+    event_record(e1, stream_);
+    if (synchronize() != 0) break;
+    float ms = 0.0f;
+    if (event_elapsed_ms(&ms, e0, e1) == 0 && ms > 0.0f && pass > 0)
+      best = std::max(best, 2.0 * static_cast<double>(kBytes) / (ms * 1e-3));
+  }
+  free(a);
+  free(b);
+  return best;
+}
+
+namespace {
+
+struct Nvml {
+  bool loaded = false;
+  void* dev = nullptr;
+  int (*get_clock)(void*, int, unsigned*) = nullptr;
+  int (*get_reasons)(void*, unsigned long long*) = nullptr;
+};
+
+Nvml& nvml() {
+  static Nvml n = [] {
+    Nvml r;
+    void* h = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (h == nullptr) return r;
+    auto init = reinterpret_cast<int (*)()>(::dlsym(h, "nvmlInit_v2"));
+    auto by_index = reinterpret_cast<int (*)(unsigned, void**)>(::dlsym(h, "nvmlDeviceGetHandleByIndex_v2"));
+    r.get_clock = reinterpret_cast<int (*)(void*, int, unsigned*)>(::dlsym(h, "nvmlDeviceGetClockInfo"));
+    r.get_reasons = reinterpret_cast<int (*)(void*, unsigned long long*)>(::dlsym(h, "nvmlDeviceGetCurrentClocksEventReasons"));
+    if (r.get_reasons == nullptr)
+      r.get_reasons = reinterpret_cast<int (*)(void*, unsigned long long*)>(::dlsym(h, "nvmlDeviceGetCurrentClocksThrottleReasons"));
+    if (!init || !by_index || !r.get_clock || init() != 0 || by_index(0, &r.dev) != 0) return r;
+    r.loaded = true;
+    return r;
+  }();
+  return n;
+}
+
+}  // namespace
+
+Clocks read_clocks() {
+  Clocks c;
+  Nvml& n = nvml();
+  if (!n.loaded) return c;
+  constexpr int kClockSm = 1, kClockMem = 2;
+  c.ok = n.get_clock(n.dev, kClockSm, &c.sm_mhz) == 0 && n.get_clock(n.dev, kClockMem, &c.mem_mhz) == 0;
+  if (n.get_reasons) n.get_reasons(n.dev, &c.reasons);
+  return c;
+}
+
+std::string clock_reasons(unsigned long long mask) {
+  static const std::pair<unsigned long long, const char*> kNames[] = {
+      {0x1, "gpu_idle"},        {0x2, "applications_clocks"}, {0x4, "sw_power_cap"}, {0x8, "hw_slowdown"},
+      {0x10, "sync_boost"},     {0x20, "sw_thermal"},         {0x40, "hw_thermal"},  {0x80, "hw_power_brake"},
+      {0x100, "display_clocks"}};
+  std::string s;
+  for (const auto& [bit, name] : kNames)
+    if (mask & bit) s += (s.empty() ? "" : ",") + std::string(name);
+  return s.empty() ? "none" : s;
+}
 
 std::string Device::error(int rc) const {
   const char* name = nullptr;

@@ -35,6 +35,8 @@ class Device {
   int event_create(Event* e);
   int event_record(Event e, Stream s);
   int event_elapsed_ms(float* ms, Event a, Event b);
+  /// Device-to-device copy bandwidth (bytes read + written per second), best of several 1 GiB copies.
+  double copy_bandwidth();
   std::string error(int rc) const;
 
  private:
@@ -45,6 +47,18 @@ class Device {
   std::string name_;
   uint8_t flush_value_ = 0;
 };
+
+/// SM and memory clocks and the reasons they are held down (NVML through dlopen). `ok` is false
+/// where NVML is absent: the verdict then says the clocks were not recorded.
+struct Clocks {
+  bool ok = false;
+  unsigned sm_mhz = 0;
+  unsigned mem_mhz = 0;
+  unsigned long long reasons = 0;  ///< nvmlClocksEventReasons bitmask
+};
+Clocks read_clocks();
+/// The names of the bits set in an NVML clocks-event-reasons mask ("sw_thermal", "hw_slowdown", ...).
+std::string clock_reasons(unsigned long long mask);
 
 /// The runner's device, opened on first use.
 Device& device();

@@ -80,6 +80,9 @@ struct Setup {
   bool cuda = false;
   std::vector<cuda::DevPtr> d_in, d_out;
   std::vector<kfab_tensor> d_in_views, d_out_views;
+  RunFn gpu_baseline = nullptr;  ///< the task's reference.cu, timed instead of the CPU reference
+  std::vector<cuda::DevPtr> d_base;
+  std::vector<kfab_tensor> d_base_views;
 
   Setup() = default;
   Setup(const Setup&) = delete;
@@ -87,6 +90,7 @@ struct Setup {
   ~Setup() {
     for (auto p : d_in) cuda::device().free(p);
     for (auto p : d_out) cuda::device().free(p);
+    for (auto p : d_base) cuda::device().free(p);
   }
 };
 
@@ -137,6 +141,10 @@ std::optional<json> prepare(const json& req, Setup& s) {
     };
     mirror(s.inputs, s.in_views, s.d_in, s.d_in_views);
     mirror(s.cand_out, s.cand_views, s.d_out, s.d_out_views);
+    if (const std::string b = req.value("gpu_baseline", ""); !b.empty()) {
+      if (auto e = load(b, &s.gpu_baseline); !e.empty()) return failure("reference_failed", "GPU baseline: " + e);
+      mirror(s.ref_out, s.ref_views, s.d_base, s.d_base_views);
+    }
   }
   return std::nullopt;
 }
@@ -163,7 +171,7 @@ std::string input_change(const Setup& s) {
 void call(RunFn fn, Setup& s, std::vector<kfab_tensor>& outs, const char* who) {
   int rc;
   try {
-    const bool on_device = s.cuda && &outs == &s.d_out_views;
+    const bool on_device = s.cuda && (&outs == &s.d_out_views || &outs == &s.d_base_views);
     auto& ins = on_device ? s.d_in_views : s.in_views;
     rc = fn(ins.data(), static_cast<int32_t>(ins.size()), outs.data(), static_cast<int32_t>(outs.size()),
             on_device ? cuda::device().stream() : nullptr);
@@ -294,21 +302,61 @@ void flush_operands(Setup& s, const std::vector<HostTensor>& outs) {
 
 double now_ms() { return std::chrono::duration<double, std::milli>(Clock::now().time_since_epoch()).count(); }
 
-/// One timed candidate call on the GPU: poisoned outputs uploaded, L2 overwritten, then events on the
-/// runner's stream around the call; the whole context is synchronized before the next call.
-double time_on_device(Setup& s, bool flush, cuda::Event start, cuda::Event end) {
+struct DeviceTime {
+  double event_ms = 0.0;  ///< between events on the runner's stream around the call
+  double wall_ms = 0.0;   ///< host clock, from before the call to the end of a context-wide sync
+};
+
+/// One timed call on the GPU: the outputs (poisoned, for the candidate) uploaded, L2 overwritten,
+/// events on the runner's stream around the call, then the whole context synchronized. The wall
+/// clock around call + sync sees work the call left on other streams, which the events do not.
+DeviceTime time_on_device(Setup& s, RunFn fn, bool is_candidate, bool flush, cuda::Event start, cuda::Event end) {
   auto& dev = cuda::device();
-  for (size_t i = 0; i < s.cand_out.size(); ++i)
-    cuda_check(dev.upload(s.d_out[i], s.cand_out[i].data(), s.cand_out[i].nbytes()), "upload of an output");
+  if (is_candidate)
+    for (size_t i = 0; i < s.cand_out.size(); ++i)
+      cuda_check(dev.upload(s.d_out[i], s.cand_out[i].data(), s.cand_out[i].nbytes()), "upload of an output");
   if (flush) cuda_check(dev.flush_l2(), "L2 flush");
+  cuda_check(dev.synchronize(), "before the call");
+  const double t0 = now_ms();
   cuda_check(dev.event_record(start, dev.stream()), "cuEventRecord");
-  call(s.candidate, s, s.d_out_views, "kfab_run");
+  call(fn, s, is_candidate ? s.d_out_views : s.d_base_views, is_candidate ? "kfab_run" : "GPU baseline");
   cuda_check(dev.event_record(end, dev.stream()), "cuEventRecord");
-  cuda_check(dev.synchronize(), "after kfab_run");
+  cuda_check(dev.synchronize(), is_candidate ? "after kfab_run" : "after the GPU baseline");
+  DeviceTime t;
+  t.wall_ms = now_ms() - t0;
   float ms = 0.0f;
   cuda_check(dev.event_elapsed_ms(&ms, start, end), "cuEventElapsedTime");
-  return ms;
+  t.event_ms = ms;
+  return t;
 }
+
+/// SM and memory clock ranges over a timing run, and every reason NVML gave for holding them down.
+struct ClockLog {
+  bool ok = true;
+  unsigned sm_min = ~0u, sm_max = 0, mem_min = ~0u, mem_max = 0;
+  unsigned long long reasons = 0;
+  int samples = 0;
+  void sample() {
+    const cuda::Clocks c = cuda::read_clocks();
+    if (!c.ok) {
+      ok = false;
+      return;
+    }
+    sm_min = std::min(sm_min, c.sm_mhz);
+    sm_max = std::max(sm_max, c.sm_mhz);
+    mem_min = std::min(mem_min, c.mem_mhz);
+    mem_max = std::max(mem_max, c.mem_mhz);
+    reasons |= c.reasons & ~0x1ull;  // gpu_idle is expected between calls
+    ++samples;
+  }
+  json to_json() const {
+    if (!ok || samples == 0) return {{"recorded", false}, {"why", "NVML (libnvidia-ml.so.1) is not available"}};
+    const bool drift = sm_max > 0 && static_cast<double>(sm_max - sm_min) / sm_max > 0.05;
+    return {{"recorded", true}, {"sm_mhz_min", sm_min}, {"sm_mhz_max", sm_max}, {"mem_mhz_min", mem_min},
+            {"mem_mhz_max", mem_max}, {"reasons", cuda::clock_reasons(reasons)}, {"samples", samples},
+            {"drift", drift}};
+  }
+};
 
 json time_job(const json& req) {
   Setup s;
@@ -326,8 +374,14 @@ json time_job(const json& req) {
   for (int i = 0; i < warmup || now_ms() - warm_start < 20.0; ++i) {
     call_candidate(s);
     call_reference(s);
+    if (s.gpu_baseline) {
+      call(s.gpu_baseline, s, s.d_base_views, "GPU baseline");
+      cuda_check(cuda::device().synchronize(), "after the GPU baseline");
+    }
     if (i > 1000) break;
   }
+  ClockLog clocks;
+  std::vector<double> cand_wall;
   // Outputs are poisoned before every timed call (outside the timed span), and a random sample of
   // calls plus the last one are checked against the reference: a candidate that skips work once it
   // is being timed leaves poison behind.
@@ -364,8 +418,10 @@ json time_job(const json& req) {
       const bool is_cand = (k == 0) == (n % 2 == 0);
       if (is_cand)
         for (auto& o : s.cand_out) o.poison(0x5a);
-      if (is_cand && s.cuda) {
-        cand.push_back(time_on_device(s, flush, ev_start, ev_end));
+      if (s.cuda && (is_cand || s.gpu_baseline)) {
+        const DeviceTime t = time_on_device(s, is_cand ? s.candidate : s.gpu_baseline, is_cand, flush, ev_start, ev_end);
+        (is_cand ? cand : ref).push_back(t.event_ms);
+        if (is_cand) cand_wall.push_back(t.wall_ms);
         continue;
       }
       if (flush) flush_operands(s, is_cand ? s.cand_out : s.ref_out);
@@ -376,18 +432,43 @@ json time_job(const json& req) {
     }
     if (pick() % 8 == 0)
       if (auto bad = check(n)) return *bad;
+    if (s.cuda && n % 10 == 0) clocks.sample();
   }
   if (s.cuda)
     for (size_t i = 0; i < s.inputs.size(); ++i)
       cuda_check(cuda::device().download(s.inputs[i].data(), s.d_in[i], s.inputs[i].nbytes()), "download of an input");
   if (auto c = input_change(s); !c.empty()) throw JobFailure{"rejected", c + " during timing"};
   if (auto bad = check(static_cast<int>(cand.size()) - 1)) return *bad;
-  return {{"ok", true}, {"candidate", summarize(cand).to_json()}, {"baseline", summarize(ref).to_json()}};
+  json reply = {{"ok", true}, {"candidate", summarize(cand).to_json()}, {"baseline", summarize(ref).to_json()}};
+  if (s.cuda) {
+    clocks.sample();
+    reply["candidate_wall"] = summarize(cand_wall).to_json();
+    reply["clocks"] = clocks.to_json();
+    reply["baseline_kind"] = s.gpu_baseline ? "gpu" : "cpu";
+    if (s.gpu_baseline) {
+      // The GPU baseline must be right too, or its time means nothing.
+      std::vector<HostTensor> got;
+      CompareStats st;
+      for (size_t i = 0; i < s.ref_out.size(); ++i) {
+        got.emplace_back(s.ref_out[i].dtype(), s.ref_out[i].shape());
+        cuda_check(cuda::device().download(got[i].data(), s.d_base[i], got[i].nbytes()), "download of the baseline");
+        compare_output(got[i], s.ref_out[i], s.task->tolerance_for(s.task->outputs[i]), s.task->outputs[i].name, 0, 1, st);
+      }
+      if (!st.ok()) return failure("reference_failed", "the task's GPU baseline (reference.cu) disagrees with its CPU reference: " + st.to_json().dump());
+    }
+  }
+  return reply;
 }
 
 /// Copy bandwidth of this machine (bytes read + written per second), the best of several passes with
 /// one thread and with all: on a busy machine one thread on a free core can beat all of them.
 json machine_job(const json& req) {
+  if (req.value("target", "cpu") == "cuda") {
+    auto& dev = cuda::device();
+    if (auto e = dev.open(); !e.empty()) return failure("device_error", e);
+    return {{"ok", true}, {"copy_bandwidth_bytes_per_s", dev.copy_bandwidth()}, {"device", dev.name()},
+            {"compute_capability", dev.compute_capability()}, {"l2_bytes", dev.l2_bytes()}};
+  }
   const size_t bytes = req.value("bytes", size_t{256} << 20);
   const size_t n = bytes / sizeof(double);
   std::unique_ptr<double[]> a(new double[n]), b(new double[n]);

@@ -18,6 +18,25 @@ namespace fs = std::filesystem;
 namespace {
 constexpr double kCompileTimeoutS = 300.0;
 constexpr size_t kMaxCompilerMessage = 16000;
+/// probe_gpus() initialises the driver (a few hundred ms); its answer is kept per boot and driver
+/// version, so a warm `kfab eval` does not pay it. Without a driver there is nothing to cache.
+nlohmann::json cached_gpu_probe() {
+  auto driver = read_file("/proc/driver/nvidia/version");
+  auto boot = read_file("/proc/sys/kernel/random/boot_id");
+  if (!driver || !boot) return probe_gpus();
+  const fs::path file = cache_dir() / "machine" / ("cuda-probe-" + hash_hex(*driver + *boot).substr(0, 16) + ".json");
+  if (auto text = read_file(file)) {
+    try {
+      return nlohmann::json::parse(*text);
+    } catch (const nlohmann::json::exception&) {
+      // probed again below
+    }
+  }
+  nlohmann::json j = probe_gpus();
+  if (j.value("found", false)) (void)write_file_atomic(file, j.dump(2));
+  return j;
+}
+
 }  // namespace
 
 CudaBackend::CudaBackend() {
@@ -30,7 +49,7 @@ CudaBackend::CudaBackend() {
       nvcc_version_ = o.substr(o.rfind('\n') + 1);
     }
   std::string cc;
-  const auto gpus = probe_gpus();
+  const auto gpus = cached_gpu_probe();
   if (gpus.value("found", false) && !gpus["devices"].empty()) {
     gpu_ = gpus["devices"][0].value("name", "GPU");
     cc = gpus["devices"][0].value("compute_capability", "");
