@@ -10,7 +10,8 @@ CMAKE_ARGS += -DKFAB_WERROR=ON
 endif
 
 DEB_PACKAGES := cmake g++ make pkg-config nlohmann-json3-dev libcli11-dev libfmt-dev \
-                libtomlplusplus-dev libxxhash-dev libsqlite3-dev libgtest-dev
+                libtomlplusplus-dev libxxhash-dev libsqlite3-dev libgtest-dev \
+                opencl-headers ocl-icd-opencl-dev pocl-opencl-icd
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 

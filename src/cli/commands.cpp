@@ -34,7 +34,7 @@ Commands::Commands(CLI::App& app) : app_(app) {
   eval_ = app.add_subcommand("eval", "verify and time one candidate against the task's reference");
   eval_->add_option("TASK", task_, "task folder or task.toml")->required();
   eval_->add_option("CANDIDATE", candidate_, "candidate source file")->required();
-  eval_->add_option("--target", target_, "cpu or cuda (default: the best target present that takes the file)");
+  eval_->add_option("--target", target_, "cpu, cuda or opencl (default: the best target present that takes the file)");
   eval_->add_option("--timeout", timeout_s_, "seconds each runner job may take before it is killed")
       ->capture_default_str()->check(CLI::PositiveNumber);
   eval_->add_option("--seeds", seeds_, "seeds per shape")->capture_default_str()->check(CLI::Range(1, 1000));
@@ -171,26 +171,34 @@ int Commands::eval() {
   if (!fs::is_regular_file(candidate_, ec)) return bad_input(json_, candidate_ + ": no such candidate file");
 
   std::unique_ptr<Backend> backend;
-  const std::string ext = fs::path(candidate_).extension().string();
+  // How well a backend's extensions fit the file: the longest matching suffix (".cl.cpp" beats ".cpp").
+  auto fit = [&](const Backend& b) {
+    size_t best = 0;
+    for (const auto& e : b.extensions())
+      if (candidate_.size() >= e.size() && candidate_.compare(candidate_.size() - e.size(), e.size(), e) == 0)
+        best = std::max(best, e.size());
+    return best;
+  };
   if (target_.empty()) {
     // The best target present that takes this kind of file.
+    size_t best_fit = 0;
     for (auto& b : make_backends()) {
-      const auto exts = b->extensions();
-      if (b->probe() > 0 && std::find(exts.begin(), exts.end(), ext) != exts.end()) {
+      const size_t f = fit(*b);
+      if (b->probe() > 0 && f > best_fit) {
+        best_fit = f;
         backend = std::move(b);
-        break;
       }
     }
     if (!backend)
       return bad_input(json_, "no target available here takes " + candidate_,
-                       "cpu takes .cpp, cuda takes .cu (with nvcc and a GPU); `kfab doctor` says what is here");
+                       "cpu takes .cpp, cuda .cu (with nvcc and a GPU), opencl .cl.cpp; `kfab doctor` says what is here");
   } else {
     backend = make_backend(target_);
-    if (!backend) return bad_input(json_, "unknown target \"" + target_ + "\"", "accepted: cpu, cuda");
+    if (!backend) return bad_input(json_, "unknown target \"" + target_ + "\"", "accepted: cpu, cuda, opencl");
     if (backend->probe() == 0) return bad_input(json_, "target " + target_ + " is not available here: " + backend->describe());
   }
   const auto exts = backend->extensions();
-  if (std::find(exts.begin(), exts.end(), ext) == exts.end()) {
+  if (fit(*backend) == 0) {
     std::string list;
     for (const auto& e : exts) list += (list.empty() ? "" : ", ") + e;
     return bad_input(json_, candidate_ + ": a " + std::string(backend->target()) + " candidate must be one of " + list,

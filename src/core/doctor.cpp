@@ -37,6 +37,41 @@ json tool(const std::string& name, const std::string& path_hint = {}) {
   return {{"name", name}, {"found", true}, {"path", path}, {"version", version}};
 }
 
+json probe_python() {
+  const std::string py = find_program("python3");
+  if (py.empty()) return {{"found", false}, {"why", "python3 not on PATH"}};
+  json out = {{"found", true}, {"path", py}};
+  const char* script =
+      "import sys, importlib\n"
+      "print('python', sys.version.split()[0])\n"
+      "for m in ('torch', 'triton'):\n"
+      "    try:\n"
+      "        mod = importlib.import_module(m)\n"
+      "        extra = ''\n"
+      "        if m == 'torch': extra = ' cuda=' + str(mod.cuda.is_available())\n"
+      "        print(m, mod.__version__ + extra)\n"
+      "    except Exception as e:\n"
+      "        print(m, 'absent:', type(e).__name__)\n";
+  auto r = run_command({py, "-c", script}, 60.0);
+  if (!r || !r->status.ok()) {
+    out["why"] = "python3 did not run the probe";
+    return out;
+  }
+  size_t pos = 0;
+  const std::string& o = r->output;
+  while (pos < o.size()) {
+    size_t end = o.find('\n', pos);
+    std::string line = o.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+    auto sp = line.find(' ');
+    if (sp != std::string::npos) out[line.substr(0, sp)] = line.substr(sp + 1);
+    if (end == std::string::npos) break;
+    pos = end + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
 json probe_opencl() {
   json out = {{"library", "libOpenCL.so.1"}, {"platforms", json::array()}};
   void* h = ::dlopen("libOpenCL.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -72,41 +107,6 @@ json probe_opencl() {
   out["found"] = true;
   return out;
 }
-
-json probe_python() {
-  const std::string py = find_program("python3");
-  if (py.empty()) return {{"found", false}, {"why", "python3 not on PATH"}};
-  json out = {{"found", true}, {"path", py}};
-  const char* script =
-      "import sys, importlib\n"
-      "print('python', sys.version.split()[0])\n"
-      "for m in ('torch', 'triton'):\n"
-      "    try:\n"
-      "        mod = importlib.import_module(m)\n"
-      "        extra = ''\n"
-      "        if m == 'torch': extra = ' cuda=' + str(mod.cuda.is_available())\n"
-      "        print(m, mod.__version__ + extra)\n"
-      "    except Exception as e:\n"
-      "        print(m, 'absent:', type(e).__name__)\n";
-  auto r = run_command({py, "-c", script}, 60.0);
-  if (!r || !r->status.ok()) {
-    out["why"] = "python3 did not run the probe";
-    return out;
-  }
-  size_t pos = 0;
-  const std::string& o = r->output;
-  while (pos < o.size()) {
-    size_t end = o.find('\n', pos);
-    std::string line = o.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
-    auto sp = line.find(' ');
-    if (sp != std::string::npos) out[line.substr(0, sp)] = line.substr(sp + 1);
-    if (end == std::string::npos) break;
-    pos = end + 1;
-  }
-  return out;
-}
-
-}  // namespace
 
 json probe_gpus() {
   json out = {{"driver", "libcuda.so.1"}, {"devices", json::array()}};

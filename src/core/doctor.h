@@ -14,4 +14,7 @@ nlohmann::json probe_system();
 /// "devices": [{"index", "name", "memory_GiB", "compute_capability"}]}.
 nlohmann::json probe_gpus();
 
+/// OpenCL platforms through libOpenCL.so.1 loaded with dlopen: {"found", "why"?, "platforms": [...]}.
+nlohmann::json probe_opencl();
+
 }  // namespace kfab

@@ -101,8 +101,8 @@ constexpr GpuSpec kGpus[] = {
 
 }  // namespace
 
-std::optional<MachinePeaks> gpu_peaks(RunnerClient& runner, bool remeasure) {
-  const auto file = cache_dir() / "machine" / "cuda-device0.json";
+std::optional<MachinePeaks> device_peaks(RunnerClient& runner, const std::string& target, bool remeasure) {
+  const auto file = cache_dir() / "machine" / (target + "-device.json");
   nlohmann::json j;
   if (auto text = read_file(file); text && !remeasure) {
     try {
@@ -113,7 +113,7 @@ std::optional<MachinePeaks> gpu_peaks(RunnerClient& runner, bool remeasure) {
   }
   MachinePeaks p;
   if (!j.is_object() || !j.contains("copy_bandwidth_bytes_per_s")) {
-    JobReply r = runner.run({{"op", "machine"}, {"target", "cuda"}});
+    JobReply r = runner.run({{"op", "machine"}, {"target", target}});
     if (r.kind != JobReply::Kind::Ok || !r.body.value("ok", false)) return std::nullopt;
     j = r.body;
     j.erase("ok");

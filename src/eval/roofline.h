@@ -31,9 +31,9 @@ struct MachinePeaks {
 /// machine was busy reads low; the bound must not).
 std::optional<MachinePeaks> cpu_peaks(RunnerClient& runner, bool remeasure = false);
 
-/// The GPU's peaks: the larger of the device table (H100, H200) and a measured device-to-device copy,
-/// cached like the CPU's. nullopt when the runner cannot open the device.
-std::optional<MachinePeaks> gpu_peaks(RunnerClient& runner, bool remeasure = false);
+/// A device target's peaks (cuda, opencl): the larger of the device table (H100, H200) and a measured
+/// device-to-device copy, cached like the CPU's. nullopt when the runner cannot open the device.
+std::optional<MachinePeaks> device_peaks(RunnerClient& runner, const std::string& target, bool remeasure = false);
 
 /// max(flops / peak, bytes / bandwidth) in ms, both peaks raised by the margin; nullopt without cost.
 std::optional<double> bound_ms(const Task& task, const ShapeBinding& shape, const MachinePeaks& peaks);

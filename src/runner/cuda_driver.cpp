@@ -2,6 +2,9 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <utility>
+
 namespace kfab::cuda {
 
 namespace {
@@ -43,8 +46,8 @@ constexpr int kAttrL2CacheSize = 38;
 
 }  // namespace
 
-std::string Device::open() {
-  if (is_open()) return {};
+std::string CudaDevice::open() {
+  if (stream_ != nullptr) return {};
   void* h = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
   if (h == nullptr) return "libcuda.so.1 not found: no NVIDIA driver on this machine";
   bool ok = bind(h, g_api.cuInit, "cuInit") && bind(h, g_api.cuDeviceGet, "cuDeviceGet") &&
@@ -80,46 +83,61 @@ std::string Device::open() {
   void* s = nullptr;
   if ((rc = g_api.cuStreamCreate(&s, 0)) != 0) return "cuStreamCreate: " + error(rc);
   if (l2_bytes_ > 0 && (rc = g_api.cuMemAlloc(&scratch_, 2 * l2_bytes_)) != 0) return "cuMemAlloc (L2 flush buffer): " + error(rc);
+  if ((rc = g_api.cuEventCreate(&start_, 0)) != 0 || (rc = g_api.cuEventCreate(&end_, 0)) != 0)
+    return "cuEventCreate: " + error(rc);
   stream_ = s;
   return {};
 }
 
-int Device::alloc(DevPtr* p, size_t bytes) { return g_api.cuMemAlloc(p, bytes == 0 ? 256 : bytes); }
-int Device::free(DevPtr p) { return g_api.cuMemFree(p); }
-int Device::upload(DevPtr dst, const void* src, size_t bytes) { return g_api.cuMemcpyHtoD(dst, src, bytes); }
-int Device::download(void* dst, DevPtr src, size_t bytes) { return g_api.cuMemcpyDtoH(dst, src, bytes); }
-int Device::flush_l2() {
+namespace {
+DevPtr ptr(void* h) { return static_cast<DevPtr>(reinterpret_cast<uintptr_t>(h)); }
+}  // namespace
+
+int CudaDevice::alloc(void** handle, size_t bytes) {
+  DevPtr p = 0;
+  const int rc = g_api.cuMemAlloc(&p, bytes == 0 ? 256 : bytes);
+  *handle = reinterpret_cast<void*>(static_cast<uintptr_t>(p));
+  return rc;
+}
+int CudaDevice::release(void* handle) { return g_api.cuMemFree(ptr(handle)); }
+int CudaDevice::upload(void* handle, const void* src, size_t bytes) { return g_api.cuMemcpyHtoD(ptr(handle), src, bytes); }
+int CudaDevice::download(void* dst, void* handle, size_t bytes) { return g_api.cuMemcpyDtoH(dst, ptr(handle), bytes); }
+int CudaDevice::flush_cache() {
   if (scratch_ == 0) return 0;
   return g_api.cuMemsetD8Async(scratch_, ++flush_value_, 2 * l2_bytes_, stream_);
 }
-int Device::synchronize() { return g_api.cuCtxSynchronize(); }
-int Device::event_create(Event* e) { return g_api.cuEventCreate(e, 0); }
-int Device::event_record(Event e, Stream s) { return g_api.cuEventRecord(e, s); }
-int Device::event_elapsed_ms(float* ms, Event a, Event b) { return g_api.cuEventElapsedTime(ms, a, b); }
+int CudaDevice::synchronize() { return g_api.cuCtxSynchronize(); }
+int CudaDevice::mark_start() { return g_api.cuEventRecord(start_, stream_); }
+int CudaDevice::mark_end() { return g_api.cuEventRecord(end_, stream_); }
+int CudaDevice::elapsed_ms(double* ms) {
+  float f = 0.0f;
+  const int rc = g_api.cuEventElapsedTime(&f, start_, end_);
+  *ms = f;
+  return rc;
+}
+nlohmann::json CudaDevice::describe() const {
+  return {{"device", name_}, {"compute_capability", cc_}, {"l2_bytes", l2_bytes_}};
+}
 
-double Device::copy_bandwidth() {
+double CudaDevice::copy_bandwidth() {
   constexpr size_t kBytes = size_t{1} << 30;
   DevPtr a = 0, b = 0;
-  if (alloc(&a, kBytes) != 0) return 0.0;
-  if (alloc(&b, kBytes) != 0) {
-    free(a);
+  if (g_api.cuMemAlloc(&a, kBytes) != 0) return 0.0;
+  if (g_api.cuMemAlloc(&b, kBytes) != 0) {
+    g_api.cuMemFree(a);
     return 0.0;
   }
-  Event e0 = nullptr, e1 = nullptr;
-  event_create(&e0);
-  event_create(&e1);
   double best = 0.0;
   for (int pass = 0; pass < 8; ++pass) {
-    event_record(e0, stream_);
+    mark_start();
     g_api.cuMemcpyDtoDAsync(b, a, kBytes, stream_);
-    event_record(e1, stream_);
+    mark_end();
     if (synchronize() != 0) break;
-    float ms = 0.0f;
-    if (event_elapsed_ms(&ms, e0, e1) == 0 && ms > 0.0f && pass > 0)
-      best = std::max(best, 2.0 * static_cast<double>(kBytes) / (ms * 1e-3));
+    double ms = 0.0;
+    if (elapsed_ms(&ms) == 0 && ms > 0.0 && pass > 0) best = std::max(best, 2.0 * static_cast<double>(kBytes) / (ms * 1e-3));
   }
-  free(a);
-  free(b);
+  g_api.cuMemFree(a);
+  g_api.cuMemFree(b);
   return best;
 }
 
@@ -173,7 +191,7 @@ std::string clock_reasons(unsigned long long mask) {
   return s.empty() ? "none" : s;
 }
 
-std::string Device::error(int rc) const {
+std::string CudaDevice::error(int rc) const {
   const char* name = nullptr;
   const char* text = nullptr;
   if (g_api.cuGetErrorName) g_api.cuGetErrorName(rc, &name);
@@ -183,9 +201,5 @@ std::string Device::error(int rc) const {
   return s;
 }
 
-Device& device() {
-  static Device d;
-  return d;
-}
 
 }  // namespace kfab::cuda

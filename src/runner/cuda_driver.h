@@ -6,38 +6,37 @@
 #include <cstdint>
 #include <string>
 
+#include "runner/accelerator.h"
+
 namespace kfab::cuda {
 
 using DevPtr = unsigned long long;
 using Stream = void*;
 using Event = void*;
 
-/// The device and stream a runner evaluates on. Every call returns 0 or a CUDA error code; error()
-/// turns a code into its name ("CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access ...").
-class Device {
+/// Device 0's primary context (the one the CUDA runtime inside a candidate uses, so pointers are
+/// shared) and a stream of the runner's.
+class CudaDevice final : public Accelerator {
  public:
-  /// Loads libcuda.so.1, initialises device 0's primary context and a stream. Empty on success.
-  std::string open();
-  bool is_open() const { return stream_ != nullptr; }
-  Stream stream() const { return stream_; }
-  size_t l2_bytes() const { return l2_bytes_; }
-  int compute_capability() const { return cc_; }
-  std::string name() const { return name_; }
-
-  int alloc(DevPtr* p, size_t bytes);
-  int free(DevPtr p);
-  int upload(DevPtr dst, const void* src, size_t bytes);
-  int download(void* dst, DevPtr src, size_t bytes);
+  std::string open() override;
+  std::string name() const override { return name_; }
+  void* stream() const override { return stream_; }
+  int alloc(void** handle, size_t bytes) override;
+  int release(void* handle) override;
+  int upload(void* handle, const void* src, size_t bytes) override;
+  int download(void* dst, void* handle, size_t bytes) override;
+  int synchronize() override;
   /// Overwrites a buffer twice the size of L2 on the stream: what a timed call reads comes from HBM.
-  int flush_l2();
-  /// Waits for all work of the context, on any stream.
-  int synchronize();
-  int event_create(Event* e);
-  int event_record(Event e, Stream s);
-  int event_elapsed_ms(float* ms, Event a, Event b);
-  /// Device-to-device copy bandwidth (bytes read + written per second), best of several 1 GiB copies.
-  double copy_bandwidth();
-  std::string error(int rc) const;
+  int flush_cache() override;
+  int mark_start() override;
+  int mark_end() override;
+  int elapsed_ms(double* ms) override;
+  std::string error(int rc) const override;
+  /// Every error after a launch is sticky in CUDA: the context is lost.
+  bool fatal(int rc) const override { return rc != 0; }
+  /// Best of several 1 GiB device-to-device copies.
+  double copy_bandwidth() override;
+  nlohmann::json describe() const override;
 
  private:
   Stream stream_ = nullptr;
@@ -46,6 +45,8 @@ class Device {
   int cc_ = 0;
   std::string name_;
   uint8_t flush_value_ = 0;
+  Event start_ = nullptr;
+  Event end_ = nullptr;
 };
 
 /// SM and memory clocks and the reasons they are held down (NVML through dlopen). `ok` is false
@@ -60,7 +61,5 @@ Clocks read_clocks();
 /// The names of the bits set in an NVML clocks-event-reasons mask ("sw_thermal", "hw_slowdown", ...).
 std::string clock_reasons(unsigned long long mask);
 
-/// The runner's device, opened on first use.
-Device& device();
 
 }  // namespace kfab::cuda

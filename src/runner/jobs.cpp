@@ -22,6 +22,7 @@
 #include "core/tensor.h"
 #include "eval/compare.h"
 #include "eval/stats.h"
+#include "runner/accelerator.h"
 #include "runner/cuda_driver.h"
 
 namespace kfab::runner {
@@ -76,28 +77,30 @@ struct Setup {
   std::vector<HostTensor> cand_out;
   std::vector<HostTensor> ref_out;
   std::vector<kfab_tensor> in_views, cand_views, ref_views;
-  // cuda target: the candidate works on device copies; the reference stays the CPU oracle.
+  // Device targets (cuda, opencl): the candidate works on device copies; the reference stays the
+  // CPU oracle.
+  Accelerator* dev = nullptr;
   bool cuda = false;
-  std::vector<cuda::DevPtr> d_in, d_out;
+  std::vector<void*> d_in, d_out;
   std::vector<kfab_tensor> d_in_views, d_out_views;
   RunFn gpu_baseline = nullptr;  ///< the task's reference.cu, timed instead of the CPU reference
-  std::vector<cuda::DevPtr> d_base;
+  std::vector<void*> d_base;
   std::vector<kfab_tensor> d_base_views;
 
   Setup() = default;
   Setup(const Setup&) = delete;
   Setup& operator=(const Setup&) = delete;
   ~Setup() {
-    for (auto p : d_in) cuda::device().free(p);
-    for (auto p : d_out) cuda::device().free(p);
-    for (auto p : d_base) cuda::device().free(p);
+    if (dev == nullptr) return;
+    for (auto* list : {&d_in, &d_out, &d_base})
+      for (void* p : *list) dev->release(p);
   }
 };
 
-/// A CUDA call's result: a failure that names the error. Errors from kernels are sticky (the context
-/// is lost), so every one of them ends this runner.
-void cuda_check(int rc, const std::string& what) {
-  if (rc != 0) throw JobFailure{"crashed", what + ": " + cuda::device().error(rc), true};
+/// A device call's result: a failure that names the error. Errors the device cannot recover from
+/// (a CUDA kernel fault loses the context) end this runner; kfab starts another.
+void dev_check(Setup& s, int rc, const std::string& what) {
+  if (rc != 0) throw JobFailure{"crashed", what + ": " + s.dev->error(rc), s.dev->fatal(rc)};
 }
 
 std::optional<json> prepare(const json& req, Setup& s) {
@@ -125,17 +128,20 @@ std::optional<json> prepare(const json& req, Setup& s) {
   for (auto& t : s.inputs) s.in_views.push_back(t.view());
   for (auto& t : s.cand_out) s.cand_views.push_back(t.view());
   for (auto& t : s.ref_out) s.ref_views.push_back(t.view());
-  s.cuda = req.value("target", "cpu") == "cuda";
-  if (s.cuda) {
-    if (auto e = cuda::device().open(); !e.empty()) return failure("device_error", e);
-    auto mirror = [&](std::vector<HostTensor>& host, std::vector<kfab_tensor>& views, std::vector<cuda::DevPtr>& dev,
+  const std::string target = req.value("target", "cpu");
+  s.cuda = target == "cuda";
+  if (target != "cpu") {
+    s.dev = accelerator(target);
+    if (s.dev == nullptr) return failure("protocol_error", "unknown target " + target);
+    if (auto e = s.dev->open(); !e.empty()) return failure("device_error", e);
+    auto mirror = [&](std::vector<HostTensor>& host, std::vector<kfab_tensor>& views, std::vector<void*>& handles,
                       std::vector<kfab_tensor>& dviews) {
       for (size_t i = 0; i < host.size(); ++i) {
-        cuda::DevPtr p = 0;
-        cuda_check(cuda::device().alloc(&p, host[i].nbytes()), "cuMemAlloc");
-        dev.push_back(p);
+        void* p = nullptr;
+        dev_check(s, s.dev->alloc(&p, host[i].nbytes()), "device allocation");
+        handles.push_back(p);
         kfab_tensor v = views[i];
-        v.data = reinterpret_cast<void*>(static_cast<uintptr_t>(p));
+        v.data = p;
         dviews.push_back(v);
       }
     };
@@ -153,7 +159,7 @@ void fill_inputs(Setup& s, uint64_t base_seed, int64_t seed) {
   for (size_t i = 0; i < s.inputs.size(); ++i) {
     s.inputs[i].fill(s.task->inputs[i].init, derive_seed(base_seed, static_cast<uint64_t>(seed), i));
     std::memcpy(s.snapshot[i].data(), s.inputs[i].data(), s.inputs[i].nbytes());
-    if (s.cuda) cuda_check(cuda::device().upload(s.d_in[i], s.inputs[i].data(), s.inputs[i].nbytes()), "upload of an input");
+    if (s.dev) dev_check(s, s.dev->upload(s.d_in[i], s.inputs[i].data(), s.inputs[i].nbytes()), "upload of an input");
   }
 }
 
@@ -171,10 +177,10 @@ std::string input_change(const Setup& s) {
 void call(RunFn fn, Setup& s, std::vector<kfab_tensor>& outs, const char* who) {
   int rc;
   try {
-    const bool on_device = s.cuda && (&outs == &s.d_out_views || &outs == &s.d_base_views);
+    const bool on_device = s.dev && (&outs == &s.d_out_views || &outs == &s.d_base_views);
     auto& ins = on_device ? s.d_in_views : s.in_views;
     rc = fn(ins.data(), static_cast<int32_t>(ins.size()), outs.data(), static_cast<int32_t>(outs.size()),
-            on_device ? cuda::device().stream() : nullptr);
+            on_device ? s.dev->stream() : nullptr);
   } catch (const std::bad_alloc&) {
     throw JobFailure{"crashed", std::string(who) + " ran out of memory (std::bad_alloc under the runner's address-space limit)"};
   } catch (const std::exception& e) {
@@ -188,20 +194,20 @@ void call(RunFn fn, Setup& s, std::vector<kfab_tensor>& outs, const char* who) {
 /// cuda: the host outputs (just poisoned by the caller) go to the device before the call, and come
 /// back after it with the inputs, which must not have changed.
 void call_candidate(Setup& s) {
-  if (!s.cuda) {
+  if (!s.dev) {
     call(s.candidate, s, s.cand_views, "kfab_run");
     if (auto c = input_change(s); !c.empty()) throw JobFailure{"rejected", c};
     return;
   }
-  auto& dev = cuda::device();
+  Accelerator& dev = *s.dev;
   for (size_t i = 0; i < s.cand_out.size(); ++i)
-    cuda_check(dev.upload(s.d_out[i], s.cand_out[i].data(), s.cand_out[i].nbytes()), "upload of an output");
+    dev_check(s, dev.upload(s.d_out[i], s.cand_out[i].data(), s.cand_out[i].nbytes()), "upload of an output");
   call(s.candidate, s, s.d_out_views, "kfab_run");
-  cuda_check(dev.synchronize(), "after kfab_run");
+  dev_check(s, dev.synchronize(), "after kfab_run");
   for (size_t i = 0; i < s.cand_out.size(); ++i)
-    cuda_check(dev.download(s.cand_out[i].data(), s.d_out[i], s.cand_out[i].nbytes()), "download of an output");
+    dev_check(s, dev.download(s.cand_out[i].data(), s.d_out[i], s.cand_out[i].nbytes()), "download of an output");
   for (size_t i = 0; i < s.inputs.size(); ++i)
-    cuda_check(dev.download(s.inputs[i].data(), s.d_in[i], s.inputs[i].nbytes()), "download of an input");
+    dev_check(s, dev.download(s.inputs[i].data(), s.d_in[i], s.inputs[i].nbytes()), "download of an input");
   if (auto c = input_change(s); !c.empty()) throw JobFailure{"rejected", c};
 }
 
@@ -310,23 +316,21 @@ struct DeviceTime {
 /// One timed call on the GPU: the outputs (poisoned, for the candidate) uploaded, L2 overwritten,
 /// events on the runner's stream around the call, then the whole context synchronized. The wall
 /// clock around call + sync sees work the call left on other streams, which the events do not.
-DeviceTime time_on_device(Setup& s, RunFn fn, bool is_candidate, bool flush, cuda::Event start, cuda::Event end) {
-  auto& dev = cuda::device();
+DeviceTime time_on_device(Setup& s, RunFn fn, bool is_candidate, bool flush) {
+  Accelerator& dev = *s.dev;
   if (is_candidate)
     for (size_t i = 0; i < s.cand_out.size(); ++i)
-      cuda_check(dev.upload(s.d_out[i], s.cand_out[i].data(), s.cand_out[i].nbytes()), "upload of an output");
-  if (flush) cuda_check(dev.flush_l2(), "L2 flush");
-  cuda_check(dev.synchronize(), "before the call");
+      dev_check(s, dev.upload(s.d_out[i], s.cand_out[i].data(), s.cand_out[i].nbytes()), "upload of an output");
+  if (flush) dev_check(s, dev.flush_cache(), "cache flush");
+  dev_check(s, dev.synchronize(), "before the call");
   const double t0 = now_ms();
-  cuda_check(dev.event_record(start, dev.stream()), "cuEventRecord");
+  dev_check(s, dev.mark_start(), "timestamp before the call");
   call(fn, s, is_candidate ? s.d_out_views : s.d_base_views, is_candidate ? "kfab_run" : "GPU baseline");
-  cuda_check(dev.event_record(end, dev.stream()), "cuEventRecord");
-  cuda_check(dev.synchronize(), is_candidate ? "after kfab_run" : "after the GPU baseline");
+  dev_check(s, dev.mark_end(), "timestamp after the call");
+  dev_check(s, dev.synchronize(), is_candidate ? "after kfab_run" : "after the GPU baseline");
   DeviceTime t;
   t.wall_ms = now_ms() - t0;
-  float ms = 0.0f;
-  cuda_check(dev.event_elapsed_ms(&ms, start, end), "cuEventElapsedTime");
-  t.event_ms = ms;
+  dev_check(s, dev.elapsed_ms(&t.event_ms), "elapsed time");
   return t;
 }
 
@@ -376,20 +380,31 @@ json time_job(const json& req) {
     call_reference(s);
     if (s.gpu_baseline) {
       call(s.gpu_baseline, s, s.d_base_views, "GPU baseline");
-      cuda_check(cuda::device().synchronize(), "after the GPU baseline");
+      dev_check(s, s.dev->synchronize(), "after the GPU baseline");
     }
     if (i > 1000) break;
   }
   ClockLog clocks;
   std::vector<double> cand_wall;
+  // What timestamps and a device-wide sync cost with no work in between: the part of a call's wall
+  // time that is not the candidate's.
+  std::vector<double> empty_wall;
+  for (int i = 0; s.dev && i < 20; ++i) {
+    dev_check(s, s.dev->synchronize(), "sync");
+    const double t0 = now_ms();
+    dev_check(s, s.dev->mark_start(), "timestamp");
+    dev_check(s, s.dev->mark_end(), "timestamp");
+    dev_check(s, s.dev->synchronize(), "sync");
+    empty_wall.push_back(now_ms() - t0);
+  }
   // Outputs are poisoned before every timed call (outside the timed span), and a random sample of
   // calls plus the last one are checked against the reference: a candidate that skips work once it
   // is being timed leaves poison behind.
   std::mt19937_64 pick(std::random_device{}());
   auto check = [&](int iteration) -> std::optional<json> {
-    if (s.cuda)
+    if (s.dev)
       for (size_t i = 0; i < s.cand_out.size(); ++i)
-        cuda_check(cuda::device().download(s.cand_out[i].data(), s.d_out[i], s.cand_out[i].nbytes()), "download of an output");
+        dev_check(s, s.dev->download(s.cand_out[i].data(), s.d_out[i], s.cand_out[i].nbytes()), "download of an output");
     CompareStats st;
     for (size_t i = 0; i < s.task->outputs.size(); ++i)
       compare_output(s.cand_out[i], s.ref_out[i], s.task->tolerance_for(s.task->outputs[i]),
@@ -400,11 +415,6 @@ json time_job(const json& req) {
     r["evidence"] = st.to_json();
     return r;
   };
-  cuda::Event ev_start = nullptr, ev_end = nullptr;
-  if (s.cuda) {
-    cuda_check(cuda::device().event_create(&ev_start), "cuEventCreate");
-    cuda_check(cuda::device().event_create(&ev_end), "cuEventCreate");
-  }
   std::vector<double> cand, ref;
   const double start = now_ms();
   for (;;) {
@@ -418,8 +428,8 @@ json time_job(const json& req) {
       const bool is_cand = (k == 0) == (n % 2 == 0);
       if (is_cand)
         for (auto& o : s.cand_out) o.poison(0x5a);
-      if (s.cuda && (is_cand || s.gpu_baseline)) {
-        const DeviceTime t = time_on_device(s, is_cand ? s.candidate : s.gpu_baseline, is_cand, flush, ev_start, ev_end);
+      if (s.dev && (is_cand || s.gpu_baseline)) {
+        const DeviceTime t = time_on_device(s, is_cand ? s.candidate : s.gpu_baseline, is_cand, flush);
         (is_cand ? cand : ref).push_back(t.event_ms);
         if (is_cand) cand_wall.push_back(t.wall_ms);
         continue;
@@ -434,16 +444,17 @@ json time_job(const json& req) {
       if (auto bad = check(n)) return *bad;
     if (s.cuda && n % 10 == 0) clocks.sample();
   }
-  if (s.cuda)
+  if (s.dev)
     for (size_t i = 0; i < s.inputs.size(); ++i)
-      cuda_check(cuda::device().download(s.inputs[i].data(), s.d_in[i], s.inputs[i].nbytes()), "download of an input");
+      dev_check(s, s.dev->download(s.inputs[i].data(), s.d_in[i], s.inputs[i].nbytes()), "download of an input");
   if (auto c = input_change(s); !c.empty()) throw JobFailure{"rejected", c + " during timing"};
   if (auto bad = check(static_cast<int>(cand.size()) - 1)) return *bad;
   json reply = {{"ok", true}, {"candidate", summarize(cand).to_json()}, {"baseline", summarize(ref).to_json()}};
-  if (s.cuda) {
-    clocks.sample();
+  if (s.dev) {
+    if (s.cuda) clocks.sample();
     reply["candidate_wall"] = summarize(cand_wall).to_json();
-    reply["clocks"] = clocks.to_json();
+    reply["empty_call_wall"] = summarize(empty_wall).to_json();
+    if (s.cuda) reply["clocks"] = clocks.to_json();
     reply["baseline_kind"] = s.gpu_baseline ? "gpu" : "cpu";
     if (s.gpu_baseline) {
       // The GPU baseline must be right too, or its time means nothing.
@@ -451,7 +462,7 @@ json time_job(const json& req) {
       CompareStats st;
       for (size_t i = 0; i < s.ref_out.size(); ++i) {
         got.emplace_back(s.ref_out[i].dtype(), s.ref_out[i].shape());
-        cuda_check(cuda::device().download(got[i].data(), s.d_base[i], got[i].nbytes()), "download of the baseline");
+        dev_check(s, s.dev->download(got[i].data(), s.d_base[i], got[i].nbytes()), "download of the baseline");
         compare_output(got[i], s.ref_out[i], s.task->tolerance_for(s.task->outputs[i]), s.task->outputs[i].name, 0, 1, st);
       }
       if (!st.ok()) return failure("reference_failed", "the task's GPU baseline (reference.cu) disagrees with its CPU reference: " + st.to_json().dump());
@@ -463,11 +474,14 @@ json time_job(const json& req) {
 /// Copy bandwidth of this machine (bytes read + written per second), the best of several passes with
 /// one thread and with all: on a busy machine one thread on a free core can beat all of them.
 json machine_job(const json& req) {
-  if (req.value("target", "cpu") == "cuda") {
-    auto& dev = cuda::device();
-    if (auto e = dev.open(); !e.empty()) return failure("device_error", e);
-    return {{"ok", true}, {"copy_bandwidth_bytes_per_s", dev.copy_bandwidth()}, {"device", dev.name()},
-            {"compute_capability", dev.compute_capability()}, {"l2_bytes", dev.l2_bytes()}};
+  if (const std::string target = req.value("target", "cpu"); target != "cpu") {
+    Accelerator* dev = accelerator(target);
+    if (dev == nullptr) return failure("protocol_error", "unknown target " + target);
+    if (auto e = dev->open(); !e.empty()) return failure("device_error", e);
+    json j = dev->describe();
+    j["ok"] = true;
+    j["copy_bandwidth_bytes_per_s"] = dev->copy_bandwidth();
+    return j;
   }
   const size_t bytes = req.value("bytes", size_t{256} << 20);
   const size_t n = bytes / sizeof(double);

@@ -1,11 +1,10 @@
 #include "backends/cuda/cuda_backend.h"
 
-#include <unistd.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 
+#include "backends/compile_cache.h"
 #include "core/doctor.h"
 #include "core/hash.h"
 #include "core/paths.h"
@@ -16,8 +15,6 @@ namespace kfab {
 namespace fs = std::filesystem;
 
 namespace {
-constexpr double kCompileTimeoutS = 300.0;
-constexpr size_t kMaxCompilerMessage = 16000;
 /// probe_gpus() initialises the driver (a few hundred ms); its answer is kept per boot and driver
 /// version, so a warm `kfab eval` does not pay it. Without a driver there is nothing to cache.
 nlohmann::json cached_gpu_probe() {
@@ -73,46 +70,14 @@ std::string CudaBackend::describe() const {
 }
 
 BuildOutcome<BuildResult> CudaBackend::build(const fs::path& source) {
-  const auto start = std::chrono::steady_clock::now();
   if (nvcc_.empty()) return BuildFailure{"no nvcc: install the CUDA toolkit or put nvcc on PATH"};
   auto text = read_file(source);
   if (!text) return BuildFailure{text.error().to_string()};
-  const fs::path include = abi_include_dir();
-  const std::vector<std::string> flags = {"-std=c++17", "-O3", "-shared", "-Xcompiler", "-fPIC",
-                                          "-arch=" + arch_, "-lineinfo"};
-  std::string key_material = *text + '\0' + nvcc_ + '\0' + nvcc_version_ + '\0';
-  for (const auto& f : flags) key_material += f + ' ';
-  if (auto header = read_file(include / "kfab/candidate.h")) key_material += *header;
-  BuildResult r;
-  r.key = hash_hex(key_material);
-  const fs::path dir = cache_dir() / "cuda";
-  r.artifact = dir / (r.key + ".so");
-  std::error_code ec;
-  if (fs::exists(r.artifact, ec)) {
-    r.cached = true;
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    return r;
-  }
-  fs::create_directories(dir, ec);
-  if (ec) return BuildFailure{"cannot create the compile cache " + dir.string() + ": " + ec.message()};
-  const fs::path tmp = dir / (r.key + ".tmp." + std::to_string(::getpid()) + ".so");
-  std::vector<std::string> argv = {nvcc_};
-  argv.insert(argv.end(), flags.begin(), flags.end());
-  argv.insert(argv.end(), {"-I" + include.string(), "-o", tmp.string(), fs::absolute(source).string()});
-  auto run = run_command(argv, kCompileTimeoutS, fs::absolute(source).parent_path());
-  if (!run) return BuildFailure{run.error().to_string()};
-  if (run->timed_out || !run->status.ok()) {
-    fs::remove(tmp, ec);
-    std::string msg = run->output;
-    if (msg.size() > kMaxCompilerMessage) msg = msg.substr(0, kMaxCompilerMessage) + "\n[... compiler output truncated]";
-    if (run->timed_out) return BuildFailure{"nvcc ran past " + std::to_string(static_cast<int>(kCompileTimeoutS)) + " s\n" + msg, true};
-    if (msg.empty()) msg = "nvcc " + run->status.describe();
-    return BuildFailure{msg};
-  }
-  fs::rename(tmp, r.artifact, ec);
-  if (ec) return BuildFailure{"cannot move the build into the cache: " + ec.message()};
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return r;
+  CompileSpec spec{"cuda", nvcc_, nvcc_version_,
+                   {"-std=c++17", "-O3", "-shared", "-Xcompiler", "-fPIC", "-arch=" + arch_, "-lineinfo"}, {}, 300.0};
+  // A baseline or candidate built on cuBLAS links it; nothing else is linked implicitly.
+  if (text->find("cublas_v2.h") != std::string::npos) spec.link_flags.push_back("-lcublas");
+  return compile_cached(spec, source);
 }
 
 }  // namespace kfab

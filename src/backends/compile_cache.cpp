@@ -1,0 +1,63 @@
+#include "backends/compile_cache.h"
+
+#include <unistd.h>
+
+#include <chrono>
+
+#include "core/hash.h"
+#include "core/paths.h"
+#include "core/process.h"
+
+namespace kfab {
+
+namespace fs = std::filesystem;
+
+namespace {
+constexpr size_t kMaxCompilerMessage = 16000;
+}
+
+BuildOutcome<BuildResult> compile_cached(const CompileSpec& spec, const fs::path& source) {
+  const auto start = std::chrono::steady_clock::now();
+  auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  auto text = read_file(source);
+  if (!text) return BuildFailure{text.error().to_string()};
+  const fs::path include = abi_include_dir();
+  std::string key_material = *text + '\0' + spec.compiler + '\0' + spec.compiler_version + '\0';
+  for (const auto& f : spec.flags) key_material += f + ' ';
+  for (const auto& f : spec.link_flags) key_material += f + ' ';
+  if (auto header = read_file(include / "kfab/candidate.h")) key_material += *header;
+  BuildResult r;
+  r.key = hash_hex(key_material);
+  const fs::path dir = cache_dir() / spec.kind;
+  r.artifact = dir / (r.key + ".so");
+  std::error_code ec;
+  if (fs::exists(r.artifact, ec)) {
+    r.cached = true;
+    r.seconds = seconds();
+    return r;
+  }
+  fs::create_directories(dir, ec);
+  if (ec) return BuildFailure{"cannot create the compile cache " + dir.string() + ": " + ec.message()};
+  const fs::path tmp = dir / (r.key + ".tmp." + std::to_string(::getpid()) + ".so");
+  std::vector<std::string> argv = {spec.compiler};
+  argv.insert(argv.end(), spec.flags.begin(), spec.flags.end());
+  argv.insert(argv.end(), {"-I" + include.string(), "-o", tmp.string(), fs::absolute(source).string()});
+  argv.insert(argv.end(), spec.link_flags.begin(), spec.link_flags.end());
+  auto run = run_command(argv, spec.timeout_s, fs::absolute(source).parent_path());
+  if (!run) return BuildFailure{run.error().to_string()};
+  if (run->timed_out || !run->status.ok()) {
+    fs::remove(tmp, ec);
+    std::string msg = run->output;
+    if (msg.size() > kMaxCompilerMessage) msg = msg.substr(0, kMaxCompilerMessage) + "\n[... compiler output truncated]";
+    if (run->timed_out)
+      return BuildFailure{"the compiler ran past " + std::to_string(static_cast<int>(spec.timeout_s)) + " s\n" + msg, true};
+    if (msg.empty()) msg = "the compiler " + run->status.describe();
+    return BuildFailure{msg};
+  }
+  fs::rename(tmp, r.artifact, ec);
+  if (ec) return BuildFailure{"cannot move the build into the cache: " + ec.message()};
+  r.seconds = seconds();
+  return r;
+}
+
+}  // namespace kfab

@@ -1,0 +1,25 @@
+#pragma once
+/// Builds a source file into a shared object in the compile cache (cache_dir()/<kind>/<hash>.so). The
+/// hash covers the source, the compiler and its version, the flags and the ABI header, so an unchanged
+/// candidate is never compiled twice, and concurrent builds of one key never see half a file.
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "backends/backend.h"
+
+namespace kfab {
+
+struct CompileSpec {
+  std::string kind;                    ///< cache subfolder: cpu, cuda, opencl
+  std::string compiler;                ///< path or name
+  std::string compiler_version;        ///< part of the key
+  std::vector<std::string> flags;      ///< before the source
+  std::vector<std::string> link_flags; ///< after the source (libraries)
+  double timeout_s = 120.0;
+};
+
+BuildOutcome<BuildResult> compile_cached(const CompileSpec& spec, const std::filesystem::path& source);
+
+}  // namespace kfab

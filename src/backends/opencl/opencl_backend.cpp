@@ -1,0 +1,43 @@
+#include "backends/opencl/opencl_backend.h"
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "backends/compile_cache.h"
+#include "core/doctor.h"
+#include "core/process.h"
+
+namespace kfab {
+
+namespace fs = std::filesystem;
+
+OpenClBackend::OpenClBackend() {
+  const char* cxx = std::getenv("CXX");
+  compiler_ = cxx && *cxx ? cxx : "g++";
+  if (auto r = run_command({compiler_, "--version"}, 10.0); r && r->status.ok())
+    compiler_version_ = r->output.substr(0, r->output.find('\n'));
+  const bool headers = fs::exists("/usr/include/CL/cl.h") || fs::exists("/usr/local/cuda/include/CL/cl.h");
+  const auto platforms = probe_opencl();
+  std::string devices;
+  for (const auto& p : platforms.value("platforms", nlohmann::json::array()))
+    devices += (devices.empty() ? "" : "; ") + p.value("name", "") + " (" + std::to_string(p.value("devices", 0)) + " devices)";
+  usable_ = !compiler_version_.empty() && headers && platforms.value("found", false);
+  if (compiler_version_.empty()) description_ = "no C++ compiler";
+  else if (!headers) description_ = "no OpenCL headers (install opencl-headers)";
+  else if (!platforms.value("found", false)) description_ = platforms.value("why", std::string("no OpenCL platform"));
+  else description_ = devices;
+}
+
+BuildOutcome<BuildResult> OpenClBackend::build(const fs::path& source) {
+  if (compiler_version_.empty()) return BuildFailure{"no C++ compiler: " + compiler_ + " is not on PATH"};
+  std::vector<std::string> include;
+  if (!fs::exists("/usr/include/CL/cl.h") && fs::exists("/usr/local/cuda/include/CL/cl.h"))
+    include.push_back("-I/usr/local/cuda/include");
+  CompileSpec spec{"opencl", compiler_, compiler_version_, {"-std=c++20", "-O2", "-shared", "-fPIC", "-DCL_TARGET_OPENCL_VERSION=120"},
+                   // The loader's versioned name: a machine may lack the -dev symlink.
+                   {"-l:libOpenCL.so.1"}, 120.0};
+  spec.flags.insert(spec.flags.end(), include.begin(), include.end());
+  return compile_cached(spec, source);
+}
+
+}  // namespace kfab

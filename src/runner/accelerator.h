@@ -1,0 +1,48 @@
+#pragma once
+/// What a runner needs of a device to evaluate a candidate on it (cuda, opencl): memory, copies, the
+/// stream or queue passed to kfab_run, a cache flush, and timestamps taken on that stream.
+/// Every call returns 0 or the API's error code; error() names it.
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+namespace kfab {
+
+class Accelerator {
+ public:
+  virtual ~Accelerator() = default;
+  /// Loads the driver (dlopen) and sets up a context and a stream. Empty on success.
+  virtual std::string open() = 0;
+  virtual std::string name() const = 0;
+  /// What kfab_run receives as `stream`: cudaStream_t, cl_command_queue.
+  virtual void* stream() const = 0;
+  /// A buffer; its handle is what kfab_tensor.data holds (a device pointer, a cl_mem).
+  virtual int alloc(void** handle, size_t bytes) = 0;
+  virtual int release(void* handle) = 0;
+  virtual int upload(void* handle, const void* src, size_t bytes) = 0;
+  virtual int download(void* dst, void* handle, size_t bytes) = 0;
+  /// Waits for all work on the device, on any stream of the context.
+  virtual int synchronize() = 0;
+  /// Evicts what the next call reads from the device's caches (enqueued on the stream).
+  virtual int flush_cache() = 0;
+  /// Timestamps on the stream around a call; elapsed_ms is valid after synchronize().
+  virtual int mark_start() = 0;
+  virtual int mark_end() = 0;
+  virtual int elapsed_ms(double* ms) = 0;
+  virtual std::string error(int rc) const = 0;
+  /// Whether an error leaves the context unusable (a CUDA kernel fault does).
+  virtual bool fatal(int rc) const = 0;
+  /// Device-to-device copy bandwidth (bytes read + written per second); 0 when unknown.
+  virtual double copy_bandwidth() = 0;
+  /// Facts for the machine record ({"device", "compute_capability", ...}).
+  virtual nlohmann::json describe() const = 0;
+};
+
+/// The runner's accelerator for a target ("cuda", "opencl"); nullptr for "cpu" or an unknown one.
+/// Opened by the caller; one per runner process.
+Accelerator* accelerator(std::string_view target);
+
+}  // namespace kfab
