@@ -1,13 +1,32 @@
-// Every hand-written candidate of the bundled suite passes its task (speedups are for `make bench`).
+// Every hand-written candidate of the bundled suite passes its task on its target (cpu: *.cpp,
+// cuda: *.cu, opencl: *.cl.cpp); targets not present here are skipped. Speedups are for `make bench`.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 
+#include "backends/backend.h"
 #include "harness.h"
 
 namespace kfab::test {
 
 namespace fs = std::filesystem;
+
+/// The target a candidate file is for, by its suffix.
+inline std::string target_of(const std::string& file) {
+  auto ends = [&](const std::string& s) { return file.size() >= s.size() && file.compare(file.size() - s.size(), s.size(), s) == 0; };
+  if (ends(".cl.cpp")) return "opencl";
+  if (ends(".cu")) return "cuda";
+  return "cpu";
+}
+
+/// Whether a target can run here (its backend probes above 0); asked once per target.
+inline bool target_present(const std::string& target) {
+  static std::map<std::string, bool> known;
+  auto it = known.find(target);
+  if (it != known.end()) return it->second;
+  auto b = make_backend(target);
+  return known[target] = b && b->probe() > 0;
+}
 
 static std::vector<std::string> bundled_candidates() {
   std::vector<std::string> v;
@@ -15,8 +34,10 @@ static std::vector<std::string> bundled_candidates() {
   std::error_code ec;
   for (const auto& task : fs::directory_iterator(root, ec)) {
     if (!fs::exists(task.path() / "candidates", ec)) continue;
-    for (const auto& c : fs::directory_iterator(task.path() / "candidates", ec))
-      if (c.path().extension() == ".cpp") v.push_back(fs::relative(c.path(), root).string());
+    for (const auto& c : fs::directory_iterator(task.path() / "candidates", ec)) {
+      const auto ext = c.path().extension();
+      if (ext == ".cpp" || ext == ".cu") v.push_back(fs::relative(c.path(), root).string());
+    }
   }
   std::sort(v.begin(), v.end());
   return v;
@@ -25,9 +46,12 @@ static std::vector<std::string> bundled_candidates() {
 class BundledCandidate : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(BundledCandidate, Passes) {
+  const std::string target = target_of(GetParam());
+  if (!target_present(target)) GTEST_SKIP() << "target " << target << " is not present here";
   const fs::path cand = fs::path("tasks/core") / GetParam();
   const fs::path task = cand.parent_path().parent_path();
-  CliResult r = kfab_cli({"eval", task.string(), cand.string(), "--json", "--min-calls", "5", "--min-time", "0.02"});
+  CliResult r = kfab_cli({"eval", task.string(), cand.string(), "--target", target, "--json", "--min-calls", "5",
+                          "--min-time", "0.02"});
   ASSERT_TRUE(r.status.exited) << r.status.describe();
   nlohmann::json j = r.json();
   EXPECT_EQ(j.value("disposition", ""), "passed") << j.value("detail", "") << r.err;
@@ -42,6 +66,60 @@ INSTANTIATE_TEST_SUITE_P(Core, BundledCandidate, ::testing::ValuesIn(bundled_can
   return n;
 });
 
-TEST(BundledSuite, HasTwelveTasksEachWithACandidate) { EXPECT_GE(bundled_candidates().size(), 12u); }
+TEST(BundledSuite, HasTwelveTasksEachWithACpuCandidate) {
+  int cpu = 0;
+  for (const auto& c : bundled_candidates()) cpu += target_of(c) == "cpu";
+  EXPECT_GE(cpu, 12);
+}
+
+// The conformance suite (after ggml's test-backend-ops): the same broken-candidate classes on every
+// target, each with the same disposition, wherever a fixture of that class exists for the target.
+struct ConformanceCase {
+  std::string file;
+  std::string disposition;
+};
+
+void PrintTo(const ConformanceCase& c, std::ostream* os) { *os << c.file << " -> " << c.disposition; }
+
+static std::vector<ConformanceCase> conformance_cases() {
+  const std::map<std::string, std::string> expected = {
+      {"wrong_result", "incorrect"},       {"crash", "crashed"},           {"hang", "timeout"},
+      {"unbounded_alloc", "crashed"},      {"modifies_input", "rejected"}, {"hardcoded_shape", "incorrect"},
+      {"caches_output", "incorrect"},      {"no_compile", "compile_failed"}, {"no_entry_point", "compile_failed"},
+      {"returns_nonzero", "runtime_failed"}, {"skips_when_timed", "incorrect"}, {"exits", "crashed"},
+      {"oob_write", "crashed"},            {"kernel_build_error", "runtime_failed"}};
+  std::vector<ConformanceCase> v;
+  std::error_code ec;
+  for (const auto& f : fs::directory_iterator(fs::path(KFAB_TEST_FIXTURES) / "broken", ec)) {
+    const std::string name = f.path().filename().string();
+    const std::string cls = name.substr(0, name.find('.'));
+    auto it = expected.find(cls);
+    if (it != expected.end()) v.push_back({name, it->second});
+  }
+  std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.file < b.file; });
+  return v;
+}
+
+class Conformance : public ::testing::TestWithParam<ConformanceCase> {};
+
+TEST_P(Conformance, SameDispositionOnEveryTarget) {
+  const ConformanceCase& c = GetParam();
+  const std::string target = target_of(c.file);
+  if (!target_present(target)) GTEST_SKIP() << "target " << target << " is not present here";
+  CliResult r = kfab_cli({"eval", fixture("tasks/affine"), fixture("broken/" + c.file), "--target", target, "--json",
+                          "--timeout", "10", "--min-calls", "10", "--min-time", "0.05", "--memory-limit", "1"});
+  ASSERT_TRUE(r.status.exited) << "kfab " << r.status.describe();
+  EXPECT_EQ(r.status.code, 1) << r.out << r.err;
+  nlohmann::json j = r.json();
+  EXPECT_EQ(j.value("disposition", ""), c.disposition) << j.value("detail", "");
+  EXPECT_EQ(j.value("target", ""), target);
+}
+
+INSTANTIATE_TEST_SUITE_P(Broken, Conformance, ::testing::ValuesIn(conformance_cases()), [](const auto& info) {
+  std::string n = info.param.file;
+  for (char& c : n)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return n;
+});
 
 }  // namespace kfab::test
