@@ -33,9 +33,9 @@ ln -sf /usr/lib/x86_64-linux-gnu/libsqlite3.so.0 "$lib/libsqlite3.so"
 
 log "configure"
 PKG_CONFIG_PATH=$lib/pkgconfig cmake -S . -B build-gpu -DCMAKE_PREFIX_PATH="$root/usr" \
-  -DCMAKE_BUILD_RPATH="$lib" >"$out/configure.log" 2>&1 || { log "configure failed"; tail -30 "$out/configure.log"; exit 1; }
+  -DCMAKE_BUILD_RPATH="$lib" >"$out/build.log" 2>&1 || { log "configure failed"; tail -30 "$out/build.log"; exit 1; }
 log "build"
-cmake --build build-gpu -j "$(nproc)" >"$out/build.log" 2>&1 || { log "build failed"; grep -E "error" "$out/build.log" | head -30; exit 1; }
+cmake --build build-gpu -j "$(nproc)" >>"$out/build.log" 2>&1 || { log "build failed"; grep -E "error" "$out/build.log" | head -30; exit 1; }
 log "doctor"
 build-gpu/kfab doctor 2>&1 | tee -a "$out/summary.txt"
 
@@ -54,6 +54,10 @@ for cand in tasks/core/*/candidates/*.cu; do
   done
 done
 build-gpu/kfab eval tasks/core/softmax tasks/core/softmax/candidates/block_softmax.cu --target cuda | tee -a "$out/summary.txt"
+log "bench: compile + verify + time of a small CUDA candidate, kfab against torch load_inline"
+python3 bench/cuda_overhead.py --kfab build-gpu/kfab --out "$out/cuda_overhead.json" 2>&1 | tee -a "$out/summary.txt"
+log "bench: timing stability and agreement with ncu"
+bench/timing_stability.sh build-gpu/kfab "$out" 2>&1 | tail -20 | tee -a "$out/summary.txt"
 log "bench: tasks/core on the cpu target"
 OMP_NUM_THREADS=${OMP_NUM_THREADS:-8} bench/core_suite.sh build-gpu/kfab 2>&1 | tee "$out/bench_core.txt"
 exit $rc
