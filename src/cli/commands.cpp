@@ -44,6 +44,7 @@ Commands::Commands(CLI::App& app) : app_(app) {
   eval_->add_option("--db", db_, "the store (default: " + Store::default_path().string() + ")");
   eval_->add_flag("--no-store", no_store_, "do not record the evaluation");
   eval_->add_flag("--quiet,-q", quiet_, "no progress lines on stderr");
+  eval_->add_flag("--profile", profile_, "after a pass, profile the first tuning shape with ncu (cuda target)");
   eval_->add_flag("--json", json_, "print one JSON object on stdout");
 }
 
@@ -209,6 +210,7 @@ int Commands::eval() {
   opt.seeds = seeds_;
   opt.min_calls = min_calls_;
   opt.min_time_s = min_time_s_;
+  opt.profile = profile_;
   opt.runner.timeout_s = timeout_s_;
   if (memory_gib_ > 0) opt.runner.memory_bytes = static_cast<uint64_t>(memory_gib_ * (1ull << 30));
   if (!quiet_ && ::isatty(2)) opt.progress = [](const std::string& s) { std::cerr << "kfab: " << s << "\n"; };
@@ -265,6 +267,18 @@ int Commands::eval() {
                             s["clocks"]["mem_mhz_max"].get<unsigned>(), s["clocks"]["reasons"].get<std::string>());
       if (s.contains("warning")) line += "; WARNING: " + s["warning"].get<std::string>();
       std::cout << line << "\n";
+    }
+    if (v.profile.contains("error")) std::cout << "profile: " << v.profile["error"].get<std::string>() << "\n";
+    for (const auto& [kernel, k] : v.profile.value("kernels", json::object()).items()) {
+      std::string stalls;
+      for (const auto& st : k.value("top_stalls", json::array()))
+        stalls += (stalls.empty() ? "" : ", ") + st["reason"].get<std::string>() + fmt::format(" {:.2f}", st["cycles_per_issue"].get<double>());
+      std::cout << fmt::format("profile {}: {:.1f} us, DRAM {:.0f}%, SM {:.0f}%, occupancy {:.0f}%, {:.0f} regs, L1 hit {:.0f}%, "
+                               "L2 hit {:.0f}%; top stalls: {}\n",
+                               kernel.substr(0, 60), k.value("duration_ns", 0.0) / 1e3, k.value("dram_throughput_pct", 0.0),
+                               k.value("sm_throughput_pct", 0.0), k.value("achieved_occupancy_pct", 0.0),
+                               k.value("registers_per_thread", 0.0), k.value("l1_hit_rate_pct", 0.0),
+                               k.value("l2_hit_rate_pct", 0.0), stalls);
     }
     std::cout << fmt::format("{}{}: {}\n", disposition_name(v.disposition),
                              v.speedup ? fmt::format(" ({:.2f}x)", *v.speedup) : "", v.detail);

@@ -41,6 +41,7 @@ class Commands {
   double memory_gib_ = 0.0;
   bool no_store_ = false;
   bool quiet_ = false;
+  bool profile_ = false;
 };
 
 }  // namespace kfab::cli

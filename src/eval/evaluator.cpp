@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/hash.h"
+#include "eval/profile.h"
 #include "eval/roofline.h"
 
 namespace kfab {
@@ -270,6 +271,17 @@ Expected<Verdict> Evaluator::evaluate(const Task& task, const fs::path& candidat
     ++timed;
   }
   if (timed > 0) v.speedup = std::exp(log_sum / timed);
+  if (opt_.profile) {
+    if (!gpu) {
+      v.profile = {{"error", "profiling is for the cuda target (ncu)"}};
+    } else {
+      say("profile with ncu");
+      const ShapeBinding& shape = task.tune.front();
+      auto p = ncu_profile(task, cand.value().artifact, ref.value().artifact, "cuda", shape, opt_.base_seed,
+                           std::max(120.0, opt_.runner.timeout_s));
+      v.profile = p ? json{{"shape", shape}, {"kernels", *p}} : json{{"error", p.error().message}};
+    }
+  }
   v.detail = fmt::format("correct on {} shapes x {} seeds; {:.3f}x the {} (geometric mean over {} tuning shapes)",
                          v.shapes.size(), opt_.seeds, v.speedup.value_or(0.0), v.baseline, timed);
   return finish();

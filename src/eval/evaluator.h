@@ -24,6 +24,8 @@ struct EvalOptions {
   double max_time_s = 30.0;
   int warmup = 0;  ///< 0: the target's default (cpu 3, cuda 10)
   RunnerOptions runner;
+  /// Profile the first tuning shape with ncu after a pass (cuda target).
+  bool profile = false;
   /// Receives one line per step ("verify M=512, N=2048"), for progress on long evaluations.
   std::function<void(const std::string&)> progress;
 };

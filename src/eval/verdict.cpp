@@ -70,6 +70,7 @@ nlohmann::json Verdict::to_json() const {
   j["machine"] = machine;
   j["protocol"] = protocol;
   j["wall_s"] = wall_s;
+  if (!profile.is_null()) j["profile"] = profile;
   return j;
 }
 

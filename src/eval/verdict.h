@@ -46,6 +46,7 @@ struct Verdict {
   nlohmann::json build;           ///< compile time, cache hit
   nlohmann::json machine;         ///< peaks used for the roofline bound
   nlohmann::json protocol;        ///< seeds, calls, timeout: how the verdict was obtained
+  nlohmann::json profile;         ///< ncu metrics per kernel, or {"error": why not}; null when not asked
   double wall_s = 0.0;
 
   bool passed() const { return disposition == Disposition::Passed; }

@@ -473,6 +473,16 @@ json time_job(const json& req) {
 
 /// Copy bandwidth of this machine (bytes read + written per second), the best of several passes with
 /// one thread and with all: on a busy machine one thread on a free core can beat all of them.
+/// Runs the candidate `calls` times on one seed's inputs and nothing else: for a profiler.
+json run_job(const json& req) {
+  Setup s;
+  if (auto f = prepare(req, s)) return *f;
+  fill_inputs(s, req.at("base_seed").get<uint64_t>(), req.value("seed", 0));
+  const int calls = req.value("calls", 5);
+  for (int i = 0; i < calls; ++i) call_candidate(s);
+  return {{"ok", true}, {"calls", calls}};
+}
+
 json machine_job(const json& req) {
   if (const std::string target = req.value("target", "cpu"); target != "cpu") {
     Accelerator* dev = accelerator(target);
@@ -515,6 +525,7 @@ json handle(const json& req) {
     if (op == "verify") return verify(req);
     if (op == "time") return time_job(req);
     if (op == "machine") return machine_job(req);
+    if (op == "run") return run_job(req);
     return failure("protocol_error", "unknown op \"" + op + "\"");
   } catch (const JobFailure& f) {
     return failure(f.kind, f.detail, f.fatal);

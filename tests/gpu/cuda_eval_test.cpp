@@ -46,6 +46,21 @@ TEST_F(CudaEval, OutOfBoundsWriteCrashesNamingTheErrorAndTheNextCandidateRuns) {
   EXPECT_EQ(good->disposition, Disposition::Passed) << good->detail;
 }
 
+TEST_F(CudaEval, ProfileReportsNcuMetricsPerKernel) {
+  CliResult r = kfab_cli({"eval", fixture("tasks/affine"), fixture("tasks/affine/candidates/good.cu"), "--json", "--profile"});
+  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  nlohmann::json j = r.json();
+  ASSERT_TRUE(j.contains("profile")) << j.dump(2);
+  ASSERT_TRUE(j["profile"].contains("kernels")) << j["profile"].dump(2);
+  bool found = false;
+  for (const auto& [name, k] : j["profile"]["kernels"].items()) {
+    found = found || name.find("affine") != std::string::npos;
+    EXPECT_GT(k.value("duration_ns", 0.0), 0.0) << name;
+    EXPECT_TRUE(k.contains("registers_per_thread")) << k.dump();
+  }
+  EXPECT_TRUE(found) << j["profile"].dump(2);
+}
+
 TEST_F(CudaEval, BundledSoftmaxPasses) {
   CliResult r = kfab_cli({"eval", "tasks/core/softmax", "tasks/core/softmax/candidates/block_softmax.cu", "--json"});
   EXPECT_EQ(r.status.code, 0) << r.out << r.err;
