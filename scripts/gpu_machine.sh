@@ -31,6 +31,15 @@ for deb in .debs/*.deb; do dpkg -x "$deb" "$root"; done
 sed -i "s|^prefix=/usr|prefix=$root/usr|" "$lib"/pkgconfig/*.pc
 ln -sf /usr/lib/x86_64-linux-gnu/libsqlite3.so.0 "$lib/libsqlite3.so"
 
+# The machine's ICD list may name only PoCL: add NVIDIA's OpenCL driver when it is there.
+nv_ocl=$(ls /usr/lib/x86_64-linux-gnu/libnvidia-opencl.so.1 /usr/lib/libnvidia-opencl.so* 2>/dev/null | head -1)
+if [ -n "$nv_ocl" ]; then
+  mkdir -p "$PWD/.deps/vendors"
+  cp /etc/OpenCL/vendors/*.icd "$PWD/.deps/vendors/" 2>/dev/null
+  echo "$nv_ocl" >"$PWD/.deps/vendors/nvidia.icd"
+  export OCL_ICD_VENDORS=$PWD/.deps/vendors
+fi
+
 log "configure"
 PKG_CONFIG_PATH=$lib/pkgconfig cmake -S . -B build-gpu -DCMAKE_PREFIX_PATH="$root/usr" \
   -DCMAKE_BUILD_RPATH="$lib" >"$out/build.log" 2>&1 || { log "configure failed"; tail -30 "$out/build.log"; exit 1; }

@@ -268,8 +268,10 @@ int Commands::eval() {
       if (s.contains("warning")) line += "; WARNING: " + s["warning"].get<std::string>();
       std::cout << line << "\n";
     }
-    if (v.profile.contains("error")) std::cout << "profile: " << v.profile["error"].get<std::string>() << "\n";
-    for (const auto& [kernel, k] : v.profile.value("kernels", json::object()).items()) {
+    const json kernels = v.profile.is_object() ? v.profile.value("kernels", json::object()) : json::object();
+    if (v.profile.is_object() && v.profile.contains("error"))
+      std::cout << "profile: " << v.profile["error"].get<std::string>() << "\n";
+    for (const auto& [kernel, k] : kernels.items()) {
       std::string stalls;
       for (const auto& st : k.value("top_stalls", json::array()))
         stalls += (stalls.empty() ? "" : ", ") + st["reason"].get<std::string>() + fmt::format(" {:.2f}", st["cycles_per_issue"].get<double>());

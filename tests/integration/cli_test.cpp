@@ -99,6 +99,16 @@ TEST(Eval, CorrectCandidateGivesTheDesignJson) {
   EXPECT_TRUE(j["store"]["evaluation"].is_number());
 }
 
+// Regression: the human-readable verdict once threw on a verdict without a profile (exit 3).
+TEST(Eval, PlainOutputPrintsTheTableAndTheVerdict) {
+  CliResult r = kfab_cli({"eval", fixture("tasks/affine"), fixture("tasks/affine/candidates/good.cpp"), "--min-calls", "10",
+                          "--min-time", "0.05"});
+  ASSERT_TRUE(r.status.exited);
+  EXPECT_EQ(r.status.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("median ms"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("passed ("), std::string::npos) << r.out;
+}
+
 TEST(Eval, CandidateOutputOnStdoutDoesNotDisturbTheRunner) {
   CliResult r = kfab_cli(eval_args(fixture("tasks/affine"), fixture("tasks/affine/candidates/noisy.cpp")));
   EXPECT_EQ(r.status.code, 0) << r.out << r.err;

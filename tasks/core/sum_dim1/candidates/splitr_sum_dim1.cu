@@ -1,10 +1,13 @@
 // sum_dim1: y[b, c] = sum_{r < R} x[b, r, c] for x [B, R, C].
-// A block owns CX column vectors (VEC floats each: 256 bytes of a row) of one b, and splits R over
-// its RY thread rows: thread (tx, ty) adds rows ty, ty + RY, ... (four loads in flight per step), then
-// the RY partial sums are added in shared memory (fixed tree, deterministic) and thread row 0 writes.
-//   - C % 4 == 0 and x, y 16-byte aligned: float4 columns (CX = 16), else scalar ones (CX = 64).
-//   - RY (a power of two, CX * RY <= 1024) grows until the grid has about 2048 threads per SM, while
-//     each thread still adds at least 4 rows.
+// A block owns CX column vectors (VEC floats each) of one b and splits R over its RY thread rows:
+// thread (tx, ty) adds rows ty, ty + RY, ... (four loads in flight per step), then the RY partial sums
+// are added in shared memory (fixed tree, deterministic) and thread row 0 writes.
+//   - C % 4 == 0 and x, y 16-byte aligned: float4 columns, else scalar ones.
+//   - RY (a power of two, at most 256 / CX_min) grows until the grid has about 2048 threads per SM,
+//     while each thread still adds at least 4 rows; CX (a power of two) is at least 128 bytes of a row
+//     (one whole line per warp row) and grows to keep 128 threads per block when RY is small.
+//   - at most 256 threads per block, so that several blocks share an SM (one 1024-thread block per SM
+//     left half the grid for a second wave).
 // One pass over x; float math. R = 0 gives zeros.
 #include <cuda_runtime.h>
 
@@ -29,7 +32,7 @@ bool is_dense_f32(const kfab_tensor& t, int32_t ndim) {
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-constexpr int kMaxThreads = 1024;
+constexpr int kMaxThreads = 256;
 constexpr int64_t kMaxBlocks = 1 << 30;
 
 template <int VEC>
@@ -97,7 +100,7 @@ __global__ void __launch_bounds__(kMaxThreads)
     if (ty == 0 && cv < cvec) {
       float* out = y + b * C + cv * VEC;
       if constexpr (VEC == 4)
-        *reinterpret_cast<float4*>(out) = make_float4(mine[0], mine[1], mine[2], mine[3]);
+        __stwb(reinterpret_cast<float4*>(out), make_float4(mine[0], mine[1], mine[2], mine[3]));  // one 16-byte store
       else
         out[0] = mine[0];
     }
@@ -118,16 +121,19 @@ int sm_count() {
 
 template <int VEC>
 int launch(const float* x, float* y, int64_t B, int64_t R, int64_t C, cudaStream_t s) {
-  constexpr int CX = 64 / VEC;  // 256 bytes of a row
-  const int64_t ctiles = (C / VEC + CX - 1) / CX;
-  const int64_t columns = B * ctiles * CX;  // threads along x over the whole grid
+  constexpr int kMinCx = 32 / VEC;  // 128 bytes of a row
+  const int64_t cvec = C / VEC;
+  const int64_t columns = B * cvec;  // column vectors in all
   const int64_t target = int64_t{sm_count()} * 2048;
   int ry = 1;
-  while (ry * 2 * CX <= kMaxThreads && columns * ry < target && int64_t{ry} * 2 * 4 <= R) ry *= 2;
+  while (ry * 2 * kMinCx <= kMaxThreads && columns * ry < target && int64_t{ry} * 2 * 4 <= R) ry *= 2;
+  int cx = kMinCx;
+  while (cx * ry < 128 && cx < cvec) cx *= 2;
+  const int64_t ctiles = (cvec + cx - 1) / cx;
   int64_t blocks = B * ctiles;
   if (blocks > kMaxBlocks) blocks = kMaxBlocks;
-  const size_t smem = sizeof(float) * CX * ry * VEC;
-  sum_middle<VEC><<<static_cast<unsigned>(blocks), dim3(CX, ry), smem, s>>>(x, y, B, R, C, ctiles);
+  const size_t smem = sizeof(float) * cx * ry * VEC;
+  sum_middle<VEC><<<static_cast<unsigned>(blocks), dim3(cx, ry), smem, s>>>(x, y, B, R, C, ctiles);
   return cudaGetLastError() == cudaSuccess ? 0 : 5;
 }
 

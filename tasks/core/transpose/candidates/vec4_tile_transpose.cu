@@ -2,7 +2,7 @@
 // 32 x 32 tiles through shared memory (33-float pitch), 256 threads per block, one or two tiles side by
 // side per block iteration; grid x over the tile groups of N, y over the tiles of M, z over B (y and z
 // capped at 65535, the blocks loop; no integer division in the kernel). Bounds checked everywhere.
-//   - M % 32 == 0, N % 32 == 0, x and y 16-byte aligned: float4 loads and float4 stores (a warp moves
+//   - M % 4 == 0, N % 4 == 0, x and y 16-byte aligned: float4 loads and float4 stores (a warp moves
 //     4 rows x 128 bytes per instruction), two tiles per iteration.
 //   - else N % 4 == 0 and x 16-byte aligned: float4 loads, scalar stores, two tiles per iteration.
 //   - else: scalar loads and stores, one tile per iteration (the classic 32 x 8-thread transpose).
@@ -87,9 +87,11 @@ __global__ void __launch_bounds__(kThreads) transpose_tiles(const float* __restr
 #pragma unroll
           for (int t = 0; t < TJ; ++t) {
             const int64_t j = j0 + t * kTile + r, i = i0 + 4 * q;
+            // __stwb: an explicit 16-byte store (a plain float4 assignment here was split into four
+            // 4-byte stores by the compiler, which could not prove the alignment).
             if (j < N && i < M)
-              *reinterpret_cast<float4*>(ys + j * M + i) =
-                  make_float4(tile[t][4 * q + 0][r], tile[t][4 * q + 1][r], tile[t][4 * q + 2][r], tile[t][4 * q + 3][r]);
+              __stwb(reinterpret_cast<float4*>(ys + j * M + i),
+                     make_float4(tile[t][4 * q + 0][r], tile[t][4 * q + 1][r], tile[t][4 * q + 2][r], tile[t][4 * q + 3][r]));
           }
         } else {
 #pragma unroll
@@ -132,10 +134,7 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* inputs, int32_t n_inputs, kfab_tenso
   float* yp = static_cast<float*>(y.data);
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
 
-  // Rows of x and y whole 128-byte lines: float4 both ways, two tiles per iteration. Rows of y not
-  // 128-byte aligned: float4 stores measured slower than scalar ones (M = 1000 on an H200), so y is
-  // written with scalar stores; x still read as float4 when its rows allow.
-  if (M % 32 == 0 && N % 32 == 0 && aligned16(xp) && aligned16(yp)) return launch<true, true, 2>(xp, yp, B, M, N, s);
+  if (M % 4 == 0 && N % 4 == 0 && aligned16(xp) && aligned16(yp)) return launch<true, true, 2>(xp, yp, B, M, N, s);
   if (N % 4 == 0 && aligned16(xp)) return launch<true, false, 2>(xp, yp, B, M, N, s);
   return launch<false, false, 1>(xp, yp, B, M, N, s);
 }
