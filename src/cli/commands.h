@@ -37,7 +37,7 @@ class Commands {
   double timeout_s_ = 60.0;
   int seeds_ = 5;
   int min_calls_ = 0;
-  double min_time_s_ = 0.5;
+  double min_time_s_ = -1.0;
   double memory_gib_ = 0.0;
   bool no_store_ = false;
   bool quiet_ = false;

@@ -91,7 +91,7 @@ Expected<Verdict> Evaluator::evaluate(const Task& task, const fs::path& candidat
                 {"min_time_s", opt_.min_time_s}, {"timeout_s", opt_.runner.timeout_s},
                 {"order", "candidate, reference, candidate"},
                 {"flush", backend_.target() == "cpu" ? "clflushopt of every operand before each timed call"
-                                                      : "2x L2 overwritten on the stream before each timed call"},
+                                                      : "a read of 2x L2 on the stream before each timed call"},
                 {"timer", backend_.target() == "cpu" ? "steady_clock around the call"
                                                       : "CUDA events on the runner's stream; context synchronized after each call"}};
   auto finish = [&]() -> Expected<Verdict> {
@@ -207,7 +207,7 @@ Expected<Verdict> Evaluator::evaluate(const Task& task, const fs::path& candidat
     req["shape"] = sr.shape;
     req["seed"] = 0;
     req["min_calls"] = opt_.min_calls > 0 ? opt_.min_calls : (device ? 100 : 50);
-    req["min_time_s"] = opt_.min_time_s;
+    req["min_time_s"] = opt_.min_time_s >= 0 ? opt_.min_time_s : (device ? 0.1 : 0.5);
     req["max_calls"] = opt_.max_calls;
     req["max_time_s"] = opt_.max_time_s;
     req["warmup"] = opt_.warmup > 0 ? opt_.warmup : (device ? 10 : 3);

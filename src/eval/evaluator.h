@@ -19,7 +19,7 @@ struct EvalOptions {
   bool heldout = true;              ///< verify held-out shapes too
   bool time = true;
   int min_calls = 0;  ///< 0: the target's default (cpu 50, cuda 100)
-  double min_time_s = 0.5;
+  double min_time_s = -1.0;  ///< < 0: the target's default (cpu 0.5 s, device targets 0.1 s)
   int max_calls = 10000;
   double max_time_s = 30.0;
   int warmup = 0;  ///< 0: the target's default (cpu 3, cuda 10)

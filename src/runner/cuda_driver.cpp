@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 
+#include "runner/l2_flush_ptx.h"
+
 #include <algorithm>
 #include <utility>
 
@@ -30,6 +32,10 @@ struct Api {
   int (*cuGetErrorName)(int, const char**);
   int (*cuGetErrorString)(int, const char**);
   int (*cuMemcpyDtoDAsync)(DevPtr, DevPtr, size_t, void*);
+  int (*cuModuleLoadData)(void**, const void*);
+  int (*cuModuleGetFunction)(void**, void*, const char*);
+  int (*cuLaunchKernel)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*, void**, void**);
+  int (*cuMemsetD8)(DevPtr, unsigned char, size_t);
 };
 
 Api g_api;
@@ -43,6 +49,7 @@ bool bind(void* h, F& fn, const char* name) {
 constexpr int kAttrComputeMajor = 75;
 constexpr int kAttrComputeMinor = 76;
 constexpr int kAttrL2CacheSize = 38;
+constexpr int kAttrMultiprocessorCount = 16;
 
 }  // namespace
 
@@ -60,7 +67,9 @@ std::string CudaDevice::open() {
             bind(h, g_api.cuMemcpyDtoH, "cuMemcpyDtoH_v2") && bind(h, g_api.cuMemsetD8Async, "cuMemsetD8Async") &&
             bind(h, g_api.cuEventCreate, "cuEventCreate") && bind(h, g_api.cuEventRecord, "cuEventRecord") &&
             bind(h, g_api.cuGetErrorName, "cuGetErrorName") && bind(h, g_api.cuGetErrorString, "cuGetErrorString") &&
-            bind(h, g_api.cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
+            bind(h, g_api.cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2") &&
+            bind(h, g_api.cuModuleLoadData, "cuModuleLoadData") && bind(h, g_api.cuModuleGetFunction, "cuModuleGetFunction") &&
+            bind(h, g_api.cuLaunchKernel, "cuLaunchKernel") && bind(h, g_api.cuMemsetD8, "cuMemsetD8_v2");
   if (!bind(h, g_api.cuEventElapsedTime, "cuEventElapsedTime_v2")) ok = ok && bind(h, g_api.cuEventElapsedTime, "cuEventElapsedTime");
   if (!ok) return "libcuda.so.1 lacks an expected entry point";
   int rc = g_api.cuInit(0);
@@ -82,7 +91,16 @@ std::string CudaDevice::open() {
   if ((rc = g_api.cuCtxSetCurrent(ctx)) != 0) return "cuCtxSetCurrent: " + error(rc);
   void* s = nullptr;
   if ((rc = g_api.cuStreamCreate(&s, 0)) != 0) return "cuStreamCreate: " + error(rc);
-  if (l2_bytes_ > 0 && (rc = g_api.cuMemAlloc(&scratch_, 2 * l2_bytes_)) != 0) return "cuMemAlloc (L2 flush buffer): " + error(rc);
+  if (l2_bytes_ > 0) {
+    if ((rc = g_api.cuMemAlloc(&scratch_, 2 * l2_bytes_ + 64)) != 0) return "cuMemAlloc (L2 flush buffer): " + error(rc);
+    g_api.cuMemsetD8(scratch_, 0, 2 * l2_bytes_ + 64);
+    // The reading flush kernel; without it (a driver too old for the PTX) a memset does the flush.
+    void* mod = nullptr;
+    if (g_api.cuModuleLoadData(&mod, kL2FlushPtx) == 0) g_api.cuModuleGetFunction(&flush_fn_, mod, "kfab_l2_flush");
+    int sms = 0;
+    g_api.cuDeviceGetAttribute(&sms, kAttrMultiprocessorCount, dev);
+    sms_ = sms > 0 ? sms : 132;
+  }
   if ((rc = g_api.cuEventCreate(&start_, 0)) != 0 || (rc = g_api.cuEventCreate(&end_, 0)) != 0)
     return "cuEventCreate: " + error(rc);
   stream_ = s;
@@ -104,7 +122,12 @@ int CudaDevice::upload(void* handle, const void* src, size_t bytes) { return g_a
 int CudaDevice::download(void* dst, void* handle, size_t bytes) { return g_api.cuMemcpyDtoH(dst, ptr(handle), bytes); }
 int CudaDevice::flush_cache() {
   if (scratch_ == 0) return 0;
-  return g_api.cuMemsetD8Async(scratch_, ++flush_value_, 2 * l2_bytes_, stream_);
+  if (flush_fn_ == nullptr) return g_api.cuMemsetD8Async(scratch_, ++flush_value_, 2 * l2_bytes_, stream_);
+  DevPtr data = scratch_;
+  unsigned long long n = 2 * l2_bytes_ / 16;
+  DevPtr sink = scratch_ + 2 * l2_bytes_;
+  void* args[] = {&data, &n, &sink};
+  return g_api.cuLaunchKernel(flush_fn_, static_cast<unsigned>(sms_ * 4), 1, 1, 512, 1, 1, 0, stream_, args, nullptr);
 }
 int CudaDevice::synchronize() { return g_api.cuCtxSynchronize(); }
 int CudaDevice::mark_start() { return g_api.cuEventRecord(start_, stream_); }

@@ -26,7 +26,8 @@ class CudaDevice final : public Accelerator {
   int upload(void* handle, const void* src, size_t bytes) override;
   int download(void* dst, void* handle, size_t bytes) override;
   int synchronize() override;
-  /// Overwrites a buffer twice the size of L2 on the stream: what a timed call reads comes from HBM.
+  /// Reads a buffer twice the size of L2 on the stream (kfab_l2_flush): what a timed call reads comes
+  /// from HBM, and no dirty line of the flush's own is written back during the call.
   int flush_cache() override;
   int mark_start() override;
   int mark_end() override;
@@ -45,6 +46,8 @@ class CudaDevice final : public Accelerator {
   int cc_ = 0;
   std::string name_;
   uint8_t flush_value_ = 0;
+  void* flush_fn_ = nullptr;  ///< kfab_l2_flush from l2_flush_ptx.h
+  int sms_ = 0;
   Event start_ = nullptr;
   Event end_ = nullptr;
 };
