@@ -69,7 +69,7 @@ build-gpu/kfab eval tasks/core/softmax tasks/core/softmax/candidates/block_softm
 log "profile: kfab eval --profile of the bundled CUDA softmax"
 build-gpu/kfab eval tasks/core/softmax tasks/core/softmax/candidates/block_softmax.cu --target cuda --profile --quiet 2>&1 | tee -a "$out/summary.txt"
 log "bench: compile + verify + time of a small CUDA candidate, kfab against torch load_inline"
-python3 bench/cuda_overhead.py --kfab build-gpu/kfab --out "$out/cuda_overhead.json" 2>&1 | tee -a "$out/summary.txt"
+[ -z "${KFAB_GPU_SKIP_OVERHEAD:-}" ] && python3 bench/cuda_overhead.py --kfab build-gpu/kfab --out "$out/cuda_overhead.json" 2>&1 | tee -a "$out/summary.txt"
 log "bench: timing stability and agreement with ncu"
 bench/timing_stability.sh build-gpu/kfab "$out" 2>&1 | tail -20 | tee -a "$out/summary.txt"
 if [ -z "${KFAB_SKIP_CPU_BENCH:-}" ]; then

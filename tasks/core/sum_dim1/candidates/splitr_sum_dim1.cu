@@ -7,8 +7,7 @@
 //     adds at least 4 rows; CX (a power of two) is at least 128 bytes of a row (one whole line per warp
 //     row) and grows to keep 128 threads per block when RY is small.
 //   - at most 256 threads per block, so that several blocks share an SM (one 1024-thread block per SM
-//     left half the grid for a second wave), unless there are fewer than 2 column tiles per SM (few,
-//     long columns): then up to 1024 threads per block, to split R further.
+//     left half the grid for a second wave).
 // One pass over x; float math. R = 0 gives zeros.
 #include <cuda_runtime.h>
 
@@ -33,7 +32,7 @@ bool is_dense_f32(const kfab_tensor& t, int32_t ndim) {
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-constexpr int kMaxThreads = 1024;
+constexpr int kMaxThreads = 256;
 constexpr int64_t kMaxBlocks = 1 << 30;
 
 template <int VEC>
@@ -51,9 +50,8 @@ struct Vec<1> {
 };
 
 // blockDim = (CX, RY), RY a power of two; dynamic shared memory: CX * RY * VEC floats.
-// MAXT: the launch bound (256 or 1024; the 256 build keeps fewer registers, so more blocks per SM).
-template <int VEC, int MAXT>
-__global__ void __launch_bounds__(MAXT)
+template <int VEC>
+__global__ void __launch_bounds__(kMaxThreads)
     sum_middle(const float* __restrict__ x, float* __restrict__ y, int64_t B, int64_t R, int64_t C, int64_t ctiles) {
   extern __shared__ float4 smem_raw[];  // float4 for 16-byte alignment
   float* sm = reinterpret_cast<float*>(smem_raw);
@@ -127,19 +125,15 @@ int launch(const float* x, float* y, int64_t B, int64_t R, int64_t C, cudaStream
   const int64_t cvec = C / VEC;
   const int64_t columns = B * cvec;  // column vectors in all
   const int64_t target = int64_t{sm_count()} * 2048;
-  const int max_threads = columns / kMinCx < 2 * int64_t{sm_count()} ? kMaxThreads : 256;
   int ry = 1;
-  while (ry * 2 * kMinCx <= max_threads && columns * ry < target && int64_t{ry} * 2 * 4 <= R) ry *= 2;
+  while (ry * 2 * kMinCx <= kMaxThreads && columns * ry < target && int64_t{ry} * 2 * 4 <= R) ry *= 2;
   int cx = kMinCx;
   while (cx * ry < 128 && cx < cvec) cx *= 2;
   const int64_t ctiles = (cvec + cx - 1) / cx;
   int64_t blocks = B * ctiles;
   if (blocks > kMaxBlocks) blocks = kMaxBlocks;
   const size_t smem = sizeof(float) * cx * ry * VEC;
-  if (cx * ry <= 256)
-    sum_middle<VEC, 256><<<static_cast<unsigned>(blocks), dim3(cx, ry), smem, s>>>(x, y, B, R, C, ctiles);
-  else
-    sum_middle<VEC, kMaxThreads><<<static_cast<unsigned>(blocks), dim3(cx, ry), smem, s>>>(x, y, B, R, C, ctiles);
+  sum_middle<VEC><<<static_cast<unsigned>(blocks), dim3(cx, ry), smem, s>>>(x, y, B, R, C, ctiles);
   return cudaGetLastError() == cudaSuccess ? 0 : 5;
 }
 
