@@ -87,8 +87,13 @@ Expected<Verdict> Evaluator::evaluate(const Task& task, const fs::path& candidat
   v.dsl = std::string(backend_.dsl());
   v.candidate = candidate.string();
   if (backend_.target() != "cpu") v.baseline = "cpu reference (the task's oracle, timed on the host)";
-  v.protocol = {{"seeds", opt_.seeds},         {"base_seed", opt_.base_seed}, {"min_calls", opt_.min_calls},
-                {"min_time_s", opt_.min_time_s}, {"timeout_s", opt_.runner.timeout_s},
+  // Defaults depend on the target: a device call is cheap to repeat and noisier one by one.
+  const bool device = backend_.target() != "cpu";
+  const int min_calls = opt_.min_calls > 0 ? opt_.min_calls : (device ? 100 : 50);
+  const double min_time_s = opt_.min_time_s >= 0 ? opt_.min_time_s : (device ? 0.1 : 0.5);
+  const int warmup = opt_.warmup > 0 ? opt_.warmup : (device ? 10 : 3);
+  v.protocol = {{"seeds", opt_.seeds},         {"base_seed", opt_.base_seed}, {"min_calls", min_calls},
+                {"min_time_s", min_time_s},     {"warmup", warmup},            {"timeout_s", opt_.runner.timeout_s},
                 {"order", "candidate, reference, candidate"},
                 {"flush", backend_.target() == "cpu" ? "clflushopt of every operand before each timed call"
                                                       : "a read of 2x L2 on the stream before each timed call"},
@@ -177,7 +182,6 @@ Expected<Verdict> Evaluator::evaluate(const Task& task, const fs::path& candidat
   }
 
   const bool gpu = backend_.target() == "cuda";
-  const bool device = backend_.target() != "cpu";
   auto measure_peaks = [&](bool again) {
     return device ? device_peaks(runner, std::string(backend_.target()), again) : cpu_peaks(runner, again);
   };
@@ -206,11 +210,11 @@ Expected<Verdict> Evaluator::evaluate(const Task& task, const fs::path& candidat
     req["op"] = "time";
     req["shape"] = sr.shape;
     req["seed"] = 0;
-    req["min_calls"] = opt_.min_calls > 0 ? opt_.min_calls : (device ? 100 : 50);
-    req["min_time_s"] = opt_.min_time_s >= 0 ? opt_.min_time_s : (device ? 0.1 : 0.5);
+    req["min_calls"] = min_calls;
+    req["min_time_s"] = min_time_s;
     req["max_calls"] = opt_.max_calls;
     req["max_time_s"] = opt_.max_time_s;
-    req["warmup"] = opt_.warmup > 0 ? opt_.warmup : (device ? 10 : 3);
+    req["warmup"] = warmup;
     JobOutcome o = interpret(runner.run(req));
     if (o.task_error) return make_error(task.name + ": " + o.detail, "the task's reference or manifest is at fault");
     if (o.failure) {
