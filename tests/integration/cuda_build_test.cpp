@@ -17,18 +17,43 @@ class CudaBuild : public ::testing::Test {
   CudaBackend backend_;
 };
 
-TEST_F(CudaBuild, CompilesEveryCudaCandidateAndCachesIt) {
-  for (const std::string& f : {fixture("tasks/affine/candidates/good.cu"), fixture("broken/oob_write.cu"),
-                              std::string(KFAB_SOURCE_DIR) + "/tasks/core/softmax/candidates/block_softmax.cu"}) {
-    auto r = backend_.build(f);
-    ASSERT_TRUE(r.ok()) << f << "\n" << r.failure().message;
-    EXPECT_TRUE(std::filesystem::exists(r.value().artifact));
-    auto again = backend_.build(f);
-    ASSERT_TRUE(again.ok());
-    EXPECT_TRUE(again.value().cached);
-    EXPECT_EQ(again.value().key, r.value().key);
+// Every .cu file of the repository (bundled baselines and candidates, test fixtures) is compiled,
+// the one meant not to compile excepted; a second build comes from the cache.
+static std::vector<std::string> cuda_sources() {
+  std::vector<std::string> v;
+  for (const auto* root : {KFAB_SOURCE_DIR "/tasks", KFAB_TEST_FIXTURES}) {
+    std::error_code ec;
+    for (auto it = std::filesystem::recursive_directory_iterator(root, ec); it != std::filesystem::recursive_directory_iterator();
+         it.increment(ec)) {
+      if (it->path().extension() == ".cu" && it->path().filename() != "no_compile.cu")
+        v.push_back(std::filesystem::relative(it->path(), KFAB_SOURCE_DIR).string());
+    }
   }
+  std::sort(v.begin(), v.end());
+  return v;
 }
+
+class CudaSource : public CudaBuild, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(CudaSource, CompilesAndIsCached) {
+  const std::string f = std::string(KFAB_SOURCE_DIR) + "/" + GetParam();
+  auto r = backend_.build(f);
+  ASSERT_TRUE(r.ok()) << f << "\n" << r.failure().message;
+  EXPECT_TRUE(std::filesystem::exists(r.value().artifact));
+  auto again = backend_.build(f);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again.value().cached);
+  EXPECT_EQ(again.value().key, r.value().key);
+}
+
+INSTANTIATE_TEST_SUITE_P(Repository, CudaSource, ::testing::ValuesIn(cuda_sources()), [](const auto& info) {
+  std::string n = info.param;
+  for (char& c : n)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return n;
+});
+
+TEST_F(CudaBuild, TheRepositoryHasCudaSources) { EXPECT_GE(cuda_sources().size(), 20u); }
 
 TEST_F(CudaBuild, ACompileErrorCarriesNvccsMessage) {
   const auto f = scratch() / "bad.cu";
