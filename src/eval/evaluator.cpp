@@ -246,7 +246,9 @@ Expected<Verdict> Evaluator::evaluate(const Task& task, const fs::path& candidat
       }
     }
     if (peaks) sr.bound_ms = bound_ms(task, sr.shape, *peaks);
-    if (sr.bound_ms && sr.time->median < *sr.bound_ms && !remeasured) {
+    if (sr.bound_ms && peaks && !peaks->enforce && sr.time->median < *sr.bound_ms)
+      sr.extra["warning"] = "below the roofline bound, which is not enforced on this device: its caches cannot be flushed";
+    if (sr.bound_ms && peaks && peaks->enforce && sr.time->median < *sr.bound_ms && !remeasured) {
       // Before rejecting, make sure the bound does not rest on a measurement taken on a busy machine.
       say("machine peaks, measured again before a rejection");
       remeasured = true;
@@ -256,7 +258,7 @@ Expected<Verdict> Evaluator::evaluate(const Task& task, const fs::path& candidat
         sr.bound_ms = bound_ms(task, sr.shape, *peaks);
       }
     }
-    if (sr.bound_ms && sr.time->median < *sr.bound_ms) {
+    if (sr.bound_ms && peaks->enforce && sr.time->median < *sr.bound_ms) {
       v.disposition = Disposition::Rejected;
       v.detail = fmt::format("shape {{{}}}: median time {:.6g} ms is below the roofline bound {:.6g} ms: the work "
                              "the task's cost describes cannot be done that fast here",

@@ -15,6 +15,7 @@ nlohmann::json MachinePeaks::to_json() const {
           {"peak_bandwidth_GBps", bandwidth_Bps / 1e9},
           {"peak_gflops_f32", flops_per_s / 1e9},
           {"bound_margin", margin},
+          {"bound_enforced", enforce},
           {"source", source}};
 }
 
@@ -123,6 +124,7 @@ std::optional<MachinePeaks> device_peaks(RunnerClient& runner, const std::string
     p.source = "cached " + file.string();
   }
   p.device = j.value("device", "GPU");
+  p.enforce = j.value("type", "gpu") == "gpu";
   p.copy_Bps = j.value("copy_bandwidth_bytes_per_s", 0.0);
   p.bandwidth_Bps = p.copy_Bps;
   for (const auto& g : kGpus) {

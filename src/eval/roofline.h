@@ -23,6 +23,9 @@ struct MachinePeaks {
   /// a lying timer) come in far below any bound.
   double margin = 2.0;
   std::string source;              ///< "measured", "cached"
+  /// False where kfab cannot evict the operands from the caches before a call (an OpenCL device that
+  /// is a CPU): a time below the bound is then reported, not rejected.
+  bool enforce = true;
   nlohmann::json to_json() const;
 };
 
