@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Evaluates every hand-written candidate of tasks/core against its reference with kfab's default
+# Evaluates every hand-written C++ candidate of tasks/core (the cpu target) against its reference with kfab's default
 # protocol and prints a table of dispositions and speedups, plus the geometric mean.
 # Usage: bench/core_suite.sh [path/to/kfab] [extra kfab eval flags...]
 set -uo pipefail
@@ -11,9 +11,10 @@ log_sum=0
 n=0
 failed=0
 for cand in tasks/core/*/candidates/*.cpp; do
+  case "$cand" in *.cl.cpp) continue ;; esac  # OpenCL candidates: the opencl target, not this cpu benchmark
   task=$(dirname "$(dirname "$cand")")
   start=$(date +%s%N)
-  json=$("$kfab" eval "$task" "$cand" --json --quiet "$@")
+  json=$("$kfab" eval "$task" "$cand" --target cpu --json --quiet "$@")
   end=$(date +%s%N)
   read -r disp speed < <(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(d.get("disposition","error"), d.get("speedup") or 0)' "$json")
   printf '%-18s %-28s %-10s %8.2fx %8.2f\n' "$(basename "$task")" "$(basename "$cand")" "$disp" "$speed" "$(( (end - start) / 1000000 ))e-3"
