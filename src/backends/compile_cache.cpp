@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 
 #include "core/hash.h"
 #include "core/paths.h"
@@ -14,6 +15,22 @@ namespace fs = std::filesystem;
 
 namespace {
 constexpr size_t kMaxCompilerMessage = 16000;
+}
+
+const std::string& system_cxx() {
+  static const std::string cxx = [] {
+    const char* v = std::getenv("CXX");
+    return std::string(v && *v ? v : "g++");
+  }();
+  return cxx;
+}
+
+const std::string& system_cxx_version() {
+  static const std::string version = [] {
+    auto r = run_command({system_cxx(), "--version"}, 10.0);
+    return r && r->status.ok() ? r->output.substr(0, r->output.find('\n')) : std::string();
+  }();
+  return version;
 }
 
 BuildOutcome<BuildResult> compile_cached(const CompileSpec& spec, const fs::path& source) {

@@ -20,6 +20,11 @@ struct CompileSpec {
   double timeout_s = 120.0;
 };
 
+/// The system C++ compiler ($CXX, else g++) and the first line of its `--version` (empty when it is
+/// absent). Asked once per process: the cpu and opencl backends share the answer.
+const std::string& system_cxx();
+const std::string& system_cxx_version();
+
 BuildOutcome<BuildResult> compile_cached(const CompileSpec& spec, const std::filesystem::path& source);
 
 }  // namespace kfab

@@ -1,10 +1,8 @@
 #include "backends/cpu_cpp/cpu_backend.h"
 
 
-#include <cstdlib>
 
 #include "backends/compile_cache.h"
-#include "core/process.h"
 
 namespace kfab {
 
@@ -15,13 +13,7 @@ const std::vector<std::string>& CpuBackend::flags() {
   return f;
 }
 
-CpuBackend::CpuBackend() {
-  const char* cxx = std::getenv("CXX");
-  compiler_ = cxx && *cxx ? cxx : "g++";
-  if (auto r = run_command({compiler_, "--version"}, 10.0); r && r->status.ok()) {
-    compiler_version_ = r->output.substr(0, r->output.find('\n'));
-  }
-}
+CpuBackend::CpuBackend() : compiler_(system_cxx()), compiler_version_(system_cxx_version()) {}
 
 std::string CpuBackend::describe() const {
   if (compiler_version_.empty()) return "no C++ compiler (" + compiler_ + " not found)";

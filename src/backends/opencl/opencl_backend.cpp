@@ -1,21 +1,15 @@
 #include "backends/opencl/opencl_backend.h"
 
-#include <cstdlib>
 #include <filesystem>
 
 #include "backends/compile_cache.h"
 #include "core/doctor.h"
-#include "core/process.h"
 
 namespace kfab {
 
 namespace fs = std::filesystem;
 
-OpenClBackend::OpenClBackend() {
-  const char* cxx = std::getenv("CXX");
-  compiler_ = cxx && *cxx ? cxx : "g++";
-  if (auto r = run_command({compiler_, "--version"}, 10.0); r && r->status.ok())
-    compiler_version_ = r->output.substr(0, r->output.find('\n'));
+OpenClBackend::OpenClBackend() : compiler_(system_cxx()), compiler_version_(system_cxx_version()) {
   const bool headers = fs::exists("/usr/include/CL/cl.h") || fs::exists("/usr/local/cuda/include/CL/cl.h");
   const auto platforms = probe_opencl();
   std::string devices;
