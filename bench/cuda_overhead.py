@@ -10,7 +10,7 @@ timed from the outside (wall clock):
   kfab   `kfab eval tests/fixtures/tasks/affine .../good.cu --target cuda --json --quiet`
          cold: a fresh, empty KFAB_CACHE_DIR each time (5x); warm: the last cold cache again (5x).
          KFAB_DATA_DIR is a temporary folder. kfab's default protocol: 5 seeds on 3 shapes, then (CUDA)
-         at least 100 calls and 0.5 s per tuning shape, L2 flushed and the context synchronized around
+         at least 100 calls and 0.05 s per tuning shape (CUDA graph replay for these µs kernels), L2 flushed and the context synchronized around
          each call; a cold cache also measures the device's copy bandwidth once (the roofline bound).
   torch  this script in a helper mode (--torch-trial) in its own python3 process: import torch,
          torch.utils.cpp_extension.load_inline (cuda_sources = kernel + launcher, cpp_sources = the

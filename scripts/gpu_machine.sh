@@ -48,31 +48,51 @@ cmake --build build-gpu -j "$(nproc)" >>"$out/build.log" 2>&1 || { log "build fa
 log "doctor"
 build-gpu/kfab doctor 2>&1 | tee -a "$out/summary.txt"
 
-log "tests (unit, integration, gpu)"
+# KFAB_GPU_STAGES picks what runs after the build (default: all of them, in this order):
+#   tests      ctest, labels unit|integration|gpu (KFAB_GPU_QUICK=1: gpu only)
+#   evals      every bundled CUDA candidate, cold then warm cache, and a table of % of copy bandwidth
+#   profile    kfab eval --profile of the bundled CUDA softmax
+#   overhead   bench/cuda_overhead.py: kfab against torch load_inline
+#   stability  bench/timing_stability.sh: 5 medians and ncu
+#   cpu        bench/core_suite.sh on the cpu target (skipped with KFAB_SKIP_CPU_BENCH=1)
+stages=${KFAB_GPU_STAGES:-tests evals profile overhead stability cpu}
+want() { [[ " $stages " == *" $1 "* ]]; }
 export KFAB_CACHE_DIR=$PWD/build-gpu/cache KFAB_DATA_DIR=$PWD/build-gpu/data
-# KFAB_GPU_QUICK=1: the gpu tier only, and no per-candidate evaluations (a short re-run).
-labels='unit|integration|gpu'
-[ -n "${KFAB_GPU_QUICK:-}" ] && labels='gpu'
-ctest --test-dir build-gpu -L "$labels" --output-on-failure -j 8 >"$out/ctest.log" 2>&1
-rc=$?
-tail -8 "$out/ctest.log" | tee -a "$out/summary.txt"
-log "cuda: evaluations of the bundled CUDA candidates (cold cache, then warm)"
-for cand in $([ -z "${KFAB_GPU_QUICK:-}" ] && ls tasks/core/*/candidates/*.cu); do
-  task=$(dirname "$(dirname "$cand")")
-  for pass in cold warm; do
-    start=$(date +%s%N)
-    build-gpu/kfab eval "$task" "$cand" --target cuda --json --quiet >>"$out/cuda_evals.jsonl" 2>>"$out/summary.txt"
-    echo "$cand $pass: exit $? in $(( ($(date +%s%N) - start) / 1000000 )) ms" | tee -a "$out/summary.txt"
+rc=0
+if want tests; then
+  log "tests (unit, integration, gpu)"
+  labels='unit|integration|gpu'
+  [ -n "${KFAB_GPU_QUICK:-}" ] && labels='gpu'
+  ctest --test-dir build-gpu -L "$labels" --output-on-failure -j 8 >"$out/ctest.log" 2>&1
+  rc=$?
+  tail -8 "$out/ctest.log" | tee -a "$out/summary.txt"
+fi
+if want evals && [ -z "${KFAB_GPU_QUICK:-}" ]; then
+  log "cuda: evaluations of the bundled CUDA candidates (cold cache, then warm)"
+  for cand in tasks/core/*/candidates/*.cu; do
+    task=$(dirname "$(dirname "$cand")")
+    for pass in cold warm; do
+      [ "$pass" = cold ] && rm -rf "$KFAB_CACHE_DIR/cuda" "$KFAB_CACHE_DIR/cpu"
+      start=$(date +%s%N)
+      build-gpu/kfab eval "$task" "$cand" --target cuda --json --quiet >>"$out/cuda_evals.jsonl" 2>>"$out/summary.txt"
+      echo "$cand $pass: exit $? in $(( ($(date +%s%N) - start) / 1000000 )) ms" | tee -a "$out/summary.txt"
+    done
   done
-done
-build-gpu/kfab eval tasks/core/softmax tasks/core/softmax/candidates/block_softmax.cu --target cuda | tee -a "$out/summary.txt"
-log "profile: kfab eval --profile of the bundled CUDA softmax"
-build-gpu/kfab eval tasks/core/softmax tasks/core/softmax/candidates/block_softmax.cu --target cuda --profile --quiet 2>&1 | tee -a "$out/summary.txt"
-log "bench: compile + verify + time of a small CUDA candidate, kfab against torch load_inline"
-[ -z "${KFAB_GPU_SKIP_OVERHEAD:-}" ] && python3 bench/cuda_overhead.py --kfab build-gpu/kfab --out "$out/cuda_overhead.json" 2>&1 | tee -a "$out/summary.txt"
-log "bench: timing stability and agreement with ncu"
-bench/timing_stability.sh build-gpu/kfab "$out" 2>&1 | tail -20 | tee -a "$out/summary.txt"
-if [ -z "${KFAB_SKIP_CPU_BENCH:-}" ]; then
+  python3 bench/eval_table.py "$out/cuda_evals.jsonl" 2>&1 | tee -a "$out/summary.txt"
+fi
+if want profile; then
+  log "profile: kfab eval --profile of the bundled CUDA softmax"
+  build-gpu/kfab eval tasks/core/softmax tasks/core/softmax/candidates/block_softmax.cu --target cuda --profile --quiet 2>&1 | tee -a "$out/summary.txt"
+fi
+if want overhead; then
+  log "bench: compile + verify + time of a small CUDA candidate, kfab against torch load_inline"
+  python3 bench/cuda_overhead.py --kfab build-gpu/kfab --out "$out/cuda_overhead.json" 2>&1 | tee -a "$out/summary.txt"
+fi
+if want stability; then
+  log "bench: timing stability and agreement with ncu"
+  bench/timing_stability.sh build-gpu/kfab "$out" 2>&1 | tail -20 | tee -a "$out/summary.txt"
+fi
+if want cpu && [ -z "${KFAB_SKIP_CPU_BENCH:-}" ]; then
   log "bench: tasks/core on the cpu target"
   OMP_NUM_THREADS=${OMP_NUM_THREADS:-8} bench/core_suite.sh build-gpu/kfab 2>&1 | tee "$out/bench_core.txt"
 fi

@@ -39,7 +39,7 @@ Commands::Commands(CLI::App& app) : app_(app) {
       ->capture_default_str()->check(CLI::PositiveNumber);
   eval_->add_option("--seeds", seeds_, "seeds per shape")->capture_default_str()->check(CLI::Range(1, 1000));
   eval_->add_option("--min-calls", min_calls_, "timed calls per shape, at least (default: cpu 50, cuda 100)")->check(CLI::Range(1, 1000000));
-  eval_->add_option("--min-time", min_time_s_, "seconds of timed calls per shape, at least (default: cpu 0.5, cuda/opencl 0.1)")
+  eval_->add_option("--min-time", min_time_s_, "seconds of timed calls per shape, at least (default: cpu 0.5, cuda/opencl 0.05)")
       ->check(CLI::NonNegativeNumber);
   eval_->add_option("--memory-limit", memory_gib_, "address-space limit of the runner in GiB (default: min(8, RAM/2))")->check(CLI::PositiveNumber);
   eval_->add_option("--db", db_, "the store (default: " + Store::default_path().string() + ")");

@@ -229,9 +229,9 @@ Expected<TensorSpec> read_tensor(const ManifestReader& r, const toml::node& node
 
 Expected<std::vector<ShapeBinding>> read_shape_sets(const ManifestReader& r, const toml::table& shapes,
                                                     const toml::node* parent, std::string_view key,
-                                                    bool required) {
+                                                    bool required, std::string_view prefix = "shapes.") {
   std::vector<ShapeBinding> out;
-  const std::string field = "shapes." + std::string(key);
+  const std::string field = std::string(prefix) + std::string(key);
   const toml::node* n = shapes.get(key);
   if (n == nullptr) {
     if (required) return r.fail(parent, field, "missing", "an array of inline tables such as [ { M = 128, N = 256 } ]");
@@ -317,13 +317,21 @@ Expected<Task> load_task(const fs::path& path) {
   if (shapes_node == nullptr || !shapes_node->is_table())
     return r.fail(shapes_node, "shapes", shapes_node ? "must be a table" : "missing", "[shapes] with tune = [...] and heldout = [...]");
   const toml::table& shapes = *shapes_node->as_table();
-  if (auto ok = r.only_keys(shapes, "shapes.", {"tune", "heldout"}); !ok) return Unexpected{ok.error()};
+  if (auto ok = r.only_keys(shapes, "shapes.", {"tune", "heldout", "gpu"}); !ok) return Unexpected{ok.error()};
   auto tune = read_shape_sets(r, shapes, shapes_node, "tune", true);
   if (!tune) return Unexpected{tune.error()};
   task.tune = std::move(*tune);
   auto held = read_shape_sets(r, shapes, shapes_node, "heldout", false);
   if (!held) return Unexpected{held.error()};
   task.heldout = std::move(*held);
+  if (const toml::node* gpu = shapes.get("gpu")) {
+    if (!gpu->is_table())
+      return r.fail(gpu, "shapes.gpu", "must be a table", "[shapes.gpu] with tune = [...]: the tuning shapes on a GPU");
+    if (auto ok = r.only_keys(*gpu->as_table(), "shapes.gpu.", {"tune"}); !ok) return Unexpected{ok.error()};
+    auto g = read_shape_sets(r, *gpu->as_table(), gpu, "tune", true, "shapes.gpu.");
+    if (!g) return Unexpected{g.error()};
+    task.tune_gpu = std::move(*g);
+  }
 
   const toml::node* ref = root.get("reference");
   if (ref == nullptr || !ref->is_table())
@@ -403,6 +411,8 @@ Expected<Task> load_task(const fs::path& path) {
     if (auto ok = check_set(b, "tune"); !ok) return Unexpected{ok.error()};
   for (const auto& b : task.heldout)
     if (auto ok = check_set(b, "heldout"); !ok) return Unexpected{ok.error()};
+  for (const auto& b : task.tune_gpu)
+    if (auto ok = check_set(b, "gpu.tune"); !ok) return Unexpected{ok.error()};
   return task;
 }
 

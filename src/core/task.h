@@ -48,6 +48,9 @@ struct Task {
   std::vector<TensorSpec> outputs;
   std::vector<ShapeBinding> tune;
   std::vector<ShapeBinding> heldout;
+  /// Optional [shapes.gpu] tune = [...]: the tuning shapes on a GPU (cuda, OpenCL on a GPU), where
+  /// the CPU's shapes would measure launch latency rather than the kernel. Empty: `tune` everywhere.
+  std::vector<ShapeBinding> tune_gpu;
   std::filesystem::path reference;  ///< absolute path of the reference source: the CPU oracle
   /// Optional ([reference] cuda = "reference.cu"): the GPU baseline candidates are timed against on
   /// the cuda target. Correctness is always judged by `reference`.
@@ -56,6 +59,9 @@ struct Task {
   std::optional<double> rtol;
   std::string cost_flops;  ///< expression, empty when absent
   std::string cost_bytes;
+
+  /// The tuning shapes on a device of this kind.
+  const std::vector<ShapeBinding>& tune_for(bool gpu) const { return gpu && !tune_gpu.empty() ? tune_gpu : tune; }
 
   /// Tolerance for an output: its own, else the task's, else the dtype's default.
   Tolerance tolerance_for(const TensorSpec& out) const;

@@ -90,7 +90,7 @@ Expected<Verdict> Evaluator::evaluate(const Task& task, const fs::path& candidat
   // Defaults depend on the target: a device call is cheap to repeat and noisier one by one.
   const bool device = backend_.target() != "cpu";
   const int min_calls = opt_.min_calls > 0 ? opt_.min_calls : (device ? 100 : 50);
-  const double min_time_s = opt_.min_time_s >= 0 ? opt_.min_time_s : (device ? 0.1 : 0.5);
+  const double min_time_s = opt_.min_time_s >= 0 ? opt_.min_time_s : (device ? 0.05 : 0.5);
   const int warmup = opt_.warmup > 0 ? opt_.warmup : (device ? 10 : 3);
   v.protocol = {{"seeds", opt_.seeds},         {"base_seed", opt_.base_seed}, {"min_calls", min_calls},
                 {"min_time_s", min_time_s},     {"warmup", warmup},            {"timeout_s", opt_.runner.timeout_s},
@@ -108,6 +108,14 @@ Expected<Verdict> Evaluator::evaluate(const Task& task, const fs::path& candidat
   if (!source) return Unexpected{source.error()};
   v.candidate_hash = hash_hex(*source);
 
+  RunnerOptions ro = opt_.runner;
+  ro.limit_address_space = backend_.target() == "cpu";
+  ro.preopen = device ? std::string(backend_.target()) : std::string();
+  RunnerClient runner(ro);
+  // A device runner opens the driver (cuInit: a good part of a warm evaluation) while the sources
+  // are hashed and looked up in the compile cache.
+  if (device) (void)runner.start();
+
   say("build reference " + task.reference.filename().string());
   auto ref = backend_.build(task.reference);
   if (!ref.ok())
@@ -122,17 +130,25 @@ Expected<Verdict> Evaluator::evaluate(const Task& task, const fs::path& candidat
   }
   v.build = {{"cached", cand.value().cached}, {"seconds", cand.value().seconds}, {"key", cand.value().key}};
 
-  RunnerOptions ro = opt_.runner;
-  ro.limit_address_space = backend_.target() == "cpu";
-  RunnerClient runner(ro);
   json base = {{"task", task.manifest.string()},
                {"candidate", cand.value().artifact.string()},
                {"reference", ref.value().artifact.string()},
                {"base_seed", opt_.base_seed},
                {"target", backend_.target()}};
 
+  // The device's peaks come first on a device: whether it is a GPU picks the tuning shapes.
+  const bool has_cost = !task.cost_flops.empty() || !task.cost_bytes.empty();
+  std::optional<MachinePeaks> peaks;
+  if (device) {
+    say("device peaks");
+    peaks = device_peaks(runner, std::string(backend_.target()), false);
+    if (peaks && has_cost) v.machine = peaks->to_json();
+  }
+  const bool gpu_device = backend_.target() == "cuda" || (peaks && peaks->enforce);
+  const std::vector<ShapeBinding>& tune = task.tune_for(gpu_device);
+  if (gpu_device && !task.tune_gpu.empty()) v.protocol["tuning_shapes"] = "shapes.gpu.tune (a GPU)";
   std::vector<std::pair<const ShapeBinding*, bool>> shapes;
-  for (const auto& s : task.tune) shapes.emplace_back(&s, false);
+  for (const auto& s : tune) shapes.emplace_back(&s, false);
   if (opt_.heldout)
     for (const auto& s : task.heldout) shapes.emplace_back(&s, true);
   for (const auto& [s, held] : shapes) {
@@ -185,8 +201,9 @@ Expected<Verdict> Evaluator::evaluate(const Task& task, const fs::path& candidat
   auto measure_peaks = [&](bool again) {
     return device ? device_peaks(runner, std::string(backend_.target()), again) : cpu_peaks(runner, again);
   };
-  std::optional<MachinePeaks> peaks;
-  if (!task.cost_flops.empty() || !task.cost_bytes.empty()) {
+  if (!has_cost) {
+    peaks.reset();
+  } else if (!device) {
     say("machine peaks");
     peaks = measure_peaks(false);
     if (peaks) v.machine = peaks->to_json();
@@ -228,6 +245,7 @@ Expected<Verdict> Evaluator::evaluate(const Task& task, const fs::path& candidat
     }
     sr.time = TimeStats::from_json(o.body["candidate"]);
     sr.baseline = TimeStats::from_json(o.body["baseline"]);
+    if (o.body.contains("replay")) sr.extra["replay"] = o.body["replay"];
     if (o.body.contains("clocks")) {
       sr.extra["clocks"] = o.body["clocks"];
       if (o.body["clocks"].value("drift", false)) sr.extra["warning"] = "the SM clock drifted by more than 5% while timing";
@@ -282,7 +300,7 @@ Expected<Verdict> Evaluator::evaluate(const Task& task, const fs::path& candidat
       v.profile = {{"error", "profiling is for the cuda target (ncu)"}};
     } else {
       say("profile with ncu");
-      const ShapeBinding& shape = task.tune.front();
+      const ShapeBinding& shape = tune.front();
       auto p = ncu_profile(task, cand.value().artifact, ref.value().artifact, "cuda", shape, opt_.base_seed,
                            std::max(120.0, opt_.runner.timeout_s));
       v.profile = p ? json{{"shape", shape}, {"kernels", *p}} : json{{"error", p.error().message}};

@@ -39,6 +39,20 @@ class Accelerator {
   virtual double copy_bandwidth() = 0;
   /// Facts for the machine record ({"device", "compute_capability", ...}).
   virtual nlohmann::json describe() const = 0;
+
+  // Replay (CUDA graphs): what one call enqueues on the stream, recorded once and launched again as
+  // a unit, so that the host's launch latency between a call's kernels is not timed. A device
+  // without graphs answers kNoReplay.
+  static constexpr int kNoReplay = -1;
+  /// Starts recording what is enqueued on stream() by this thread.
+  virtual int capture_begin() { return kNoReplay; }
+  /// Ends the recording and makes it launchable: *replay is then valid until release_replay().
+  virtual int capture_end(void** replay) {
+    *replay = nullptr;
+    return kNoReplay;
+  }
+  virtual int launch_replay(void* /*replay*/) { return kNoReplay; }
+  virtual void release_replay(void* /*replay*/) {}
 };
 
 /// The runner's accelerator for a target ("cuda", "opencl"); nullptr for "cpu" or an unknown one.

@@ -36,6 +36,13 @@ struct Api {
   int (*cuModuleGetFunction)(void**, void*, const char*);
   int (*cuLaunchKernel)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*, void**, void**);
   int (*cuMemsetD8)(DevPtr, unsigned char, size_t);
+  // CUDA graphs (optional: replay is skipped where they are missing)
+  int (*cuStreamBeginCapture)(void*, int);
+  int (*cuStreamEndCapture)(void*, void**);
+  int (*cuGraphInstantiateWithFlags)(void**, void*, unsigned long long);
+  int (*cuGraphLaunch)(void*, void*);
+  int (*cuGraphExecDestroy)(void*);
+  int (*cuGraphDestroy)(void*);
 };
 
 Api g_api;
@@ -72,6 +79,11 @@ std::string CudaDevice::open() {
             bind(h, g_api.cuLaunchKernel, "cuLaunchKernel") && bind(h, g_api.cuMemsetD8, "cuMemsetD8_v2");
   if (!bind(h, g_api.cuEventElapsedTime, "cuEventElapsedTime_v2")) ok = ok && bind(h, g_api.cuEventElapsedTime, "cuEventElapsedTime");
   if (!ok) return "libcuda.so.1 lacks an expected entry point";
+  graphs_ = bind(h, g_api.cuStreamBeginCapture, "cuStreamBeginCapture_v2") &&
+            bind(h, g_api.cuStreamEndCapture, "cuStreamEndCapture") &&
+            bind(h, g_api.cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags") &&
+            bind(h, g_api.cuGraphLaunch, "cuGraphLaunch") && bind(h, g_api.cuGraphExecDestroy, "cuGraphExecDestroy") &&
+            bind(h, g_api.cuGraphDestroy, "cuGraphDestroy");
   int rc = g_api.cuInit(0);
   if (rc != 0) return "cuInit: " + error(rc);
   int dev = 0;
@@ -140,6 +152,30 @@ int CudaDevice::elapsed_ms(double* ms) {
 }
 nlohmann::json CudaDevice::describe() const {
   return {{"device", name_}, {"compute_capability", cc_}, {"l2_bytes", l2_bytes_}};
+}
+
+int CudaDevice::capture_begin() {
+  if (!graphs_) return kNoReplay;
+  constexpr int kCaptureModeThreadLocal = 1;  // CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+  return g_api.cuStreamBeginCapture(stream_, kCaptureModeThreadLocal);
+}
+
+int CudaDevice::capture_end(void** replay) {
+  *replay = nullptr;
+  if (!graphs_) return kNoReplay;
+  void* graph = nullptr;
+  int rc = g_api.cuStreamEndCapture(stream_, &graph);
+  if (rc != 0) return rc;
+  if (graph == nullptr) return kNoReplay;
+  rc = g_api.cuGraphInstantiateWithFlags(replay, graph, 0);
+  g_api.cuGraphDestroy(graph);
+  return rc;
+}
+
+int CudaDevice::launch_replay(void* replay) { return graphs_ ? g_api.cuGraphLaunch(replay, stream_) : kNoReplay; }
+
+void CudaDevice::release_replay(void* replay) {
+  if (graphs_ && replay != nullptr) g_api.cuGraphExecDestroy(replay);
 }
 
 double CudaDevice::copy_bandwidth() {
@@ -215,6 +251,7 @@ std::string clock_reasons(unsigned long long mask) {
 }
 
 std::string CudaDevice::error(int rc) const {
+  if (rc == kNoReplay) return "CUDA graphs are not available";
   const char* name = nullptr;
   const char* text = nullptr;
   if (g_api.cuGetErrorName) g_api.cuGetErrorName(rc, &name);

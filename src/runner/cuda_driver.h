@@ -34,10 +34,14 @@ class CudaDevice final : public Accelerator {
   int elapsed_ms(double* ms) override;
   std::string error(int rc) const override;
   /// Every error after a launch is sticky in CUDA: the context is lost.
-  bool fatal(int rc) const override { return rc != 0; }
+  bool fatal(int rc) const override { return rc != 0 && rc != kNoReplay; }
   /// Best of several 1 GiB device-to-device copies.
   double copy_bandwidth() override;
   nlohmann::json describe() const override;
+  int capture_begin() override;
+  int capture_end(void** replay) override;
+  int launch_replay(void* replay) override;
+  void release_replay(void* replay) override;
 
  private:
   Stream stream_ = nullptr;
@@ -48,6 +52,7 @@ class CudaDevice final : public Accelerator {
   uint8_t flush_value_ = 0;
   void* flush_fn_ = nullptr;  ///< kfab_l2_flush from l2_flush_ptx.h
   int sms_ = 0;
+  bool graphs_ = false;
   Event start_ = nullptr;
   Event end_ = nullptr;
 };

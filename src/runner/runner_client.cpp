@@ -62,6 +62,7 @@ std::optional<std::string> RunnerClient::ensure_started() {
   dir_ = tmpl;
   SpawnOptions so;
   so.argv = {runner_path().string()};
+  if (!opt_.preopen.empty()) so.argv.insert(so.argv.end(), {"--open", opt_.preopen});
   so.cwd = dir_;
   so.env = {{"TMPDIR", dir_.string()}};
   so.output_file = dir_ / "runner.log";

@@ -19,6 +19,8 @@ struct RunnerOptions {
   bool limit_address_space = true;
   uint64_t cpu_seconds = 0;         ///< CPU-time limit of one runner; 0: timeout x cores x 8
   uint64_t file_size_bytes = 1ull << 30;
+  /// A device target ("cuda", "opencl") the runner opens as soon as it starts, before its first job.
+  std::string preopen;
 };
 
 /// The smaller of 8 GiB and half the machine's memory.
@@ -43,6 +45,8 @@ class RunnerClient {
   RunnerClient(const RunnerClient&) = delete;
   RunnerClient& operator=(const RunnerClient&) = delete;
 
+  /// Spawns the runner now rather than at the first job (it then starts up while kfab works).
+  std::optional<std::string> start() { return ensure_started(); }
   /// Runs one job; spawns a runner if none is alive.
   JobReply run(const nlohmann::json& request);
   /// How many runners this client has started.

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <string>
 
+#include "runner/accelerator.h"
 #include "runner/jobs.h"
 #include "runner/protocol.h"
 
@@ -23,6 +24,10 @@ int main(int argc, char** argv) {
     std::printf("%s\n", reply.dump().c_str());
     return reply.value("ok", false) ? 0 : 1;
   }
+  // --open TARGET: the device is opened before the first job arrives. A failure is not reported
+  // here: the first job that needs the device reports it.
+  if (argc == 3 && std::string(argv[1]) == "--open")
+    if (kfab::Accelerator* dev = kfab::accelerator(argv[2])) (void)dev->open();
   for (;;) {
     kfab::ReadResult in = kfab::read_message(kfab::kRunnerRequestFd);
     if (in.status == kfab::ReadStatus::Eof) return 0;

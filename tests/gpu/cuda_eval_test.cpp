@@ -28,6 +28,49 @@ TEST_F(CudaEval, CorrectCandidatePassesAndIsTimedWithEvents) {
   for (const auto& s : j["shapes"]) {
     if (s["heldout"].get<bool>()) continue;
     EXPECT_GE(s["time_ms"]["n"].get<int>(), 50);
+    // A kernel of a few microseconds is recorded once as a CUDA graph and replayed.
+    ASSERT_TRUE(s.contains("replay")) << s.dump(2);
+    EXPECT_TRUE(s["replay"].value("used", false)) << s["replay"].dump();
+  }
+}
+
+// Affine kernels written to one file: the kernel, then a body that makes kfab_run unrecordable.
+std::string affine_with(const std::string& body) {
+  return R"(#include <cuda_runtime.h>
+#include "kfab/candidate.h"
+__global__ void k(const float* x, float* y, long n) { long i = blockIdx.x * 256L + threadIdx.x; if (i < n) y[i] = 2.0f * x[i] + 1.0f; }
+KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t, kfab_tensor* out, int32_t, void* s) {
+  long n = in[0].shape[0] * in[0].shape[1];
+  const float* x = (const float*)in[0].data;
+  float* y = (float*)out[0].data;
+)" + body + "\n  return 0;\n}\n";
+}
+
+TEST_F(CudaEval, ACallThatSynchronizesIsTimedDirectlyAndPasses) {
+  const auto f = scratch() / "syncs.cu";
+  ASSERT_TRUE(write_file_atomic(f, affine_with(R"(  k<<<(n + 255) / 256, 256, 0, (cudaStream_t)s>>>(x, y, n);
+  cudaStreamSynchronize((cudaStream_t)s);)")).has_value());
+  CliResult r = kfab_cli({"eval", fixture("tasks/affine"), f.string(), "--json"});
+  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  for (const auto& s : r.json()["shapes"]) {
+    if (s["heldout"].get<bool>()) continue;
+    EXPECT_FALSE(s["replay"].value("used", true)) << s["replay"].dump();
+    EXPECT_NE(s["replay"].value("why", "").find("launched directly"), std::string::npos) << s["replay"].dump();
+  }
+}
+
+TEST_F(CudaEval, WorkOnASideStreamIsNotReplayed) {
+  const auto f = scratch() / "side.cu";
+  ASSERT_TRUE(write_file_atomic(f, affine_with(R"(  static cudaStream_t side = [] { cudaStream_t t; cudaStreamCreateWithFlags(&t, cudaStreamNonBlocking); return t; }();
+  k<<<(n + 255) / 256, 256, 0, side>>>(x, y, n);
+  cudaStreamSynchronize(side);)")).has_value());
+  CliResult r = kfab_cli({"eval", fixture("tasks/affine"), f.string(), "--json"});
+  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  for (const auto& s : r.json()["shapes"]) {
+    if (s["heldout"].get<bool>()) continue;
+    // Recorded, the kernel on the side stream is not in the graph: a replay leaves the outputs
+    // poisoned, so the call is launched directly.
+    EXPECT_FALSE(s["replay"].value("used", true)) << s["replay"].dump();
   }
 }
 

@@ -192,4 +192,29 @@ TEST_F(Manifest, DuplicateTensorNamesAreRejected) {
   EXPECT_NE(e.find("duplicate tensor name"), std::string::npos) << e;
 }
 
+TEST_F(Manifest, GpuTuningShapesReplaceTheTuningShapesOnAGpu) {
+  auto t = load(edit("heldout = [ { M = 3, N = 5 } ]", "heldout = [ { M = 3, N = 5 } ]\n\n[shapes.gpu]\ntune = [ { M = 4096, N = 512 } ]"));
+  ASSERT_TRUE(t.has_value()) << t.error().to_string();
+  ASSERT_EQ(t->tune_gpu.size(), 1u);
+  EXPECT_EQ(t->tune_gpu[0].at("M"), 4096);
+  EXPECT_EQ(t->tune_for(true).front().at("M"), 4096);
+  EXPECT_EQ(t->tune_for(false).front().at("M"), 4);
+  EXPECT_EQ(t->heldout.size(), 1u);  // held-out shapes are the same everywhere
+  auto plain = load(kGood);
+  ASSERT_TRUE(plain.has_value());
+  EXPECT_EQ(plain->tune_for(true).front().at("M"), 4);  // no [shapes.gpu]: the tuning shapes everywhere
+}
+
+TEST_F(Manifest, GpuTuningShapesAreCheckedLikeTheOthers) {
+  const std::string unbound =
+      error_of(edit("heldout = [ { M = 3, N = 5 } ]", "heldout = [ { M = 3, N = 5 } ]\n[shapes.gpu]\ntune = [ { M = 4096 } ]"));
+  EXPECT_NE(unbound.find("symbol N is not bound in shapes.gpu.tune {M=4096}"), std::string::npos) << unbound;
+  const std::string typo =
+      error_of(edit("heldout = [ { M = 3, N = 5 } ]", "heldout = [ { M = 3, N = 5 } ]\n[shapes.gpu]\ntunes = [ { M = 1, N = 1 } ]"));
+  EXPECT_NE(typo.find("shapes.gpu.tunes"), std::string::npos) << typo;
+  const std::string empty =
+      error_of(edit("heldout = [ { M = 3, N = 5 } ]", "heldout = [ { M = 3, N = 5 } ]\n[shapes.gpu]\ntune = []"));
+  EXPECT_NE(empty.find("shapes.gpu.tune: must be a non-empty array"), std::string::npos) << empty;
+}
+
 }  // namespace kfab

@@ -34,17 +34,32 @@ nlohmann::json cached_gpu_probe() {
   return j;
 }
 
+/// The last line of `nvcc --version` (tens of ms: nvcc is a driver script), kept per nvcc binary
+/// (its path, size and modification time): it is part of every compile-cache key.
+std::string cached_nvcc_version(const std::string& nvcc) {
+  std::error_code ec;
+  const fs::path real = fs::canonical(nvcc, ec);
+  const auto size = ec ? 0 : fs::file_size(real, ec);
+  const auto mtime = ec ? 0 : fs::last_write_time(real, ec).time_since_epoch().count();
+  const fs::path file = cache_dir() / "machine" /
+                        ("nvcc-" + hash_hex(real.string() + '\0' + std::to_string(size) + '\0' + std::to_string(mtime)).substr(0, 16) + ".txt");
+  if (!ec)
+    if (auto text = read_file(file); text && !text->empty()) return *text;
+  auto r = run_command({nvcc, "--version"}, 20.0);
+  if (!r || !r->status.ok()) return {};
+  std::string o = r->output;
+  while (!o.empty() && o.back() == '\n') o.pop_back();
+  std::string version = o.substr(o.rfind('\n') + 1);
+  if (!ec && !version.empty()) (void)write_file_atomic(file, version);
+  return version;
+}
+
 }  // namespace
 
 CudaBackend::CudaBackend() {
   nvcc_ = find_program("nvcc");
   if (nvcc_.empty() && fs::exists("/usr/local/cuda/bin/nvcc")) nvcc_ = "/usr/local/cuda/bin/nvcc";
-  if (!nvcc_.empty())
-    if (auto r = run_command({nvcc_, "--version"}, 20.0); r && r->status.ok()) {
-      std::string o = r->output;
-      while (!o.empty() && o.back() == '\n') o.pop_back();
-      nvcc_version_ = o.substr(o.rfind('\n') + 1);
-    }
+  if (!nvcc_.empty()) nvcc_version_ = cached_nvcc_version(nvcc_);
   std::string cc;
   const auto gpus = cached_gpu_probe();
   if (gpus.value("found", false) && !gpus["devices"].empty()) {
