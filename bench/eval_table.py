@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""One line per tuning shape of every verdict in a JSON-lines file (`kfab eval --json` output, one
-verdict per line): the candidate's median, its bandwidth and its share of the measured copy
+"""One line per tuning shape of every verdict in a file of `kfab eval --json` outputs, one after the
+other: the candidate's median, its bandwidth and its share of the measured copy
 bandwidth, the speedup over the baseline, and whether the call was replayed as a CUDA graph.
 
-  python3 bench/eval_table.py VERDICTS.jsonl
+  python3 bench/eval_table.py VERDICTS.json
 
 A verdict that did not pass is one line with its disposition and detail. Only the last verdict of
 each (task, candidate) pair is shown: scripts/gpu_machine.sh evaluates each one twice (cold, warm).
@@ -20,14 +20,19 @@ def main() -> int:
         print(__doc__, file=sys.stderr)
         return 2
     last: dict[tuple[str, str], dict] = {}
-    for n, line in enumerate(Path(sys.argv[1]).read_text().splitlines(), 1):
-        if not line.strip():
-            continue
+    text = Path(sys.argv[1]).read_text()
+    decoder = json.JSONDecoder()
+    pos = 0
+    while True:
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+        if pos >= len(text):
+            break
         try:
-            v = json.loads(line)
+            v, pos = decoder.raw_decode(text, pos)
         except json.JSONDecodeError as e:
-            print(f"{sys.argv[1]}:{n}: not a verdict ({e})", file=sys.stderr)
-            continue
+            print(f"{sys.argv[1]}: stops at a part that is not JSON ({e})", file=sys.stderr)
+            break
         last[(v.get("task", "?"), Path(v.get("candidate", "?")).name)] = v
     header = f"{'task':18} {'candidate':30} {'shape':24} {'median us':>10} {'GB/s':>8} {'% copy':>7} {'speedup':>8} replay"
     print(header)

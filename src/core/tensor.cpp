@@ -64,41 +64,60 @@ uint64_t derive_seed(uint64_t seed, uint64_t a, uint64_t b) {
   return splitmix64(s);
 }
 
+namespace {
+/// The k-th value (k >= 1) splitmix64 draws from `seed`: its state only advances by a constant, so
+/// any draw can be computed on its own, and a tensor filled in parallel holds the same values as one
+/// filled in order.
+inline uint64_t draw(uint64_t seed, uint64_t k) {
+  uint64_t state = seed + (k - 1) * 0x9e3779b97f4a7c15ull;
+  return splitmix64(state);
+}
+/// In (0, 1): 53 random bits, never exactly 0.
+inline double uniform01(uint64_t seed, uint64_t k) {
+  return (static_cast<double>(draw(seed, k) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+constexpr int64_t kParallelFrom = 1 << 16;  // elements; below this a thread team costs more than it saves
+}  // namespace
+
 void HostTensor::fill(const InitSpec& init, uint64_t seed) {
-  uint64_t state = seed;
-  auto uniform01 = [&]() {  // in (0, 1): 53 random bits, never exactly 0
-    return (static_cast<double>(splitmix64(state) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-  };
   void* d = data_.get();
+  const auto n = static_cast<int64_t>(numel_);
   switch (init.kind) {
     case InitKind::Zeros:
-      for (size_t i = 0; i < numel_; ++i) store_from_double(d, dtype_, i, 0.0);
+    case InitKind::Ones: {
+      const double v = init.kind == InitKind::Ones ? 1.0 : 0.0;
+#pragma omp parallel for schedule(static) if (n >= kParallelFrom)
+      for (int64_t i = 0; i < n; ++i) store_from_double(d, dtype_, static_cast<size_t>(i), v);
       return;
-    case InitKind::Ones:
-      for (size_t i = 0; i < numel_; ++i) store_from_double(d, dtype_, i, 1.0);
-      return;
+    }
     case InitKind::Uniform:
-      for (size_t i = 0; i < numel_; ++i) store_from_double(d, dtype_, i, init.a + (init.b - init.a) * uniform01());
+#pragma omp parallel for schedule(static) if (n >= kParallelFrom)
+      for (int64_t i = 0; i < n; ++i) store_from_double(d, dtype_, static_cast<size_t>(i), init.a + (init.b - init.a) * uniform01(seed, i + 1));
       return;
     case InitKind::RandInt: {
       const auto lo = static_cast<int64_t>(std::ceil(init.a));
       const auto span = static_cast<uint64_t>(static_cast<int64_t>(std::ceil(init.b)) - lo);
-      for (size_t i = 0; i < numel_; ++i)
-        store_from_double(d, dtype_, i, static_cast<double>(lo + static_cast<int64_t>(splitmix64(state) % span)));
+#pragma omp parallel for schedule(static) if (n >= kParallelFrom)
+      for (int64_t i = 0; i < n; ++i)
+        store_from_double(d, dtype_, static_cast<size_t>(i), static_cast<double>(lo + static_cast<int64_t>(draw(seed, i + 1) % span)));
       return;
     }
     case InitKind::Bernoulli:
-      for (size_t i = 0; i < numel_; ++i) store_from_double(d, dtype_, i, uniform01() < init.a ? 1.0 : 0.0);
+#pragma omp parallel for schedule(static) if (n >= kParallelFrom)
+      for (int64_t i = 0; i < n; ++i) store_from_double(d, dtype_, static_cast<size_t>(i), uniform01(seed, i + 1) < init.a ? 1.0 : 0.0);
       return;
-    case InitKind::Normal:
-      // Box-Muller, two values per pair of uniforms.
-      for (size_t i = 0; i < numel_; i += 2) {
-        const double r = std::sqrt(-2.0 * std::log(uniform01()));
-        const double t = 6.283185307179586 * uniform01();
-        store_from_double(d, dtype_, i, init.a + init.b * r * std::cos(t));
-        if (i + 1 < numel_) store_from_double(d, dtype_, i + 1, init.a + init.b * r * std::sin(t));
+    case InitKind::Normal: {
+      // Box-Muller, two values per pair of uniforms (draws 2p+1 and 2p+2 for pair p).
+      const int64_t pairs = (n + 1) / 2;
+#pragma omp parallel for schedule(static) if (n >= kParallelFrom)
+      for (int64_t p = 0; p < pairs; ++p) {
+        const double r = std::sqrt(-2.0 * std::log(uniform01(seed, 2 * p + 1)));
+        const double t = 6.283185307179586 * uniform01(seed, 2 * p + 2);
+        store_from_double(d, dtype_, static_cast<size_t>(2 * p), init.a + init.b * r * std::cos(t));
+        if (2 * p + 1 < n) store_from_double(d, dtype_, static_cast<size_t>(2 * p + 1), init.a + init.b * r * std::sin(t));
       }
       return;
+    }
   }
 }
 

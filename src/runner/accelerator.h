@@ -24,6 +24,8 @@ class Accelerator {
   virtual int release(void* handle) = 0;
   virtual int upload(void* handle, const void* src, size_t bytes) = 0;
   virtual int download(void* dst, void* handle, size_t bytes) = 0;
+  /// Sets every byte of a buffer to `byte`, on the stream (poisoning outputs without a host copy).
+  virtual int fill(void* handle, unsigned char byte, size_t bytes) = 0;
   /// Waits for all work on the device, on any stream of the context.
   virtual int synchronize() = 0;
   /// Evicts what the next call reads from the device's caches (enqueued on the stream).

@@ -132,6 +132,9 @@ int CudaDevice::alloc(void** handle, size_t bytes) {
 int CudaDevice::release(void* handle) { return g_api.cuMemFree(ptr(handle)); }
 int CudaDevice::upload(void* handle, const void* src, size_t bytes) { return g_api.cuMemcpyHtoD(ptr(handle), src, bytes); }
 int CudaDevice::download(void* dst, void* handle, size_t bytes) { return g_api.cuMemcpyDtoH(dst, ptr(handle), bytes); }
+int CudaDevice::fill(void* handle, unsigned char byte, size_t bytes) {
+  return g_api.cuMemsetD8Async(ptr(handle), byte, bytes, stream_);
+}
 int CudaDevice::flush_cache() {
   if (scratch_ == 0) return 0;
   if (flush_fn_ == nullptr) return g_api.cuMemsetD8Async(scratch_, ++flush_value_, 2 * l2_bytes_, stream_);

@@ -25,6 +25,7 @@ class CudaDevice final : public Accelerator {
   int release(void* handle) override;
   int upload(void* handle, const void* src, size_t bytes) override;
   int download(void* dst, void* handle, size_t bytes) override;
+  int fill(void* handle, unsigned char byte, size_t bytes) override;
   int synchronize() override;
   /// Reads a buffer twice the size of L2 on the stream (kfab_l2_flush): what a timed call reads comes
   /// from HBM, and no dirty line of the flush's own is written back during the call.

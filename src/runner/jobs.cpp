@@ -191,17 +191,26 @@ void call(RunFn fn, Setup& s, std::vector<kfab_tensor>& outs, const char* who) {
   if (rc != 0) throw JobFailure{"runtime_failed", std::string(who) + " returned " + std::to_string(rc)};
 }
 
-/// cuda: the host outputs (just poisoned by the caller) go to the device before the call, and come
-/// back after it with the inputs, which must not have changed.
-void call_candidate(Setup& s) {
+/// Poisons the candidate's outputs on the device, where they are: NaN (every byte 0xff) for floats,
+/// the byte `pattern` for integers. A memset on the stream, no host copy.
+void poison_device(Setup& s, unsigned char pattern) {
+  for (size_t i = 0; i < s.cand_out.size(); ++i)
+    dev_check(s, s.dev->fill(s.d_out[i], dtype_is_float(s.cand_out[i].dtype()) ? 0xff : pattern, s.cand_out[i].nbytes()),
+              "poison of an output");
+}
+
+/// The candidate's outputs are poisoned with `pattern` (HostTensor::poison; on a device,
+/// poison_device), it is called, and the inputs must not have changed. On a device the outputs and
+/// the inputs come back to the host after the call.
+void call_candidate(Setup& s, unsigned char pattern) {
   if (!s.dev) {
+    for (auto& o : s.cand_out) o.poison(pattern);
     call(s.candidate, s, s.cand_views, "kfab_run");
     if (auto c = input_change(s); !c.empty()) throw JobFailure{"rejected", c};
     return;
   }
   Accelerator& dev = *s.dev;
-  for (size_t i = 0; i < s.cand_out.size(); ++i)
-    dev_check(s, dev.upload(s.d_out[i], s.cand_out[i].data(), s.cand_out[i].nbytes()), "upload of an output");
+  poison_device(s, pattern);
   call(s.candidate, s, s.d_out_views, "kfab_run");
   dev_check(s, dev.synchronize(), "after kfab_run");
   for (size_t i = 0; i < s.cand_out.size(); ++i)
@@ -230,8 +239,7 @@ json verify(const json& req) {
     fill_inputs(s, base_seed, seed);
     // Candidate, reference, candidate: the second call must not profit from what the reference
     // left behind, and both must have written every element (the outputs are poisoned before each).
-    for (auto& o : s.cand_out) o.poison(0x5a);
-    call_candidate(s);
+    call_candidate(s, 0x5a);
     std::vector<HostTensor> first;
     for (auto& o : s.cand_out) {
       first.emplace_back(o.dtype(), o.shape());
@@ -239,8 +247,7 @@ json verify(const json& req) {
     }
     for (auto& o : s.ref_out) o.poison(0x00);
     call_reference(s);
-    for (auto& o : s.cand_out) o.poison(0xa5);
-    call_candidate(s);
+    call_candidate(s, 0xa5);
     for (size_t i = 0; i < s.task->outputs.size(); ++i) {
       const auto& spec = s.task->outputs[i];
       const Tolerance tol = s.task->tolerance_for(spec);
@@ -313,14 +320,12 @@ struct DeviceTime {
   double wall_ms = 0.0;   ///< host clock, from before the call to the end of a context-wide sync
 };
 
-/// One timed call on the GPU: the outputs (poisoned, for the candidate) uploaded, L2 overwritten,
+/// One timed call on the GPU: the outputs poisoned (the candidate's), L2 overwritten,
 /// events on the runner's stream around the call, then the whole context synchronized. The wall
 /// clock around call + sync sees work the call left on other streams, which the events do not.
 DeviceTime time_on_device(Setup& s, RunFn fn, bool is_candidate, bool flush, void* replay = nullptr) {
   Accelerator& dev = *s.dev;
-  if (is_candidate)
-    for (size_t i = 0; i < s.cand_out.size(); ++i)
-      dev_check(s, dev.upload(s.d_out[i], s.cand_out[i].data(), s.cand_out[i].nbytes()), "upload of an output");
+  if (is_candidate) poison_device(s, 0x5a);
   // The flush is still running when the start timestamp and the call are enqueued: the device goes
   // from the flush to the call with no idle gap, so the host's launch latency is not counted (an idle
   // device would record the start at once and then wait for the launch).
@@ -392,10 +397,9 @@ std::string record(Setup& s, RunFn fn, bool is_candidate, Replay& out) {
   }
   out.dev = &dev;
   out.handle = handle;
-  for (size_t i = 0; i < s.ref_out.size(); ++i) {
-    std::vector<unsigned char> poison(s.ref_out[i].nbytes(), 0x5a);
-    dev_check(s, dev.upload(handles[i], poison.data(), poison.size()), "upload of an output");
-  }
+  for (size_t i = 0; i < s.ref_out.size(); ++i)
+    dev_check(s, dev.fill(handles[i], dtype_is_float(s.ref_out[i].dtype()) ? 0xff : 0x5a, s.ref_out[i].nbytes()),
+              "poison of an output");
   dev_check(s, dev.launch_replay(handle), "replay of the recorded call");
   dev_check(s, dev.synchronize(), "after a replay");
   if (!device_outputs_match(s, handles)) return "a replay of the recorded call does not produce the outputs";
@@ -448,7 +452,7 @@ json time_job(const json& req) {
   const double warm_start = now_ms();
   for (int i = 0; i < warmup || now_ms() - warm_start < 20.0; ++i) {
     if (!s.dev) {
-      call_candidate(s);
+      call_candidate(s, 0x5a);
       call_reference(s);
     } else {
       call(s.candidate, s, s.d_out_views, "kfab_run");
@@ -528,7 +532,7 @@ json time_job(const json& req) {
     // Alternate which goes first, so neither always runs right after the other's flush.
     for (int k = 0; k < 2; ++k) {
       const bool is_cand = (k == 0) == (n % 2 == 0);
-      if (is_cand)
+      if (is_cand && !s.dev)
         for (auto& o : s.cand_out) o.poison(0x5a);
       if (s.dev && (is_cand || s.gpu_baseline)) {
         const DeviceTime t = time_on_device(s, is_cand ? s.candidate : s.gpu_baseline, is_cand, flush,
@@ -583,7 +587,7 @@ json run_job(const json& req) {
   if (auto f = prepare(req, s)) return *f;
   fill_inputs(s, req.at("base_seed").get<uint64_t>(), req.value("seed", 0));
   const int calls = req.value("calls", 5);
-  for (int i = 0; i < calls; ++i) call_candidate(s);
+  for (int i = 0; i < calls; ++i) call_candidate(s, 0x5a);
   return {{"ok", true}, {"calls", calls}};
 }
 

@@ -121,6 +121,11 @@ int OpenClDevice::download(void* dst, void* handle, size_t bytes) {
   return cl.EnqueueReadBuffer(static_cast<cl_command_queue>(queue_), static_cast<cl_mem>(handle), CL_TRUE, 0, bytes, dst,
                               0, nullptr, nullptr);
 }
+int OpenClDevice::fill(void* handle, unsigned char byte, size_t bytes) {
+  if (bytes == 0) return CL_SUCCESS;
+  return cl.EnqueueFillBuffer(static_cast<cl_command_queue>(queue_), static_cast<cl_mem>(handle), &byte, 1, 0, bytes, 0,
+                              nullptr, nullptr);
+}
 int OpenClDevice::synchronize() { return cl.Finish(static_cast<cl_command_queue>(queue_)); }
 int OpenClDevice::flush_cache() {
   if (scratch_ == nullptr) return CL_SUCCESS;

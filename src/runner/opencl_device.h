@@ -18,6 +18,7 @@ class OpenClDevice final : public Accelerator {
   int alloc(void** handle, size_t bytes) override;
   int release(void* handle) override;
   int upload(void* handle, const void* src, size_t bytes) override;
+  int fill(void* handle, unsigned char byte, size_t bytes) override;
   int download(void* dst, void* handle, size_t bytes) override;
   int synchronize() override;
   /// GPUs: a fill of twice the global-memory cache. CPU devices share the host's caches; a fill there
