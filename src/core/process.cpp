@@ -219,6 +219,14 @@ Child::~Child() {
   close_fds();
 }
 
+pid_t Child::release() {
+  const pid_t pid = reaped_ ? -1 : pid_;
+  if (pid > 0) untrack(pid);  // it is on its way out: Ctrl-C need not reach it
+  close_fds();
+  pid_ = -1;
+  return pid;
+}
+
 void Child::close_fds() {
   for (int* fd : {&to_child_, &from_child_, &output_}) {
     if (*fd >= 0) ::close(*fd);

@@ -66,6 +66,9 @@ class Child {
   /// Waits for the child; kills the group first if it is still running at the deadline.
   ExitStatus wait(std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
   bool running() const { return pid_ > 0 && !reaped_; }
+  /// Lets the process go on alone: closes kfab's ends of its pipes and returns its pid, which the
+  /// caller must reap (waitpid) or leave to init when kfab exits. The Child is then empty.
+  pid_t release();
 
  private:
   Child() = default;

@@ -2,11 +2,13 @@
 
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "core/paths.h"
 #include "runner/protocol.h"
@@ -33,9 +35,32 @@ RunnerClient::RunnerClient(RunnerOptions opt) : opt_(opt) {
   }
 }
 
+namespace {
+/// Device runners told to quit and not waited for (see ~RunnerClient), reaped when kfab next looks.
+std::vector<pid_t>& detached() {
+  static std::vector<pid_t> pids;
+  return pids;
+}
+void reap_detached() {
+  auto& pids = detached();
+  std::erase_if(pids, [](pid_t p) { return ::waitpid(p, nullptr, WNOHANG) != 0; });
+}
+}  // namespace
+
 RunnerClient::~RunnerClient() {
   if (child_ && child_->running()) {
     write_message(child_->request_fd(), {{"op", "quit"}});
+    if (!opt_.preopen.empty()) {
+      // A device runner takes a tenth of a second to tear its context down: it is not waited for.
+      // It removes its own folder on quit (and kfab removes whatever is left); it is reaped later.
+      if (const pid_t pid = child_->release(); pid > 0) detached().push_back(pid);
+      child_.reset();
+      std::error_code ec;
+      fs::remove_all(dir_, ec);
+      dir_.clear();
+      reap_detached();
+      return;
+    }
     child_->wait(Clock::now() + std::chrono::seconds(2));
   }
   discard();
@@ -56,6 +81,7 @@ void RunnerClient::discard() {
 
 std::optional<std::string> RunnerClient::ensure_started() {
   if (child_ && child_->running()) return std::nullopt;
+  reap_detached();
   discard();
   std::string tmpl = (fs::temp_directory_path() / "kfab-runner-XXXXXX").string();
   if (::mkdtemp(tmpl.data()) == nullptr) return "cannot create a runner folder in " + fs::temp_directory_path().string();
