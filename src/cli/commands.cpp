@@ -13,6 +13,7 @@
 #include "core/hash.h"
 #include "core/paths.h"
 #include "eval/evaluator.h"
+#include "eval/kb_evaluator.h"
 #include "report/table.h"
 #include "store/store.h"
 
@@ -32,7 +33,7 @@ Commands::Commands(CLI::App& app) : app_(app) {
   tasks_->add_flag("--json", json_, "print one JSON object on stdout");
 
   eval_ = app.add_subcommand("eval", "verify and time one candidate against the task's reference");
-  eval_->add_option("TASK", task_, "task folder or task.toml")->required();
+  eval_->add_option("TASK", task_, "task folder, task.toml, or a KernelBench-format .py file")->required();
   eval_->add_option("CANDIDATE", candidate_, "candidate source file")->required();
   eval_->add_option("--target", target_, "cpu, cuda or opencl (default: the best target present that takes the file)");
   eval_->add_option("--timeout", timeout_s_, "seconds each runner job may take before it is killed")
@@ -46,6 +47,12 @@ Commands::Commands(CLI::App& app) : app_(app) {
   eval_->add_flag("--no-store", no_store_, "do not record the evaluation");
   eval_->add_flag("--quiet,-q", quiet_, "no progress lines on stderr");
   eval_->add_flag("--profile", profile_, "after a pass, profile the first tuning shape with ncu (cuda target)");
+  eval_->add_option("--dtype", dtype_, "KernelBench tasks: the float dtype of inputs, weights and reference")->capture_default_str();
+  eval_->add_option("--compile-mode", compile_mode_, "KernelBench tasks: torch.compile's mode (default, reduce-overhead, max-autotune)")
+      ->capture_default_str();
+  eval_->add_flag("--no-compile", no_compile_, "KernelBench tasks: do not time torch.compile");
+  eval_->add_flag("--fresh-baselines", fresh_baselines_, "KernelBench tasks: time torch.compile again rather than use its cached time");
+  eval_->add_option("--forbid", forbid_, "KernelBench tasks: an operation a Python candidate may not call (torch.xxx or aten.xxx), repeatable");
   eval_->add_flag("--json", json_, "print one JSON object on stdout");
 }
 
@@ -167,6 +174,7 @@ int Commands::tasks() {
 }
 
 int Commands::eval() {
+  if (fs::path(task_).extension() == ".py") return eval_kb();
   auto task = load_task(task_);
   if (!task) return bad_input(json_, task.error().message, task.error().hint);
   std::error_code ec;
@@ -207,6 +215,14 @@ int Commands::eval() {
                      "the target is chosen with --target");
   }
 
+  const EvalOptions opt = eval_options();
+  Evaluator evaluator(*backend, opt);
+  auto verdict = evaluator.evaluate(*task, candidate_);
+  if (!verdict) return bad_input(json_, verdict.error().message, verdict.error().hint);
+  return report_verdict(*task, *verdict);
+}
+
+EvalOptions Commands::eval_options() const {
   EvalOptions opt;
   opt.seeds = seeds_;
   opt.min_calls = min_calls_;
@@ -215,12 +231,44 @@ int Commands::eval() {
   opt.runner.timeout_s = timeout_s_;
   if (memory_gib_ > 0) opt.runner.memory_bytes = static_cast<uint64_t>(memory_gib_ * (1ull << 30));
   if (!quiet_ && ::isatty(2)) opt.progress = [](const std::string& s) { std::cerr << "kfab: " << s << "\n"; };
+  opt.dtype = dtype_;
+  opt.compile_baseline = !no_compile_;
+  opt.compile_mode = compile_mode_;
+  opt.fresh_baselines = fresh_baselines_;
+  opt.forbid = forbid_;
+  return opt;
+}
 
-  Evaluator evaluator(*backend, opt);
-  auto verdict = evaluator.evaluate(*task, candidate_);
+int Commands::eval_kb() {
+  std::error_code ec;
+  if (!fs::is_regular_file(task_, ec)) return bad_input(json_, task_ + ": no such task file");
+  if (!fs::is_regular_file(candidate_, ec)) return bad_input(json_, candidate_ + ": no such candidate file");
+  std::string target = target_;
+  if (target.empty()) target = make_backend("cuda")->probe() > 0 ? "cuda" : "cpu";
+  if (target != "cpu" && target != "cuda")
+    return bad_input(json_, "a KernelBench-format task runs on cpu or cuda, not " + target, "choose with --target");
+  if (dtype_ != "f32" && dtype_ != "f16" && dtype_ != "bf16" && dtype_ != "f64")
+    return bad_input(json_, "unknown --dtype " + dtype_, "accepted: f32, f16, bf16, f64");
+  const std::string dsl = kb_candidate_dsl(candidate_);
+  std::unique_ptr<Backend> native;
+  if (dsl == "cpp" || dsl == "cuda") {
+    native = make_backend(dsl == "cuda" ? "cuda" : "cpu");
+    if (native->probe() == 0 && !(dsl == "cuda" && target == "cuda"))
+      return bad_input(json_, "the " + std::string(native->target()) + " backend is not available here: " + native->describe());
+  }
+  KbEvaluator evaluator(target, native.get(), eval_options());
+  auto verdict = evaluator.evaluate(task_, candidate_);
   if (!verdict) return bad_input(json_, verdict.error().message, verdict.error().hint);
-  const Verdict& v = *verdict;
+  // The store keys a task by its path and content: for a KernelBench file both are the file's.
+  Task task;
+  task.name = fs::path(task_).stem().string();
+  task.dir = fs::absolute(task_);
+  task.manifest = task.dir;
+  task.reference = task.dir;
+  return report_verdict(task, *verdict);
+}
 
+int Commands::report_verdict(const Task& task, const Verdict& v) {
   json out = v.to_json();
   if (!no_store_) {
     const fs::path db = db_.empty() ? Store::default_path() : fs::path(db_);
@@ -228,7 +276,7 @@ int Commands::eval() {
     auto source = read_file(candidate_);
     if (!store) {
       std::cerr << "kfab: warning: the evaluation was not recorded: " << store.error().to_string() << "\n";
-    } else if (auto id = (*store)->record_evaluation(*task, source ? *source : "", v); !id) {
+    } else if (auto id = (*store)->record_evaluation(task, source ? *source : "", v); !id) {
       std::cerr << "kfab: warning: the evaluation was not recorded: " << id.error().to_string() << "\n";
     } else {
       out["store"] = {{"db", db.string()}, {"evaluation", *id}};
@@ -238,7 +286,7 @@ int Commands::eval() {
   if (json_) {
     std::cout << out.dump(2) << "\n";
   } else {
-    Table t({"shape", "set", "status", "max abs err", "max rel err", "median ms", "iqr ms", "n", "reference ms", "speedup", "% of bound"});
+    Table t({"shape", "set", "status", "max abs err", "max rel err", "median ms", "iqr ms", "n", "baseline ms", "speedup", "% of bound"});
     for (const auto& s : out["shapes"]) {
       std::string shape;
       for (const auto& [k, val] : s["shape"].items()) shape += (shape.empty() ? "" : " ") + k + "=" + std::to_string(val.get<int64_t>());
@@ -283,6 +331,11 @@ int Commands::eval() {
                                k.value("registers_per_thread", 0.0), k.value("l1_hit_rate_pct", 0.0),
                                k.value("l2_hit_rate_pct", 0.0), stalls);
     }
+    for (const auto& s : out["shapes"])
+      if (s.contains("compile_ms"))
+        std::cout << fmt::format("  {}: torch.compile {:.4f} ms ({:.2f}x); {}\n", s["shape"].dump(),
+                                 s["compile_ms"]["median"].get<double>(), s["speedup_vs_compile"].get<double>(),
+                                 s.value("compile_baseline", std::string()));
     std::cout << fmt::format("{}{}: {}\n", disposition_name(v.disposition),
                              v.speedup ? fmt::format(" ({:.2f}x)", *v.speedup) : "", v.detail);
   }

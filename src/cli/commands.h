@@ -3,6 +3,11 @@
 
 #include <CLI/CLI.hpp>
 #include <string>
+#include <vector>
+
+#include "core/task.h"
+#include "eval/evaluator.h"
+#include "eval/verdict.h"
 
 namespace kfab::cli {
 
@@ -23,6 +28,9 @@ class Commands {
   int doctor();
   int tasks();
   int eval();
+  int eval_kb();
+  EvalOptions eval_options() const;
+  int report_verdict(const Task& task, const Verdict& v);
 
   CLI::App& app_;
   CLI::App* doctor_ = nullptr;
@@ -42,6 +50,11 @@ class Commands {
   bool no_store_ = false;
   bool quiet_ = false;
   bool profile_ = false;
+  std::string dtype_ = "f32";
+  std::string compile_mode_ = "default";
+  bool no_compile_ = false;
+  bool fresh_baselines_ = false;
+  std::vector<std::string> forbid_;
 };
 
 }  // namespace kfab::cli

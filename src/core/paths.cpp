@@ -37,6 +37,23 @@ fs::path runner_path() {
   return self_dir() / "kfab-runner";
 }
 
+fs::path python_worker_dir() {
+  if (const char* v = std::getenv("KFAB_WORKER_PATH"); v && *v) return v;
+  std::error_code ec;
+  for (const fs::path& p : {self_dir() / "../python", fs::path(KFAB_SOURCE_INCLUDE_DIR) / "../python"})
+    if (fs::exists(p / "kfab_worker/__main__.py", ec)) return fs::weakly_canonical(p, ec);
+  return fs::path(KFAB_SOURCE_INCLUDE_DIR) / "../python";
+}
+
+std::string python_interpreter() {
+  if (const char* v = std::getenv("KFAB_PYTHON"); v && *v) return v;
+  std::error_code ec;
+  const fs::path venv = fs::path(KFAB_SOURCE_INCLUDE_DIR) / "../.venv/bin/python";
+  // Not canonical: the venv's python is a link whose own path is what selects the venv.
+  if (fs::exists(venv, ec)) return venv.lexically_normal().string();
+  return "python3";
+}
+
 fs::path abi_include_dir() {
   // An installed kfab keeps the header beside the binaries (../include); a build tree uses the source's.
   std::error_code ec;

@@ -12,6 +12,12 @@ std::filesystem::path data_dir();
 std::filesystem::path cache_dir();
 /// The folder holding the running executable.
 std::filesystem::path self_dir();
+/// The folder holding the kfab_worker package ($KFAB_WORKER_PATH, else ../python beside the binaries,
+/// else the source tree's python/).
+std::filesystem::path python_worker_dir();
+/// The Python that runs the worker: $KFAB_PYTHON, else the source tree's .venv (what `make test`
+/// creates), else python3 on PATH.
+std::string python_interpreter();
 /// The kfab-runner executable: $KFAB_RUNNER, else beside the running executable.
 std::filesystem::path runner_path();
 /// The ABI header folder (holding kfab/candidate.h) passed to compilers with -I.

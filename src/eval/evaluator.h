@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "backends/backend.h"
 #include "core/task.h"
@@ -26,6 +27,12 @@ struct EvalOptions {
   RunnerOptions runner;
   /// Profile the first tuning shape with ncu after a pass (cuda target).
   bool profile = false;
+  // KernelBench-format tasks (KbEvaluator):
+  std::string dtype = "f32";            ///< the reference's and the inputs' float dtype
+  bool compile_baseline = true;         ///< time torch.compile too
+  std::string compile_mode = "default"; ///< torch.compile mode (default, max-autotune, ...)
+  bool fresh_baselines = false;         ///< measure torch.compile again instead of using the cached time
+  std::vector<std::string> forbid;      ///< operations a Python candidate may not call, on top of the task's
   /// Receives one line per step ("verify M=512, N=2048"), for progress on long evaluations.
   std::function<void(const std::string&)> progress;
 };

@@ -71,6 +71,7 @@ nlohmann::json Verdict::to_json() const {
   j["protocol"] = protocol;
   j["wall_s"] = wall_s;
   if (!profile.is_null()) j["profile"] = profile;
+  for (const auto& [k, val] : extra.items()) j[k] = val;
   return j;
 }
 

@@ -47,6 +47,7 @@ struct Verdict {
   nlohmann::json machine;         ///< peaks used for the roofline bound
   nlohmann::json protocol;        ///< seeds, calls, timeout: how the verdict was obtained
   nlohmann::json profile;         ///< ncu metrics per kernel, or {"error": why not}; null when not asked
+  nlohmann::json extra = nlohmann::json::object();  ///< format-specific fields (KernelBench: speedup_vs_compile)
   double wall_s = 0.0;
 
   bool passed() const { return disposition == Disposition::Passed; }

@@ -89,8 +89,10 @@ std::optional<std::string> RunnerClient::ensure_started() {
   SpawnOptions so;
   so.argv = {runner_path().string()};
   if (!opt_.preopen.empty()) so.argv.insert(so.argv.end(), {"--open", opt_.preopen});
+  if (!opt_.argv.empty()) so.argv = opt_.argv;
   so.cwd = dir_;
   so.env = {{"TMPDIR", dir_.string()}};
+  for (const auto& [k, v] : opt_.env) so.env.emplace_back(k, v);
   so.output_file = dir_ / "runner.log";
   so.protocol_pipes = true;
   so.limits.address_space_bytes = opt_.limit_address_space ? opt_.memory_bytes : 0;

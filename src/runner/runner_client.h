@@ -3,6 +3,8 @@
 /// folder, sends it jobs with a deadline, and replaces it when it crashes, hangs or breaks protocol.
 
 #include <filesystem>
+#include <map>
+#include <vector>
 #include <optional>
 #include <string>
 
@@ -21,6 +23,10 @@ struct RunnerOptions {
   uint64_t file_size_bytes = 1ull << 30;
   /// A device target ("cuda", "opencl") the runner opens as soon as it starts, before its first job.
   std::string preopen;
+  /// Another worker speaking the runner protocol (the Python worker): its command line and the
+  /// environment it needs on top of kfab's. Empty: kfab-runner.
+  std::vector<std::string> argv;
+  std::map<std::string, std::string> env;
 };
 
 /// The smaller of 8 GiB and half the machine's memory.
@@ -49,6 +55,8 @@ class RunnerClient {
   std::optional<std::string> start() { return ensure_started(); }
   /// Runs one job; spawns a runner if none is alive.
   JobReply run(const nlohmann::json& request);
+  /// The deadline of later jobs.
+  void set_timeout(double seconds) { opt_.timeout_s = seconds; }
   /// How many runners this client has started.
   int spawned() const { return spawned_; }
 

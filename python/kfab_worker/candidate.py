@@ -1,0 +1,155 @@
+"""The three kinds of candidate for a KernelBench-format task:
+
+- native: a shared object built by kfab from a .cpp (cpu) or .cu (cuda) file, exporting kfab_run
+  (include/kfab/candidate.h); its inputs are get_inputs() then the model's parameters and buffers;
+- run: a Python module (Triton) exposing run(inputs, outputs), same inputs, outputs preallocated;
+- modelnew: a KernelBench ModelNew file, built like Model and called like it.
+
+Every kind is called as call(inputs) -> list of outputs; native and run candidates write into
+preallocated outputs, which the caller poisons before each call."""
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+import torch
+
+from . import task as taskmod
+
+_ABI_DTYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.float64: 3, torch.int32: 4,
+               torch.int64: 5, torch.int8: 6, torch.uint8: 7, torch.bool: 8}
+
+
+class CandidateError(Exception):
+    """The candidate cannot be loaded or called: (disposition, detail)."""
+
+    def __init__(self, kind: str, detail: str):
+        super().__init__(detail)
+        self.kind, self.detail = kind, detail
+
+
+class _KfabTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int), ("ndim", ctypes.c_int32),
+                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64))]
+
+
+def _views(tensors: list):
+    """kfab_tensor array for torch tensors; the shape and stride arrays are kept alive with it."""
+    arr = (_KfabTensor * max(1, len(tensors)))()
+    keep = []
+    for i, t in enumerate(tensors):
+        if not isinstance(t, torch.Tensor):
+            raise CandidateError("runtime_failed", f"input {i} is a {type(t).__name__}: a native candidate takes tensors only")
+        if t.dtype not in _ABI_DTYPES:
+            raise CandidateError("runtime_failed", f"input {i} has dtype {t.dtype}, which the native ABI lacks")
+        shape = (ctypes.c_int64 * max(1, t.dim()))(*t.shape)
+        strides = (ctypes.c_int64 * max(1, t.dim()))(*t.stride())
+        keep += [shape, strides]
+        arr[i].data = t.data_ptr()
+        arr[i].dtype = _ABI_DTYPES[t.dtype]
+        arr[i].ndim = t.dim()
+        arr[i].shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
+        arr[i].strides = ctypes.cast(strides, ctypes.POINTER(ctypes.c_int64))
+    return arr, keep
+
+
+class Candidate:
+    kind = ""
+    preallocated = True  # outputs are given to it (native, run), not returned (modelnew)
+
+    def setup(self, model: torch.nn.Module, device: str, dtype: torch.dtype) -> None:
+        self.params = taskmod.params_and_buffers(model)
+
+    def __call__(self, inputs: list, outputs: list | None):
+        raise NotImplementedError
+
+
+class Native(Candidate):
+    kind = "native"
+
+    def __init__(self, path: str, device: str):
+        try:
+            self.lib = ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
+        except OSError as e:
+            raise CandidateError("compile_failed", f"cannot load {path}: {e}") from e
+        try:
+            self.fn = self.lib.kfab_run
+        except AttributeError as e:
+            raise CandidateError("compile_failed", "the shared object does not export kfab_run (declare it with KFAB_EXPORT)") from e
+        self.fn.restype = ctypes.c_int
+        self.fn.argtypes = [ctypes.POINTER(_KfabTensor), ctypes.c_int32, ctypes.POINTER(_KfabTensor), ctypes.c_int32,
+                            ctypes.c_void_p]
+        self.device = device
+
+    def __call__(self, inputs, outputs):
+        ins, keep_in = _views(list(inputs) + self.params)
+        outs, keep_out = _views(outputs)
+        stream = torch.cuda.current_stream().cuda_stream if self.device == "cuda" else None
+        rc = self.fn(ins, len(inputs) + len(self.params), outs, len(outputs), stream)
+        del keep_in, keep_out
+        if rc != 0:
+            raise CandidateError("runtime_failed", f"kfab_run returned {rc}")
+        return outputs
+
+
+class RunModule(Candidate):
+    kind = "run"
+
+    def __init__(self, path: str):
+        mod = taskmod.load_module(Path(path), "kfab_candidate")
+        self.run = getattr(mod, "run", None)
+        if not callable(self.run):
+            raise CandidateError("compile_failed", f"{path} defines no run(inputs, outputs)")
+
+    def __call__(self, inputs, outputs):
+        self.run(list(inputs) + self.params, outputs)
+        return outputs
+
+
+class ModelNew(Candidate):
+    kind = "modelnew"
+    preallocated = False
+
+    def __init__(self, path: str, task: taskmod.KbTask):
+        self.mod = taskmod.load_module(Path(path), "kfab_candidate")
+        if not hasattr(self.mod, "ModelNew"):
+            raise CandidateError("compile_failed", f"{path} defines no ModelNew")
+        self.task = task
+
+    def setup(self, model, device, dtype):
+        self.params = []
+        torch.manual_seed(taskmod.WEIGHT_SEED)
+        try:
+            m = self.mod.ModelNew(*self.task.mod.get_init_inputs())
+        except Exception as e:  # noqa: BLE001
+            raise CandidateError("runtime_failed", f"ModelNew(*get_init_inputs()) raised {type(e).__name__}: {e}") from e
+        # The reference's weights, wherever the names agree: both draw them from one seed anyway.
+        try:
+            m.load_state_dict(model.state_dict(), strict=False)
+        except Exception:  # noqa: BLE001 - differently shaped parameters keep their seeded values
+            pass
+        m = m.to(device)
+        if dtype != torch.float32:
+            m = m.to(dtype)
+        self.model = m.eval()
+
+    def __call__(self, inputs, outputs):
+        return taskmod.as_list(self.model(*inputs))
+
+
+def kind_of(path: str) -> str:
+    """native for a shared object; modelnew for a file defining ModelNew; run otherwise."""
+    if path.endswith(".so"):
+        return "native"
+    text = Path(path).read_text()
+    return "modelnew" if "class ModelNew" in text else "run"
+
+
+def load(path: str, task: taskmod.KbTask, device: str) -> Candidate:
+    k = kind_of(path)
+    if k == "native":
+        return Native(path, device)
+    try:
+        return ModelNew(path, task) if k == "modelnew" else RunModule(path)
+    except taskmod.TaskError as e:
+        raise CandidateError("compile_failed", str(e).replace("importing it raised", "importing the candidate raised")) from e

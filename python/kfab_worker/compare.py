@@ -1,0 +1,80 @@
+"""Allclose with the rules of DESIGN.md section 3, in float64, with the evidence a verdict reports
+(the same fields as kfab-runner's comparison: src/eval/compare.cpp)."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def _num(v: float):
+    if math.isfinite(v):
+        return v
+    return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+
+
+class Stats:
+    def __init__(self) -> None:
+        self.max_abs = 0.0
+        self.max_rel = 0.0
+        self.checked = 0
+        self.mismatches = 0
+        self.nonfinite = 0
+        self.first: dict | None = None
+        self.problem: str | None = None  # a shape or dtype that does not match
+
+    def ok(self) -> bool:
+        return self.mismatches == 0 and self.problem is None
+
+    def to_json(self) -> dict:
+        j = {"max_abs_err": _num(self.max_abs), "max_rel_err": _num(self.max_rel), "checked": self.checked,
+             "mismatches": self.mismatches, "nonfinite": self.nonfinite}
+        if self.first is not None:
+            j["first_mismatch"] = self.first
+        if self.problem is not None:
+            j["problem"] = self.problem
+        return j
+
+
+def compare(got: torch.Tensor, want: torch.Tensor, atol: float, rtol: float, name: str, seed: int, call: int,
+            st: Stats) -> None:
+    """|got - want| <= atol + rtol |want|; NaN must meet NaN, an infinity the same infinity; the shape
+    and dtype must match exactly."""
+    if not isinstance(got, torch.Tensor):
+        st.problem = st.problem or f"{name}: the candidate returned {type(got).__name__}, not a tensor"
+        st.mismatches += 1
+        return
+    if tuple(got.shape) != tuple(want.shape) or got.dtype != want.dtype:
+        st.problem = st.problem or (f"{name}: got {str(got.dtype).replace('torch.', '')}{list(got.shape)}, "
+                                    f"want {str(want.dtype).replace('torch.', '')}{list(want.shape)}")
+        st.mismatches += 1
+        return
+    g = got.detach().reshape(-1).to("cpu", torch.float64)
+    w = want.detach().reshape(-1).to("cpu", torch.float64)
+    n = w.numel()
+    st.checked += n
+    if n == 0:
+        return
+    w_nan, w_inf = torch.isnan(w), torch.isinf(w)
+    w_fin = ~(w_nan | w_inf)
+    g_fin = torch.isfinite(g)
+    both = w_fin & g_fin
+    diff = torch.where(both, (g - w).abs(), torch.zeros_like(w))
+    rel = torch.where(both & (w != 0), diff / w.abs().clamp_min(1e-300), torch.where(both, diff, torch.zeros_like(w)))
+    if both.any():
+        st.max_abs = max(st.max_abs, float(diff.max()))
+        st.max_rel = max(st.max_rel, float(rel.max()))
+    ok = torch.where(w_nan, torch.isnan(g), torch.where(w_inf, g == w, both & (diff <= atol + rtol * w.abs())))
+    st.nonfinite += int((w_fin & ~g_fin).sum())
+    bad = int((~ok).sum())
+    if bad == 0:
+        return
+    st.mismatches += bad
+    if st.first is None:
+        i = int((~ok).nonzero()[0])
+        coord, rest = [], i
+        for d in reversed(want.shape):
+            coord.append(rest % d)
+            rest //= d
+        st.first = {"output": name, "index": i, "coord": list(reversed(coord)), "got": _num(float(g[i])),
+                    "want": _num(float(w[i])), "seed": seed, "call": call}

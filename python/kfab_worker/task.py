@@ -1,0 +1,149 @@
+"""A KernelBench-format task file, read unmodified: `Model`, `get_inputs()`, `get_init_inputs()` and
+module-level constants. kfab's own tasks may add KFAB_* metadata (tasks/kb/FORMAT.md): KFAB_GPU,
+KFAB_HELDOUT, KFAB_FORBIDDEN, KFAB_TOLERANCE, KFAB_COST, KFAB_OP_CLASS."""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+from pathlib import Path
+
+import torch
+
+WEIGHT_SEED = 42  # the model's parameters are drawn once, with this seed, for every candidate
+
+DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "f64": torch.float64}
+DTYPE_NAMES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.float64: "f64",
+               torch.int32: "i32", torch.int64: "i64", torch.int8: "i8", torch.uint8: "u8", torch.bool: "bool"}
+DEFAULT_TOL = {torch.float32: (1e-5, 1e-4), torch.float64: (1e-5, 1e-4), torch.float16: (1e-2, 1e-2),
+               torch.bfloat16: (1e-2, 1e-2)}
+
+# Several input distributions: seed k's float inputs are scaled by SCALES[k % len]. A scale that makes
+# the reference produce NaN or Inf where the unscaled inputs did not is not used for that task.
+SCALES = (1.0, 1.0, 2.0, 0.5, 1.0)
+
+
+class TaskError(Exception):
+    """The task file is at fault (it does not import, lacks Model, its reference fails)."""
+
+
+def load_module(path: Path, prefix: str):
+    text = path.read_bytes()
+    name = f"{prefix}_{hashlib.sha256(text).hexdigest()[:16]}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, str(path))
+    if spec is None or spec.loader is None:
+        raise TaskError(f"{path}: cannot be imported as a Python module")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    try:
+        spec.loader.exec_module(mod)
+    except Exception as e:  # noqa: BLE001 - any failure of a task file is the task's
+        del sys.modules[name]
+        raise TaskError(f"{path}: importing it raised {type(e).__name__}: {e}") from e
+    return mod
+
+
+def _is_symbol(k: str, v) -> bool:
+    return (not k.startswith("_") and not k.startswith("KFAB_") and isinstance(v, (int, float))
+            and not isinstance(v, bool))
+
+
+class KbTask:
+    def __init__(self, path: str):
+        self.path = Path(path).resolve()
+        self.source = self.path.read_text()
+        self.mod = load_module(self.path, "kfab_task")
+        for need in ("Model", "get_inputs", "get_init_inputs"):
+            if not hasattr(self.mod, need):
+                raise TaskError(f"{self.path}: defines no {need} (a KernelBench file has Model, get_inputs and get_init_inputs)")
+        self.defaults = {k: v for k, v in vars(self.mod).items() if _is_symbol(k, v)}
+        meta = vars(self.mod)
+        self.gpu = dict(meta.get("KFAB_GPU", {}) or {})
+        self.heldout = [dict(h) for h in (meta.get("KFAB_HELDOUT", []) or [])]
+        self.forbidden = [str(f) for f in (meta.get("KFAB_FORBIDDEN", []) or [])]
+        self.tolerance = dict(meta.get("KFAB_TOLERANCE", {}) or {})
+        self.cost = dict(meta.get("KFAB_COST", {}) or {})
+        self.op_class = str(meta.get("KFAB_OP_CLASS", ""))
+        for name, over in [("KFAB_GPU", self.gpu)] + [("KFAB_HELDOUT", h) for h in self.heldout]:
+            for k in over:
+                if k not in self.defaults:
+                    raise TaskError(f"{self.path}: {name} overrides {k!r}, which is not a module-level constant "
+                                    f"(constants: {', '.join(sorted(self.defaults)) or 'none'})")
+        self._bad_scales: set[float] = set()
+
+    # -- shapes ---------------------------------------------------------------------------------
+    def shape_symbols(self, overrides: dict) -> dict:
+        """The integer constants in effect with `overrides`: what a verdict shows as the shape."""
+        s = {k: v for k, v in self.defaults.items() if isinstance(v, int)}
+        s.update({k: v for k, v in overrides.items() if isinstance(v, int)})
+        return s
+
+    def apply(self, overrides: dict) -> None:
+        for k, v in self.defaults.items():
+            setattr(self.mod, k, v)
+        for k, v in overrides.items():
+            setattr(self.mod, k, v)
+
+    # -- model and inputs -----------------------------------------------------------------------
+    def model(self, overrides: dict, device: str, dtype: torch.dtype) -> torch.nn.Module:
+        self.apply(overrides)
+        torch.manual_seed(WEIGHT_SEED)
+        try:
+            m = self.mod.Model(*self.mod.get_init_inputs())
+        except Exception as e:  # noqa: BLE001
+            raise TaskError(f"{self.path}: Model(*get_init_inputs()) raised {type(e).__name__}: {e}") from e
+        m = m.to(device)
+        if dtype != torch.float32:
+            m = m.to(dtype)
+        return m.eval()
+
+    def inputs(self, overrides: dict, seed: int, device: str, dtype: torch.dtype, scale: float = 1.0) -> list:
+        self.apply(overrides)
+        torch.manual_seed(seed)
+        try:
+            xs = list(self.mod.get_inputs())
+        except Exception as e:  # noqa: BLE001
+            raise TaskError(f"{self.path}: get_inputs() raised {type(e).__name__}: {e}") from e
+        out = []
+        for x in xs:
+            if isinstance(x, torch.Tensor):
+                x = x.to(device)
+                if x.is_floating_point():
+                    if dtype != torch.float32:
+                        x = x.to(dtype)
+                    if scale != 1.0:
+                        x = x * scale
+                x = x.contiguous()
+            out.append(x)
+        return out
+
+    def scale_for(self, seed_index: int) -> float:
+        s = SCALES[seed_index % len(SCALES)]
+        return 1.0 if s in self._bad_scales else s
+
+    def reject_scale(self, s: float) -> None:
+        self._bad_scales.add(s)
+
+    def tol(self, dtype: torch.dtype) -> tuple[float, float]:
+        atol, rtol = DEFAULT_TOL.get(dtype, (0.0, 0.0))
+        return float(self.tolerance.get("atol", atol)), float(self.tolerance.get("rtol", rtol))
+
+    def describe(self) -> dict:
+        return {"symbols": self.shape_symbols({}), "gpu": self.gpu, "heldout": self.heldout,
+                "forbidden": self.forbidden, "tolerance": self.tolerance, "cost": self.cost,
+                "op_class": self.op_class}
+
+
+def as_list(out) -> list:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (list, tuple)):
+        return list(out)
+    return [out]
+
+
+def params_and_buffers(model: torch.nn.Module) -> list:
+    """DESIGN.md 2.1: a native candidate's inputs are get_inputs() then these."""
+    return [p.detach() for _, p in model.named_parameters()] + [b.detach() for _, b in model.named_buffers()]

@@ -1,0 +1,393 @@
+#include "eval/kb_evaluator.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <ctime>
+
+#include "core/expr.h"
+#include "core/hash.h"
+#include "core/paths.h"
+#include "eval/roofline.h"
+
+namespace kfab {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::string kb_candidate_dsl(const fs::path& candidate) {
+  const std::string name = candidate.filename().string();
+  auto ends = [&](const std::string& s) { return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0; };
+  if (ends(".cu")) return "cuda";
+  if (ends(".cl.cpp")) return {};
+  if (ends(".cpp")) return "cpp";
+  if (!ends(".py")) return {};
+  auto text = read_file(candidate);
+  if (!text) return {};
+  if (text->find("class ModelNew") != std::string::npos) return "modelnew";
+  if (text->find("def run(") == std::string::npos) return {};
+  return text->find("triton") != std::string::npos ? "triton" : "python";
+}
+
+namespace {
+
+/// A worker reply folded into what the verdict needs (as in evaluator.cpp, for the Python worker's
+/// kinds).
+struct Outcome {
+  bool ok = false;
+  json body;
+  std::optional<Disposition> failure;
+  std::string detail;
+  bool task_error = false;
+};
+
+Outcome interpret(const JobReply& r) {
+  Outcome o;
+  switch (r.kind) {
+    case JobReply::Kind::Timeout: o.failure = Disposition::Timeout; o.detail = r.detail; return o;
+    case JobReply::Kind::Crashed:
+    case JobReply::Kind::Broken: o.failure = Disposition::Crashed; o.detail = r.detail; return o;
+    case JobReply::Kind::Ok: break;
+  }
+  o.body = r.body;
+  if (r.body.value("ok", false)) {
+    o.ok = true;
+    return o;
+  }
+  const std::string kind = r.body.value("kind", "");
+  o.detail = r.body.value("detail", "");
+  if (kind == "task_error" || kind == "reference_failed" || kind == "protocol_error" || kind == "device_error") {
+    o.task_error = true;
+  } else if (auto d = parse_disposition(kind)) {
+    o.failure = *d;
+  } else {
+    o.failure = Disposition::Crashed;
+    o.detail = "unexpected worker reply: " + r.body.dump();
+  }
+  return o;
+}
+
+ShapeBinding binding(const json& j) {
+  ShapeBinding b;
+  for (const auto& [k, v] : j.items())
+    if (v.is_number_integer()) b[k] = v.get<int64_t>();
+  return b;
+}
+
+std::optional<double> cost(const json& desc, const char* key, const ShapeBinding& shape) {
+  const json c = desc.value("cost", json::object());
+  if (!c.contains(key) || !c[key].is_string()) return std::nullopt;
+  auto v = eval_expr(c[key].get<std::string>(), shape);
+  if (!v) return std::nullopt;
+  return *v;
+}
+
+std::string mismatch_text(const json& errors) {
+  if (errors.contains("problem")) return errors["problem"].get<std::string>();
+  if (!errors.contains("first_mismatch")) return "outputs differ from the reference";
+  const json& m = errors["first_mismatch"];
+  std::string coord;
+  for (const auto& c : m["coord"]) coord += (coord.empty() ? "" : ", ") + std::to_string(c.get<int64_t>());
+  return fmt::format("{} of {} values differ; first at {}[{}] (seed {}, call {}): got {}, want {}",
+                     errors.value("mismatches", 0), errors.value("checked", 0), m.value("output", ""), coord,
+                     m.value("seed", 0), m.value("call", 0), m["got"].dump(), m["want"].dump());
+}
+
+std::string today() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+}  // namespace
+
+RunnerOptions KbEvaluator::worker_options(double timeout_s) const {
+  RunnerOptions ro = opt_.runner;
+  ro.timeout_s = timeout_s;
+  ro.limit_address_space = false;  // torch maps far more address space than it uses
+  ro.argv = {python_interpreter(), "-m", "kfab_worker"};
+  std::string path = python_worker_dir().string();
+  if (const char* pp = std::getenv("PYTHONPATH"); pp && *pp) path += std::string(":") + pp;
+  ro.env = {{"PYTHONPATH", path}, {"PYTHONDONTWRITEBYTECODE", "1"}};
+  return ro;
+}
+
+Expected<Verdict> KbEvaluator::evaluate(const fs::path& task_file, const fs::path& candidate) {
+  const auto start = std::chrono::steady_clock::now();
+  auto say = [&](const std::string& s) {
+    if (opt_.progress) opt_.progress(s);
+  };
+  Verdict v;
+  v.task = task_file.stem().string();
+  v.target = target_;
+  v.dsl = kb_candidate_dsl(candidate);
+  v.candidate = candidate.string();
+  const bool device = target_ != "cpu";
+  const int min_calls = opt_.min_calls > 0 ? opt_.min_calls : (device ? 100 : 50);
+  const double min_time_s = opt_.min_time_s >= 0 ? opt_.min_time_s : (device ? 0.05 : 0.5);
+  const int warmup = opt_.warmup > 0 ? opt_.warmup : (device ? 10 : 3);
+  auto finish = [&]() -> Expected<Verdict> {
+    v.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return v;
+  };
+  if (v.dsl.empty())
+    return make_error(candidate.string() + ": not a candidate for a KernelBench task",
+                      "give a .cpp (cpu) or .cu (cuda) file exporting kfab_run, a .py defining ModelNew, or a .py "
+                      "defining run(inputs, outputs)");
+  auto source = read_file(candidate);
+  if (!source) return Unexpected{source.error()};
+  v.candidate_hash = hash_hex(*source);
+
+  // The worker starts (and imports torch: seconds) while a native candidate builds.
+  RunnerClient worker(worker_options(std::max(opt_.runner.timeout_s, 120.0)));
+  (void)worker.start();
+
+  std::string artifact = fs::absolute(candidate).string();
+  if (v.dsl == "cpp" || v.dsl == "cuda") {
+    if (native_ == nullptr || (v.dsl == "cuda") != (target_ == "cuda"))
+      return make_error(candidate.string() + ": a ." + (v.dsl == "cuda" ? "cu" : "cpp") + " candidate runs on the " +
+                            (v.dsl == "cuda" ? "cuda" : "cpu") + " target, not " + target_,
+                        "choose the target with --target");
+    say("build " + candidate.filename().string());
+    auto b = native_->build(candidate);
+    if (!b.ok()) {
+      v.disposition = Disposition::CompileFailed;
+      v.detail = b.failure().message;
+      return finish();
+    }
+    v.build = {{"cached", b.value().cached}, {"seconds", b.value().seconds}, {"key", b.value().key}};
+    artifact = b.value().artifact.string();
+  }
+
+  say("start the Python worker (torch)");
+  JobReply hello = worker.run({{"op", "hello"}});
+  if (hello.kind != JobReply::Kind::Ok || !hello.body.value("ok", false))
+    return make_error("the Python worker did not start: " + (hello.detail.empty() ? hello.body.dump() : hello.detail),
+                      "it needs python3 with torch: `make test` installs torch into .venv; KFAB_PYTHON names another "
+                      "interpreter");
+  const json info = hello.body;
+  if (target_ == "cuda" && !info.value("cuda", false))
+    return make_error("torch sees no CUDA device here (torch " + info.value("torch", std::string("?")) + ")",
+                      "use --target cpu, or a torch built with CUDA");
+  if (v.dsl == "triton" && info["triton"].is_null())
+    return make_error("the candidate uses Triton, which the worker's Python lacks", "install triton");
+  const std::string abs_task = fs::absolute(task_file).string();
+  Outcome d = interpret(worker.run({{"op", "describe"}, {"task", abs_task}}));
+  if (!d.ok) return make_error(d.detail.empty() ? "the task did not load" : d.detail, "fix the task file");
+  const json desc = d.body;
+  worker.set_timeout(opt_.runner.timeout_s);  // the first job's deadline covered torch's import
+  v.baseline = "torch eager " + info.value("torch", std::string());
+  v.protocol = {{"seeds", opt_.seeds},
+                {"base_seed", opt_.base_seed},
+                {"min_calls", min_calls},
+                {"min_time_s", min_time_s},
+                {"warmup", warmup},
+                {"dtype", opt_.dtype},
+                {"order", "candidate, reference, candidate"},
+                {"inputs", "get_inputs() after torch.manual_seed(seed); float inputs scaled by 1, 1, 2, 0.5, 1 by seed"},
+                {"weights", "Model(*get_init_inputs()) after torch.manual_seed(42)"},
+                {"worker", "python " + python_interpreter() + ", torch " + info.value("torch", std::string())}};
+
+  json json_base = {{"task", abs_task}, {"candidate", {{"path", artifact}}}, {"base_seed", opt_.base_seed},
+                    {"target", target_}, {"dtype", opt_.dtype}, {"forbidden", opt_.forbid}};
+  std::vector<std::pair<json, bool>> shapes;
+  json tune = json::object();
+  if (device && desc.contains("gpu") && !desc["gpu"].empty()) {
+    tune = desc["gpu"];
+    v.protocol["tuning_shapes"] = "KFAB_GPU (a GPU)";
+  }
+  shapes.emplace_back(tune, false);
+  if (opt_.heldout)
+    for (const auto& h : desc.value("heldout", json::array())) shapes.emplace_back(h, true);
+  json seeds = json::array();
+  for (int i = 0; i < opt_.seeds; ++i) seeds.push_back(i);
+  std::string incorrect;
+  for (auto& [over, held] : shapes) {
+    ShapeResult sr;
+    sr.heldout = held;
+    say(fmt::format("verify {}{}", over.dump(), held ? " (held out)" : ""));
+    json req = json_base;
+    req["op"] = "verify";
+    req["shape"] = over;
+    req["seeds"] = seeds;
+    Outcome o = interpret(worker.run(req));
+    if (o.task_error) return make_error(v.task + ": " + o.detail, "the task file (or the device) is at fault");
+    if (o.failure) {
+      sr.status = std::string(disposition_name(*o.failure));
+      v.shapes.push_back(sr);
+      v.disposition = *o.failure;
+      v.detail = fmt::format("shape {}: {}", over.dump(), o.detail);
+      return finish();
+    }
+    sr.shape = binding(o.body.value("shape", json::object()));
+    sr.errors = o.body;
+    sr.errors.erase("shape");
+    sr.errors.erase("ok");
+    sr.correct = o.body.value("correct", false);
+    sr.status = sr.correct ? "passed" : "incorrect";
+    sr.extra["overrides"] = over;
+    if (!sr.correct && incorrect.empty())
+      incorrect = fmt::format("shape {}{}: {}", format_binding(sr.shape), held ? " (held out)" : "", mismatch_text(o.body));
+    v.shapes.push_back(sr);
+  }
+  if (!incorrect.empty()) {
+    v.disposition = Disposition::Incorrect;
+    v.detail = incorrect;
+    return finish();
+  }
+  if (!opt_.time) {
+    v.detail = "correct on every shape; not timed";
+    return finish();
+  }
+
+  // Machine peaks for the roofline bound come from kfab-runner (cached after the first time).
+  std::optional<MachinePeaks> peaks;
+  if (desc.value("cost", json::object()).size() > 0) {
+    RunnerOptions ro = opt_.runner;
+    ro.limit_address_space = !device;
+    RunnerClient native_runner(ro);
+    peaks = device ? device_peaks(native_runner, target_) : cpu_peaks(native_runner);
+    if (peaks) v.machine = peaks->to_json();
+  }
+  double log_eager = 0.0, log_compile = 0.0;
+  int timed = 0, timed_compile = 0;
+  for (size_t i = 0; i < v.shapes.size(); ++i) {
+    ShapeResult& sr = v.shapes[i];
+    if (sr.heldout) continue;
+    const json& over = shapes[i].first;
+    // torch.compile's time is cached per task, device, dtype, shape, torch and mode: compiling costs
+    // far more than timing, and it does not change while those do not.
+    const std::string key = hash_hex(*read_file(task_file) + '\0' + target_ + '\0' + info.value("device", std::string("cpu")) +
+                                     '\0' + opt_.dtype + '\0' + over.dump() + '\0' + info.value("torch", std::string()) +
+                                     '\0' + opt_.compile_mode)
+                                .substr(0, 24);
+    const fs::path cache_file = cache_dir() / "baselines" / (key + ".json");
+    json cached;
+    if (opt_.compile_baseline && !opt_.fresh_baselines)
+      if (auto text = read_file(cache_file)) {
+        try {
+          cached = json::parse(*text);
+        } catch (const json::exception&) {
+          cached = json();  // measured again
+        }
+      }
+    const bool time_compile = opt_.compile_baseline && !cached.is_object();
+    say(fmt::format("time {}{}", format_binding(sr.shape), time_compile ? " (and torch.compile: it compiles first)" : ""));
+    json req = json_base;
+    req["op"] = "time";
+    req["shape"] = over;
+    req["seed"] = 0;
+    req["min_calls"] = min_calls;
+    req["min_time_s"] = min_time_s;
+    req["max_calls"] = opt_.max_calls;
+    req["max_time_s"] = opt_.max_time_s;
+    req["warmup"] = warmup;
+    req["baselines"] = time_compile ? json::array({"eager", "compile"}) : json::array({"eager"});
+    req["compile_mode"] = opt_.compile_mode;
+    RunnerClient* w = &worker;
+    std::optional<RunnerClient> slow;
+    if (time_compile) {
+      // Compiling takes minutes on a slow machine: this job gets a longer deadline.
+      slow.emplace(worker_options(std::max(opt_.runner.timeout_s, 900.0)));
+      w = &*slow;
+    }
+    Outcome o = interpret(w->run(req));
+    if (o.task_error) return make_error(v.task + ": " + o.detail, "the task's Model or torch.compile failed");
+    if (o.failure) {
+      v.disposition = *o.failure;
+      v.detail = fmt::format("shape {} while timing: {}", format_binding(sr.shape), o.detail);
+      if (*o.failure == Disposition::Incorrect) {
+        sr.status = "incorrect";
+        sr.errors = o.body.value("evidence", json());
+      }
+      return finish();
+    }
+    sr.time = TimeStats::from_json(o.body["candidate"]);
+    sr.baseline = TimeStats::from_json(o.body["baselines"]["eager"]);
+    sr.extra["timer"] = o.body.value("timer", "");
+    if (o.body.contains("candidate_wall")) {
+      const TimeStats wall = TimeStats::from_json(o.body["candidate_wall"]);
+      const double overhead = TimeStats::from_json(o.body["empty_call_wall"]).median;
+      sr.extra["wall_ms"] = wall.to_json();
+      if (wall.q1 > 2.0 * sr.time->median + 2.0 * overhead + 0.05) {
+        sr.time = wall;
+        sr.extra["timer"] = "wall clock: the call's work did not all run between the events on torch's stream";
+      }
+    }
+    json compile_stats;
+    if (time_compile && o.body["baselines"].contains("compile")) {
+      compile_stats = o.body["baselines"]["compile"];
+      json entry = {{"compile_ms", compile_stats}, {"measured_at", today()}, {"mode", opt_.compile_mode},
+                    {"torch", info.value("torch", std::string())}, {"device", info.value("device", std::string("cpu"))}};
+      (void)write_file_atomic(cache_file, entry.dump(2));
+      sr.extra["compile_baseline"] = "torch.compile (" + opt_.compile_mode + "), timed in this run";
+    } else if (cached.is_object()) {
+      compile_stats = cached["compile_ms"];
+      sr.extra["compile_baseline"] = "torch.compile (" + opt_.compile_mode + "), timed on " +
+                                     cached.value("measured_at", std::string("?")) + " with the same protocol and cached (" +
+                                     cache_file.string() + "; --fresh-baselines times it again)";
+    }
+    if (compile_stats.is_object()) {
+      const TimeStats c = TimeStats::from_json(compile_stats);
+      sr.extra["compile_ms"] = compile_stats;
+      sr.extra["speedup_vs_compile"] = c.median / sr.time->median;
+      log_compile += std::log(c.median / sr.time->median);
+      ++timed_compile;
+    }
+    if (peaks) {
+      const auto flops = cost(desc, "flops", sr.shape);
+      const auto bytes = cost(desc, "bytes", sr.shape);
+      double bound = 0.0;
+      if (flops && peaks->flops_per_s > 0) bound = std::max(bound, *flops / (peaks->flops_per_s * peaks->margin));
+      if (bytes && peaks->bandwidth_Bps > 0) bound = std::max(bound, *bytes / (peaks->bandwidth_Bps * peaks->margin));
+      if (bound > 0) sr.bound_ms = bound * 1e3;
+      if (bytes && peaks->copy_Bps > 0) {
+        const double gbps = *bytes / (sr.time->median * 1e-3) / 1e9;
+        sr.extra["achieved_GBps"] = gbps;
+        sr.extra["percent_of_copy_bandwidth"] = 100.0 * gbps * 1e9 / peaks->copy_Bps;
+      }
+      if (sr.bound_ms && peaks->enforce && sr.time->median < *sr.bound_ms) {
+        v.disposition = Disposition::Rejected;
+        v.detail = fmt::format("shape {{{}}}: median time {:.6g} ms is below the roofline bound {:.6g} ms",
+                               format_binding(sr.shape), sr.time->median, *sr.bound_ms);
+        sr.status = "rejected";
+        return finish();
+      }
+    }
+    log_eager += std::log(sr.baseline->median / sr.time->median);
+    ++timed;
+  }
+  if (timed > 0) v.speedup = std::exp(log_eager / timed);
+  if (timed_compile > 0) v.extra["speedup_vs_compile"] = std::exp(log_compile / timed_compile);
+  v.extra["baselines"] = {{"eager", "torch eager, timed side by side with the candidate"},
+                          {"compile", opt_.compile_baseline ? "torch.compile (" + opt_.compile_mode + ")" : "not timed"}};
+  v.detail = fmt::format("correct on {} shapes x {} seeds; {:.3f}x torch eager{}", v.shapes.size(), opt_.seeds,
+                         v.speedup.value_or(0.0),
+                         timed_compile ? fmt::format(", {:.3f}x torch.compile", std::exp(log_compile / timed_compile)) : "");
+  return finish();
+}
+
+Expected<json> KbEvaluator::check(const fs::path& task_file) {
+  RunnerClient worker(worker_options(std::max(opt_.runner.timeout_s, 120.0)));
+  const std::string abs_task = fs::absolute(task_file).string();
+  Outcome d = interpret(worker.run({{"op", "describe"}, {"task", abs_task}}));
+  if (!d.ok) return make_error(d.detail.empty() ? "the Python worker did not answer" : d.detail,
+                               "it needs python3 with torch (KFAB_PYTHON names the interpreter)");
+  json findings = json::array();
+  std::vector<json> sets = {json::object()};
+  for (const auto& h : d.body.value("heldout", json::array())) sets.push_back(h);
+  json shapes = json::array();
+  bool degenerate = false;
+  for (const auto& over : sets) {
+    Outcome o = interpret(worker.run({{"op", "check"}, {"task", abs_task}, {"shape", over}, {"target", target_},
+                                      {"dtype", opt_.dtype}, {"seeds", 4}}));
+    if (!o.ok) return make_error(o.detail, "fix the task file");
+    degenerate = degenerate || o.body.value("degenerate", false);
+    shapes.push_back({{"shape", o.body["shape"]}, {"findings", o.body["findings"]}});
+  }
+  return json{{"task", abs_task}, {"degenerate", degenerate}, {"shapes", shapes}};
+}
+
+}  // namespace kfab

@@ -1,0 +1,42 @@
+#pragma once
+/// The evaluation protocol for KernelBench-format tasks (a Python file with Model, get_inputs and
+/// get_init_inputs): the same verify-then-time steps as Evaluator, run by the Python worker
+/// (python/kfab_worker) in a process of its own, with torch eager as the reference and baseline and
+/// torch.compile as a second baseline.
+
+#include <filesystem>
+#include <string>
+
+#include "backends/backend.h"
+#include "eval/evaluator.h"
+
+namespace kfab {
+
+/// The kind of candidate a file is for a KernelBench task: "cpp" (.cpp, cpu), "cuda" (.cu),
+/// "modelnew" (a .py defining ModelNew), "triton" (a .py with run() that uses Triton), "python"
+/// (a .py with run() that does not); empty when the file is none of these.
+std::string kb_candidate_dsl(const std::filesystem::path& candidate);
+
+class KbEvaluator {
+ public:
+  /// `target` is cpu or cuda; `native` builds .cpp/.cu candidates for it (may be null when the
+  /// candidate is a Python file).
+  KbEvaluator(std::string target, Backend* native, EvalOptions opt)
+      : target_(std::move(target)), native_(native), opt_(std::move(opt)) {}
+
+  /// A verdict; an Error only where the task or the environment is at fault (no torch, a task
+  /// file that does not import, a reference that raises).
+  Expected<Verdict> evaluate(const std::filesystem::path& task_file, const std::filesystem::path& candidate);
+
+  /// `kfab tasks --check`: findings that make the task degenerate (outputs that barely vary).
+  Expected<nlohmann::json> check(const std::filesystem::path& task_file);
+
+ private:
+  RunnerOptions worker_options(double timeout_s) const;
+
+  std::string target_;
+  Backend* native_;
+  EvalOptions opt_;
+};
+
+}  // namespace kfab
