@@ -15,7 +15,12 @@ DEB_PACKAGES := cmake g++ make pkg-config nlohmann-json3-dev libcli11-dev libfmt
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps configure build test test-all run bench clean
+.PHONY: all deps configure build test test-all run bench clean venv
+
+# The Python worker (KernelBench-format tasks) needs torch: a virtual environment in .venv with the
+# torch of the GPU machine (2.11) from PyPI, made once. kfab finds it by itself (KFAB_PYTHON overrides).
+PYTHON     ?= python3
+TORCH_PIN  ?= torch==2.11.0
 
 all: build
 
@@ -32,9 +37,16 @@ configure: deps
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-# Every CPU test (labels unit and integration); gpu and perf tests are not run here.
-test: build
-	ctest --test-dir $(BUILD) -L 'unit|integration' --output-on-failure -j $(JOBS)
+venv:
+	@if .venv/bin/python -c "import torch" 2>/dev/null; then :; else \
+	  echo "kfab: installing $(TORCH_PIN) into .venv (for KernelBench-format tasks)"; \
+	  $(PYTHON) -m venv .venv && .venv/bin/pip install -q --disable-pip-version-check "$(TORCH_PIN)" numpy; \
+	fi
+
+# Every CPU test (labels unit, integration and python); gpu and perf tests are not run here.
+# KFAB_REQUIRE_TORCH: a python test fails, rather than skips, when torch is missing.
+test: build venv
+	KFAB_REQUIRE_TORCH=1 ctest --test-dir $(BUILD) -L 'unit|integration|python' --output-on-failure -j $(JOBS)
 
 # The main job: evaluate a bundled optimized candidate against its reference and print the verdict.
 run: build

@@ -62,7 +62,7 @@ def static_check(source: str, filename: str, forbidden: list[str]) -> str | None
             for n in names:
                 root = n.split(".")[0]
                 if root in BANNED_MODULES:
-                    return f"{filename}:{line}: imports {n} ({BANNED_MODULES[root]} are the harness's business, not a candidate's)"
+                    return f"{filename}:{line}: imports {n}: a candidate may not use {BANNED_MODULES[root]}"
                 if n in ("os",) and isinstance(node, ast.ImportFrom):
                     for a in node.names:
                         if a.name in BANNED_ATTRS:

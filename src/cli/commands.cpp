@@ -31,6 +31,14 @@ Commands::Commands(CLI::App& app) : app_(app) {
   tasks_ = app.add_subcommand("tasks", "list tasks (native manifests and KernelBench files)");
   tasks_->add_option("PATH", path_, "a task folder, a task.toml or a folder of tasks")->capture_default_str();
   tasks_->add_flag("--json", json_, "print one JSON object on stdout");
+  tasks_->add_flag("--check", check_, "KernelBench-format tasks: flag those whose outputs barely vary across seeds (runs each reference)");
+  tasks_->add_option("--target", target_, "--check: cpu or cuda (default cpu)");
+
+  export_ = app.add_subcommand("export", "write a KernelBench ModelNew file for a candidate of a KernelBench-format task");
+  export_->add_option("CANDIDATE", candidate_, "a .cpp, .cu or run() .py candidate")->required();
+  export_->add_option("--task", task_, "the KernelBench-format task file the candidate is for")->required();
+  export_->add_option("--modelnew", out_, "the ModelNew file to write")->required();
+  export_->add_flag("--json", json_, "print one JSON object on stdout");
 
   eval_ = app.add_subcommand("eval", "verify and time one candidate against the task's reference");
   eval_->add_option("TASK", task_, "task folder, task.toml, or a KernelBench-format .py file")->required();
@@ -60,6 +68,7 @@ int Commands::run() {
   if (doctor_->parsed()) return doctor();
   if (tasks_->parsed()) return tasks();
   if (eval_->parsed()) return eval();
+  if (export_->parsed()) return export_modelnew();
   return kExitBadInput;
 }
 
@@ -129,6 +138,7 @@ int Commands::tasks() {
   std::error_code ec;
   if (!fs::exists(path_, ec)) return bad_input(json_, path_ + ": no such file or folder", "give a task folder or a folder of tasks");
   auto entries = discover_tasks(path_);
+  if (check_) return check_tasks(entries);
   int broken = 0;
   json arr = json::array();
   Table table({"name", "format", "op class", "inputs", "outputs", "tune", "held out"});
@@ -171,6 +181,61 @@ int Commands::tasks() {
     std::cout << fmt::format("{} tasks{}\n", entries.size(), broken ? fmt::format(", {} broken", broken) : "");
   }
   return broken ? kExitBadInput : kExitOk;
+}
+
+int Commands::check_tasks(const std::vector<TaskEntry>& entries) {
+  EvalOptions opt = eval_options();
+  KbEvaluator kb(target_.empty() ? "cpu" : target_, nullptr, opt);
+  json arr = json::array();
+  int degenerate = 0, failed = 0, checked = 0;
+  for (const auto& e : entries) {
+    if (e.format != "kernelbench") continue;
+    ++checked;
+    if (!quiet_ && ::isatty(2)) std::cerr << "kfab: check " << e.path.string() << "\n";
+    auto r = kb.check(e.path);
+    if (!r) {
+      ++failed;
+      arr.push_back({{"path", e.path.string()}, {"error", r.error().message}});
+      if (!json_) std::cout << e.path.stem().string() << ": ERROR " << r.error().message << "\n";
+      continue;
+    }
+    json j = *r;
+    j["path"] = e.path.string();
+    if (j.value("degenerate", false)) ++degenerate;
+    arr.push_back(j);
+    if (!json_) {
+      std::string findings;
+      for (const auto& s : j["shapes"])
+        for (const auto& f : s["findings"]) findings += "\n    " + s["shape"].dump() + " " + f.get<std::string>();
+      std::cout << e.path.stem().string() << ": " << (j.value("degenerate", false) ? "DEGENERATE" + findings : "ok") << "\n";
+    }
+  }
+  if (json_) std::cout << json{{"checked", checked}, {"degenerate", degenerate}, {"errors", failed}, {"tasks", arr}}.dump(2) << "\n";
+  else std::cout << fmt::format("{} KernelBench-format tasks checked: {} degenerate, {} errors\n", checked, degenerate, failed);
+  if (failed > 0) return kExitBadInput;
+  return degenerate > 0 ? kExitFailed : kExitOk;
+}
+
+int Commands::export_modelnew() {
+  std::error_code ec;
+  if (!fs::is_regular_file(candidate_, ec)) return bad_input(json_, candidate_ + ": no such candidate file");
+  if (fs::path(task_).extension() != ".py" || !fs::is_regular_file(task_, ec))
+    return bad_input(json_, task_ + ": not a KernelBench-format task file", "export is for .py tasks (Model, get_inputs, get_init_inputs)");
+  if (fs::path(out_).extension() != ".py") return bad_input(json_, out_ + ": the ModelNew file must end in .py");
+  const std::string pythonpath = python_worker_dir().string();
+  auto r = run_command({"/usr/bin/env", "PYTHONPATH=" + pythonpath, python_interpreter(), "-m", "kfab_worker.export",
+                        "--task", task_, "--candidate", candidate_, "--header", (abi_include_dir() / "kfab/candidate.h").string(),
+                        "--out", out_},
+                       60.0);
+  if (!r) return bad_input(json_, r.error().message);
+  if (!r->status.ok()) {
+    std::string msg = r->output;
+    while (!msg.empty() && msg.back() == '\n') msg.pop_back();
+    return bad_input(json_, msg.empty() ? "the export failed: " + r->status.describe() : msg);
+  }
+  if (json_) std::cout << json{{"modelnew", out_}, {"task", task_}, {"candidate", candidate_}}.dump(2) << "\n";
+  else std::cout << "wrote " << out_ << ": ModelNew for " << fs::path(task_).stem().string() << " from " << candidate_ << "\n";
+  return kExitOk;
 }
 
 int Commands::eval() {

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "core/discover.h"
+#include "core/process.h"
 #include "core/task.h"
 #include "eval/evaluator.h"
 #include "eval/verdict.h"
@@ -29,6 +31,8 @@ class Commands {
   int tasks();
   int eval();
   int eval_kb();
+  int export_modelnew();
+  int check_tasks(const std::vector<TaskEntry>& entries);
   EvalOptions eval_options() const;
   int report_verdict(const Task& task, const Verdict& v);
 
@@ -36,6 +40,7 @@ class Commands {
   CLI::App* doctor_ = nullptr;
   CLI::App* tasks_ = nullptr;
   CLI::App* eval_ = nullptr;
+  CLI::App* export_ = nullptr;
   bool json_ = false;
   std::string path_ = "tasks";
   std::string task_;
@@ -55,6 +60,8 @@ class Commands {
   bool no_compile_ = false;
   bool fresh_baselines_ = false;
   std::vector<std::string> forbid_;
+  bool check_ = false;
+  std::string out_;
 };
 
 }  // namespace kfab::cli

@@ -370,7 +370,8 @@ Expected<Verdict> KbEvaluator::evaluate(const fs::path& task_file, const fs::pat
 }
 
 Expected<json> KbEvaluator::check(const fs::path& task_file) {
-  RunnerClient worker(worker_options(std::max(opt_.runner.timeout_s, 120.0)));
+  if (!check_worker_) check_worker_ = std::make_unique<RunnerClient>(worker_options(std::max(opt_.runner.timeout_s, 120.0)));
+  RunnerClient& worker = *check_worker_;
   const std::string abs_task = fs::absolute(task_file).string();
   Outcome d = interpret(worker.run({{"op", "describe"}, {"task", abs_task}}));
   if (!d.ok) return make_error(d.detail.empty() ? "the Python worker did not answer" : d.detail,

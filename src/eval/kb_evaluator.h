@@ -5,6 +5,7 @@
 /// torch.compile as a second baseline.
 
 #include <filesystem>
+#include <memory>
 #include <string>
 
 #include "backends/backend.h"
@@ -37,6 +38,7 @@ class KbEvaluator {
   std::string target_;
   Backend* native_;
   EvalOptions opt_;
+  std::unique_ptr<RunnerClient> check_worker_;  ///< one worker for every check() (torch imports once)
 };
 
 }  // namespace kfab

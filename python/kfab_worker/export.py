@@ -1,0 +1,191 @@
+"""`kfab export CANDIDATE --task TASK.py --modelnew FILE`: a KernelBench ModelNew file for a native
+(.cpp, .cu) or Triton/Python run() candidate, which a plain KernelBench-style evaluation (import the
+file, build ModelNew(*get_init_inputs()), compare with allclose, time with events) accepts as it is.
+
+The file carries the task's source and the candidate's source. ModelNew subclasses the task's Model
+(same parameters, drawn the same way from the same seed); forward() takes output shapes from a copy of
+Model on the meta device and calls the candidate: a native one through kfab_run (built on first use
+with the same compiler line as kfab, cached by content hash), a run() one directly. No torch import
+here: this only writes text.
+
+  python3 -m kfab_worker.export --task TASK.py --candidate FILE --header include/kfab/candidate.h --out FILE
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+from pathlib import Path
+
+TEMPLATE = '''# ModelNew written by `kfab export` for the task {task_name} from the candidate {cand_name}
+# ({kind}, sha256 {cand_hash}). It subclasses the task's Model, so its parameters are the Model's, and
+# its forward() calls the candidate on get_inputs() followed by the parameters and buffers
+# (named_parameters() then named_buffers()), with outputs shaped by a meta-device copy of Model.
+import ctypes
+import hashlib
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+_TASK_SOURCE = {task_source}
+_CANDIDATE_SOURCE = {cand_source}
+_HEADER_SOURCE = {header_source}
+_KIND = {kind!r}
+_CACHE = Path(os.environ.get("KFAB_EXPORT_CACHE", Path.home() / ".cache" / "kfab" / "export"))
+
+
+def _materialize(name, source, suffix):
+    d = _CACHE / hashlib.sha256((name + source).encode()).hexdigest()[:16]
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / (name + suffix)
+    if not path.exists() or path.read_text() != source:
+        tmp = path.with_suffix(suffix + ".tmp")
+        tmp.write_text(source)
+        tmp.replace(path)
+    return path
+
+
+def _import(name, source):
+    # From a real file: Triton reads its kernels' source back with inspect.
+    path = _materialize(name, source, ".py")
+    modname = "_kfab_" + name + "_" + hashlib.sha256(source.encode()).hexdigest()[:12]
+    if modname in sys.modules:
+        return sys.modules[modname]
+    spec = importlib.util.spec_from_file_location(modname, str(path))
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[modname] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+_task = _import("task", _TASK_SOURCE)
+
+
+class _Tensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int), ("ndim", ctypes.c_int32),
+                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64))]
+
+
+_DTYPES = {{torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.float64: 3, torch.int32: 4, torch.int64: 5,
+           torch.int8: 6, torch.uint8: 7, torch.bool: 8}}
+_native = None
+
+
+def _build_native():
+    global _native
+    if _native is not None:
+        return _native
+    src = _materialize("candidate", _CANDIDATE_SOURCE, ".cu" if _KIND == "cuda" else ".cpp")
+    include = src.parent / "include"
+    (include / "kfab").mkdir(parents=True, exist_ok=True)
+    header = include / "kfab" / "candidate.h"
+    if not header.exists() or header.read_text() != _HEADER_SOURCE:
+        header.write_text(_HEADER_SOURCE)
+    so = src.with_suffix(".so")
+    if not so.exists():
+        if _KIND == "cuda":
+            cmd = [os.environ.get("NVCC", "nvcc"), "-std=c++17", "-O3", "-shared", "-Xcompiler", "-fPIC",
+                   "-arch=sm_%d%d" % torch.cuda.get_device_capability() + ("a" if torch.cuda.get_device_capability() == (9, 0) else ""),
+                   "-I", str(include), str(src), "-o", str(so) + ".tmp"]
+            if "cublas_v2.h" in _CANDIDATE_SOURCE:
+                cmd.append("-lcublas")
+        else:
+            cmd = [os.environ.get("CXX", "g++"), "-std=c++20", "-O3", "-march=native", "-fopenmp", "-shared", "-fPIC",
+                   "-I", str(include), str(src), "-o", str(so) + ".tmp"]
+        subprocess.run(cmd, check=True)
+        os.replace(str(so) + ".tmp", so)
+    lib = ctypes.CDLL(str(so))
+    fn = lib.kfab_run
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.POINTER(_Tensor), ctypes.c_int32, ctypes.POINTER(_Tensor), ctypes.c_int32, ctypes.c_void_p]
+    _native = (lib, fn)
+    return _native
+
+
+def _views(tensors):
+    arr = (_Tensor * max(1, len(tensors)))()
+    keep = []
+    for i, t in enumerate(tensors):
+        shape = (ctypes.c_int64 * max(1, t.dim()))(*t.shape)
+        strides = (ctypes.c_int64 * max(1, t.dim()))(*t.stride())
+        keep += [shape, strides]
+        arr[i].data, arr[i].dtype, arr[i].ndim = t.data_ptr(), _DTYPES[t.dtype], t.dim()
+        arr[i].shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
+        arr[i].strides = ctypes.cast(strides, ctypes.POINTER(ctypes.c_int64))
+    return arr, keep
+
+
+class ModelNew(_task.Model):
+    def __init__(self, *init_inputs):
+        super().__init__(*init_inputs)
+        with torch.device("meta"):
+            self.__dict__["_shapes"] = _task.Model(*init_inputs)
+        self.__dict__["_run"] = None if _KIND in ("cuda", "cpp") else _import("candidate", _CANDIDATE_SOURCE).run
+
+    def forward(self, *inputs):
+        params = [p.detach() for _, p in self.named_parameters()] + [b.detach() for _, b in self.named_buffers()]
+        floats = [p.dtype for p in params if p.is_floating_point()]
+        shapes = self._shapes.to(floats[0]) if floats else self._shapes
+        with torch.no_grad():
+            meta = shapes(*[x.to("meta") if isinstance(x, torch.Tensor) else x for x in inputs])
+        single = isinstance(meta, torch.Tensor)
+        metas = [meta] if single else list(meta)
+        device = next(x.device for x in inputs if isinstance(x, torch.Tensor))
+        outs = [torch.empty(m.shape, dtype=m.dtype, device=device) for m in metas]
+        ins = [x.contiguous() if isinstance(x, torch.Tensor) else x for x in inputs] + params
+        if self._run is not None:
+            self._run(ins, outs)
+        else:
+            _, fn = _build_native()
+            a, ka = _views(ins)
+            b, kb = _views(outs)
+            stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
+            rc = fn(a, len(ins), b, len(outs), stream)
+            if rc != 0:
+                raise RuntimeError("kfab_run returned %d" % rc)
+        return outs[0] if single else tuple(outs)
+'''
+
+
+def modelnew_source(task: Path, candidate: Path, header: Path) -> str:
+    cand = candidate.read_text()
+    name = candidate.name
+    if name.endswith(".cu"):
+        kind = "cuda"
+    elif name.endswith(".cpp") and not name.endswith(".cl.cpp"):
+        kind = "cpp"
+    elif name.endswith(".py") and "def run(" in cand and "class ModelNew" not in cand:
+        kind = "triton" if "triton" in cand else "python"
+    else:
+        raise ValueError(f"{candidate}: export takes a .cpp, .cu or run() .py candidate (a ModelNew file is one already)")
+    return TEMPLATE.format(task_name=task.stem, cand_name=name, kind=kind,
+                           cand_hash=hashlib.sha256(cand.encode()).hexdigest()[:16],
+                           task_source=repr(task.read_text()), cand_source=repr(cand),
+                           header_source=repr(header.read_text()))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="kfab_worker.export")
+    p.add_argument("--task", required=True)
+    p.add_argument("--candidate", required=True)
+    p.add_argument("--header", required=True)
+    p.add_argument("--out", required=True)
+    a = p.parse_args(argv)
+    try:
+        text = modelnew_source(Path(a.task), Path(a.candidate), Path(a.header))
+    except (OSError, ValueError) as e:
+        print(f"kfab export: {e}", file=sys.stderr)
+        return 2
+    out = Path(a.out)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+// KernelBench-format tasks through the Python worker, on the cpu target (label python). They need
+// python3 with torch: `make test` installs it into .venv; without it they skip, unless
+// KFAB_REQUIRE_TORCH is set (as `make test` does), when they fail.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "core/paths.h"
+#include "../integration/harness.h"
+
+namespace kfab::test {
+
+namespace {
+
+bool torch_here() {
+  static const bool ok = [] {
+    auto r = run_command({python_interpreter(), "-c", "import torch"}, 120.0);
+    return r && r->status.ok();
+  }();
+  return ok;
+}
+
+const std::string kTask = std::string(KFAB_SOURCE_DIR) + "/tasks/kb/rms_norm.py";
+
+std::string kb_fixture(const std::string& name) { return fixture("kb/candidates/" + name); }
+
+}  // namespace
+
+class KbEval : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (torch_here()) return;
+    if (std::getenv("KFAB_REQUIRE_TORCH") != nullptr) FAIL() << python_interpreter() << " cannot import torch (make venv)";
+    GTEST_SKIP() << python_interpreter() << " cannot import torch";
+  }
+  /// kfab eval TASK CANDIDATE --target cpu --json with a short timing run.
+  static CliResult eval(const std::string& candidate, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {"eval", kTask, candidate, "--target", "cpu", "--json", "--min-time", "0.05", "--min-calls", "20"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return kfab_cli(args, 900);
+  }
+};
+
+TEST_F(KbEval, NativeCppCandidatePassesAgainstEagerAndCompile) {
+  CliResult r = eval(std::string(KFAB_SOURCE_DIR) + "/tasks/kb/candidates/rms_norm/rowwise.cpp");
+  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  nlohmann::json j = r.json();
+  EXPECT_EQ(j["disposition"], "passed") << j["detail"];
+  EXPECT_EQ(j["dsl"], "cpp");
+  EXPECT_NE(j["baseline"].get<std::string>().find("torch eager"), std::string::npos) << j["baseline"];
+  ASSERT_GE(j["shapes"].size(), 2u);  // the file's shape, then its held-out one
+  const auto& tune = j["shapes"][0];
+  EXPECT_EQ(tune["shape"]["batch_size"], 64);
+  EXPECT_GT(tune["baseline_ms"]["median"].get<double>(), 0.0);   // eager, timed side by side
+  EXPECT_GT(tune["compile_ms"]["median"].get<double>(), 0.0);    // torch.compile
+  EXPECT_TRUE(j.contains("speedup_vs_compile"));
+  EXPECT_TRUE(j["shapes"][1]["heldout"].get<bool>());
+  EXPECT_EQ(j["shapes"][1]["shape"]["features"], 1001);
+  EXPECT_EQ(j["shapes"][1]["status"], "passed");
+}
+
+TEST_F(KbEval, ModelNewAndPlainRunCandidatesPass) {
+  for (const char* c : {"modelnew_ok.py", "plain_torch.py"}) {
+    CliResult r = eval(kb_fixture(c), {"--no-compile"});
+    EXPECT_EQ(r.status.code, 0) << c << "\n" << r.out << r.err;
+    EXPECT_EQ(r.json().value("disposition", ""), "passed") << c << ": " << r.json().value("detail", "");
+  }
+}
+
+TEST_F(KbEval, BrokenPythonCandidatesGetTheirDispositionAndKfabGoesOn) {
+  struct Case {
+    const char* file;
+    const char* disposition;
+    const char* detail;
+  };
+  const Case cases[] = {
+      {"raises.py", "runtime_failed", "ValueError: this candidate always fails (at raises.py:3)"},
+      {"hangs.py", "timeout", "no answer within"},
+      {"segfault.py", "crashed", "SIGSEGV"},
+      {"forbidden_static.py", "rejected", "calls rms_norm, which this task forbids"},
+      {"forbidden_hidden.py", "rejected", "called torch.rms_norm, which this task forbids"},
+      {"times_itself.py", "rejected", "imports time"},
+      {"skips_when_timed.py", "incorrect", "work was skipped while timed"},
+  };
+  for (const auto& c : cases) {
+    CliResult r = eval(kb_fixture(c.file), {"--no-compile", "--timeout", "20"});
+    EXPECT_EQ(r.status.code, 1) << c.file << "\n" << r.out << r.err;
+    nlohmann::json j = r.json();
+    EXPECT_EQ(j.value("disposition", ""), c.disposition) << c.file << ": " << j.value("detail", "");
+    EXPECT_NE(j.value("detail", "").find(c.detail), std::string::npos) << c.file << ": " << j.value("detail", "");
+  }
+  // And the next evaluation is normal.
+  CliResult ok = eval(kb_fixture("plain_torch.py"), {"--no-compile"});
+  EXPECT_EQ(ok.json().value("disposition", ""), "passed") << ok.out << ok.err;
+}
+
+TEST_F(KbEval, ExportedModelNewPassesAPlainAllcloseScript) {
+  const auto out = scratch() / "exported_modelnew.py";
+  CliResult r = kfab_cli({"export", std::string(KFAB_SOURCE_DIR) + "/tasks/kb/candidates/rms_norm/rowwise.cpp", "--task",
+                          kTask, "--modelnew", out.string()});
+  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  auto check = run_command({python_interpreter(), std::string(KFAB_SOURCE_DIR) + "/bench/modelnew_allclose.py", kTask,
+                            out.string(), "--device", "cpu", "--trials", "3"},
+                           600.0);
+  ASSERT_TRUE(check.has_value());
+  EXPECT_TRUE(check->status.ok()) << check->output;
+  EXPECT_NE(check->output.find("PASS"), std::string::npos) << check->output;
+}
+
+TEST_F(KbEval, TasksCheckFlagsADegenerateTaskAndPassesTheSuite) {
+  CliResult bad = kfab_cli({"tasks", fixture("kb/degenerate_zero.py"), "--check", "--json"});
+  EXPECT_EQ(bad.status.code, 1) << bad.out << bad.err;
+  nlohmann::json j = bad.json();
+  EXPECT_EQ(j["degenerate"], 1);
+  const std::string text = j.dump();
+  EXPECT_NE(text.find("the same for every seed"), std::string::npos) << text;
+  CliResult good = kfab_cli({"tasks", std::string(KFAB_SOURCE_DIR) + "/tasks/kb", "--check"});
+  EXPECT_EQ(good.status.code, 0) << good.out << good.err;
+}
+
+}  // namespace kfab::test
