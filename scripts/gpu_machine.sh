@@ -49,23 +49,35 @@ log "doctor"
 build-gpu/kfab doctor 2>&1 | tee -a "$out/summary.txt"
 
 # KFAB_GPU_STAGES picks what runs after the build (default: all of them, in this order):
-#   tests      ctest, labels unit|integration|gpu (KFAB_GPU_QUICK=1: gpu only)
+#   tests      ctest, labels unit|integration|python|gpu (KFAB_GPU_QUICK=1: gpu only)
+#   kb         tasks/kb/rms_norm.py with its CUDA and Triton candidates against torch eager and
+#              torch.compile, each exported as a ModelNew and checked by bench/modelnew_allclose.py
 #   evals      every bundled CUDA candidate, cold then warm cache, and a table of % of copy bandwidth
 #   profile    kfab eval --profile of the bundled CUDA softmax
 #   overhead   bench/cuda_overhead.py: kfab against torch load_inline
 #   stability  bench/timing_stability.sh: 5 medians and ncu
 #   cpu        bench/core_suite.sh on the cpu target (skipped with KFAB_SKIP_CPU_BENCH=1)
-stages=${KFAB_GPU_STAGES:-tests evals profile overhead stability cpu}
+stages=${KFAB_GPU_STAGES:-tests kb evals profile overhead stability cpu}
 want() { [[ " $stages " == *" $1 "* ]]; }
 export KFAB_CACHE_DIR=$PWD/build-gpu/cache KFAB_DATA_DIR=$PWD/build-gpu/data
 rc=0
 if want tests; then
   log "tests (unit, integration, gpu)"
-  labels='unit|integration|gpu'
+  labels='unit|integration|python|gpu'
   [ -n "${KFAB_GPU_QUICK:-}" ] && labels='gpu'
   ctest --test-dir build-gpu -L "$labels" --output-on-failure -j 8 >"$out/ctest.log" 2>&1
   rc=$?
   tail -8 "$out/ctest.log" | tee -a "$out/summary.txt"
+fi
+if want kb; then
+  log "kb: tasks/kb/rms_norm.py, CUDA and Triton candidates, torch eager and torch.compile, exported ModelNew"
+  for cand in tasks/kb/candidates/rms_norm/rowwise.cu tasks/kb/candidates/rms_norm/rowwise_triton.py; do
+    build-gpu/kfab eval tasks/kb/rms_norm.py "$cand" --target cuda 2>&1 | tee -a "$out/summary.txt"
+    mn=build-gpu/modelnew_$(basename "$cand" | tr . _).py
+    build-gpu/kfab export "$cand" --task tasks/kb/rms_norm.py --modelnew "$mn" 2>&1 | tee -a "$out/summary.txt"
+    python3 bench/modelnew_allclose.py tasks/kb/rms_norm.py "$mn" --device cuda 2>&1 | tee -a "$out/summary.txt"
+  done
+  build-gpu/kfab tasks tasks/kb --check --target cuda 2>&1 | tail -3 | tee -a "$out/summary.txt"
 fi
 if want evals && [ -z "${KFAB_GPU_QUICK:-}" ]; then
   log "cuda: evaluations of the bundled CUDA candidates (cold cache, then warm)"

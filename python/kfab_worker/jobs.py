@@ -331,6 +331,15 @@ def time_job(req) -> dict:
                 n += 1
                 if n > 1000:
                     break
+        kernels = None
+        if s.device == "cuda" and s.cand.kind in ("run", "modelnew"):
+            try:
+                kernels = own_kernel_share(cand)
+            except Exception as e:  # noqa: BLE001 - a profiler that cannot run leaves the rest standing
+                kernels = {"checked": False, "why": f"torch.profiler: {type(e).__name__}: {e}"}
+            if kernels.get("checked") and kernels["own_share"] < 0.5:
+                raise JobFailure("rejected", f"the candidate's own kernels take {100 * kernels['own_share']:.0f}% of its GPU "
+                                 f"time: most of the work is torch's ({kernels['kernels'][0]['name']})")
         empty = [timer(lambda: None)[1] for _ in range(20)] if s.device == "cuda" else []
         times = {k: [] for k in fns}
         walls: list[float] = []
@@ -360,11 +369,47 @@ def time_job(req) -> dict:
              "baselines": {k: summarize(v) for k, v in times.items() if k != "candidate"},
              "timer": "CUDA events on torch's current stream; a read of 2x L2 before each call; device synchronized after each"
              if s.device == "cuda" else "perf_counter around the call; no cache flush"}
+    if kernels is not None:
+        reply["own_kernels"] = kernels
     if s.device == "cuda":
         reply["candidate_wall"] = summarize(walls)
         reply["empty_call_wall"] = summarize(empty)
         reply["device"] = torch.cuda.get_device_name(0)
     return reply
+
+
+# Kernels that are torch's own (aten, cuBLAS, CUTLASS, cuDNN, inductor), not a candidate's.
+_TORCH_KERNELS = ("at::", "at_cuda_detail", "cublas", "cutlass", "cudnn", "xmma", "nvjet", "sm90_", "sm80_", "ampere_",
+                  "gemv", "gemmSN", "splitKreduce", "triton_poi_", "triton_red_", "triton_per_", "triton_tem_", "void gemm")
+
+
+def own_kernel_share(fn) -> dict:
+    """The share of GPU kernel time in kernels that are not torch's, over three calls of fn. A Python
+    candidate that leaves most of the work to torch's kernels does not implement the operation."""
+    from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+    own = theirs = 0.0
+    names: dict[str, float] = {}
+    for e in prof.events():
+        if getattr(e, "device_type", None) != torch.autograd.DeviceType.CUDA:
+            continue
+        name = e.name
+        if name.startswith(("Memset", "Memcpy", "[memory]")):
+            continue
+        t = float(getattr(e, "device_time_total", 0.0) or getattr(e, "cuda_time_total", 0.0) or 0.0)
+        names[name] = names.get(name, 0.0) + t
+        if any(k in name for k in _TORCH_KERNELS):
+            theirs += t
+        else:
+            own += t
+    total = own + theirs
+    top = sorted(names.items(), key=lambda kv: -kv[1])[:5]
+    return {"checked": True, "own_share": own / total if total > 0 else 1.0,
+            "kernels": [{"name": n[:120], "us": t} for n, t in top]}
 
 
 def _check_timed(s: _Setup, got, ref, n: int) -> None:

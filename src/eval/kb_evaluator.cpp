@@ -307,6 +307,7 @@ Expected<Verdict> KbEvaluator::evaluate(const fs::path& task_file, const fs::pat
     sr.time = TimeStats::from_json(o.body["candidate"]);
     sr.baseline = TimeStats::from_json(o.body["baselines"]["eager"]);
     sr.extra["timer"] = o.body.value("timer", "");
+    if (o.body.contains("own_kernels")) sr.extra["own_kernels"] = o.body["own_kernels"];
     if (o.body.contains("candidate_wall")) {
       const TimeStats wall = TimeStats::from_json(o.body["candidate_wall"]);
       const double overhead = TimeStats::from_json(o.body["empty_call_wall"]).median;

@@ -1,0 +1,57 @@
+// KernelBench-format tasks on the GPU through the Python worker (label gpu): Triton and CUDA
+// candidates against torch eager and torch.compile, the own-kernel check, and an exported ModelNew.
+#include <gtest/gtest.h>
+
+#include "backends/cuda/cuda_backend.h"
+#include "core/paths.h"
+#include "../integration/harness.h"
+
+namespace kfab::test {
+
+class KbGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    CudaBackend cuda;
+    if (cuda.probe() == 0) GTEST_SKIP() << "no GPU here: " << cuda.describe();
+    auto r = run_command({python_interpreter(), "-c", "import torch, triton; assert torch.cuda.is_available()"}, 120.0);
+    if (!r || !r->status.ok()) GTEST_SKIP() << python_interpreter() << " lacks torch with CUDA, or triton";
+  }
+  const std::string task_ = std::string(KFAB_SOURCE_DIR) + "/tasks/kb/rms_norm.py";
+  const std::string cands_ = std::string(KFAB_SOURCE_DIR) + "/tasks/kb/candidates/rms_norm/";
+};
+
+TEST_F(KbGpu, TritonAndCudaCandidatesPassAgainstEagerAndCompile) {
+  for (const auto& [file, dsl] : {std::pair{"rowwise_triton.py", "triton"}, std::pair{"rowwise.cu", "cuda"}}) {
+    CliResult r = kfab_cli({"eval", task_, cands_ + file, "--target", "cuda", "--json"}, 1200);
+    ASSERT_EQ(r.status.code, 0) << file << "\n" << r.out << r.err;
+    nlohmann::json j = r.json();
+    EXPECT_EQ(j["dsl"], dsl);
+    EXPECT_EQ(j["disposition"], "passed") << j["detail"];
+    EXPECT_GT(j["speedup"].get<double>(), 0.0);
+    EXPECT_GT(j["speedup_vs_compile"].get<double>(), 0.0);
+    EXPECT_EQ(j["shapes"][0]["shape"]["batch_size"], 8192);  // KFAB_GPU's shape
+    std::cout << file << ": " << j["detail"].get<std::string>() << "\n";
+  }
+}
+
+TEST_F(KbGpu, ACandidateMadeOfTorchKernelsIsRejected) {
+  CliResult r = kfab_cli({"eval", task_, fixture("kb/candidates/plain_torch.py"), "--target", "cuda", "--json", "--no-compile"}, 600);
+  EXPECT_EQ(r.status.code, 1) << r.out << r.err;
+  nlohmann::json j = r.json();
+  EXPECT_EQ(j["disposition"], "rejected") << j["detail"];
+  EXPECT_NE(j["detail"].get<std::string>().find("own kernels take"), std::string::npos) << j["detail"];
+}
+
+TEST_F(KbGpu, ExportedModelNewOfTheTritonCandidatePassesAllclose) {
+  const auto out = scratch() / "modelnew_triton.py";
+  CliResult r = kfab_cli({"export", cands_ + "rowwise_triton.py", "--task", task_, "--modelnew", out.string()});
+  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  auto check = run_command({python_interpreter(), std::string(KFAB_SOURCE_DIR) + "/bench/modelnew_allclose.py", task_,
+                            out.string(), "--device", "cuda"},
+                           600.0);
+  ASSERT_TRUE(check.has_value());
+  EXPECT_TRUE(check->status.ok()) << check->output;
+  std::cout << check->output;
+}
+
+}  // namespace kfab::test
