@@ -349,7 +349,12 @@ Expected<Verdict> KbEvaluator::evaluate(const fs::path& task_file, const fs::pat
         sr.extra["achieved_GBps"] = gbps;
         sr.extra["percent_of_copy_bandwidth"] = 100.0 * gbps * 1e9 / peaks->copy_Bps;
       }
-      if (sr.bound_ms && peaks->enforce && sr.time->median < *sr.bound_ms) {
+      // On the CPU the worker cannot evict the operands from the caches between calls (DESIGN.md wants
+      // it; Python cannot clflush): a time below the bound is reported, not rejected.
+      const bool enforce = peaks->enforce && device;
+      if (sr.bound_ms && !enforce && sr.time->median < *sr.bound_ms)
+        sr.extra["warning"] = "below the roofline bound, which is not enforced here: the Python worker does not flush the CPU's caches";
+      if (sr.bound_ms && enforce && sr.time->median < *sr.bound_ms) {
         v.disposition = Disposition::Rejected;
         v.detail = fmt::format("shape {{{}}}: median time {:.6g} ms is below the roofline bound {:.6g} ms",
                                format_binding(sr.shape), sr.time->median, *sr.bound_ms);

@@ -20,8 +20,9 @@ KFAB_FORBIDDEN = [
     "aten.bmm",
 ]
 KFAB_COST = {"flops": "2*m*n*k", "bytes": "4*m*k + 4*k*n + 4*m*n"}
-# Accumulation over k = 4096 products of standard normals: outputs ~ 64 in magnitude.
-KFAB_TOLERANCE = {"atol": 1e-3, "rtol": 1e-3}
+# Outputs are ~64 in magnitude at k = 4096 (~256 when the harness doubles the inputs): a plain in-order f32
+# dot product then drifts by up to ~3e-3 from torch's result on outputs near zero; tf32 is off by 0.1 or more.
+KFAB_TOLERANCE = {"atol": 5e-3, "rtol": 1e-3}
 
 
 class Model(nn.Module):

@@ -26,6 +26,8 @@ KFAB_COST = {
     "flops": "4*batch_size*seq_len*seq_len*head_dim + 5*batch_size*seq_len*seq_len",
     "bytes": "16*batch_size*seq_len*head_dim",
 }
+# With doubled inputs the scores reach ~20, and their f32 rounding moves the outputs (~0.7) by up to ~3e-5.
+KFAB_TOLERANCE = {"atol": 1e-4, "rtol": 1e-4}
 
 
 class Model(nn.Module):
