@@ -24,7 +24,10 @@ def main() -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         try:
-            write_message(reply)
+            try:
+                write_message(reply)
+            except ValueError as e:  # a NaN or Inf in a reply: JSON has no such numbers
+                write_message({"ok": False, "kind": "protocol_error", "detail": f"the worker's reply is not JSON: {e}"})
         except OSError:
             return 4
         if reply.get("fatal"):
