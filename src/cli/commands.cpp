@@ -14,6 +14,7 @@
 #include "core/paths.h"
 #include "eval/evaluator.h"
 #include "eval/kb_evaluator.h"
+#include "cli/mcp.h"
 #include "report/table.h"
 #include "store/store.h"
 
@@ -34,6 +35,8 @@ Commands::Commands(CLI::App& app) : app_(app) {
   tasks_->add_flag("--check", check_, "KernelBench-format tasks: flag those whose outputs barely vary across seeds (runs each reference)");
   tasks_->add_option("--target", target_, "--check: cpu or cuda (default cpu)");
 
+  mcp_ = app.add_subcommand("mcp", "an MCP server on stdio (JSON-RPC 2.0) for coding agents: list_tasks, describe_task, evaluate, profile, history, best");
+
   export_ = app.add_subcommand("export", "write a KernelBench ModelNew file for a candidate of a KernelBench-format task");
   export_->add_option("CANDIDATE", candidate_, "a .cpp, .cu or run() .py candidate")->required();
   export_->add_option("--task", task_, "the KernelBench-format task file the candidate is for")->required();
@@ -53,6 +56,7 @@ Commands::Commands(CLI::App& app) : app_(app) {
   eval_->add_option("--memory-limit", memory_gib_, "address-space limit of the runner in GiB (default: min(8, RAM/2))")->check(CLI::PositiveNumber);
   eval_->add_option("--db", db_, "the store (default: " + Store::default_path().string() + ")");
   eval_->add_flag("--no-store", no_store_, "do not record the evaluation");
+  eval_->add_flag("--no-heldout", no_heldout_, "verify the tuning shapes only (what a proposer may see)");
   eval_->add_flag("--quiet,-q", quiet_, "no progress lines on stderr");
   eval_->add_flag("--profile", profile_, "after a pass, profile the first tuning shape with ncu (cuda target)");
   eval_->add_option("--dtype", dtype_, "KernelBench tasks: the float dtype of inputs, weights and reference")->capture_default_str();
@@ -69,6 +73,7 @@ int Commands::run() {
   if (tasks_->parsed()) return tasks();
   if (eval_->parsed()) return eval();
   if (export_->parsed()) return export_modelnew();
+  if (mcp_->parsed()) return serve_mcp(std::cin, std::cout);
   return kExitBadInput;
 }
 
@@ -301,6 +306,7 @@ EvalOptions Commands::eval_options() const {
   opt.compile_mode = compile_mode_;
   opt.fresh_baselines = fresh_baselines_;
   opt.forbid = forbid_;
+  opt.heldout = !no_heldout_;
   return opt;
 }
 

@@ -41,6 +41,7 @@ class Commands {
   CLI::App* tasks_ = nullptr;
   CLI::App* eval_ = nullptr;
   CLI::App* export_ = nullptr;
+  CLI::App* mcp_ = nullptr;
   bool json_ = false;
   std::string path_ = "tasks";
   std::string task_;
@@ -61,6 +62,7 @@ class Commands {
   bool fresh_baselines_ = false;
   std::vector<std::string> forbid_;
   bool check_ = false;
+  bool no_heldout_ = false;
   std::string out_;
 };
 

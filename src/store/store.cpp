@@ -204,6 +204,30 @@ Expected<std::vector<Store::EvaluationRow>> Store::recent_evaluations(int limit)
   return rows;
 }
 
+Expected<std::vector<Store::TaskEvaluation>> Store::task_evaluations(const std::string& task, int limit) {
+  Stmt st(db_,
+          "SELECT e.id, t.name, e.candidate_hash, e.target, e.disposition, e.speedup, e.created_at, c.path, c.dsl "
+          "FROM evaluations e JOIN tasks t ON t.id = e.task_id JOIN candidates c ON c.hash = e.candidate_hash "
+          "WHERE t.name = ? ORDER BY e.id DESC LIMIT ?");
+  if (!st.ok()) return db_error(db_, "reading evaluations");
+  st.bind(1, task).bind(2, static_cast<int64_t>(limit));
+  std::vector<TaskEvaluation> rows;
+  int rc;
+  while ((rc = st.step()) == SQLITE_ROW)
+    rows.push_back({{st.int_col(0), st.text_col(1), st.text_col(2), st.text_col(3), st.text_col(4), st.real_col(5), st.text_col(6)},
+                    st.text_col(7), st.text_col(8)});
+  if (rc != SQLITE_DONE) return db_error(db_, "reading evaluations");
+  return rows;
+}
+
+Expected<std::string> Store::candidate_source(const std::string& hash) {
+  Stmt st(db_, "SELECT source FROM candidates WHERE hash = ?");
+  if (!st.ok()) return db_error(db_, "reading a candidate");
+  st.bind(1, hash);
+  if (st.step() != SQLITE_ROW) return make_error("store: no candidate " + hash);
+  return st.text_col(0);
+}
+
 Expected<int64_t> Store::count(const std::string& table) {
   if (table != "tasks" && table != "candidates" && table != "evaluations") return make_error("store: no table " + table);
   Stmt st(db_, ("SELECT count(*) FROM " + table).c_str());

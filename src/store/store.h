@@ -42,6 +42,15 @@ class Store {
   };
   /// The most recent evaluations, newest first.
   Expected<std::vector<EvaluationRow>> recent_evaluations(int limit);
+  /// The evaluations of one task (by name), newest first, with each candidate's path.
+  struct TaskEvaluation {
+    EvaluationRow row;
+    std::string candidate_path;
+    std::string dsl;
+  };
+  Expected<std::vector<TaskEvaluation>> task_evaluations(const std::string& task, int limit);
+  /// The stored source of a candidate.
+  Expected<std::string> candidate_source(const std::string& hash);
   Expected<int64_t> count(const std::string& table);
   /// PRAGMA integrity_check == "ok"
   Expected<bool> integrity_ok();

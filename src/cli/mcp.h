@@ -1,0 +1,14 @@
+#pragma once
+/// `kfab mcp`: a Model Context Protocol server on stdio (JSON-RPC 2.0, one message per line) through
+/// which a coding agent drives kfab. Tools: list_tasks, describe_task, evaluate, profile, history,
+/// best. evaluate and profile run `kfab eval --json` in a process of their own, so a tool result is
+/// exactly what the CLI prints.
+
+#include <iosfwd>
+
+namespace kfab::cli {
+
+/// Serves requests from `in` until end of input; replies go to `out`. Returns the exit code.
+int serve_mcp(std::istream& in, std::ostream& out);
+
+}  // namespace kfab::cli
