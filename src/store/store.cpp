@@ -137,6 +137,52 @@ Expected<void> Store::migrate() {
       return ok;
     }
   }
+  if (version < 2) {
+    // Optimization runs (kfab optimize): their steps, and every LLM exchange, content-addressed.
+    auto ok = exec(R"sql(
+      CREATE TABLE runs (
+        id TEXT PRIMARY KEY,
+        task TEXT NOT NULL,
+        task_path TEXT NOT NULL,
+        target TEXT NOT NULL,
+        llm TEXT NOT NULL,
+        strategy TEXT NOT NULL,
+        config TEXT NOT NULL,
+        status TEXT NOT NULL,
+        created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+        updated_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')));
+      CREATE TABLE llm_calls (
+        hash TEXT PRIMARY KEY,
+        provider TEXT NOT NULL,
+        request TEXT NOT NULL,
+        response TEXT NOT NULL,
+        tokens_in INTEGER NOT NULL,
+        tokens_out INTEGER NOT NULL,
+        cost REAL NOT NULL,
+        created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')));
+      CREATE TABLE steps (
+        run_id TEXT NOT NULL REFERENCES runs(id),
+        seq INTEGER NOT NULL,
+        role TEXT NOT NULL,
+        call_hash TEXT REFERENCES llm_calls(hash),
+        candidate_hash TEXT,
+        candidate_path TEXT,
+        evaluation_id INTEGER,
+        disposition TEXT,
+        speedup REAL,
+        detail TEXT NOT NULL,
+        tokens_in INTEGER NOT NULL DEFAULT 0,
+        tokens_out INTEGER NOT NULL DEFAULT 0,
+        cost REAL NOT NULL DEFAULT 0,
+        created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+        PRIMARY KEY (run_id, seq));
+      PRAGMA user_version = 2;
+    )sql");
+    if (!ok) {
+      (void)exec("ROLLBACK");
+      return ok;
+    }
+  }
   return exec("COMMIT");
 }
 
@@ -218,6 +264,99 @@ Expected<std::vector<Store::TaskEvaluation>> Store::task_evaluations(const std::
                     st.text_col(7), st.text_col(8)});
   if (rc != SQLITE_DONE) return db_error(db_, "reading evaluations");
   return rows;
+}
+
+Expected<void> Store::create_run(const std::string& id, const std::string& task, const std::string& task_path,
+                                 const std::string& target, const std::string& llm, const std::string& strategy,
+                                 const std::string& config_json) {
+  Stmt st(db_, "INSERT INTO runs(id, task, task_path, target, llm, strategy, config, status) VALUES (?, ?, ?, ?, ?, ?, ?, 'running')");
+  if (!st.ok() || st.bind(1, id).bind(2, task).bind(3, task_path).bind(4, target).bind(5, llm).bind(6, strategy).bind(7, config_json).step() != SQLITE_DONE)
+    return db_error(db_, "recording the run");
+  return {};
+}
+
+Expected<void> Store::set_run_status(const std::string& id, const std::string& status) {
+  Stmt st(db_, "UPDATE runs SET status = ?, updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE id = ?");
+  if (!st.ok() || st.bind(1, status).bind(2, id).step() != SQLITE_DONE) return db_error(db_, "updating the run");
+  return {};
+}
+
+Expected<nlohmann::json> Store::run_info(const std::string& id) {
+  Stmt st(db_, "SELECT task, task_path, target, llm, strategy, config, status FROM runs WHERE id = ?");
+  if (!st.ok()) return db_error(db_, "reading the run");
+  st.bind(1, id);
+  if (st.step() != SQLITE_ROW) return make_error("no run " + id + " in the store", "kfab optimize --json prints a run's id");
+  return nlohmann::json{{"task", st.text_col(0)}, {"task_path", st.text_col(1)}, {"target", st.text_col(2)},
+                        {"llm", st.text_col(3)}, {"strategy", st.text_col(4)}, {"config", nlohmann::json::parse(st.text_col(5))},
+                        {"status", st.text_col(6)}};
+}
+
+Expected<void> Store::add_step(const std::string& run_id, const Step& s) {
+  if (auto ok = exec("BEGIN IMMEDIATE"); !ok) return ok;
+  Stmt st(db_,
+          "INSERT INTO steps(run_id, seq, role, call_hash, candidate_hash, candidate_path, evaluation_id, disposition, speedup, "
+          "detail, tokens_in, tokens_out, cost) VALUES (?, ?, ?, NULLIF(?, ''), NULLIF(?, ''), NULLIF(?, ''), ?, NULLIF(?, ''), ?, ?, ?, ?, ?)");
+  if (!st.ok()) {
+    (void)exec("ROLLBACK");
+    return db_error(db_, "recording a step");
+  }
+  st.bind(1, run_id).bind(2, s.seq).bind(3, s.role).bind(4, s.call_hash).bind(5, s.candidate_hash).bind(6, s.candidate_path);
+  if (s.evaluation_id) st.bind(7, *s.evaluation_id);
+  else st.bind(7, std::optional<double>());
+  st.bind(8, s.disposition).bind(9, s.speedup).bind(10, s.detail).bind(11, s.tokens_in).bind(12, s.tokens_out).bind(13, std::optional<double>(s.cost));
+  if (st.step() != SQLITE_DONE) {
+    auto e = db_error(db_, "recording a step");
+    (void)exec("ROLLBACK");
+    return e;
+  }
+  Stmt up(db_, "UPDATE runs SET updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE id = ?");
+  if (up.ok()) (void)up.bind(1, run_id).step();
+  return exec("COMMIT");
+}
+
+Expected<std::vector<Store::Step>> Store::run_steps(const std::string& run_id) {
+  Stmt st(db_,
+          "SELECT seq, role, IFNULL(call_hash, ''), IFNULL(candidate_hash, ''), IFNULL(candidate_path, ''), evaluation_id, "
+          "IFNULL(disposition, ''), speedup, detail, tokens_in, tokens_out, cost FROM steps WHERE run_id = ? ORDER BY seq");
+  if (!st.ok()) return db_error(db_, "reading steps");
+  st.bind(1, run_id);
+  std::vector<Step> out;
+  int rc;
+  while ((rc = st.step()) == SQLITE_ROW) {
+    Step s;
+    s.seq = st.int_col(0);
+    s.role = st.text_col(1);
+    s.call_hash = st.text_col(2);
+    s.candidate_hash = st.text_col(3);
+    s.candidate_path = st.text_col(4);
+    if (auto e = st.real_col(5)) s.evaluation_id = static_cast<int64_t>(*e);
+    s.disposition = st.text_col(6);
+    s.speedup = st.real_col(7);
+    s.detail = st.text_col(8);
+    s.tokens_in = st.int_col(9);
+    s.tokens_out = st.int_col(10);
+    s.cost = st.real_col(11).value_or(0.0);
+    out.push_back(std::move(s));
+  }
+  if (rc != SQLITE_DONE) return db_error(db_, "reading steps");
+  return out;
+}
+
+Expected<void> Store::put_llm_call(const std::string& hash, const std::string& provider, const std::string& request,
+                                   const std::string& response, int64_t tokens_in, int64_t tokens_out, double cost) {
+  Stmt st(db_, "INSERT OR IGNORE INTO llm_calls(hash, provider, request, response, tokens_in, tokens_out, cost) VALUES (?, ?, ?, ?, ?, ?, ?)");
+  if (!st.ok() || st.bind(1, hash).bind(2, provider).bind(3, request).bind(4, response).bind(5, tokens_in).bind(6, tokens_out)
+                          .bind(7, std::optional<double>(cost)).step() != SQLITE_DONE)
+    return db_error(db_, "recording an LLM exchange");
+  return {};
+}
+
+Expected<std::string> Store::llm_response(const std::string& hash) {
+  Stmt st(db_, "SELECT response FROM llm_calls WHERE hash = ?");
+  if (!st.ok()) return db_error(db_, "reading an LLM exchange");
+  st.bind(1, hash);
+  if (st.step() != SQLITE_ROW) return make_error("store: no LLM exchange " + hash);
+  return st.text_col(0);
 }
 
 Expected<std::string> Store::candidate_source(const std::string& hash) {

@@ -49,13 +49,40 @@ class Store {
     std::string dsl;
   };
   Expected<std::vector<TaskEvaluation>> task_evaluations(const std::string& task, int limit);
+  // Optimization runs.
+  struct Step {
+    int64_t seq = 0;
+    std::string role;             ///< planner, coder, fixer, analyst, final
+    std::string call_hash;        ///< the LLM exchange (llm_calls), empty for none
+    std::string candidate_hash;   ///< empty when the step produced no candidate
+    std::string candidate_path;
+    std::optional<int64_t> evaluation_id;
+    std::string disposition;      ///< a verdict's, or no_code, or empty (planner, analyst)
+    std::optional<double> speedup;
+    std::string detail;           ///< the verdict's detail, or the plan / recommendation text
+    int64_t tokens_in = 0, tokens_out = 0;
+    double cost = 0.0;
+  };
+  Expected<void> create_run(const std::string& id, const std::string& task, const std::string& task_path,
+                            const std::string& target, const std::string& llm, const std::string& strategy,
+                            const std::string& config_json);
+  Expected<void> set_run_status(const std::string& id, const std::string& status);
+  /// {task, task_path, target, llm, strategy, config, status}; an Error when there is no such run.
+  Expected<nlohmann::json> run_info(const std::string& id);
+  Expected<void> add_step(const std::string& run_id, const Step& s);
+  Expected<std::vector<Step>> run_steps(const std::string& run_id);
+  /// An LLM exchange, stored once per hash (of the request).
+  Expected<void> put_llm_call(const std::string& hash, const std::string& provider, const std::string& request,
+                              const std::string& response, int64_t tokens_in, int64_t tokens_out, double cost);
+  /// The response text of a stored exchange.
+  Expected<std::string> llm_response(const std::string& hash);
   /// The stored source of a candidate.
   Expected<std::string> candidate_source(const std::string& hash);
   Expected<int64_t> count(const std::string& table);
   /// PRAGMA integrity_check == "ok"
   Expected<bool> integrity_ok();
 
-  static constexpr int kSchemaVersion = 1;
+  static constexpr int kSchemaVersion = 2;
 
  private:
   explicit Store(sqlite3* db) : db_(db) {}
