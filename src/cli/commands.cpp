@@ -15,6 +15,7 @@
 #include "eval/evaluator.h"
 #include "eval/kb_evaluator.h"
 #include "cli/mcp.h"
+#include "agent/optimize.h"
 #include "report/table.h"
 #include "store/store.h"
 
@@ -34,6 +35,23 @@ Commands::Commands(CLI::App& app) : app_(app) {
   tasks_->add_flag("--json", json_, "print one JSON object on stdout");
   tasks_->add_flag("--check", check_, "KernelBench-format tasks: flag those whose outputs barely vary across seeds (runs each reference)");
   tasks_->add_option("--target", target_, "--check: cpu or cuda (default cpu)");
+
+  optimize_ = app.add_subcommand("optimize", "search for a faster correct candidate with LLM agents (planner, coder, fixer, analyst)");
+  optimize_->add_option("TASK", task_, "task folder, task.toml or KernelBench-format .py (not with --resume)");
+  optimize_->add_option("--target", target_, "cpu, cuda or opencl (default: cuda when a GPU is here, else cpu)");
+  optimize_->add_option("--dsl", dsl_, "cpp, cuda, opencl, triton, modelnew (default: the target's native one)");
+  optimize_->add_option("--llm", llm_, "PROVIDER:MODEL from the config, or replay:RUN (a recorded run's exchanges, no network)");
+  optimize_->add_option("--config", config_, "provider config (default ~/.config/kfab/config.toml)");
+  optimize_->add_option("--strategy", strategy_, "refine (one trajectory)")->capture_default_str();
+  optimize_->add_option("--budget", budget_, "candidates to evaluate, at most")->capture_default_str()->check(CLI::Range(1, 100000));
+  optimize_->add_option("--budget-tokens", budget_tokens_, "LLM tokens, at most (0: no limit)");
+  optimize_->add_option("--budget-dollars", budget_dollars_, "dollars, at most (0: no limit)");
+  optimize_->add_option("--budget-time", budget_time_s_, "seconds of wall time, at most (0: no limit)");
+  optimize_->add_option("--out", out_, "folder for the candidates and best.<ext> (default kfab-runs/RUN)");
+  optimize_->add_option("--resume", resume_, "continue a stopped run from the store");
+  optimize_->add_option("--timeout", timeout_s_, "seconds each runner job may take")->capture_default_str();
+  optimize_->add_flag("--quiet,-q", quiet_, "no progress lines on stderr");
+  optimize_->add_flag("--json", json_, "print one JSON object on stdout");
 
   mcp_ = app.add_subcommand("mcp", "an MCP server on stdio (JSON-RPC 2.0) for coding agents: list_tasks, describe_task, evaluate, profile, history, best");
 
@@ -74,6 +92,7 @@ int Commands::run() {
   if (eval_->parsed()) return eval();
   if (export_->parsed()) return export_modelnew();
   if (mcp_->parsed()) return serve_mcp(std::cin, std::cout);
+  if (optimize_->parsed()) return optimize_task();
   return kExitBadInput;
 }
 
@@ -219,6 +238,43 @@ int Commands::check_tasks(const std::vector<TaskEntry>& entries) {
   else std::cout << fmt::format("{} KernelBench-format tasks checked: {} degenerate, {} errors\n", checked, degenerate, failed);
   if (failed > 0) return kExitBadInput;
   return degenerate > 0 ? kExitFailed : kExitOk;
+}
+
+int Commands::optimize_task() {
+  if (resume_.empty() && task_.empty()) return bad_input(json_, "optimize needs a TASK (or --resume RUN)");
+  if (resume_.empty() && (llm_.empty() || llm_ == "none"))
+    return bad_input(json_, "the built-in tuner (optimize with no LLM) is not built yet",
+                     "give --llm PROVIDER:MODEL (a provider in ~/.config/kfab/config.toml or --config)");
+  OptimizeOptions o;
+  o.task = task_;
+  o.target = target_.empty() ? (make_backend("cuda")->probe() > 0 ? "cuda" : "cpu") : target_;
+  o.dsl = dsl_;
+  o.llm = llm_;
+  o.config = config_;
+  o.strategy = strategy_;
+  o.budget_candidates = budget_;
+  o.budget_tokens = budget_tokens_;
+  o.budget_dollars = budget_dollars_;
+  o.budget_wall_s = budget_time_s_;
+  o.out_dir = out_;
+  o.resume = resume_;
+  o.eval = eval_options();
+  o.progress = o.eval.progress;
+  o.eval.progress = nullptr;
+  auto r = optimize(o);
+  if (!r) return bad_input(json_, r.error().message, r.error().hint);
+  if (json_) {
+    std::cout << r->dump(2) << "\n";
+  } else {
+    const json& b = (*r)["best"];
+    std::cout << fmt::format("run {}: {} steps, {} candidates, {} + {} tokens, ${:.4f}; stopped: {}\n", (*r)["run"].get<std::string>(),
+                             (*r)["steps"].get<int>(), (*r)["candidates"].get<int>(), (*r)["tokens_in"].get<int64_t>(),
+                             (*r)["tokens_out"].get<int64_t>(), (*r)["cost"].get<double>(), (*r)["stopped_because"].get<std::string>());
+    if (b["candidate"].is_null()) std::cout << "no candidate passed (last: " << b["disposition"].get<std::string>() << ")\n";
+    else std::cout << fmt::format("best: {} ({}, {:.3f}x, held-out shapes included)\n", b["candidate"].get<std::string>(),
+                                  b["disposition"].get<std::string>(), b["speedup"].is_null() ? 0.0 : b["speedup"].get<double>());
+  }
+  return (*r)["best"]["candidate"].is_null() || (*r)["best"]["disposition"] != "passed" ? kExitFailed : kExitOk;
 }
 
 int Commands::export_modelnew() {

@@ -32,6 +32,7 @@ class Commands {
   int eval();
   int eval_kb();
   int export_modelnew();
+  int optimize_task();
   int check_tasks(const std::vector<TaskEntry>& entries);
   EvalOptions eval_options() const;
   int report_verdict(const Task& task, const Verdict& v);
@@ -42,6 +43,7 @@ class Commands {
   CLI::App* eval_ = nullptr;
   CLI::App* export_ = nullptr;
   CLI::App* mcp_ = nullptr;
+  CLI::App* optimize_ = nullptr;
   bool json_ = false;
   std::string path_ = "tasks";
   std::string task_;
@@ -63,6 +65,15 @@ class Commands {
   std::vector<std::string> forbid_;
   bool check_ = false;
   bool no_heldout_ = false;
+  std::string dsl_;
+  std::string llm_;
+  std::string config_;
+  std::string strategy_ = "refine";
+  std::string resume_;
+  int budget_ = 8;
+  int64_t budget_tokens_ = 0;
+  double budget_dollars_ = 0.0;
+  double budget_time_s_ = 0.0;
   std::string out_;
 };
 

@@ -281,6 +281,13 @@ Expected<void> Store::set_run_status(const std::string& id, const std::string& s
   return {};
 }
 
+Expected<std::string> Store::latest_run() {
+  Stmt st(db_, "SELECT id FROM runs ORDER BY created_at DESC, rowid DESC LIMIT 1");
+  if (!st.ok()) return db_error(db_, "reading runs");
+  if (st.step() != SQLITE_ROW) return std::string();
+  return st.text_col(0);
+}
+
 Expected<nlohmann::json> Store::run_info(const std::string& id) {
   Stmt st(db_, "SELECT task, task_path, target, llm, strategy, config, status FROM runs WHERE id = ?");
   if (!st.ok()) return db_error(db_, "reading the run");

@@ -67,6 +67,8 @@ class Store {
                             const std::string& target, const std::string& llm, const std::string& strategy,
                             const std::string& config_json);
   Expected<void> set_run_status(const std::string& id, const std::string& status);
+  /// The id of the newest run; empty when there is none.
+  Expected<std::string> latest_run();
   /// {task, task_path, target, llm, strategy, config, status}; an Error when there is no such run.
   Expected<nlohmann::json> run_info(const std::string& id);
   Expected<void> add_step(const std::string& run_id, const Step& s);

@@ -1,0 +1,423 @@
+#include "agent/optimize.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <ctime>
+#include <random>
+#include <regex>
+
+#include "agent/extract.h"
+#include "agent/llm.h"
+#include "backends/backend.h"
+#include "core/hash.h"
+#include "core/paths.h"
+#include "eval/kb_evaluator.h"
+#include "store/store.h"
+
+namespace kfab {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::string dsl_suffix(const std::string& dsl) {
+  if (dsl == "cuda") return ".cu";
+  if (dsl == "opencl") return ".cl.cpp";
+  if (dsl == "triton" || dsl == "python" || dsl == "modelnew") return ".py";
+  return ".cpp";
+}
+
+namespace {
+
+std::string new_run_id() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", std::gmtime(&t));
+  std::random_device rd;
+  return fmt::format("{}-{:04x}", buf, rd() & 0xffff);
+}
+
+std::string dsl_rules(const std::string& dsl) {
+  if (dsl == "cpp") return "C++20 for the CPU, one file exporting kfab_run (KFAB_EXPORT), built with g++ -O3 -march=native -fopenmp; OpenMP and SIMD intrinsics are allowed.";
+  if (dsl == "cuda") return "CUDA C++ for an NVIDIA GPU, one .cu file exporting kfab_run (KFAB_EXPORT), built with nvcc -O3 for the GPU's architecture; enqueue all work on the given stream; no device-wide synchronization, no allocation per call.";
+  if (dsl == "opencl") return "OpenCL: a C++ host file exporting kfab_run whose kernels are OpenCL C source strings built at run time; data are cl_mem, the stream is the cl_command_queue.";
+  if (dsl == "triton") return "Python with Triton: a module defining run(inputs, outputs) that launches @triton.jit kernels and writes the preallocated outputs in place; no torch operations doing the computation.";
+  if (dsl == "modelnew") return "Python: a module defining class ModelNew(nn.Module) with the same constructor and forward signature as Model.";
+  return dsl;
+}
+
+std::string fill(std::string text, const std::map<std::string, std::string>& vars) {
+  for (const auto& [k, v] : vars) {
+    const std::string key = "{{" + k + "}}";
+    for (size_t pos = text.find(key); pos != std::string::npos; pos = text.find(key, pos + v.size())) text.replace(pos, key.size(), v);
+  }
+  return text;
+}
+
+/// What a proposer may know of the task: held-out shapes withheld.
+Expected<std::string> task_text(const fs::path& task) {
+  if (task.extension() == ".py") {
+    auto src = read_file(task);
+    if (!src) return Unexpected{src.error()};
+    return "The task, a KernelBench-format PyTorch module (inputs are get_inputs(), then the model's parameters and buffers):\n```python\n" +
+           std::regex_replace(*src, std::regex("(^|\\n)KFAB_HELDOUT[^\\n]*"), "$1") + "\n```";
+  }
+  auto t = load_task(task);
+  if (!t) return Unexpected{t.error()};
+  auto manifest = read_file(t->manifest);
+  auto reference = read_file(t->reference);
+  return "The task " + t->name + ": " + t->summary + "\nManifest (tensors, shapes, tolerance, cost):\n```toml\n" +
+         std::regex_replace(manifest ? *manifest : "", std::regex("(^|\\n)heldout[^\\n]*"), "$1") +
+         "\n```\nThe reference (the correctness oracle):\n```cpp\n" + (reference ? *reference : "") + "\n```";
+}
+
+/// The measurements of a verdict, as a proposer sees them (tuning shapes only).
+std::string verdict_text(const json& v) {
+  std::string s = fmt::format("disposition: {}\ndetail: {}\n", v.value("disposition", ""), v.value("detail", ""));
+  for (const auto& sh : v.value("shapes", json::array())) {
+    if (sh.value("heldout", false)) continue;
+    s += "shape " + sh["shape"].dump() + ": " + sh.value("status", "");
+    if (sh.contains("time_ms")) s += fmt::format(", median {:.5g} ms", sh["time_ms"]["median"].get<double>());
+    if (sh.contains("baseline_ms")) s += fmt::format(", baseline {:.5g} ms", sh["baseline_ms"]["median"].get<double>());
+    if (sh.contains("percent_of_bound")) s += fmt::format(", {:.1f}% of the roofline bound", sh["percent_of_bound"].get<double>());
+    if (sh.contains("achieved_GBps")) s += fmt::format(", {:.1f} GB/s", sh["achieved_GBps"].get<double>());
+    if (sh.contains("max_abs_err")) s += ", max abs err " + sh["max_abs_err"].dump();
+    s += "\n";
+  }
+  return s;
+}
+
+}  // namespace
+
+Expected<json> optimize(const OptimizeOptions& in) {
+  OptimizeOptions opt = in;
+  const auto start = std::chrono::steady_clock::now();
+  auto say = [&](const std::string& s) {
+    if (opt.progress) opt.progress(s);
+  };
+  auto store_r = Store::open(Store::default_path());
+  if (!store_r) return Unexpected{store_r.error()};
+  Store& store = **store_r;
+
+  // The run: a new one, or the one to resume (its settings win).
+  std::string run = opt.resume;
+  std::vector<Store::Step> steps;
+  if (!run.empty()) {
+    auto info = store.run_info(run);
+    if (!info) return Unexpected{info.error()};
+    const json& c = (*info)["config"];
+    opt.task = (*info)["task_path"].get<std::string>();
+    opt.target = (*info)["target"];
+    opt.llm = (*info)["llm"];
+    opt.strategy = (*info)["strategy"];
+    opt.dsl = c.value("dsl", opt.dsl);
+    opt.budget_candidates = c.value("budget_candidates", opt.budget_candidates);
+    opt.budget_tokens = c.value("budget_tokens", opt.budget_tokens);
+    opt.budget_dollars = c.value("budget_dollars", opt.budget_dollars);
+    opt.out_dir = c.value("out_dir", opt.out_dir.string());
+    if (opt.config.empty()) opt.config = c.value("config_file", std::string());
+    auto s = store.run_steps(run);
+    if (!s) return Unexpected{s.error()};
+    steps = std::move(*s);
+  }
+  if (opt.strategy != "refine")
+    return make_error("strategy " + opt.strategy + " is not built yet", "use --strategy refine (evolve is an open issue)");
+  if (opt.dsl.empty()) opt.dsl = opt.target == "cpu" ? "cpp" : opt.target;
+  auto text = task_text(opt.task);
+  if (!text) return Unexpected{text.error()};
+  const bool kb = opt.task.extension() == ".py";
+  const std::string task_name = kb ? opt.task.stem().string() : [&] { auto t = load_task(opt.task); return t ? t->name : opt.task.filename().string(); }();
+
+  // The model: a provider, or the exchanges of a recorded run, in order.
+  std::unique_ptr<LlmClient> client;
+  std::vector<std::string> replay;
+  size_t replay_next = 0;
+  if (opt.llm.rfind("replay:", 0) == 0) {
+    auto rs = store.run_steps(opt.llm.substr(7));
+    if (!rs) return Unexpected{rs.error()};
+    for (const auto& s : *rs)
+      if (!s.call_hash.empty()) replay.push_back(s.call_hash);
+    if (replay.empty()) return make_error("run " + opt.llm.substr(7) + " has no recorded LLM exchanges");
+    for (const auto& s : steps)
+      if (!s.call_hash.empty()) ++replay_next;
+  } else {
+    auto p = resolve_provider(opt.llm, opt.config);
+    if (!p) return Unexpected{p.error()};
+    auto c = make_http_client(*p);
+    if (!c) return Unexpected{c.error()};
+    client = std::move(*c);
+  }
+  const fs::path prompts = opt.prompts_dir.empty() ? fs::path(KFAB_SOURCE_INCLUDE_DIR) / "../prompts" : opt.prompts_dir;
+  auto prompt = [&](const std::string& role) -> Expected<std::string> {
+    auto t = read_file(prompts / (role + ".md"));
+    if (!t) return make_error("the prompt file for the " + role + " is missing: " + t.error().message);
+    return *t;
+  };
+
+  if (run.empty()) {
+    run = new_run_id();
+    if (opt.out_dir.empty()) opt.out_dir = fs::path("kfab-runs") / run;
+    json config = {{"dsl", opt.dsl}, {"budget_candidates", opt.budget_candidates}, {"budget_tokens", opt.budget_tokens},
+                   {"budget_dollars", opt.budget_dollars}, {"out_dir", fs::absolute(opt.out_dir).string()},
+                   {"config_file", opt.config.empty() ? std::string() : fs::absolute(opt.config).string()}};
+    if (auto ok = store.create_run(run, task_name, fs::absolute(opt.task).string(), opt.target, opt.llm, opt.strategy, config.dump()); !ok)
+      return Unexpected{ok.error()};
+  }
+  std::error_code ec;
+  fs::create_directories(opt.out_dir, ec);
+  say("run " + run + " (" + opt.llm + "), candidates in " + opt.out_dir.string());
+
+  // State, rebuilt from the stored steps on --resume.
+  int64_t seq = 0, tokens_in = 0, tokens_out = 0;
+  double cost = 0.0;
+  int candidates = 0, since_improvement = 0;
+  std::string plan, last_code, last_verdict, last_disposition, recommendation, history;
+  std::optional<Store::Step> best;
+  json best_verdict;
+  for (const auto& s : steps) {
+    seq = std::max(seq, s.seq);
+    tokens_in += s.tokens_in;
+    tokens_out += s.tokens_out;
+    cost += s.cost;
+    if (s.role == "planner") plan = s.detail;
+    if (s.role == "analyst") recommendation = s.detail;
+    if (s.role == "final") return make_error("run " + run + " is finished", "start a new run");
+    if (s.candidate_hash.empty() && s.disposition != "no_code") continue;
+    if (s.role == "coder" && !recommendation.empty()) recommendation.clear();
+    ++candidates;
+    last_disposition = s.disposition;
+    last_verdict = s.detail;
+    if (auto src = store.candidate_source(s.candidate_hash)) last_code = *src;
+    history += fmt::format("- step {} ({}): {}{}\n", s.seq, s.role, s.disposition, s.speedup ? fmt::format(", {:.3f}x", *s.speedup) : "");
+    if (s.disposition == "passed" && s.speedup && (!best || *s.speedup > *best->speedup)) {
+      best = s;
+      since_improvement = 0;
+    } else if (best) {
+      ++since_improvement;
+    }
+  }
+
+  std::string stopped;
+  auto budget_left = [&]() -> bool {
+    if (candidates >= opt.budget_candidates) stopped = "candidate budget spent";
+    else if (opt.budget_tokens > 0 && tokens_in + tokens_out >= opt.budget_tokens) stopped = "token budget spent";
+    else if (opt.budget_dollars > 0 && cost >= opt.budget_dollars) stopped = "dollar budget spent";
+    else if (opt.budget_wall_s > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >= opt.budget_wall_s)
+      stopped = "wall-time budget spent";
+    return stopped.empty();
+  };
+
+  // One exchange with the model, recorded (or replayed).
+  auto ask = [&](const std::string& role, const std::string& user) -> Expected<std::pair<std::string, Store::Step>> {
+    Store::Step s;
+    s.role = role;
+    s.seq = ++seq;
+    std::vector<ChatMessage> msgs = {{"system", "You are an expert in high-performance compute kernels. Be exact."}, {"user", user}};
+    if (!replay.empty()) {
+      if (replay_next >= replay.size()) return make_error("the replayed run has no more LLM exchanges (" + std::to_string(replay.size()) + " recorded)");
+      s.call_hash = replay[replay_next++];
+      auto r = store.llm_response(s.call_hash);
+      if (!r) return Unexpected{r.error()};
+      return std::pair{*r, s};
+    }
+    say(role + ": asking " + client->describe());
+    auto r = client->chat(msgs);
+    if (!r) return Unexpected{r.error()};
+    const std::string request = json{{"provider", client->describe()}, {"messages", json::array()}}.dump();
+    json req = json::array();
+    for (const auto& m : msgs) req.push_back({{"role", m.role}, {"content", m.content}});
+    const std::string req_text = req.dump();
+    s.call_hash = hash_hex(client->describe() + '\0' + req_text + '\0' + r->text);
+    if (auto ok = store.put_llm_call(s.call_hash, client->describe(), req_text, r->text, r->tokens_in, r->tokens_out, r->cost); !ok)
+      return Unexpected{ok.error()};
+    s.tokens_in = r->tokens_in;
+    s.tokens_out = r->tokens_out;
+    s.cost = r->cost;
+    tokens_in += r->tokens_in;
+    tokens_out += r->tokens_out;
+    cost += r->cost;
+    (void)request;
+    return std::pair{r->text, s};
+  };
+
+  auto evaluate = [&](const fs::path& file, bool heldout) -> Expected<Verdict> {
+    EvalOptions eo = opt.eval;
+    eo.heldout = heldout;
+    if (kb) {
+      std::unique_ptr<Backend> native;
+      if (opt.dsl == "cpp" || opt.dsl == "cuda") native = make_backend(opt.dsl == "cuda" ? "cuda" : "cpu");
+      KbEvaluator ev(opt.target, native.get(), eo);
+      return ev.evaluate(opt.task, file);
+    }
+    auto t = load_task(opt.task);
+    if (!t) return Unexpected{t.error()};
+    auto backend = make_backend(opt.target);
+    if (!backend) return make_error("unknown target " + opt.target);
+    Evaluator ev(*backend, eo);
+    return ev.evaluate(*t, file);
+  };
+  auto record = [&](const fs::path& file, const Verdict& v) -> std::optional<int64_t> {
+    Task t;
+    if (kb) {
+      t.name = task_name;
+      t.dir = fs::absolute(opt.task);
+      t.manifest = t.dir;
+      t.reference = t.dir;
+    } else if (auto lt = load_task(opt.task)) {
+      t = *lt;
+    }
+    auto src = read_file(file);
+    auto id = store.record_evaluation(t, src ? *src : "", v);
+    return id ? std::optional<int64_t>(*id) : std::nullopt;
+  };
+
+  auto abi = read_file(abi_include_dir() / "kfab/candidate.h");
+  std::map<std::string, std::string> vars = {{"task", *text}, {"target", opt.target}, {"dsl_rules", dsl_rules(opt.dsl)},
+                                             {"abi", abi ? *abi : ""}, {"task_name", task_name}};
+
+  if (plan.empty() && steps.empty()) {
+    auto p = prompt("planner");
+    if (!p) return Unexpected{p.error()};
+    auto r = ask("planner", fill(*p, vars));
+    if (!r) return Unexpected{r.error()};
+    plan = r->first;
+    r->second.detail = plan;
+    if (auto ok = store.add_step(run, r->second); !ok) return Unexpected{ok.error()};
+  }
+  vars["plan"] = plan;
+
+  while (budget_left()) {
+    std::string role;
+    std::string user;
+    if (!best) {
+      role = last_code.empty() && last_disposition.empty() ? "coder" : "fixer";
+      auto p = prompt(role);
+      if (!p) return Unexpected{p.error()};
+      vars["context"] = "Write the first candidate.";
+      vars["code"] = last_code;
+      vars["verdict"] = last_verdict;
+      vars["disposition"] = last_disposition;
+      user = fill(*p, vars);
+    } else {
+      if (recommendation.empty()) {
+        auto p = prompt("analyst");
+        if (!p) return Unexpected{p.error()};
+        vars["code"] = *store.candidate_source(best->candidate_hash);
+        vars["verdict"] = best_verdict.is_object() ? verdict_text(best_verdict) : best->detail;
+        vars["speedup"] = fmt::format("{:.3f}", best->speedup.value_or(0.0));
+        vars["history"] = history.empty() ? "(none)" : history;
+        auto r = ask("analyst", fill(*p, vars));
+        if (!r) return Unexpected{r.error()};
+        recommendation = r->first;
+        r->second.detail = recommendation;
+        if (auto ok = store.add_step(run, r->second); !ok) return Unexpected{ok.error()};
+      }
+      role = "coder";
+      auto p = prompt("coder");
+      if (!p) return Unexpected{p.error()};
+      vars["context"] = "The current best candidate (" + fmt::format("{:.3f}", best->speedup.value_or(0.0)) +
+                        "x the baseline):\n```\n" + *store.candidate_source(best->candidate_hash) +
+                        "\n```\nApply this recommendation of the performance analyst, keeping the candidate correct:\n" +
+                        recommendation;
+      user = fill(*p, vars);
+    }
+    auto r = ask(role, user);
+    if (!r) return Unexpected{r.error()};
+    Store::Step step = r->second;
+    auto code = extract_code(r->first, opt.dsl);
+    ++candidates;
+    if (!code) {
+      // No usable code: the fixer is told why (the functional pass goes on).
+      step.disposition = "no_code";
+      step.detail = code.error().message;
+      last_disposition = "no_code";
+      last_verdict = code.error().message;
+      last_code = r->first.substr(0, 4000);
+      history += fmt::format("- step {} ({}): no code\n", step.seq, role);
+      if (auto ok = store.add_step(run, step); !ok) return Unexpected{ok.error()};
+      continue;
+    }
+    const fs::path file = opt.out_dir / fmt::format("{:03d}_{}{}", step.seq, role, dsl_suffix(opt.dsl));
+    if (auto ok = write_file_atomic(file, code->code); !ok) return Unexpected{ok.error()};
+    say(fmt::format("{}: evaluating {}", role, file.string()));
+    auto v = evaluate(file, false);
+    if (!v) return Unexpected{v.error()};
+    step.candidate_hash = v->candidate_hash;
+    step.candidate_path = fs::absolute(file).string();
+    step.evaluation_id = record(file, *v);
+    step.disposition = std::string(disposition_name(v->disposition));
+    step.speedup = v->speedup;
+    step.detail = verdict_text(v->to_json());
+    if (code->truncated) step.detail += "(the reply was cut off before the code block closed)\n";
+    if (auto ok = store.add_step(run, step); !ok) return Unexpected{ok.error()};
+    say(fmt::format("{}: {}{}", role, step.disposition, v->speedup ? fmt::format(" ({:.3f}x)", *v->speedup) : ""));
+    history += fmt::format("- step {} ({}): {}{}\n", step.seq, role, step.disposition, v->speedup ? fmt::format(", {:.3f}x", *v->speedup) : "");
+    last_code = code->code;
+    last_verdict = step.detail;
+    last_disposition = step.disposition;
+    if (role == "coder" && best) recommendation.clear();
+    if (v->passed() && v->speedup && (!best || *v->speedup > *best->speedup)) {
+      best = step;
+      best_verdict = v->to_json();
+      since_improvement = 0;
+    } else if (best) {
+      ++since_improvement;
+    }
+    if (best && since_improvement >= 3) {
+      stopped = "three optimization steps without improvement";
+      break;
+    }
+    // After an optimization step, with budget left, the conductor decides whether to go on.
+    if (best && role == "coder" && budget_left()) {
+      auto p = prompt("conductor");
+      if (!p) return Unexpected{p.error()};
+      vars["speedup"] = fmt::format("{:.3f}", best->speedup.value_or(0.0));
+      vars["percent_of_bound"] = "see the history";
+      vars["history"] = history;
+      vars["budget"] = fmt::format("{} candidates", opt.budget_candidates - candidates);
+      auto c = ask("conductor", fill(*p, vars));
+      if (!c) return Unexpected{c.error()};
+      c->second.detail = c->first;
+      if (auto ok = store.add_step(run, c->second); !ok) return Unexpected{ok.error()};
+      const std::string first = c->first.substr(0, c->first.find('\n'));
+      if (first.find("STOP") != std::string::npos) {
+        stopped = "the conductor: " + c->first.substr(0, 300);
+        break;
+      }
+    }
+  }
+
+  // The final best, on every shape, held-out ones included.
+  json result = {{"run", run}, {"steps", 0}, {"out_dir", fs::absolute(opt.out_dir).string()}, {"stopped_because", stopped}};
+  if (best) {
+    say("final: the best candidate on every shape, held-out ones included");
+    auto v = evaluate(best->candidate_path, true);
+    if (!v) return Unexpected{v.error()};
+    Store::Step fin;
+    fin.seq = ++seq;
+    fin.role = "final";
+    fin.candidate_hash = v->candidate_hash;
+    fin.candidate_path = best->candidate_path;
+    fin.evaluation_id = record(best->candidate_path, *v);
+    fin.disposition = std::string(disposition_name(v->disposition));
+    fin.speedup = v->speedup;
+    fin.detail = v->detail;
+    if (auto ok = store.add_step(run, fin); !ok) return Unexpected{ok.error()};
+    const fs::path best_file = opt.out_dir / ("best" + dsl_suffix(opt.dsl));
+    if (auto src = store.candidate_source(best->candidate_hash)) (void)write_file_atomic(best_file, *src);
+    result["best"] = {{"candidate", fs::absolute(best_file).string()}, {"disposition", fin.disposition},
+                      {"speedup", v->speedup ? json(*v->speedup) : json()}, {"source_step", best->seq}};
+  } else {
+    result["best"] = {{"candidate", nullptr}, {"disposition", last_disposition.empty() ? "none" : last_disposition}, {"speedup", nullptr}};
+  }
+  (void)store.set_run_status(run, best ? "finished" : "failed");
+  auto all = store.run_steps(run);
+  result["steps"] = all ? all->size() : 0;
+  result["tokens_in"] = tokens_in;
+  result["tokens_out"] = tokens_out;
+  result["cost"] = cost;
+  result["candidates"] = candidates;
+  return result;
+}
+
+}  // namespace kfab

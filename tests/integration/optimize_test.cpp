@@ -1,0 +1,205 @@
+// kfab optimize with LLM agents against a scripted OpenAI-compatible server on loopback (no network):
+// wrong candidate -> fixer -> correct -> analyst -> faster candidate, with every step in the store;
+// kill -9 in the middle and --resume; replay of a recorded run with the server stopped.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <thread>
+
+#include "core/process.h"
+#include "store/store.h"
+#include "harness.h"
+
+namespace kfab::test {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+namespace {
+
+/// The scripted server of tests/fixtures/mock_llm.py, on a port of its own, and a config naming it.
+class MockLlm {
+ public:
+  MockLlm(const fs::path& script, const fs::path& dir) : dir_(dir) {
+    fs::create_directories(dir_);
+    fs::remove(dir_ / "port");
+    SpawnOptions so;
+    so.argv = {"python3", fixture("mock_llm.py"), script.string(), (dir_ / "port").string(), (dir_ / "requests.jsonl").string()};
+    so.output_file = dir_ / "server.log";
+    auto c = Child::spawn(so);
+    EXPECT_TRUE(c.has_value());
+    if (c) child_.emplace(std::move(*c));
+    for (int i = 0; i < 100 && !fs::exists(dir_ / "port"); ++i) std::this_thread::sleep_for(100ms);
+    auto port = read_file(dir_ / "port");
+    EXPECT_TRUE(port.has_value()) << "the mock server did not start";
+    std::string cfg = *read_file(fixture("llm/config.toml"));
+    cfg.replace(cfg.find("PORT"), 4, port ? *port : "1");
+    EXPECT_TRUE(write_file_atomic(dir_ / "config.toml", cfg).has_value());
+  }
+  ~MockLlm() { stop(); }
+  void stop() {
+    if (child_) {
+      child_->kill_group();
+      child_->wait();
+      child_.reset();
+    }
+  }
+  std::string config() const { return (dir_ / "config.toml").string(); }
+
+ private:
+  fs::path dir_;
+  std::optional<Child> child_;
+};
+
+std::vector<Store::Step> steps_of(const fs::path& data, const std::string& run) {
+  auto store = Store::open(data / "kfab.db");
+  EXPECT_TRUE(store.has_value());
+  if (!store) return {};
+  auto s = (*store)->run_steps(run);
+  return s ? *s : std::vector<Store::Step>{};
+}
+
+/// kfab with its own store in `data`.
+CliResult kfab_in(const fs::path& data, const std::vector<std::string>& args) {
+  std::string cmd = "KFAB_CACHE_DIR=" + quote(std::string(KFAB_BINARY) + ".test-cache") + " KFAB_DATA_DIR=" + quote(data.string()) +
+                    " exec " + quote(KFAB_BINARY);
+  for (const auto& a : args) cmd += " " + quote(a);
+  const auto out = data / "stdout", err = data / "stderr";
+  cmd += " >" + quote(out.string()) + " 2>" + quote(err.string());
+  auto r = run_command({"/bin/sh", "-c", cmd}, 600, KFAB_SOURCE_DIR);
+  CliResult c;
+  if (r) c.status = r->status;
+  if (auto o = read_file(out)) c.out = *o;
+  if (auto e = read_file(err)) c.err = *e;
+  return c;
+}
+
+}  // namespace
+
+TEST(Optimize, WrongThenFixedThenFasterWithEveryStepStoredAndReplayable) {
+  const fs::path dir = scratch() / "opt1";
+  const fs::path data = dir / "data";
+  fs::create_directories(data);
+  MockLlm llm(fixture("llm/affine_session.json"), dir / "mock");
+  CliResult r = kfab_in(data, {"optimize", fixture("tasks/affine"), "--target", "cpu", "--llm", "mock:m1", "--config", llm.config(),
+                               "--budget", "3", "--out", (dir / "out").string(), "--json", "--quiet"});
+  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const std::string run = j["run"];
+  EXPECT_EQ(j["best"]["disposition"], "passed");
+  EXPECT_EQ(j["candidates"], 3);
+  EXPECT_TRUE(fs::exists(j["best"]["candidate"].get<std::string>()));
+
+  const auto steps = steps_of(data, run);
+  std::vector<std::string> roles, dispositions;
+  for (const auto& s : steps) {
+    roles.push_back(s.role);
+    dispositions.push_back(s.disposition);
+  }
+  EXPECT_EQ(roles, (std::vector<std::string>{"planner", "coder", "fixer", "analyst", "coder", "final"}));
+  EXPECT_EQ(dispositions, (std::vector<std::string>{"", "incorrect", "passed", "", "passed", "passed"}));
+  for (size_t i = 0; i + 1 < steps.size(); ++i) {  // every LLM step: its exchange, tokens and dollars
+    EXPECT_FALSE(steps[i].call_hash.empty()) << i;
+    EXPECT_GT(steps[i].tokens_in, 0) << i;
+    EXPECT_GT(steps[i].cost, 0.0) << i;
+  }
+  ASSERT_EQ(steps.size(), 6u);
+  EXPECT_EQ(steps[0].cost, (900 * 2.0 + 40 * 8.0) / 1e6);
+  EXPECT_NE(steps[1].detail.find("incorrect"), std::string::npos) << steps[1].detail;
+  // The candidate after the analyst is faster than the fixer's (which repeats its work 64 times).
+  ASSERT_TRUE(steps[2].speedup && steps[4].speedup);
+  EXPECT_GT(*steps[4].speedup, *steps[2].speedup);
+  EXPECT_EQ(j["best"]["source_step"], 5);
+
+  // Replay with the server gone: the same candidates and verdicts.
+  llm.stop();
+  CliResult again = kfab_in(data, {"optimize", fixture("tasks/affine"), "--target", "cpu", "--llm", "replay:" + run, "--budget", "3",
+                                   "--out", (dir / "replay").string(), "--json", "--quiet"});
+  ASSERT_EQ(again.status.code, 0) << again.out << again.err;
+  const auto replayed = steps_of(data, nlohmann::json::parse(again.out)["run"]);
+  ASSERT_EQ(replayed.size(), steps.size());
+  for (size_t i = 0; i < steps.size(); ++i) {
+    EXPECT_EQ(replayed[i].role, steps[i].role) << i;
+    EXPECT_EQ(replayed[i].candidate_hash, steps[i].candidate_hash) << i;
+    EXPECT_EQ(replayed[i].disposition, steps[i].disposition) << i;
+    EXPECT_EQ(replayed[i].call_hash, steps[i].call_hash) << i;
+  }
+}
+
+TEST(Optimize, KillNineInTheMiddleThenResumeLosesNoEvaluatedCandidate) {
+  const fs::path dir = scratch() / "opt2";
+  const fs::path data = dir / "data";
+  fs::create_directories(data);
+  // The analyst's reply is slow: kfab is killed while it waits for it.
+  auto script = nlohmann::json::parse(*read_file(fixture("llm/affine_session.json")));
+  script[6]["delay"] = 60;  // entries: planner, 429, dropped, coder, malformed, fixer, analyst, coder
+  script.insert(script.begin() + 7, script[6]);
+  script[7].erase("delay");
+  ASSERT_TRUE(write_file_atomic(dir / "script.json", script.dump()).has_value());
+  MockLlm llm(dir / "script.json", dir / "mock");
+
+  SpawnOptions so;
+  so.argv = {KFAB_BINARY, "optimize", fixture("tasks/affine"), "--target", "cpu", "--llm", "mock:m1", "--config", llm.config(),
+             "--budget", "3", "--out", (dir / "out").string(), "--json", "--quiet"};
+  so.env = {{"KFAB_DATA_DIR", data.string()}, {"KFAB_CACHE_DIR", std::string(KFAB_BINARY) + ".test-cache"}};
+  so.cwd = KFAB_SOURCE_DIR;
+  so.output_file = dir / "first.log";
+  auto child = Child::spawn(so);
+  ASSERT_TRUE(child.has_value());
+  std::string run;
+  std::vector<Store::Step> before;
+  for (int i = 0; i < 600 && before.size() < 3; ++i) {  // planner, coder, fixer stored
+    std::this_thread::sleep_for(100ms);
+    auto store = Store::open(data / "kfab.db");
+    if (!store) continue;
+    if (auto latest = (*store)->latest_run(); latest && !latest->empty()) run = *latest;
+    if (!run.empty()) before = steps_of(data, run);
+  }
+  ASSERT_EQ(before.size(), 3u) << "the run did not reach the analyst";
+  child->kill_group();  // SIGKILL, mid-run
+  const ExitStatus st = child->wait();
+  EXPECT_EQ(st.signal, SIGKILL);
+
+  CliResult r = kfab_in(data, {"optimize", "--resume", run, "--json", "--quiet"});
+  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  const auto after = steps_of(data, run);
+  ASSERT_GE(after.size(), 5u);
+  for (size_t i = 0; i < before.size(); ++i) {  // nothing stored before the kill is lost or changed
+    EXPECT_EQ(after[i].role, before[i].role);
+    EXPECT_EQ(after[i].candidate_hash, before[i].candidate_hash);
+    EXPECT_EQ(after[i].disposition, before[i].disposition);
+  }
+  EXPECT_EQ(after.back().role, "final");
+  EXPECT_EQ(after.back().disposition, "passed");
+  int evaluated = 0;
+  for (const auto& s : after)
+    if (!s.candidate_hash.empty() && s.role != "final") ++evaluated;
+  EXPECT_EQ(evaluated, 3);  // the budget, counted across the kill
+}
+
+}  // namespace kfab::test
+
+namespace kfab::test {
+
+TEST(Optimize, TheConductorCanStopARunBeforeItsBudgetIsSpent) {
+  const fs::path dir = scratch() / "opt3";
+  const fs::path data = dir / "data";
+  fs::create_directories(data);
+  auto script = nlohmann::json::parse(*read_file(fixture("llm/affine_session.json")));
+  script.push_back({{"content", "STOP\nThe kernel is at the memory bound; more work will not pay."}});
+  ASSERT_TRUE(write_file_atomic(dir / "script.json", script.dump()).has_value());
+  MockLlm llm(dir / "script.json", dir / "mock");
+  CliResult r = kfab_in(data, {"optimize", fixture("tasks/affine"), "--target", "cpu", "--llm", "mock:m1", "--config", llm.config(),
+                               "--budget", "10", "--out", (dir / "out").string(), "--json", "--quiet"});
+  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["candidates"], 3);
+  EXPECT_NE(j["stopped_because"].get<std::string>().find("the conductor: STOP"), std::string::npos) << j.dump();
+  const auto steps = steps_of(data, j["run"]);
+  ASSERT_GE(steps.size(), 2u);
+  EXPECT_EQ(steps[steps.size() - 2].role, "conductor");
+  EXPECT_EQ(steps.back().role, "final");
+}
+
+}  // namespace kfab::test
