@@ -5,6 +5,7 @@
 #include <chrono>
 #include <ctime>
 #include <random>
+#include <future>
 #include <regex>
 
 #include "agent/extract.h"
@@ -120,8 +121,8 @@ Expected<json> optimize(const OptimizeOptions& in) {
     if (!s) return Unexpected{s.error()};
     steps = std::move(*s);
   }
-  if (opt.strategy != "refine")
-    return make_error("strategy " + opt.strategy + " is not built yet", "use --strategy refine (evolve is an open issue)");
+  if (opt.strategy != "refine" && opt.strategy != "evolve")
+    return make_error("unknown strategy " + opt.strategy, "refine (one trajectory) or evolve (a population)");
   if (opt.dsl.empty()) opt.dsl = opt.target == "cpu" ? "cpp" : opt.target;
   auto text = task_text(opt.task);
   if (!text) return Unexpected{text.error()};
@@ -173,6 +174,7 @@ Expected<json> optimize(const OptimizeOptions& in) {
   int candidates = 0, since_improvement = 0;
   std::string plan, last_code, last_verdict, last_disposition, recommendation, history;
   std::optional<Store::Step> best;
+  std::vector<Store::Step> population;  ///< every passed candidate (evolve's parents)
   json best_verdict;
   for (const auto& s : steps) {
     seq = std::max(seq, s.seq);
@@ -189,6 +191,7 @@ Expected<json> optimize(const OptimizeOptions& in) {
     last_verdict = s.detail;
     if (auto src = store.candidate_source(s.candidate_hash)) last_code = *src;
     history += fmt::format("- step {} ({}): {}{}\n", s.seq, s.role, s.disposition, s.speedup ? fmt::format(", {:.3f}x", *s.speedup) : "");
+    if (s.disposition == "passed" && s.speedup) population.push_back(s);
     if (s.disposition == "passed" && s.speedup && (!best || *s.speedup > *best->speedup)) {
       best = s;
       since_improvement = 0;
@@ -207,23 +210,26 @@ Expected<json> optimize(const OptimizeOptions& in) {
     return stopped.empty();
   };
 
-  // One exchange with the model, recorded (or replayed).
-  auto ask = [&](const std::string& role, const std::string& user) -> Expected<std::pair<std::string, Store::Step>> {
+  using Reply = std::pair<std::string, Store::Step>;
+  auto messages = [](const std::string& user) {
+    return std::vector<ChatMessage>{{"system", "You are an expert in high-performance compute kernels. Be exact."}, {"user", user}};
+  };
+  auto replayed = [&](const std::string& role) -> Expected<Reply> {
     Store::Step s;
     s.role = role;
     s.seq = ++seq;
-    std::vector<ChatMessage> msgs = {{"system", "You are an expert in high-performance compute kernels. Be exact."}, {"user", user}};
-    if (!replay.empty()) {
-      if (replay_next >= replay.size()) return make_error("the replayed run has no more LLM exchanges (" + std::to_string(replay.size()) + " recorded)");
-      s.call_hash = replay[replay_next++];
-      auto r = store.llm_response(s.call_hash);
-      if (!r) return Unexpected{r.error()};
-      return std::pair{*r, s};
-    }
-    say(role + ": asking " + client->describe());
-    auto r = client->chat(msgs);
+    if (replay_next >= replay.size()) return make_error("the replayed run has no more LLM exchanges (" + std::to_string(replay.size()) + " recorded)");
+    s.call_hash = replay[replay_next++];
+    auto r = store.llm_response(s.call_hash);
     if (!r) return Unexpected{r.error()};
-    const std::string request = json{{"provider", client->describe()}, {"messages", json::array()}}.dump();
+    return Reply{*r, s};
+  };
+  // An answer, stored content-addressed with its tokens and dollars (in the order of the calls).
+  auto keep = [&](const std::string& role, const std::vector<ChatMessage>& msgs, const Expected<ChatReply>& r) -> Expected<Reply> {
+    if (!r) return Unexpected{r.error()};
+    Store::Step s;
+    s.role = role;
+    s.seq = ++seq;
     json req = json::array();
     for (const auto& m : msgs) req.push_back({{"role", m.role}, {"content", m.content}});
     const std::string req_text = req.dump();
@@ -236,8 +242,39 @@ Expected<json> optimize(const OptimizeOptions& in) {
     tokens_in += r->tokens_in;
     tokens_out += r->tokens_out;
     cost += r->cost;
-    (void)request;
-    return std::pair{r->text, s};
+    return Reply{r->text, s};
+  };
+  // One exchange with the model, recorded (or replayed).
+  auto ask = [&](const std::string& role, const std::string& user) -> Expected<Reply> {
+    if (!replay.empty()) return replayed(role);
+    say(role + ": asking " + client->describe());
+    const auto msgs = messages(user);
+    return keep(role, msgs, client->chat(msgs));
+  };
+  // Several exchanges in flight at once (the provider's concurrency limit applies), kept in order.
+  auto ask_many = [&](const std::string& role, const std::vector<std::string>& users) -> Expected<std::vector<Reply>> {
+    std::vector<Reply> out;
+    if (!replay.empty()) {
+      for (size_t i = 0; i < users.size(); ++i) {
+        auto r = replayed(role);
+        if (!r) return Unexpected{r.error()};
+        out.push_back(std::move(*r));
+      }
+      return out;
+    }
+    say(fmt::format("{}: asking {} x{}", role, client->describe(), users.size()));
+    std::vector<std::vector<ChatMessage>> msgs;
+    for (const auto& u : users) msgs.push_back(messages(u));
+    std::vector<std::future<Expected<ChatReply>>> inflight;
+    for (const auto& m : msgs) inflight.push_back(std::async(std::launch::async, [&client, m] { return client->chat(m); }));
+    std::vector<Expected<ChatReply>> answers;
+    for (auto& f : inflight) answers.push_back(f.get());
+    for (size_t i = 0; i < answers.size(); ++i) {
+      auto r = keep(role, msgs[i], answers[i]);
+      if (!r) return Unexpected{r.error()};
+      out.push_back(std::move(*r));
+    }
+    return out;
   };
 
   auto evaluate = [&](const fs::path& file, bool heldout) -> Expected<Verdict> {
@@ -286,45 +323,10 @@ Expected<json> optimize(const OptimizeOptions& in) {
   }
   vars["plan"] = plan;
 
-  while (budget_left()) {
-    std::string role;
-    std::string user;
-    if (!best) {
-      role = last_code.empty() && last_disposition.empty() ? "coder" : "fixer";
-      auto p = prompt(role);
-      if (!p) return Unexpected{p.error()};
-      vars["context"] = "Write the first candidate.";
-      vars["code"] = last_code;
-      vars["verdict"] = last_verdict;
-      vars["disposition"] = last_disposition;
-      user = fill(*p, vars);
-    } else {
-      if (recommendation.empty()) {
-        auto p = prompt("analyst");
-        if (!p) return Unexpected{p.error()};
-        vars["code"] = *store.candidate_source(best->candidate_hash);
-        vars["verdict"] = best_verdict.is_object() ? verdict_text(best_verdict) : best->detail;
-        vars["speedup"] = fmt::format("{:.3f}", best->speedup.value_or(0.0));
-        vars["history"] = history.empty() ? "(none)" : history;
-        auto r = ask("analyst", fill(*p, vars));
-        if (!r) return Unexpected{r.error()};
-        recommendation = r->first;
-        r->second.detail = recommendation;
-        if (auto ok = store.add_step(run, r->second); !ok) return Unexpected{ok.error()};
-      }
-      role = "coder";
-      auto p = prompt("coder");
-      if (!p) return Unexpected{p.error()};
-      vars["context"] = "The current best candidate (" + fmt::format("{:.3f}", best->speedup.value_or(0.0)) +
-                        "x the baseline):\n```\n" + *store.candidate_source(best->candidate_hash) +
-                        "\n```\nApply this recommendation of the performance analyst, keeping the candidate correct:\n" +
-                        recommendation;
-      user = fill(*p, vars);
-    }
-    auto r = ask(role, user);
-    if (!r) return Unexpected{r.error()};
-    Store::Step step = r->second;
-    auto code = extract_code(r->first, opt.dsl);
+  // A reply that should hold a candidate: extracted, written, evaluated (tuning shapes only), stored.
+  auto handle = [&](const std::string& role, Reply r) -> Expected<void> {
+    Store::Step step = r.second;
+    auto code = extract_code(r.first, opt.dsl);
     ++candidates;
     if (!code) {
       // No usable code: the fixer is told why (the functional pass goes on).
@@ -332,13 +334,12 @@ Expected<json> optimize(const OptimizeOptions& in) {
       step.detail = code.error().message;
       last_disposition = "no_code";
       last_verdict = code.error().message;
-      last_code = r->first.substr(0, 4000);
+      last_code = r.first.substr(0, 4000);
       history += fmt::format("- step {} ({}): no code\n", step.seq, role);
-      if (auto ok = store.add_step(run, step); !ok) return Unexpected{ok.error()};
-      continue;
+      return store.add_step(run, step);
     }
     const fs::path file = opt.out_dir / fmt::format("{:03d}_{}{}", step.seq, role, dsl_suffix(opt.dsl));
-    if (auto ok = write_file_atomic(file, code->code); !ok) return Unexpected{ok.error()};
+    if (auto ok = write_file_atomic(file, code->code); !ok) return ok;
     say(fmt::format("{}: evaluating {}", role, file.string()));
     auto v = evaluate(file, false);
     if (!v) return Unexpected{v.error()};
@@ -349,13 +350,13 @@ Expected<json> optimize(const OptimizeOptions& in) {
     step.speedup = v->speedup;
     step.detail = verdict_text(v->to_json());
     if (code->truncated) step.detail += "(the reply was cut off before the code block closed)\n";
-    if (auto ok = store.add_step(run, step); !ok) return Unexpected{ok.error()};
+    if (auto ok = store.add_step(run, step); !ok) return ok;
     say(fmt::format("{}: {}{}", role, step.disposition, v->speedup ? fmt::format(" ({:.3f}x)", *v->speedup) : ""));
     history += fmt::format("- step {} ({}): {}{}\n", step.seq, role, step.disposition, v->speedup ? fmt::format(", {:.3f}x", *v->speedup) : "");
     last_code = code->code;
     last_verdict = step.detail;
     last_disposition = step.disposition;
-    if (role == "coder" && best) recommendation.clear();
+    if (v->passed() && v->speedup) population.push_back(step);
     if (v->passed() && v->speedup && (!best || *v->speedup > *best->speedup)) {
       best = step;
       best_verdict = v->to_json();
@@ -363,28 +364,125 @@ Expected<json> optimize(const OptimizeOptions& in) {
     } else if (best) {
       ++since_improvement;
     }
-    if (best && since_improvement >= 3) {
+    return {};
+  };
+  auto analyst_prompt = [&](const Store::Step& parent) -> Expected<std::string> {
+    auto p = prompt("analyst");
+    if (!p) return Unexpected{p.error()};
+    auto src = store.candidate_source(parent.candidate_hash);
+    if (!src) return Unexpected{src.error()};
+    auto v = vars;
+    v["code"] = *src;
+    v["verdict"] = best && parent.seq == best->seq && best_verdict.is_object() ? verdict_text(best_verdict) : parent.detail;
+    v["speedup"] = fmt::format("{:.3f}", parent.speedup.value_or(0.0));
+    v["history"] = history.empty() ? "(none)" : history;
+    return fill(*p, v);
+  };
+  auto coder_prompt = [&](const Store::Step& parent, const std::string& advice) -> Expected<std::string> {
+    auto p = prompt("coder");
+    if (!p) return Unexpected{p.error()};
+    auto src = store.candidate_source(parent.candidate_hash);
+    if (!src) return Unexpected{src.error()};
+    auto v = vars;
+    v["context"] = "The candidate to improve (" + fmt::format("{:.3f}", parent.speedup.value_or(0.0)) + "x the baseline):\n```\n" + *src +
+                   "\n```\nApply this recommendation of the performance analyst, keeping the candidate correct:\n" + advice;
+    return fill(*p, v);
+  };
+  // After optimization steps, with budget left, the conductor decides whether to go on.
+  auto conductor = [&]() -> Expected<bool> {
+    if (!best || !budget_left()) return true;
+    auto p = prompt("conductor");
+    if (!p) return Unexpected{p.error()};
+    auto v = vars;
+    v["speedup"] = fmt::format("{:.3f}", best->speedup.value_or(0.0));
+    v["percent_of_bound"] = "see the history";
+    v["history"] = history;
+    v["budget"] = fmt::format("{} candidates", opt.budget_candidates - candidates);
+    auto c = ask("conductor", fill(*p, v));
+    if (!c) return Unexpected{c.error()};
+    c->second.detail = c->first;
+    if (auto ok = store.add_step(run, c->second); !ok) return Unexpected{ok.error()};
+    if (c->first.substr(0, c->first.find('\n')).find("STOP") != std::string::npos) {
+      stopped = "the conductor: " + c->first.substr(0, 300);
+      return false;
+    }
+    return true;
+  };
+
+  while (budget_left()) {
+    if (!best) {
+      // The functional pass: the coder, then the fixer with kfab's verdict, until a candidate passes.
+      const std::string role = last_code.empty() && last_disposition.empty() ? "coder" : "fixer";
+      auto p = prompt(role);
+      if (!p) return Unexpected{p.error()};
+      vars["context"] = "Write the first candidate.";
+      vars["code"] = last_code;
+      vars["verdict"] = last_verdict;
+      vars["disposition"] = last_disposition;
+      auto r = ask(role, fill(*p, vars));
+      if (!r) return Unexpected{r.error()};
+      if (auto ok = handle(role, std::move(*r)); !ok) return Unexpected{ok.error()};
+      continue;
+    }
+    if (opt.strategy == "refine") {
+      // One trajectory: the analyst's advice on the best, the coder applies it.
+      if (recommendation.empty()) {
+        auto ap = analyst_prompt(*best);
+        if (!ap) return Unexpected{ap.error()};
+        auto r = ask("analyst", *ap);
+        if (!r) return Unexpected{r.error()};
+        recommendation = r->first;
+        r->second.detail = recommendation;
+        if (auto ok = store.add_step(run, r->second); !ok) return Unexpected{ok.error()};
+      }
+      auto cp = coder_prompt(*best, recommendation);
+      if (!cp) return Unexpected{cp.error()};
+      auto r = ask("coder", *cp);
+      if (!r) return Unexpected{r.error()};
+      recommendation.clear();
+      if (auto ok = handle("coder", std::move(*r)); !ok) return Unexpected{ok.error()};
+    } else {
+      // evolve: a generation from the two fastest (elites) and one other passed candidate (diversity),
+      // their analyst and coder exchanges in flight at once; the children are timed one by one.
+      std::vector<Store::Step> ranked = population;
+      std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return *a.speedup > *b.speedup; });
+      std::vector<Store::Step> parents;
+      for (const auto& c : ranked)
+        if (parents.size() < 2 && std::none_of(parents.begin(), parents.end(), [&](const auto& p) { return p.candidate_hash == c.candidate_hash; }))
+          parents.push_back(c);
+      std::vector<Store::Step> others;
+      for (const auto& c : ranked)
+        if (std::none_of(parents.begin(), parents.end(), [&](const auto& p) { return p.candidate_hash == c.candidate_hash; })) others.push_back(c);
+      if (!others.empty()) parents.push_back(others[static_cast<size_t>(seq) % others.size()]);
+      parents.resize(std::min<size_t>(parents.size(), static_cast<size_t>(opt.budget_candidates - candidates)));
+      std::vector<std::string> asks;
+      for (const auto& pa : parents) {
+        auto ap = analyst_prompt(pa);
+        if (!ap) return Unexpected{ap.error()};
+        asks.push_back(*ap);
+      }
+      auto advice = ask_many("analyst", asks);
+      if (!advice) return Unexpected{advice.error()};
+      asks.clear();
+      for (size_t i = 0; i < parents.size(); ++i) {
+        (*advice)[i].second.detail = (*advice)[i].first;
+        if (auto ok = store.add_step(run, (*advice)[i].second); !ok) return Unexpected{ok.error()};
+        auto cp = coder_prompt(parents[i], (*advice)[i].first);
+        if (!cp) return Unexpected{cp.error()};
+        asks.push_back(*cp);
+      }
+      auto children = ask_many("coder", asks);
+      if (!children) return Unexpected{children.error()};
+      for (auto& child : *children)
+        if (auto ok = handle("coder", std::move(child)); !ok) return Unexpected{ok.error()};
+    }
+    if (since_improvement >= 3) {
       stopped = "three optimization steps without improvement";
       break;
     }
-    // After an optimization step, with budget left, the conductor decides whether to go on.
-    if (best && role == "coder" && budget_left()) {
-      auto p = prompt("conductor");
-      if (!p) return Unexpected{p.error()};
-      vars["speedup"] = fmt::format("{:.3f}", best->speedup.value_or(0.0));
-      vars["percent_of_bound"] = "see the history";
-      vars["history"] = history;
-      vars["budget"] = fmt::format("{} candidates", opt.budget_candidates - candidates);
-      auto c = ask("conductor", fill(*p, vars));
-      if (!c) return Unexpected{c.error()};
-      c->second.detail = c->first;
-      if (auto ok = store.add_step(run, c->second); !ok) return Unexpected{ok.error()};
-      const std::string first = c->first.substr(0, c->first.find('\n'));
-      if (first.find("STOP") != std::string::npos) {
-        stopped = "the conductor: " + c->first.substr(0, 300);
-        break;
-      }
-    }
+    auto go_on = conductor();
+    if (!go_on) return Unexpected{go_on.error()};
+    if (!*go_on) break;
   }
 
   // The final best, on every shape, held-out ones included.

@@ -203,3 +203,30 @@ TEST(Optimize, TheConductorCanStopARunBeforeItsBudgetIsSpent) {
 }
 
 }  // namespace kfab::test
+
+namespace kfab::test {
+
+TEST(Optimize, EvolveBreedsAGenerationFromElitesWithSeveralExchangesInFlight) {
+  const fs::path dir = scratch() / "opt4";
+  const fs::path data = dir / "data";
+  fs::create_directories(data);
+  auto script = nlohmann::json::parse(*read_file(fixture("llm/affine_session.json")));
+  // From the conductor on, one reply serves every role: it goes on, and it carries a fast candidate.
+  script.push_back({{"content", "CONTINUE: there is budget left.\n```cpp\n" +
+                                    script[7]["content"].get<std::string>().substr(7, script[7]["content"].get<std::string>().size() - 10) +
+                                    "\n```\n"}});
+  ASSERT_TRUE(write_file_atomic(dir / "script.json", script.dump()).has_value());
+  MockLlm llm(dir / "script.json", dir / "mock");
+  CliResult r = kfab_in(data, {"optimize", fixture("tasks/affine"), "--target", "cpu", "--llm", "mock:m1", "--config", llm.config(),
+                               "--strategy", "evolve", "--budget", "5", "--out", (dir / "out").string(), "--json", "--quiet"});
+  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["candidates"], 5);
+  EXPECT_EQ(j["best"]["disposition"], "passed");
+  std::vector<std::string> roles;
+  for (const auto& s : steps_of(data, j["run"])) roles.push_back(s.role);
+  EXPECT_EQ(roles, (std::vector<std::string>{"planner", "coder", "fixer", "analyst", "coder", "conductor", "analyst", "analyst",
+                                             "coder", "coder", "final"}));
+}
+
+}  // namespace kfab::test
