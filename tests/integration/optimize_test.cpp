@@ -230,3 +230,32 @@ TEST(Optimize, EvolveBreedsAGenerationFromElitesWithSeveralExchangesInFlight) {
 }
 
 }  // namespace kfab::test
+
+namespace kfab::test {
+
+TEST(Optimize, AnthropicMessagesProviderWithItsKeyFromTheEnvironment) {
+  const fs::path dir = scratch() / "opt5";
+  const fs::path data = dir / "data";
+  fs::create_directories(data);
+  MockLlm llm(fixture("llm/affine_session.json"), dir / "mock");
+  std::string cfg = *read_file(llm.config());
+  cfg.replace(cfg.find("kind = \"openai\""), 15, "kind = \"anthropic\"\napi_key_env = \"KFAB_TEST_LLM_KEY\"");
+  ASSERT_TRUE(write_file_atomic(dir / "anthropic.toml", cfg).has_value());
+  ::setenv("KFAB_TEST_LLM_KEY", "sk-test-123", 1);
+  CliResult r = kfab_in(data, {"optimize", fixture("tasks/affine"), "--target", "cpu", "--llm", "mock:claude-test", "--config",
+                               (dir / "anthropic.toml").string(), "--budget", "2", "--out", (dir / "out").string(), "--json", "--quiet"});
+  ::unsetenv("KFAB_TEST_LLM_KEY");
+  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["best"]["disposition"], "passed");
+  auto log = read_file(dir / "mock" / "requests.jsonl");
+  ASSERT_TRUE(log.has_value());
+  const auto first = nlohmann::json::parse(log->substr(0, log->find('\n')));
+  EXPECT_NE(first["path"].get<std::string>().find("/v1/messages"), std::string::npos);
+  EXPECT_EQ(first["x-api-key"], "sk-test-123");
+  EXPECT_EQ(first["anthropic-version"], "2023-06-01");
+  EXPECT_TRUE(first["body"].contains("system"));  // the system prompt is a field of its own
+  EXPECT_EQ(first["body"]["messages"][0]["role"], "user");
+  EXPECT_EQ(first["body"]["model"], "claude-test");
+}
+
+}  // namespace kfab::test
