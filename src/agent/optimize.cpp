@@ -7,6 +7,7 @@
 #include <random>
 #include <future>
 #include <regex>
+#include <thread>
 
 #include "agent/extract.h"
 #include "agent/llm.h"
@@ -14,6 +15,8 @@
 #include "core/hash.h"
 #include "core/paths.h"
 #include "eval/kb_evaluator.h"
+#include "eval/roofline.h"
+#include "runner/runner_client.h"
 #include "store/store.h"
 
 namespace kfab {
@@ -309,7 +312,21 @@ Expected<json> optimize(const OptimizeOptions& in) {
   };
 
   auto abi = read_file(abi_include_dir() / "kfab/candidate.h");
-  std::map<std::string, std::string> vars = {{"task", *text}, {"target", opt.target}, {"dsl_rules", dsl_rules(opt.dsl)},
+  // The target's hardware facts for the prompts: the device, its measured copy bandwidth and peaks
+  // (measured once and cached, as for the roofline bound).
+  std::string hardware = opt.target;
+  {
+    RunnerOptions ro = opt.eval.runner;
+    ro.limit_address_space = opt.target == "cpu";
+    RunnerClient rc(ro);
+    auto peaks = opt.target == "cpu" ? cpu_peaks(rc) : device_peaks(rc, opt.target);
+    if (peaks)
+      hardware = fmt::format("{} ({}); measured copy bandwidth {:.0f} GB/s (bytes read + written), peak bandwidth {:.0f} GB/s, "
+                             "peak FP32 about {:.1f} TFLOP/s{}",
+                             opt.target, peaks->device, peaks->copy_Bps / 1e9, peaks->bandwidth_Bps / 1e9, peaks->flops_per_s / 1e12,
+                             opt.target == "cpu" ? fmt::format(", {} hardware threads", std::thread::hardware_concurrency()) : "");
+  }
+  std::map<std::string, std::string> vars = {{"task", *text}, {"target", hardware}, {"dsl_rules", dsl_rules(opt.dsl)},
                                              {"abi", abi ? *abi : ""}, {"task_name", task_name}};
 
   if (plan.empty() && steps.empty()) {
