@@ -48,9 +48,10 @@ venv:
 test: build venv
 	KFAB_REQUIRE_TORCH=1 ctest --test-dir $(BUILD) -L 'unit|integration|python' --output-on-failure -j $(JOBS)
 
-# The main job: evaluate a bundled optimized candidate against its reference and print the verdict.
+# The main job: kfab optimize on a bundled task with the built-in tuner (no LLM), on the best target
+# present that the tuner has templates for; prints the best kernel's verdict.
 run: build
-	$(BUILD)/kfab eval tasks/core/softmax tasks/core/softmax/candidates/rowwise_simd_opt.cpp
+	$(BUILD)/kfab optimize tasks/core/softmax
 
 # Every bundled candidate of tasks/core, with its speedup over the reference (a benchmark, not a test).
 bench: build

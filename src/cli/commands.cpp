@@ -16,6 +16,8 @@
 #include "eval/kb_evaluator.h"
 #include "cli/mcp.h"
 #include "agent/optimize.h"
+#include "tuner/templates.h"
+#include "tuner/tuner.h"
 #include "report/table.h"
 #include "store/store.h"
 
@@ -40,7 +42,8 @@ Commands::Commands(CLI::App& app) : app_(app) {
   optimize_->add_option("TASK", task_, "task folder, task.toml or KernelBench-format .py (not with --resume)");
   optimize_->add_option("--target", target_, "cpu, cuda or opencl (default: cuda when a GPU is here, else cpu)");
   optimize_->add_option("--dsl", dsl_, "cpp, cuda, opencl, triton, modelnew (default: the target's native one)");
-  optimize_->add_option("--llm", llm_, "PROVIDER:MODEL from the config, or replay:RUN (a recorded run's exchanges, no network)");
+  optimize_->add_option("--llm", llm_, "PROVIDER:MODEL from the config, or replay:RUN (a recorded run's exchanges, no network); "
+                                        "none or absent: the built-in tuner");
   optimize_->add_option("--config", config_, "provider config (default ~/.config/kfab/config.toml)");
   optimize_->add_option("--strategy", strategy_, "refine (one trajectory)")->capture_default_str();
   optimize_->add_option("--budget", budget_, "candidates to evaluate, at most")->capture_default_str()->check(CLI::Range(1, 100000));
@@ -49,6 +52,8 @@ Commands::Commands(CLI::App& app) : app_(app) {
   optimize_->add_option("--budget-time", budget_time_s_, "seconds of wall time, at most (0: no limit)");
   optimize_->add_option("--out", out_, "folder for the candidates and best.<ext> (default kfab-runs/RUN)");
   optimize_->add_option("--resume", resume_, "continue a stopped run from the store");
+  optimize_->add_option("--points", budget_tuner_, "built-in tuner: parameter points to evaluate, at most")->capture_default_str();
+  optimize_->add_flag("--fresh", fresh_, "built-in tuner: search again even when a cached result exists");
   optimize_->add_option("--timeout", timeout_s_, "seconds each runner job may take")->capture_default_str();
   optimize_->add_flag("--quiet,-q", quiet_, "no progress lines on stderr");
   optimize_->add_flag("--json", json_, "print one JSON object on stdout");
@@ -242,9 +247,48 @@ int Commands::check_tasks(const std::vector<TaskEntry>& entries) {
 
 int Commands::optimize_task() {
   if (resume_.empty() && task_.empty()) return bad_input(json_, "optimize needs a TASK (or --resume RUN)");
-  if (resume_.empty() && (llm_.empty() || llm_ == "none"))
-    return bad_input(json_, "the built-in tuner (optimize with no LLM) is not built yet",
-                     "give --llm PROVIDER:MODEL (a provider in ~/.config/kfab/config.toml or --config)");
+  if (resume_.empty() && (llm_.empty() || llm_ == "none")) {
+    // No LLM: the built-in tuner.
+    TuneOptions t;
+    t.task = task_;
+    t.target = target_;
+    if (t.target.empty()) {
+      // The best target present for which the tuner has a template for this task.
+      auto task = load_task(task_);
+      if (!task) return bad_input(json_, task.error().message, task.error().hint);
+      for (const char* cand : {"cuda", "cpu"}) {
+        if (make_backend(cand)->probe() == 0 || templates_for(*task, cand).empty()) continue;
+        t.target = cand;
+        break;
+      }
+      if (t.target.empty()) t.target = "cpu";  // tune() says what is missing
+      if (!json_ && !quiet_) std::cerr << "kfab: target " << t.target << "\n";
+    }
+    t.budget = budget_tuner_;
+    t.fresh = fresh_;
+    t.out_dir = out_;
+    t.eval = eval_options();
+    t.progress = t.eval.progress;
+    t.eval.progress = nullptr;
+    if (!json_ && !quiet_) std::cerr << "kfab: no --llm: the built-in tuner searches its kernel templates by measurement\n";
+    auto r = tune(t);
+    if (!r) return bad_input(json_, r.error().message, r.error().hint);
+    if (json_) {
+      std::cout << r->dump(2) << "\n";
+    } else {
+      const json& b = (*r)["best"];
+      std::cout << fmt::format("run {} (built-in tuner): {} parameter points evaluated; {}\n", (*r)["run"].get<std::string>(),
+                               (*r)["candidates"].get<int>(), (*r)["stopped_because"].get<std::string>());
+      if (b["candidate"].is_null()) {
+        std::cout << "no parameter point passed\n";
+      } else {
+        std::cout << fmt::format("best: {} ({})\n", b["candidate"].get<std::string>(), format_params((*r)["tuner"]["params"].get<TemplateParams>()));
+        std::cout << fmt::format("{} ({:.2f}x): {}\n", b["disposition"].get<std::string>(),
+                                 b["speedup"].is_null() ? 0.0 : b["speedup"].get<double>(), b.value("detail", std::string()));
+      }
+    }
+    return (*r)["best"]["disposition"] == "passed" ? kExitOk : kExitFailed;
+  }
   OptimizeOptions o;
   o.task = task_;
   o.target = target_.empty() ? (make_backend("cuda")->probe() > 0 ? "cuda" : "cpu") : target_;

@@ -74,6 +74,8 @@ class Commands {
   int64_t budget_tokens_ = 0;
   double budget_dollars_ = 0.0;
   double budget_time_s_ = 0.0;
+  int budget_tuner_ = 64;
+  bool fresh_ = false;
   std::string out_;
 };
 

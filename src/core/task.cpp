@@ -275,7 +275,7 @@ Expected<Task> load_task(const fs::path& path) {
                           std::string(e.description()));
   }
 
-  if (auto ok = r.only_keys(root, "", {"name", "summary", "op_class", "input", "output", "shapes", "reference", "tolerance", "cost"}); !ok)
+  if (auto ok = r.only_keys(root, "", {"name", "summary", "op_class", "input", "output", "shapes", "reference", "tolerance", "cost", "op_params"}); !ok)
     return Unexpected{ok.error()};
 
   Task task;
@@ -331,6 +331,15 @@ Expected<Task> load_task(const fs::path& path) {
     auto g = read_shape_sets(r, *gpu->as_table(), gpu, "tune", true, "shapes.gpu.");
     if (!g) return Unexpected{g.error()};
     task.tune_gpu = std::move(*g);
+  }
+
+  if (const toml::node* op = root.get("op_params")) {
+    if (!op->is_table()) return r.fail(op, "op_params", "must be a table", "[op_params] with numbers, e.g. eps = 1e-6");
+    for (const auto& [k, v] : *op->as_table()) {
+      auto d = v.value<double>();
+      if (!d) return r.fail(&v, "op_params." + std::string(k.str()), "must be a number", "e.g. eps = 1e-6");
+      task.op_params[std::string(k.str())] = *d;
+    }
   }
 
   const toml::node* ref = root.get("reference");

@@ -2,6 +2,7 @@
 /// A native task (DESIGN.md section 2.2): what to compute, on which shapes, and how to check it.
 
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -51,6 +52,8 @@ struct Task {
   /// Optional [shapes.gpu] tune = [...]: the tuning shapes on a GPU (cuda, OpenCL on a GPU), where
   /// the CPU's shapes would measure launch latency rather than the kernel. Empty: `tune` everywhere.
   std::vector<ShapeBinding> tune_gpu;
+  /// Optional [op_params]: numbers the op class's semantics need (eps of a norm), for the tuner.
+  std::map<std::string, double> op_params;
   std::filesystem::path reference;  ///< absolute path of the reference source: the CPU oracle
   /// Optional ([reference] cuda = "reference.cu"): the GPU baseline candidates are timed against on
   /// the cuda target. Correctness is always judged by `reference`.

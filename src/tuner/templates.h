@@ -1,0 +1,33 @@
+#pragma once
+/// The built-in tuner's parameterized kernel templates: for an op class and a target, a grid of
+/// parameter points, each of which generates one ordinary candidate source file.
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/task.h"
+
+namespace kfab {
+
+using TemplateParams = std::map<std::string, std::string>;
+
+struct KernelTemplate {
+  std::string name;      ///< e.g. cpu_rowwise_softmax
+  std::string target;    ///< cpu, cuda
+  int version = 1;       ///< bumped when the generated code changes (part of the tuner's cache key)
+  /// Whether the template computes this task (op class and tensor signature).
+  bool (*applies)(const Task& task) = nullptr;
+  /// Every parameter point, most promising first.
+  std::vector<TemplateParams> (*grid)(const Task& task) = nullptr;
+  /// The candidate's source for a point.
+  std::string (*generate)(const Task& task, const TemplateParams& p) = nullptr;
+};
+
+/// The templates that apply to a task on a target.
+std::vector<const KernelTemplate*> templates_for(const Task& task, const std::string& target);
+
+/// "a=1, b=x"
+std::string format_params(const TemplateParams& p);
+
+}  // namespace kfab

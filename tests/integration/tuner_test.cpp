@@ -1,0 +1,41 @@
+// The built-in tuner (kfab optimize with no LLM): a search over template parameter points, every one an
+// ordinary candidate; the winner checked on held-out shapes; the result cached for an instant rerun.
+#include <gtest/gtest.h>
+
+#include "harness.h"
+
+namespace kfab::test {
+
+TEST(Tuner, SearchesThenReusesItsCachedResult) {
+  const auto cache = scratch() / "tuner-cache";
+  const auto run = [&](const std::string& out) {
+    const std::string cmd = "KFAB_CACHE_DIR=" + quote(cache.string()) + " KFAB_DATA_DIR=" + quote((scratch() / "tuner-data").string()) +
+                            " exec " + quote(KFAB_BINARY) + " optimize tasks/core/log_softmax --target cpu --json --quiet --out " +
+                            quote((scratch() / out).string());
+    auto r = run_command({"/bin/sh", "-c", cmd + " 2>/dev/null"}, 600, KFAB_SOURCE_DIR);
+    EXPECT_TRUE(r.has_value());
+    EXPECT_TRUE(r && r->status.ok()) << (r ? r->output : "");
+    return r ? nlohmann::json::parse(r->output) : nlohmann::json();
+  };
+  const auto first = run("tune-a");
+  EXPECT_EQ(first["best"]["disposition"], "passed") << first.dump(2);
+  EXPECT_EQ(first["tuner"]["template"], "cpu_rowwise_softmax");
+  EXPECT_FALSE(first["tuner"]["cached"].get<bool>());
+  EXPECT_EQ(first["candidates"], 8);
+  bool heldout_checked = false;
+  for (const auto& s : first["verdict"]["shapes"]) heldout_checked = heldout_checked || s["heldout"].get<bool>();
+  EXPECT_TRUE(heldout_checked);
+  const auto second = run("tune-b");
+  EXPECT_TRUE(second["tuner"]["cached"].get<bool>());
+  EXPECT_EQ(second["candidates"], 0);
+  EXPECT_EQ(second["tuner"]["params"], first["tuner"]["params"]);
+  EXPECT_EQ(second["best"]["disposition"], "passed");
+}
+
+TEST(Tuner, AnOpClassWithoutATemplateIsBadInputNamingIt) {
+  CliResult r = kfab_cli({"optimize", "tasks/core/matmul", "--target", "cpu", "--json"});
+  EXPECT_EQ(r.status.code, 2) << r.out << r.err;
+  EXPECT_NE(r.json().value("error", "").find("no template for op class \"matmul\""), std::string::npos) << r.out;
+}
+
+}  // namespace kfab::test
