@@ -259,7 +259,8 @@ Expected<Verdict> KbEvaluator::evaluate(const fs::path& task_file, const fs::pat
     const json& over = shapes[i].first;
     // torch.compile's time is cached per task, device, dtype, shape, torch and mode: compiling costs
     // far more than timing, and it does not change while those do not.
-    const std::string key = hash_hex(*read_file(task_file) + '\0' + target_ + '\0' + info.value("device", std::string("cpu")) +
+    const auto task_source = read_file(task_file);
+    const std::string key = hash_hex((task_source ? *task_source : std::string()) + '\0' + target_ + '\0' + info.value("device", std::string("cpu")) +
                                      '\0' + opt_.dtype + '\0' + over.dump() + '\0' + info.value("torch", std::string()) +
                                      '\0' + opt_.compile_mode)
                                 .substr(0, 24);

@@ -37,7 +37,10 @@ Expected<json> tune(const TuneOptions& in) {
   Store& store = **store_r;
 
   // The cache key: what the task computes, where, and the templates' versions.
-  std::string material = *read_file(task->manifest) + '\0' + *read_file(task->reference) + '\0' + opt.target + '\0' + backend->describe();
+  const auto manifest = read_file(task->manifest);
+  const auto reference = read_file(task->reference);
+  if (!manifest || !reference) return make_error("the task's files cannot be read: " + task->manifest.string());
+  std::string material = *manifest + '\0' + *reference + '\0' + opt.target + '\0' + backend->describe();
   for (const auto* t : templates) material += '\0' + t->name + std::to_string(t->version);
   const fs::path cache_file = cache_dir() / "tuner" / (hash_hex(material).substr(0, 24) + ".json");
 
