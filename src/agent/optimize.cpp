@@ -64,14 +64,14 @@ Expected<std::string> task_text(const fs::path& task) {
     auto src = read_file(task);
     if (!src) return Unexpected{src.error()};
     return "The task, a KernelBench-format PyTorch module (inputs are get_inputs(), then the model's parameters and buffers):\n```python\n" +
-           std::regex_replace(*src, std::regex("(^|\\n)KFAB_HELDOUT[^\\n]*"), "$1") + "\n```";
+           withhold(*src, "KFAB_HELDOUT") + "\n```";
   }
   auto t = load_task(task);
   if (!t) return Unexpected{t.error()};
   auto manifest = read_file(t->manifest);
   auto reference = read_file(t->reference);
   return "The task " + t->name + ": " + t->summary + "\nManifest (tensors, shapes, tolerance, cost):\n```toml\n" +
-         std::regex_replace(manifest ? *manifest : "", std::regex("(^|\\n)heldout[^\\n]*"), "$1") +
+         withhold(manifest ? *manifest : "", "heldout") +
          "\n```\nThe reference (the correctness oracle):\n```cpp\n" + (reference ? *reference : "") + "\n```";
 }
 

@@ -14,6 +14,7 @@
 #include "core/paths.h"
 #include "core/process.h"
 #include "core/task.h"
+#include "eval/kb_evaluator.h"
 #include "store/store.h"
 
 namespace kfab::cli {
@@ -147,7 +148,7 @@ json describe(const json& a) {
     if (!text) throw ToolError{text.error().message};
     // Held-out shapes are never shown to a proposer.
     out = {{"format", "kernelbench"}, {"task", task.string()},
-           {"source", std::regex_replace(*text, std::regex("(^|\\n)KFAB_HELDOUT[^\\n]*"), "$1# (held-out shapes withheld)")}};
+           {"source", withhold(*text, "KFAB_HELDOUT")}};
   } else {
     auto t = load_task(task);
     if (!t) throw ToolError{t.error().to_string()};
@@ -159,7 +160,7 @@ json describe(const json& a) {
     out = {{"format", "native"}, {"name", t->name}, {"summary", t->summary}, {"op_class", t->op_class},
            {"inputs", ins}, {"outputs", outs}, {"tune", t->tune}, {"tune_gpu", t->tune_gpu},
            {"cost", {{"flops", t->cost_flops}, {"bytes", t->cost_bytes}}},
-           {"manifest", manifest ? std::regex_replace(*manifest, std::regex("(^|\\n)heldout[^\\n]*"), "$1# (held-out shapes withheld)") : ""},
+           {"manifest", manifest ? withhold(*manifest, "heldout") : ""},
            {"reference_source", reference ? *reference : ""}};
   }
   if (auto abi = read_file(abi_include_dir() / "kfab/candidate.h")) out["abi"] = *abi;

@@ -30,6 +30,36 @@ std::string kb_candidate_dsl(const fs::path& candidate) {
   return text->find("triton") != std::string::npos ? "triton" : "python";
 }
 
+std::string withhold(const std::string& source, const std::string& key) {
+  std::string out;
+  size_t pos = 0;
+  while (pos < source.size()) {
+    size_t eol = source.find('\n', pos);
+    if (eol == std::string::npos) eol = source.size();
+    const bool match = source.compare(pos, key.size(), key) == 0 && pos + key.size() < source.size() &&
+                       (source[pos + key.size()] == ' ' || source[pos + key.size()] == '=');
+    if (!match) {
+      out.append(source, pos, eol - pos);
+      if (eol < source.size()) out += '\n';
+      pos = eol + 1;
+      continue;
+    }
+    // Skip the statement: up to the end of the line on which its brackets balance.
+    int depth = 0;
+    size_t i = pos;
+    for (; i < source.size(); ++i) {
+      const char c = source[i];
+      if (c == '[' || c == '(' || c == '{') ++depth;
+      else if (c == ']' || c == ')' || c == '}') --depth;
+      else if (c == '\n' && depth <= 0) break;
+    }
+    out += "# (held-out shapes withheld)";
+    if (i < source.size()) out += '\n';
+    pos = i + 1;
+  }
+  return out;
+}
+
 namespace {
 
 /// A worker reply folded into what the verdict needs (as in evaluator.cpp, for the Python worker's

@@ -18,6 +18,11 @@ namespace kfab {
 /// (a .py with run() that does not); empty when the file is none of these.
 std::string kb_candidate_dsl(const std::filesystem::path& candidate);
 
+/// `source` with every assignment to `key` at the start of a line (KFAB_HELDOUT in a KernelBench
+/// file, heldout in a task.toml) replaced by a comment, continuation lines included (brackets are
+/// balanced): what a proposer may see of a task.
+std::string withhold(const std::string& source, const std::string& key);
+
 class KbEvaluator {
  public:
   /// `target` is cpu or cuda; `native` builds .cpp/.cu candidates for it (may be null when the

@@ -48,3 +48,16 @@ TEST(Extract, RepliesWithoutUsableCodeSayWhatIsMissing) {
 }
 
 }  // namespace kfab
+
+#include "eval/kb_evaluator.h"
+
+namespace kfab {
+
+TEST(Withhold, RemovesHeldOutAssignmentsAcrossLinesAndKeepsTheRest) {
+  const std::string py = "a = 1\nKFAB_HELDOUT = [\n    {\"a\": 3},\n]\nKFAB_HELDOUTX = 2\nb = 2\n";
+  EXPECT_EQ(withhold(py, "KFAB_HELDOUT"), "a = 1\n# (held-out shapes withheld)\nKFAB_HELDOUTX = 2\nb = 2\n");
+  const std::string toml = "tune = [ { M = 1 } ]\nheldout = [ { M = 97 } ]\n[reference]\n";
+  EXPECT_EQ(withhold(toml, "heldout"), "tune = [ { M = 1 } ]\n# (held-out shapes withheld)\n[reference]\n");
+}
+
+}  // namespace kfab
