@@ -168,9 +168,164 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, 
   return s;
 }
 
+// ---- layer normalisation over the last dimension, with weight and bias -----------------------------
+
+bool ln_applies(const Task& t) {
+  return t.op_class == "layer_norm" && t.inputs.size() == 3 && t.outputs.size() == 1 && t.op_params.count("eps") == 1 &&
+         t.inputs[0].dtype == DType::F32 && t.inputs[1].dtype == DType::F32 && t.inputs[2].dtype == DType::F32 &&
+         t.inputs[1].shape.size() == 1 && t.inputs[2].shape.size() == 1;
+}
+
+std::vector<TemplateParams> ln_grid(const Task&) {
+  std::vector<TemplateParams> g;
+  for (const char* acc : {"float", "double"})
+    for (const char* sched : {"static", "dynamic"}) g.push_back({{"accumulate", acc}, {"schedule", sched}, {"chunk", "8"}});
+  return g;
+}
+
+std::string ln_generate(const Task& t, const TemplateParams& p) {
+  std::string s = fmt::format(fmt::runtime(kHeader), fmt::arg("name", "row-wise layer normalisation (two passes)"),
+                              fmt::arg("params", format_params(p)));
+  s += fmt::format(R"(
+KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void*) {{
+  if (in == nullptr || out == nullptr || n_in != 3 || n_out != 1) return 1;
+  const kfab_tensor& x = in[0];
+  kfab_tensor& y = out[0];
+  if (!kfab_dense_f32(x) || !kfab_dense_f32(in[1]) || !kfab_dense_f32(in[2]) || !kfab_dense_f32(y) || x.ndim != y.ndim) return 2;
+  int64_t rows = 1;
+  for (int32_t d = 0; d < x.ndim; ++d) {{
+    if (x.shape[d] != y.shape[d]) return 3;
+    if (d + 1 < x.ndim) rows *= x.shape[d];
+  }}
+  const int64_t n = x.shape[x.ndim - 1];
+  if (in[1].ndim != 1 || in[2].ndim != 1 || in[1].shape[0] != n || in[2].shape[0] != n) return 3;
+  const float* xp = static_cast<const float*>(x.data);
+  const float* wp = static_cast<const float*>(in[1].data);
+  const float* bp = static_cast<const float*>(in[2].data);
+  float* yp = static_cast<float*>(y.data);
+#pragma omp parallel for {sched} if (rows * n > 32768)
+  for (int64_t i = 0; i < rows; ++i) {{
+    const float* r = xp + i * n;
+    float* o = yp + i * n;
+    {acc} sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < n; ++j) sum += r[j];
+    const {acc} mean = sum / static_cast<{acc}>(n);
+    {acc} var = 0;
+#pragma omp simd reduction(+ : var)
+    for (int64_t j = 0; j < n; ++j) {{
+      const {acc} d = r[j] - mean;
+      var += d * d;
+    }}
+    const float inv = static_cast<float>(1.0 / std::sqrt(static_cast<double>(var) / static_cast<double>(n) + {eps}));
+    const float m = static_cast<float>(mean);
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) o[j] = (r[j] - m) * inv * wp[j] + bp[j];
+  }}
+  return 0;
+}}
+)",
+                   fmt::arg("sched", schedule(p)), fmt::arg("acc", p.at("accumulate")), fmt::arg("eps", fmt::format("{:.17g}", t.op_params.at("eps"))));
+  return s;
+}
+
+// ---- inclusive cumulative sum along the last dimension ----------------------------------------------
+
+bool cumsum_applies(const Task& t) {
+  return t.op_class == "cumsum" && t.inputs.size() == 1 && t.outputs.size() == 1 && t.inputs[0].dtype == DType::F32 &&
+         t.outputs[0].dtype == DType::F32 && t.inputs[0].shape == t.outputs[0].shape;
+}
+
+std::vector<TemplateParams> cumsum_grid(const Task&) {
+  std::vector<TemplateParams> g;
+  for (const char* acc : {"float", "double"})
+    for (const char* sched : {"static", "dynamic"}) g.push_back({{"accumulate", acc}, {"schedule", sched}, {"chunk", "16"}});
+  return g;
+}
+
+std::string cumsum_generate(const Task&, const TemplateParams& p) {
+  std::string s = fmt::format(fmt::runtime(kHeader), fmt::arg("name", "row-wise inclusive scan"), fmt::arg("params", format_params(p)));
+  s += fmt::format(R"(
+KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void*) {{
+  if (in == nullptr || out == nullptr || n_in != 1 || n_out != 1) return 1;
+  const kfab_tensor& x = in[0];
+  kfab_tensor& y = out[0];
+  if (!kfab_dense_f32(x) || !kfab_dense_f32(y) || x.ndim != y.ndim) return 2;
+  int64_t rows = 1;
+  for (int32_t d = 0; d < x.ndim; ++d) {{
+    if (x.shape[d] != y.shape[d]) return 3;
+    if (d + 1 < x.ndim) rows *= x.shape[d];
+  }}
+  const int64_t n = x.shape[x.ndim - 1];
+  const float* xp = static_cast<const float*>(x.data);
+  float* yp = static_cast<float*>(y.data);
+#pragma omp parallel for {sched} if (rows * n > 32768)
+  for (int64_t i = 0; i < rows; ++i) {{
+    const float* r = xp + i * n;
+    float* o = yp + i * n;
+    {acc} run = 0;
+    for (int64_t j = 0; j < n; ++j) {{
+      run += r[j];
+      o[j] = static_cast<float>(run);
+    }}
+  }}
+  return 0;
+}}
+)",
+                   fmt::arg("sched", schedule(p)), fmt::arg("acc", p.at("accumulate")));
+  return s;
+}
+
+// ---- batched transpose of the last two dimensions, in square tiles ------------------------------------
+
+bool transpose_applies(const Task& t) {
+  return t.op_class == "permute" && t.inputs.size() == 1 && t.outputs.size() == 1 && t.inputs[0].dtype == DType::F32 &&
+         t.inputs[0].shape.size() == 3 && t.outputs[0].shape.size() == 3 && t.outputs[0].shape[0] == t.inputs[0].shape[0] &&
+         t.outputs[0].shape[1] == t.inputs[0].shape[2] && t.outputs[0].shape[2] == t.inputs[0].shape[1];
+}
+
+std::vector<TemplateParams> transpose_grid(const Task&) {
+  std::vector<TemplateParams> g;
+  for (const char* tile : {"32", "16", "64", "8"}) g.push_back({{"tile", tile}});
+  return g;
+}
+
+std::string transpose_generate(const Task&, const TemplateParams& p) {
+  std::string s = fmt::format(fmt::runtime(kHeader), fmt::arg("name", "tiled batched transpose"), fmt::arg("params", format_params(p)));
+  s += fmt::format(R"(
+KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void*) {{
+  if (in == nullptr || out == nullptr || n_in != 1 || n_out != 1) return 1;
+  const kfab_tensor& x = in[0];
+  kfab_tensor& y = out[0];
+  if (!kfab_dense_f32(x) || !kfab_dense_f32(y) || x.ndim != 3 || y.ndim != 3) return 2;
+  const int64_t b = x.shape[0], m = x.shape[1], n = x.shape[2];
+  if (y.shape[0] != b || y.shape[1] != n || y.shape[2] != m) return 3;
+  const float* xp = static_cast<const float*>(x.data);
+  float* yp = static_cast<float*>(y.data);
+  constexpr int64_t T = {tile};
+  const int64_t ti = (m + T - 1) / T, tj = (n + T - 1) / T;
+#pragma omp parallel for schedule(static) if (b * m * n > 65536)
+  for (int64_t t = 0; t < b * ti * tj; ++t) {{
+    const int64_t bb = t / (ti * tj), i0 = (t / tj) % ti * T, j0 = t % tj * T;
+    const float* src = xp + bb * m * n;
+    float* dst = yp + bb * m * n;
+    const int64_t i1 = i0 + T < m ? i0 + T : m, j1 = j0 + T < n ? j0 + T : n;
+    for (int64_t j = j0; j < j1; ++j)
+      for (int64_t i = i0; i < i1; ++i) dst[j * m + i] = src[i * n + j];
+  }}
+  return 0;
+}}
+)",
+                   fmt::arg("tile", p.at("tile")));
+  return s;
+}
+
 const KernelTemplate kTemplates[] = {
     {"cpu_rowwise_softmax", "cpu", 1, softmax_applies, softmax_grid, softmax_generate},
     {"cpu_rowwise_rms_norm", "cpu", 1, rms_applies, rms_grid, rms_generate},
+    {"cpu_rowwise_layer_norm", "cpu", 1, ln_applies, ln_grid, ln_generate},
+    {"cpu_rowwise_cumsum", "cpu", 1, cumsum_applies, cumsum_grid, cumsum_generate},
+    {"cpu_tiled_transpose", "cpu", 1, transpose_applies, transpose_grid, transpose_generate},
 };
 
 }  // namespace

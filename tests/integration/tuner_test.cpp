@@ -32,6 +32,17 @@ TEST(Tuner, SearchesThenReusesItsCachedResult) {
   EXPECT_EQ(second["best"]["disposition"], "passed");
 }
 
+TEST(Tuner, EveryBundledTaskWithATemplateTunesToAPassingKernel) {
+  for (const char* task : {"softmax", "rms_norm", "layer_norm", "cumsum", "transpose"}) {
+    CliResult r = kfab_cli({"optimize", std::string("tasks/core/") + task, "--target", "cpu", "--points", "2", "--fresh", "--json",
+                            "--quiet", "--out", (scratch() / (std::string("tune-") + task)).string()});
+    EXPECT_EQ(r.status.code, 0) << task << "\n" << r.out << r.err;
+    const auto j = r.json();
+    EXPECT_EQ(j["best"]["disposition"], "passed") << task << ": " << j.dump(2);
+    EXPECT_EQ(j["candidates"], 2) << task;
+  }
+}
+
 TEST(Tuner, AnOpClassWithoutATemplateIsBadInputNamingIt) {
   CliResult r = kfab_cli({"optimize", "tasks/core/matmul", "--target", "cpu", "--json"});
   EXPECT_EQ(r.status.code, 2) << r.out << r.err;
