@@ -320,7 +320,120 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, 
   return s;
 }
 
+// ---- C[M, N] = A[M, K] B[K, N], blocked, i-k-j order (rows of B and C streamed with SIMD) ------------
+
+bool matmul_applies(const Task& t) {
+  if (t.op_class != "matmul" || t.inputs.size() != 2 || t.outputs.size() != 1) return false;
+  const auto& a = t.inputs[0].shape;
+  const auto& b = t.inputs[1].shape;
+  const auto& c = t.outputs[0].shape;
+  return t.inputs[0].dtype == DType::F32 && t.inputs[1].dtype == DType::F32 && t.outputs[0].dtype == DType::F32 && a.size() == 2 &&
+         b.size() == 2 && c.size() == 2 && a[1] == b[0] && c[0] == a[0] && c[1] == b[1];
+}
+
+std::vector<TemplateParams> matmul_grid(const Task&) {
+  std::vector<TemplateParams> g;
+  for (const char* mb : {"4", "8", "16"})
+    for (const char* kb : {"128", "256"}) g.push_back({{"rows", mb}, {"kblock", kb}});
+  return g;
+}
+
+std::string matmul_generate(const Task&, const TemplateParams& p) {
+  std::string s = fmt::format(fmt::runtime(kHeader), fmt::arg("name", "blocked GEMM, i-k-j order"), fmt::arg("params", format_params(p)));
+  s += fmt::format(R"(
+KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void*) {{
+  if (in == nullptr || out == nullptr || n_in != 2 || n_out != 1) return 1;
+  const kfab_tensor& a = in[0];
+  const kfab_tensor& b = in[1];
+  kfab_tensor& c = out[0];
+  if (!kfab_dense_f32(a) || !kfab_dense_f32(b) || !kfab_dense_f32(c) || a.ndim != 2 || b.ndim != 2 || c.ndim != 2) return 2;
+  const int64_t m = a.shape[0], k = a.shape[1], n = b.shape[1];
+  if (b.shape[0] != k || c.shape[0] != m || c.shape[1] != n) return 3;
+  const float* ap = static_cast<const float*>(a.data);
+  const float* bp = static_cast<const float*>(b.data);
+  float* cp = static_cast<float*>(c.data);
+  constexpr int64_t MB = {rows}, KB = {kblock};
+#pragma omp parallel for schedule(dynamic, 1) if (m * n * k > 262144)
+  for (int64_t i0 = 0; i0 < m; i0 += MB) {{
+    const int64_t i1 = i0 + MB < m ? i0 + MB : m;
+    for (int64_t i = i0; i < i1; ++i)
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) cp[i * n + j] = 0.0f;
+    for (int64_t k0 = 0; k0 < k; k0 += KB) {{
+      const int64_t k1 = k0 + KB < k ? k0 + KB : k;
+      for (int64_t i = i0; i < i1; ++i) {{
+        float* crow = cp + i * n;
+        for (int64_t kk = k0; kk < k1; ++kk) {{
+          const float av = ap[i * k + kk];
+          const float* brow = bp + kk * n;
+#pragma omp simd
+          for (int64_t j = 0; j < n; ++j) crow[j] += av * brow[j];
+        }}
+      }}
+    }}
+  }}
+  return 0;
+}}
+)",
+                   fmt::arg("rows", p.at("rows")), fmt::arg("kblock", p.at("kblock")));
+  return s;
+}
+
+// ---- y[B, C] = sum over R of x[B, R, C] (a reduction along the middle dimension) --------------------
+// op_class "reduction" does not say which reduction: the task's name must say "sum" (a max task that
+// matched would fail its verification anyway).
+
+bool middle_sum_applies(const Task& t) {
+  if (t.op_class != "reduction" || t.inputs.size() != 1 || t.outputs.size() != 1) return false;
+  const auto& x = t.inputs[0].shape;
+  const auto& y = t.outputs[0].shape;
+  return t.inputs[0].dtype == DType::F32 && t.outputs[0].dtype == DType::F32 && x.size() == 3 && y.size() == 2 && y[0] == x[0] &&
+         y[1] == x[2] && t.name.find("sum") != std::string::npos;
+}
+
+std::vector<TemplateParams> middle_sum_grid(const Task&) {
+  std::vector<TemplateParams> g;
+  for (const char* acc : {"float", "double"})
+    for (const char* cb : {"256", "1024"}) g.push_back({{"accumulate", acc}, {"cblock", cb}});
+  return g;
+}
+
+std::string middle_sum_generate(const Task&, const TemplateParams& p) {
+  std::string s = fmt::format(fmt::runtime(kHeader), fmt::arg("name", "middle-dimension sum, column blocks"), fmt::arg("params", format_params(p)));
+  s += fmt::format(R"(
+KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void*) {{
+  if (in == nullptr || out == nullptr || n_in != 1 || n_out != 1) return 1;
+  const kfab_tensor& x = in[0];
+  kfab_tensor& y = out[0];
+  if (!kfab_dense_f32(x) || !kfab_dense_f32(y) || x.ndim != 3 || y.ndim != 2) return 2;
+  const int64_t b = x.shape[0], r = x.shape[1], c = x.shape[2];
+  if (y.shape[0] != b || y.shape[1] != c) return 3;
+  const float* xp = static_cast<const float*>(x.data);
+  float* yp = static_cast<float*>(y.data);
+  constexpr int64_t CB = {cblock};
+  const int64_t cblocks = (c + CB - 1) / CB;
+#pragma omp parallel for schedule(static) if (b * r * c > 65536)
+  for (int64_t t = 0; t < b * cblocks; ++t) {{
+    const int64_t bb = t / cblocks, c0 = t % cblocks * CB, c1 = c0 + CB < c ? c0 + CB : c;
+    {acc} acc[CB];
+    for (int64_t j = 0; j < c1 - c0; ++j) acc[j] = 0;
+    for (int64_t i = 0; i < r; ++i) {{
+      const float* row = xp + (bb * r + i) * c + c0;
+#pragma omp simd
+      for (int64_t j = 0; j < c1 - c0; ++j) acc[j] += row[j];
+    }}
+    for (int64_t j = 0; j < c1 - c0; ++j) yp[bb * c + c0 + j] = static_cast<float>(acc[j]);
+  }}
+  return 0;
+}}
+)",
+                   fmt::arg("cblock", p.at("cblock")), fmt::arg("acc", p.at("accumulate")));
+  return s;
+}
+
 const KernelTemplate kTemplates[] = {
+    {"cpu_blocked_matmul", "cpu", 1, matmul_applies, matmul_grid, matmul_generate},
+    {"cpu_middle_sum", "cpu", 1, middle_sum_applies, middle_sum_grid, middle_sum_generate},
     {"cpu_rowwise_softmax", "cpu", 1, softmax_applies, softmax_grid, softmax_generate},
     {"cpu_rowwise_rms_norm", "cpu", 1, rms_applies, rms_grid, rms_generate},
     {"cpu_rowwise_layer_norm", "cpu", 1, ln_applies, ln_grid, ln_generate},

@@ -32,7 +32,7 @@ Expected<json> tune(const TuneOptions& in) {
   if (templates.empty())
     return make_error(fmt::format("the built-in tuner has no template for op class \"{}\" on {}", task->op_class, opt.target),
                       "templates on cpu: softmax, log_softmax, rms_norm and layer_norm (with [op_params] eps), cumsum, permute "
-                      "(batched transpose); or use --llm");
+                      "(batched transpose), matmul, reduction (a sum over the middle dimension); or use --llm");
   auto store_r = Store::open(Store::default_path());
   if (!store_r) return Unexpected{store_r.error()};
   Store& store = **store_r;
