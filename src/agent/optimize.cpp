@@ -299,10 +299,7 @@ Expected<json> optimize(const OptimizeOptions& in) {
   auto record = [&](const fs::path& file, const Verdict& v) -> std::optional<int64_t> {
     Task t;
     if (kb) {
-      t.name = task_name;
-      t.dir = fs::absolute(opt.task);
-      t.manifest = t.dir;
-      t.reference = t.dir;
+      t = kb_store_task(opt.task);
     } else if (auto lt = load_task(opt.task)) {
       t = *lt;
     }

@@ -103,6 +103,9 @@ int Commands::run() {
 
 namespace {
 
+/// Where a task runs when no --target is given and the file does not decide: cuda with a GPU, else cpu.
+std::string default_device_target() { return make_backend("cuda")->probe() > 0 ? "cuda" : "cpu"; }
+
 int bad_input(bool as_json, const std::string& message, const std::string& hint = {}) {
   if (as_json) {
     std::cout << json{{"error", message}, {"hint", hint}}.dump(2) << "\n";
@@ -291,7 +294,7 @@ int Commands::optimize_task() {
   }
   OptimizeOptions o;
   o.task = task_;
-  o.target = target_.empty() ? (make_backend("cuda")->probe() > 0 ? "cuda" : "cpu") : target_;
+  o.target = target_.empty() ? default_device_target() : target_;
   o.dsl = dsl_;
   o.llm = llm_;
   o.config = config_;
@@ -415,7 +418,7 @@ int Commands::eval_kb() {
   if (!fs::is_regular_file(task_, ec)) return bad_input(json_, task_ + ": no such task file");
   if (!fs::is_regular_file(candidate_, ec)) return bad_input(json_, candidate_ + ": no such candidate file");
   std::string target = target_;
-  if (target.empty()) target = make_backend("cuda")->probe() > 0 ? "cuda" : "cpu";
+  if (target.empty()) target = default_device_target();
   if (target != "cpu" && target != "cuda")
     return bad_input(json_, "a KernelBench-format task runs on cpu or cuda, not " + target, "choose with --target");
   if (dtype_ != "f32" && dtype_ != "f16" && dtype_ != "bf16" && dtype_ != "f64")
@@ -430,13 +433,7 @@ int Commands::eval_kb() {
   KbEvaluator evaluator(target, native.get(), eval_options());
   auto verdict = evaluator.evaluate(task_, candidate_);
   if (!verdict) return bad_input(json_, verdict.error().message, verdict.error().hint);
-  // The store keys a task by its path and content: for a KernelBench file both are the file's.
-  Task task;
-  task.name = fs::path(task_).stem().string();
-  task.dir = fs::absolute(task_);
-  task.manifest = task.dir;
-  task.reference = task.dir;
-  return report_verdict(task, *verdict);
+  return report_verdict(kb_store_task(task_), *verdict);
 }
 
 int Commands::report_verdict(const Task& task, const Verdict& v) {

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/hash.h"
+#include "eval/job_evidence.h"
 #include "eval/profile.h"
 #include "eval/roofline.h"
 
@@ -15,50 +16,6 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace {
-
-/// How a job ended, folded into what the verdict needs.
-struct JobOutcome {
-  bool ok = false;  ///< the runner answered with a result
-  json body;
-  std::optional<Disposition> failure;
-  std::string detail;
-  bool task_error = false;  ///< the reference or the manifest is at fault
-};
-
-JobOutcome interpret(const JobReply& r) {
-  JobOutcome o;
-  switch (r.kind) {
-    case JobReply::Kind::Timeout:
-      o.failure = Disposition::Timeout;
-      o.detail = r.detail;
-      return o;
-    case JobReply::Kind::Crashed:
-    case JobReply::Kind::Broken:
-      o.failure = Disposition::Crashed;
-      o.detail = r.detail;
-      return o;
-    case JobReply::Kind::Ok: break;
-  }
-  if (r.body.value("ok", false)) {
-    o.ok = true;
-    o.body = r.body;
-    return o;
-  }
-  const std::string kind = r.body.value("kind", "");
-  o.detail = r.body.value("detail", "");
-  o.body = r.body;
-  if (kind == "task_error" || kind == "reference_failed" || kind == "protocol_error" || kind == "device_error") {
-    o.task_error = true;
-  } else if (kind == "load_failed") {
-    o.failure = Disposition::CompileFailed;
-  } else if (auto d = parse_disposition(kind)) {
-    o.failure = *d;
-  } else {
-    o.failure = Disposition::Crashed;
-    o.detail = "unexpected runner reply: " + r.body.dump();
-  }
-  return o;
-}
 
 std::string mismatch_text(const json& errors, const Task& task) {
   if (!errors.contains("first_mismatch")) return "outputs differ from the reference";
@@ -250,19 +207,8 @@ Expected<Verdict> Evaluator::evaluate(const Task& task, const fs::path& candidat
       sr.extra["clocks"] = o.body["clocks"];
       if (o.body["clocks"].value("drift", false)) sr.extra["warning"] = "the SM clock drifted by more than 5% while timing";
     }
-    if (o.body.contains("candidate_wall")) {
-      // Work the call leaves on other streams (or host work) escapes the events but not the
-      // context-wide sync: when the wall clock says much more, the wall clock is the time.
-      const TimeStats wall = TimeStats::from_json(o.body["candidate_wall"]);
-      const double overhead = o.body.contains("empty_call_wall") ? TimeStats::from_json(o.body["empty_call_wall"]).median : 0.0;
-      sr.extra["wall_ms"] = wall.to_json();
-      sr.extra["empty_call_wall_ms"] = overhead;
-      sr.extra["timer"] = "device timestamps around the call on the runner's stream";
-      if (wall.q1 > 2.0 * sr.time->median + 2.0 * overhead + 0.05) {
-        sr.time = wall;
-        sr.extra["timer"] = "wall clock: the call's work did not all run between the events on the runner's stream";
-      }
-    }
+    if (o.body.contains("candidate_wall")) sr.extra["timer"] = "device timestamps around the call on the runner's stream";
+    take_wall_clock(o.body, sr, "the runner's stream");
     if (peaks) sr.bound_ms = bound_ms(task, sr.shape, *peaks);
     if (sr.bound_ms && peaks && !peaks->enforce && sr.time->median < *sr.bound_ms)
       sr.extra["warning"] = "below the roofline bound, which is not enforced on this device: its caches cannot be flushed";
@@ -284,13 +230,7 @@ Expected<Verdict> Evaluator::evaluate(const Task& task, const fs::path& candidat
       sr.status = "rejected";
       return finish();
     }
-    if (peaks && peaks->copy_Bps > 0) {
-      if (auto bytes = task.bytes(sr.shape)) {
-        const double gbps = *bytes / (sr.time->median * 1e-3) / 1e9;
-        sr.extra["achieved_GBps"] = gbps;
-        sr.extra["percent_of_copy_bandwidth"] = 100.0 * gbps * 1e9 / peaks->copy_Bps;
-      }
-    }
+    if (peaks) take_bandwidth(sr, task.bytes(sr.shape), *peaks);
     log_sum += std::log(sr.baseline->median / sr.time->median);
     ++timed;
   }

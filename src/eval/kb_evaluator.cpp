@@ -9,6 +9,7 @@
 #include "core/expr.h"
 #include "core/hash.h"
 #include "core/paths.h"
+#include "eval/job_evidence.h"
 #include "eval/roofline.h"
 
 namespace kfab {
@@ -28,6 +29,15 @@ std::string kb_candidate_dsl(const fs::path& candidate) {
   if (text->find("class ModelNew") != std::string::npos) return "modelnew";
   if (text->find("def run(") == std::string::npos) return {};
   return text->find("triton") != std::string::npos ? "triton" : "python";
+}
+
+Task kb_store_task(const fs::path& task_file) {
+  Task t;
+  t.name = task_file.stem().string();
+  t.dir = fs::absolute(task_file);
+  t.manifest = t.dir;
+  t.reference = t.dir;
+  return t;
 }
 
 std::string withhold(const std::string& source, const std::string& key) {
@@ -61,42 +71,6 @@ std::string withhold(const std::string& source, const std::string& key) {
 }
 
 namespace {
-
-/// A worker reply folded into what the verdict needs (as in evaluator.cpp, for the Python worker's
-/// kinds).
-struct Outcome {
-  bool ok = false;
-  json body;
-  std::optional<Disposition> failure;
-  std::string detail;
-  bool task_error = false;
-};
-
-Outcome interpret(const JobReply& r) {
-  Outcome o;
-  switch (r.kind) {
-    case JobReply::Kind::Timeout: o.failure = Disposition::Timeout; o.detail = r.detail; return o;
-    case JobReply::Kind::Crashed:
-    case JobReply::Kind::Broken: o.failure = Disposition::Crashed; o.detail = r.detail; return o;
-    case JobReply::Kind::Ok: break;
-  }
-  o.body = r.body;
-  if (r.body.value("ok", false)) {
-    o.ok = true;
-    return o;
-  }
-  const std::string kind = r.body.value("kind", "");
-  o.detail = r.body.value("detail", "");
-  if (kind == "task_error" || kind == "reference_failed" || kind == "protocol_error" || kind == "device_error") {
-    o.task_error = true;
-  } else if (auto d = parse_disposition(kind)) {
-    o.failure = *d;
-  } else {
-    o.failure = Disposition::Crashed;
-    o.detail = "unexpected worker reply: " + r.body.dump();
-  }
-  return o;
-}
 
 ShapeBinding binding(const json& j) {
   ShapeBinding b;
@@ -204,7 +178,7 @@ Expected<Verdict> KbEvaluator::evaluate(const fs::path& task_file, const fs::pat
   if (v.dsl == "triton" && info["triton"].is_null())
     return make_error("the candidate uses Triton, which the worker's Python lacks", "install triton");
   const std::string abs_task = fs::absolute(task_file).string();
-  Outcome d = interpret(worker.run({{"op", "describe"}, {"task", abs_task}}));
+  JobOutcome d = interpret(worker.run({{"op", "describe"}, {"task", abs_task}}));
   if (!d.ok) return make_error(d.detail.empty() ? "the task did not load" : d.detail, "fix the task file");
   const json desc = d.body;
   worker.set_timeout(opt_.runner.timeout_s);  // the first job's deadline covered torch's import
@@ -242,7 +216,7 @@ Expected<Verdict> KbEvaluator::evaluate(const fs::path& task_file, const fs::pat
     req["op"] = "verify";
     req["shape"] = over;
     req["seeds"] = seeds;
-    Outcome o = interpret(worker.run(req));
+    JobOutcome o = interpret(worker.run(req));
     if (o.task_error) return make_error(v.task + ": " + o.detail, "the task file (or the device) is at fault");
     if (o.failure) {
       sr.status = std::string(disposition_name(*o.failure));
@@ -324,7 +298,7 @@ Expected<Verdict> KbEvaluator::evaluate(const fs::path& task_file, const fs::pat
       slow.emplace(worker_options(std::max(opt_.runner.timeout_s, 900.0)));
       w = &*slow;
     }
-    Outcome o = interpret(w->run(req));
+    JobOutcome o = interpret(w->run(req));
     if (o.task_error) return make_error(v.task + ": " + o.detail, "the task's Model or torch.compile failed");
     if (o.failure) {
       v.disposition = *o.failure;
@@ -339,15 +313,7 @@ Expected<Verdict> KbEvaluator::evaluate(const fs::path& task_file, const fs::pat
     sr.baseline = TimeStats::from_json(o.body["baselines"]["eager"]);
     sr.extra["timer"] = o.body.value("timer", "");
     if (o.body.contains("own_kernels")) sr.extra["own_kernels"] = o.body["own_kernels"];
-    if (o.body.contains("candidate_wall")) {
-      const TimeStats wall = TimeStats::from_json(o.body["candidate_wall"]);
-      const double overhead = TimeStats::from_json(o.body["empty_call_wall"]).median;
-      sr.extra["wall_ms"] = wall.to_json();
-      if (wall.q1 > 2.0 * sr.time->median + 2.0 * overhead + 0.05) {
-        sr.time = wall;
-        sr.extra["timer"] = "wall clock: the call's work did not all run between the events on torch's stream";
-      }
-    }
+    take_wall_clock(o.body, sr, "torch's stream");
     json compile_stats;
     if (time_compile && o.body["baselines"].contains("compile")) {
       compile_stats = o.body["baselines"]["compile"];
@@ -371,15 +337,8 @@ Expected<Verdict> KbEvaluator::evaluate(const fs::path& task_file, const fs::pat
     if (peaks) {
       const auto flops = cost(desc, "flops", sr.shape);
       const auto bytes = cost(desc, "bytes", sr.shape);
-      double bound = 0.0;
-      if (flops && peaks->flops_per_s > 0) bound = std::max(bound, *flops / (peaks->flops_per_s * peaks->margin));
-      if (bytes && peaks->bandwidth_Bps > 0) bound = std::max(bound, *bytes / (peaks->bandwidth_Bps * peaks->margin));
-      if (bound > 0) sr.bound_ms = bound * 1e3;
-      if (bytes && peaks->copy_Bps > 0) {
-        const double gbps = *bytes / (sr.time->median * 1e-3) / 1e9;
-        sr.extra["achieved_GBps"] = gbps;
-        sr.extra["percent_of_copy_bandwidth"] = 100.0 * gbps * 1e9 / peaks->copy_Bps;
-      }
+      if (auto bound = bound_ms(flops, bytes, *peaks); bound && *bound > 0) sr.bound_ms = bound;
+      take_bandwidth(sr, bytes, *peaks);
       // On the CPU the worker cannot evict the operands from the caches between calls (DESIGN.md wants
       // it; Python cannot clflush): a time below the bound is reported, not rejected.
       const bool enforce = peaks->enforce && device;
@@ -410,7 +369,7 @@ Expected<json> KbEvaluator::check(const fs::path& task_file) {
   if (!check_worker_) check_worker_ = std::make_unique<RunnerClient>(worker_options(std::max(opt_.runner.timeout_s, 120.0)));
   RunnerClient& worker = *check_worker_;
   const std::string abs_task = fs::absolute(task_file).string();
-  Outcome d = interpret(worker.run({{"op", "describe"}, {"task", abs_task}}));
+  JobOutcome d = interpret(worker.run({{"op", "describe"}, {"task", abs_task}}));
   if (!d.ok) return make_error(d.detail.empty() ? "the Python worker did not answer" : d.detail,
                                "it needs python3 with torch (KFAB_PYTHON names the interpreter)");
   json findings = json::array();
@@ -419,7 +378,7 @@ Expected<json> KbEvaluator::check(const fs::path& task_file) {
   json shapes = json::array();
   bool degenerate = false;
   for (const auto& over : sets) {
-    Outcome o = interpret(worker.run({{"op", "check"}, {"task", abs_task}, {"shape", over}, {"target", target_},
+    JobOutcome o = interpret(worker.run({{"op", "check"}, {"task", abs_task}, {"shape", over}, {"target", target_},
                                       {"dtype", opt_.dtype}, {"seeds", 4}}));
     if (!o.ok) return make_error(o.detail, "fix the task file");
     degenerate = degenerate || o.body.value("degenerate", false);

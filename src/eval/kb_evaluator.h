@@ -18,6 +18,10 @@ namespace kfab {
 /// (a .py with run() that does not); empty when the file is none of these.
 std::string kb_candidate_dsl(const std::filesystem::path& candidate);
 
+/// The store keys a task by its path and content: for a KernelBench file both are the file's. This is
+/// the Task the store records for one (name: the file's stem).
+Task kb_store_task(const std::filesystem::path& task_file);
+
 /// `source` with every assignment to `key` at the start of a line (KFAB_HELDOUT in a KernelBench
 /// file, heldout in a task.toml) replaced by a comment, continuation lines included (brackets are
 /// balanced): what a proposer may see of a task.

@@ -138,8 +138,10 @@ std::optional<MachinePeaks> device_peaks(RunnerClient& runner, const std::string
 }
 
 std::optional<double> bound_ms(const Task& task, const ShapeBinding& shape, const MachinePeaks& peaks) {
-  const auto flops = task.flops(shape);
-  const auto bytes = task.bytes(shape);
+  return bound_ms(task.flops(shape), task.bytes(shape), peaks);
+}
+
+std::optional<double> bound_ms(std::optional<double> flops, std::optional<double> bytes, const MachinePeaks& peaks) {
   if (!flops && !bytes) return std::nullopt;
   double s = 0.0;
   if (flops && peaks.flops_per_s > 0) s = std::max(s, *flops / (peaks.flops_per_s * peaks.margin));

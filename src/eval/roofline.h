@@ -39,6 +39,8 @@ std::optional<MachinePeaks> cpu_peaks(RunnerClient& runner, bool remeasure = fal
 std::optional<MachinePeaks> device_peaks(RunnerClient& runner, const std::string& target, bool remeasure = false);
 
 /// max(flops / peak, bytes / bandwidth) in ms, both peaks raised by the margin; nullopt without cost.
+std::optional<double> bound_ms(std::optional<double> flops, std::optional<double> bytes, const MachinePeaks& peaks);
+/// The same for a task's cost at a shape.
 std::optional<double> bound_ms(const Task& task, const ShapeBinding& shape, const MachinePeaks& peaks);
 
 }  // namespace kfab

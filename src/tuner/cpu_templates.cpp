@@ -47,6 +47,18 @@ static bool kfab_dense_f32(const kfab_tensor& t) {{
   }}
   return true;
 }}
+
+// The rows of a row-wise op (the product of every dimension of x but the last) and their length;
+// false when y's shape is not x's.
+[[maybe_unused]] static bool kfab_rows(const kfab_tensor& x, const kfab_tensor& y, int64_t* rows, int64_t* n) {{
+  *rows = 1;
+  for (int32_t d = 0; d < x.ndim; ++d) {{
+    if (x.shape[d] != y.shape[d]) return false;
+    if (d + 1 < x.ndim) *rows *= x.shape[d];
+  }}
+  *n = x.shape[x.ndim - 1];
+  return true;
+}}
 )";
 
 std::string schedule(const TemplateParams& p) {
@@ -82,12 +94,8 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, 
   const kfab_tensor& x = in[0];
   kfab_tensor& y = out[0];
   if (!kfab_dense_f32(x) || !kfab_dense_f32(y) || x.ndim != y.ndim) return 2;
-  int64_t rows = 1;
-  for (int32_t d = 0; d < x.ndim; ++d) {{
-    if (x.shape[d] != y.shape[d]) return 3;
-    if (d + 1 < x.ndim) rows *= x.shape[d];
-  }}
-  const int64_t n = x.shape[x.ndim - 1];
+  int64_t rows = 0, n = 0;
+  if (!kfab_rows(x, y, &rows, &n)) return 3;
   const float* xp = static_cast<const float*>(x.data);
   float* yp = static_cast<float*>(y.data);
 #pragma omp parallel for {sched} if (rows * n > 32768)
@@ -140,12 +148,8 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, 
   const kfab_tensor& w = in[1];
   kfab_tensor& y = out[0];
   if (!kfab_dense_f32(x) || !kfab_dense_f32(w) || !kfab_dense_f32(y) || w.ndim != 1 || x.ndim != y.ndim) return 2;
-  int64_t rows = 1;
-  for (int32_t d = 0; d < x.ndim; ++d) {{
-    if (x.shape[d] != y.shape[d]) return 3;
-    if (d + 1 < x.ndim) rows *= x.shape[d];
-  }}
-  const int64_t n = x.shape[x.ndim - 1];
+  int64_t rows = 0, n = 0;
+  if (!kfab_rows(x, y, &rows, &n)) return 3;
   if (w.shape[0] != n) return 3;
   const float* xp = static_cast<const float*>(x.data);
   const float* wp = static_cast<const float*>(w.data);
@@ -192,12 +196,8 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, 
   const kfab_tensor& x = in[0];
   kfab_tensor& y = out[0];
   if (!kfab_dense_f32(x) || !kfab_dense_f32(in[1]) || !kfab_dense_f32(in[2]) || !kfab_dense_f32(y) || x.ndim != y.ndim) return 2;
-  int64_t rows = 1;
-  for (int32_t d = 0; d < x.ndim; ++d) {{
-    if (x.shape[d] != y.shape[d]) return 3;
-    if (d + 1 < x.ndim) rows *= x.shape[d];
-  }}
-  const int64_t n = x.shape[x.ndim - 1];
+  int64_t rows = 0, n = 0;
+  if (!kfab_rows(x, y, &rows, &n)) return 3;
   if (in[1].ndim != 1 || in[2].ndim != 1 || in[1].shape[0] != n || in[2].shape[0] != n) return 3;
   const float* xp = static_cast<const float*>(x.data);
   const float* wp = static_cast<const float*>(in[1].data);
@@ -251,12 +251,8 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, 
   const kfab_tensor& x = in[0];
   kfab_tensor& y = out[0];
   if (!kfab_dense_f32(x) || !kfab_dense_f32(y) || x.ndim != y.ndim) return 2;
-  int64_t rows = 1;
-  for (int32_t d = 0; d < x.ndim; ++d) {{
-    if (x.shape[d] != y.shape[d]) return 3;
-    if (d + 1 < x.ndim) rows *= x.shape[d];
-  }}
-  const int64_t n = x.shape[x.ndim - 1];
+  int64_t rows = 0, n = 0;
+  if (!kfab_rows(x, y, &rows, &n)) return 3;
   const float* xp = static_cast<const float*>(x.data);
   float* yp = static_cast<float*>(y.data);
 #pragma omp parallel for {sched} if (rows * n > 32768)

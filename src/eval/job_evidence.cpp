@@ -1,0 +1,60 @@
+#include "eval/job_evidence.h"
+
+namespace kfab {
+
+using json = nlohmann::json;
+
+JobOutcome interpret(const JobReply& r) {
+  JobOutcome o;
+  switch (r.kind) {
+    case JobReply::Kind::Timeout:
+      o.failure = Disposition::Timeout;
+      o.detail = r.detail;
+      return o;
+    case JobReply::Kind::Crashed:
+    case JobReply::Kind::Broken:
+      o.failure = Disposition::Crashed;
+      o.detail = r.detail;
+      return o;
+    case JobReply::Kind::Ok: break;
+  }
+  o.body = r.body;
+  if (r.body.value("ok", false)) {
+    o.ok = true;
+    return o;
+  }
+  const std::string kind = r.body.value("kind", "");
+  o.detail = r.body.value("detail", "");
+  if (kind == "task_error" || kind == "reference_failed" || kind == "protocol_error" || kind == "device_error") {
+    o.task_error = true;
+  } else if (kind == "load_failed") {
+    o.failure = Disposition::CompileFailed;
+  } else if (auto d = parse_disposition(kind)) {
+    o.failure = *d;
+  } else {
+    o.failure = Disposition::Crashed;
+    o.detail = "unexpected reply: " + r.body.dump();
+  }
+  return o;
+}
+
+void take_wall_clock(const json& body, ShapeResult& sr, std::string_view stream) {
+  if (!body.contains("candidate_wall") || !sr.time) return;
+  const TimeStats wall = TimeStats::from_json(body["candidate_wall"]);
+  const double overhead = body.contains("empty_call_wall") ? TimeStats::from_json(body["empty_call_wall"]).median : 0.0;
+  sr.extra["wall_ms"] = wall.to_json();
+  sr.extra["empty_call_wall_ms"] = overhead;
+  if (wall.q1 > 2.0 * sr.time->median + 2.0 * overhead + 0.05) {
+    sr.time = wall;
+    sr.extra["timer"] = "wall clock: the call's work did not all run between the events on " + std::string(stream);
+  }
+}
+
+void take_bandwidth(ShapeResult& sr, std::optional<double> bytes, const MachinePeaks& peaks) {
+  if (!bytes || peaks.copy_Bps <= 0 || !sr.time) return;
+  const double gbps = *bytes / (sr.time->median * 1e-3) / 1e9;
+  sr.extra["achieved_GBps"] = gbps;
+  sr.extra["percent_of_copy_bandwidth"] = 100.0 * gbps * 1e9 / peaks.copy_Bps;
+}
+
+}  // namespace kfab

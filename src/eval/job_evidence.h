@@ -1,0 +1,37 @@
+#pragma once
+/// What both evaluators (native tasks through kfab-runner, KernelBench-format tasks through the
+/// Python worker) make of a worker's replies: the job's outcome, and the timing evidence of a shape.
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "eval/roofline.h"
+#include "eval/verdict.h"
+#include "runner/runner_client.h"
+
+namespace kfab {
+
+/// How a job ended, folded into what the verdict needs.
+struct JobOutcome {
+  bool ok = false;  ///< the worker answered with a result
+  nlohmann::json body;
+  std::optional<Disposition> failure;
+  std::string detail;
+  bool task_error = false;  ///< the reference, the task file or the device is at fault, not the candidate
+};
+
+JobOutcome interpret(const JobReply& r);
+
+/// Work a call leaves on other streams (or on the host) escapes the events but not the device-wide
+/// sync: when the wall clock says much more than the events, the wall clock is the shape's time.
+/// Reads candidate_wall and empty_call_wall from a time job's reply; `stream` names the stream the
+/// events were on, for the verdict.
+void take_wall_clock(const nlohmann::json& body, ShapeResult& sr, std::string_view stream);
+
+/// achieved_GBps and percent_of_copy_bandwidth of a shape, from the bytes its cost says it moves.
+void take_bandwidth(ShapeResult& sr, std::optional<double> bytes, const MachinePeaks& peaks);
+
+}  // namespace kfab
