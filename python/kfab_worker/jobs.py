@@ -11,6 +11,7 @@ from . import PROTOCOL
 from . import candidate as candmod
 from . import guard
 from . import task as taskmod
+from . import trace as tracemod
 from .compare import Stats, compare
 
 # The reference is true fp32: TF32 convolutions (cuDNN's default) would fail honest fp32 candidates.
@@ -481,6 +482,9 @@ def handle(req: dict) -> dict:
             return time_job(req)
         if op == "check":
             return check(req)
+        if op == "trace":
+            t = _task(req)
+            return {"ok": True, **tracemod.trace(t, t.gpu if req.get("target") == "cuda" else {})}
         return {"ok": False, "kind": "protocol_error", "detail": f'unknown op "{op}"'}
     except JobFailure as f:
         j = {"ok": False, "kind": f.kind, "detail": f.detail}

@@ -255,7 +255,10 @@ int Commands::optimize_task() {
     TuneOptions t;
     t.task = task_;
     t.target = target_;
-    if (t.target.empty()) {
+    if (t.target.empty() && std::filesystem::path(task_).extension() == ".py") {
+      t.target = make_backend("cuda")->probe() == 0 ? "cpu" : "cuda";  // KernelBench tasks: generated kernels are CUDA
+      if (!json_ && !quiet_) std::cerr << "kfab: target " << t.target << "\n";
+    } else if (t.target.empty()) {
       // The best target present for which the tuner has a template for this task.
       auto task = load_task(task_);
       if (!task) return bad_input(json_, task.error().message, task.error().hint);

@@ -275,7 +275,7 @@ Expected<Task> load_task(const fs::path& path) {
                           std::string(e.description()));
   }
 
-  if (auto ok = r.only_keys(root, "", {"name", "summary", "op_class", "input", "output", "shapes", "reference", "tolerance", "cost", "op_params"}); !ok)
+  if (auto ok = r.only_keys(root, "", {"name", "summary", "op_class", "input", "output", "shapes", "reference", "tolerance", "cost", "op_params", "formula"}); !ok)
     return Unexpected{ok.error()};
 
   Task task;
@@ -292,6 +292,9 @@ Expected<Task> load_task(const fs::path& path) {
   auto op = r.string_field(root, nullptr, "", "op_class", false);
   if (!op) return Unexpected{op.error()};
   task.op_class = *op;
+  auto formula = r.string_field(root, nullptr, "", "formula", false);
+  if (!formula) return Unexpected{formula.error()};
+  task.formula = *formula;
 
   std::set<std::string> names;
   for (const bool is_input : {true, false}) {

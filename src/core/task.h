@@ -54,6 +54,9 @@ struct Task {
   std::vector<ShapeBinding> tune_gpu;
   /// Optional [op_params]: numbers the op class's semantics need (eps of a norm), for the tuner.
   std::map<std::string, double> op_params;
+  /// Optional `formula`: what the task computes as a fused row program over its inputs' names
+  /// (tuner/program.h), from which the tuner generates kernels, e.g. "y = gelu_tanh(x * a + b)".
+  std::string formula;
   std::filesystem::path reference;  ///< absolute path of the reference source: the CPU oracle
   /// Optional ([reference] cuda = "reference.cu"): the GPU baseline candidates are timed against on
   /// the cuda target. Correctness is always judged by `reference`.

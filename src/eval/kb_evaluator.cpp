@@ -387,4 +387,12 @@ Expected<json> KbEvaluator::check(const fs::path& task_file) {
   return json{{"task", abs_task}, {"degenerate", degenerate}, {"shapes", shapes}};
 }
 
+Expected<json> KbEvaluator::trace(const fs::path& task_file) {
+  if (!check_worker_) check_worker_ = std::make_unique<RunnerClient>(worker_options(std::max(opt_.runner.timeout_s, 120.0)));
+  JobOutcome o = interpret(check_worker_->run({{"op", "trace"}, {"task", fs::absolute(task_file).string()}, {"target", target_}}));
+  if (!o.ok) return make_error(o.detail.empty() ? "the Python worker did not answer" : o.detail,
+                               "it needs python3 with torch (KFAB_PYTHON names the interpreter)");
+  return o.body;
+}
+
 }  // namespace kfab

@@ -41,6 +41,10 @@ class KbEvaluator {
   /// `kfab tasks --check`: findings that make the task degenerate (outputs that barely vary).
   Expected<nlohmann::json> check(const std::filesystem::path& task_file);
 
+  /// The Model traced into a fused row program (python/kfab_worker/trace.py): {"supported",
+  /// "reason" | "formula", "inputs", "outputs", "n" (the row length at this target's tuning shape)}.
+  Expected<nlohmann::json> trace(const std::filesystem::path& task_file);
+
  private:
   RunnerOptions worker_options(double timeout_s) const;
 

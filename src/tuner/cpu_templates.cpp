@@ -3,6 +3,7 @@
 // shapes from them, and is verified and timed like any other.
 #include <fmt/format.h>
 
+#include "tuner/fused.h"
 #include "tuner/templates.h"
 
 namespace kfab {
@@ -443,6 +444,7 @@ std::vector<const KernelTemplate*> templates_for(const Task& task, const std::st
   std::vector<const KernelTemplate*> out;
   for (const auto& t : kTemplates)
     if (t.target == target && t.applies(task)) out.push_back(&t);
+  if (const auto& f = fused_cuda_template(); f.target == target && f.applies(task)) out.push_back(&f);
   return out;
 }
 

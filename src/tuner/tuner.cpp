@@ -2,13 +2,18 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <ctime>
+#include <map>
+#include <optional>
 #include <random>
 
 #include "backends/backend.h"
 #include "core/hash.h"
 #include "core/paths.h"
 #include "store/store.h"
+#include "eval/kb_evaluator.h"
+#include "tuner/fused.h"
 #include "tuner/templates.h"
 
 namespace kfab {
@@ -21,28 +26,105 @@ Expected<json> tune(const TuneOptions& in) {
   auto say = [&](const std::string& s) {
     if (opt.progress) opt.progress(s);
   };
-  if (opt.task.extension() == ".py")
-    return make_error("the built-in tuner takes native tasks (task.toml) for now; KernelBench-format tasks are an open issue",
-                      "use --llm PROVIDER:MODEL for " + opt.task.string());
-  auto task = load_task(opt.task);
-  if (!task) return Unexpected{task.error()};
   auto backend = make_backend(opt.target);
   if (!backend) return make_error("unknown target " + opt.target);
-  const auto templates = templates_for(*task, opt.target);
-  if (templates.empty())
-    return make_error(fmt::format("the built-in tuner has no template for op class \"{}\" on {}", task->op_class, opt.target),
-                      "templates on cpu: softmax, log_softmax, rms_norm and layer_norm (with [op_params] eps), cumsum, permute "
-                      "(batched transpose), matmul, reduction (a sum over the middle dimension); or use --llm");
+  const bool kb = opt.task.extension() == ".py";
+
+  // What is searched: (template, parameter point) pairs, each of which generates a source.
+  struct Point {
+    std::string tmpl;
+    TemplateParams params;
+  };
+  std::vector<Point> points;
+  std::function<std::string(const Point&)> source;
+  std::function<Expected<Verdict>(const fs::path&, const EvalOptions&)> evaluate;
+  Task task;
+  std::string material;  // the cache key's material: what the task computes, where, which templates
+  json program_json;     // a KernelBench task's traced program (kept in the cache: a rerun needs no trace)
+  Program program;
+  const std::string ext = opt.target == "cuda" ? ".cu" : ".cpp";
+  if (kb) {
+    if (opt.target != "cuda")
+      return make_error("the built-in tuner generates kernels for KernelBench-format tasks on cuda only for now",
+                        "use --target cuda, or --llm PROVIDER:MODEL for " + opt.task.string());
+    auto text = read_file(opt.task);
+    if (!text) return make_error("cannot read " + opt.task.string());
+    task = kb_store_task(opt.task);
+    material = *text + '\0' + opt.target + '\0' + backend->describe() + '\0' + "cuda_fused_rows" + std::to_string(fused_cuda_template().version);
+    // the cache may hold the traced program; otherwise the Python worker traces the Model
+    const fs::path cache_file = cache_dir() / "tuner" / (hash_hex(material).substr(0, 24) + ".json");
+    if (!opt.fresh)
+      if (auto c = read_file(cache_file))
+        try {
+          program_json = json::parse(*c).at("program");
+        } catch (const json::exception&) {
+          program_json = nullptr;
+        }
+    if (program_json.is_null() || !program_json.is_object()) {
+      say("tracing the Model (torch make_fx) to find a fusible program");
+      KbEvaluator tracer(opt.target, backend.get(), opt.eval);
+      auto tr = tracer.trace(opt.task);
+      if (!tr) return Unexpected{tr.error()};
+      if (!tr->value("supported", false))
+        return make_error("the built-in tuner has no template for " + opt.task.filename().string() + ": " + tr->value("reason", std::string("?")),
+                          "fused row programs cover pointwise chains, reductions over the last dimension, softmax/norm-like "
+                          "rows and mean/sum losses; use --llm PROVIDER:MODEL for the rest");
+      program_json = *tr;
+    }
+    std::vector<PInput> ins;
+    std::vector<std::string> outs;
+    try {
+      for (const auto& i : program_json.at("inputs")) {
+        const std::string c = i.at("cls").get<std::string>();
+        ins.push_back({i.at("name").get<std::string>(), c == "E" ? VClass::E : c == "C" ? VClass::C : c == "R" ? VClass::R : VClass::K,
+                       i.value("integer", false), i.value("i32", false)});
+      }
+      outs = program_json.at("outputs").get<std::vector<std::string>>();
+    } catch (const json::exception& e) {
+      return make_error(std::string("the traced program is malformed: ") + e.what());
+    }
+    auto p = parse_program(program_json.value("formula", std::string()), ins, outs);
+    if (!p) return make_error("the traced program does not parse: " + p.error().message);
+    if (auto ok = fused_supported(*p); !ok) return make_error("the built-in tuner cannot take this program: " + ok.error().message);
+    program = std::move(*p);
+    say("program:\n" + program_json.value("formula", std::string()));
+    for (auto& g : fused_grid(program, program_json.value("n", int64_t{1024}))) points.push_back({"cuda_fused_rows", g});
+    source = [&](const Point& pt) { return generate_fused_cuda(program, pt.params, "fused row program for " + task.name); };
+    evaluate = [&](const fs::path& file, const EvalOptions& eo) {
+      KbEvaluator ev(opt.target, backend.get(), eo);
+      return ev.evaluate(opt.task, file);
+    };
+  } else {
+    auto t = load_task(opt.task);
+    if (!t) return Unexpected{t.error()};
+    task = std::move(*t);
+    const auto templates = templates_for(task, opt.target);
+    if (templates.empty())
+      return make_error(fmt::format("the built-in tuner has no template for op class \"{}\" on {}", task.op_class, opt.target),
+                        "templates on cpu: softmax, log_softmax, rms_norm and layer_norm (with [op_params] eps), cumsum, permute "
+                        "(batched transpose), matmul, reduction (a sum over the middle dimension); on cuda: any task with a "
+                        "`formula` (a fused row program); or use --llm");
+    const auto manifest = read_file(task.manifest);
+    const auto reference = read_file(task.reference);
+    if (!manifest || !reference) return make_error("the task's files cannot be read: " + task.manifest.string());
+    material = *manifest + '\0' + *reference + '\0' + opt.target + '\0' + backend->describe();
+    for (const auto* t2 : templates) {
+      material += '\0' + t2->name + std::to_string(t2->version);
+      for (auto& g : t2->grid(task)) points.push_back({t2->name, g});
+    }
+    source = [&, templates](const Point& pt) {
+      for (const auto* t2 : templates)
+        if (t2->name == pt.tmpl) return t2->generate(task, pt.params);
+      return std::string("#error no template ") + pt.tmpl + "\n";
+    };
+    evaluate = [&](const fs::path& file, const EvalOptions& eo) {
+      Evaluator ev(*backend, eo);
+      return ev.evaluate(task, file);
+    };
+  }
   auto store_r = Store::open(Store::default_path());
   if (!store_r) return Unexpected{store_r.error()};
   Store& store = **store_r;
-
-  // The cache key: what the task computes, where, and the templates' versions.
-  const auto manifest = read_file(task->manifest);
-  const auto reference = read_file(task->reference);
-  if (!manifest || !reference) return make_error("the task's files cannot be read: " + task->manifest.string());
-  std::string material = *manifest + '\0' + *reference + '\0' + opt.target + '\0' + backend->describe();
-  for (const auto* t : templates) material += '\0' + t->name + std::to_string(t->version);
   const fs::path cache_file = cache_dir() / "tuner" / (hash_hex(material).substr(0, 24) + ".json");
 
   const std::time_t now = std::time(nullptr);
@@ -52,17 +134,18 @@ Expected<json> tune(const TuneOptions& in) {
   if (opt.out_dir.empty()) opt.out_dir = fs::path("kfab-runs") / run;
   std::error_code ec;
   fs::create_directories(opt.out_dir, ec);
-  if (auto ok = store.create_run(run, task->name, fs::absolute(opt.task).string(), opt.target, "tuner", "tune",
+  if (auto ok = store.create_run(run, task.name, fs::absolute(opt.task).string(), opt.target, "tuner", "tune",
                                  json{{"budget", opt.budget}, {"out_dir", fs::absolute(opt.out_dir).string()}}.dump());
       !ok)
     return Unexpected{ok.error()};
-  say("run " + run + " (built-in tuner, no LLM): " + std::to_string(templates.size()) + " template(s) for " + task->op_class);
+  say(fmt::format("run {} (built-in tuner, no LLM): {} parameter point(s) for {}", run, points.size(),
+                  kb ? "a traced KernelBench Model" : "op class " + task.op_class));
 
   int64_t seq = 0;
   int evaluated = 0;
   auto record = [&](const fs::path& file, const Verdict& v, const std::string& role, const std::string& detail) -> Expected<void> {
     auto src = read_file(file);
-    auto id = store.record_evaluation(*task, src ? *src : "", v);
+    auto id = store.record_evaluation(task, src ? *src : "", v);
     Store::Step s;
     s.seq = ++seq;
     s.role = role;
@@ -75,23 +158,25 @@ Expected<json> tune(const TuneOptions& in) {
     return store.add_step(run, s);
   };
 
-  const KernelTemplate* best_t = nullptr;
-  TemplateParams best_p;
-  double best_speedup = 0.0;
+  // Passing points, fastest first once the search is over; the cache holds the one that passed the
+  // final check.
+  std::vector<std::pair<double, Point>> ranked;
   bool cached = false;
   if (!opt.fresh)
     if (auto text = read_file(cache_file)) {
       try {
         const json c = json::parse(*text);
-        for (const auto* t : templates)
-          if (t->name == c.at("template").get<std::string>()) best_t = t;
-        best_p = c.at("params").get<TemplateParams>();
-        best_speedup = c.value("speedup", 0.0);
-        cached = best_t != nullptr;
-        if (cached) say(fmt::format("cached: {} ({}), {:.2f}x when searched on {}", best_t->name, format_params(best_p), best_speedup,
-                                    c.value("measured_at", std::string("?"))));
+        Point pt{c.at("template").get<std::string>(), c.at("params").get<TemplateParams>()};
+        bool known = false;
+        for (const auto& q : points) known = known || q.tmpl == pt.tmpl;
+        if (known) {
+          ranked.push_back({c.value("speedup", 0.0), pt});
+          cached = true;
+          say(fmt::format("cached: {} ({}), {:.2f}x when searched on {}", pt.tmpl, format_params(pt.params), ranked[0].first,
+                          c.value("measured_at", std::string("?"))));
+        }
       } catch (const json::exception&) {
-        best_t = nullptr;  // a damaged entry: search again
+        ranked.clear();  // a damaged entry: search again
       }
     }
   std::string stopped = cached ? "cached result (--fresh searches again)" : "every parameter point evaluated";
@@ -102,57 +187,68 @@ Expected<json> tune(const TuneOptions& in) {
     quick.heldout = false;
     quick.min_time_s = opt.target == "cpu" ? 0.15 : 0.03;
     quick.progress = nullptr;
-    for (const auto* t : templates) {
-      const auto grid = t->grid(*task);
-      for (size_t i = 0; i < grid.size(); ++i) {
-        if (evaluated >= opt.budget) {
-          stopped = "parameter-point budget spent";
-          break;
-        }
-        const fs::path file = opt.out_dir / fmt::format("{}_{:02d}{}", t->name, i, opt.target == "cuda" ? ".cu" : ".cpp");
-        if (auto ok = write_file_atomic(file, t->generate(*task, grid[i])); !ok) return Unexpected{ok.error()};
-        Evaluator ev(*backend, quick);
-        auto v = ev.evaluate(*task, file);
-        if (!v) return Unexpected{v.error()};
-        ++evaluated;
-        say(fmt::format("{} ({}): {}{}", t->name, format_params(grid[i]), disposition_name(v->disposition),
-                        v->speedup ? fmt::format(" {:.2f}x", *v->speedup) : ""));
-        if (auto ok = record(file, *v, "tuner", t->name + " (" + format_params(grid[i]) + "): " + v->detail); !ok)
-          return Unexpected{ok.error()};
-        if (v->passed() && v->speedup && *v->speedup > best_speedup) {
-          best_speedup = *v->speedup;
-          best_t = t;
-          best_p = grid[i];
-        }
+    std::map<std::string, int> per_template;
+    for (const auto& pt : points) {
+      if (evaluated >= opt.budget) {
+        stopped = "parameter-point budget spent";
+        break;
       }
+      const fs::path file = opt.out_dir / fmt::format("{}_{:02d}{}", pt.tmpl, per_template[pt.tmpl]++, ext);
+      if (auto ok = write_file_atomic(file, source(pt)); !ok) return Unexpected{ok.error()};
+      auto v = evaluate(file, quick);
+      if (!v) return Unexpected{v.error()};
+      ++evaluated;
+      say(fmt::format("{} ({}): {}{}", pt.tmpl, format_params(pt.params), disposition_name(v->disposition),
+                      v->speedup ? fmt::format(" {:.2f}x", *v->speedup) : (v->passed() ? "" : ": " + v->detail.substr(0, 300))));
+      if (auto ok = record(file, *v, "tuner", pt.tmpl + " (" + format_params(pt.params) + "): " + v->detail); !ok)
+        return Unexpected{ok.error()};
+      if (v->passed() && v->speedup) ranked.push_back({*v->speedup, pt});
     }
+    std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   }
   json result = {{"run", run}, {"out_dir", fs::absolute(opt.out_dir).string()}, {"candidates", evaluated}, {"stopped_because", stopped}};
-  if (best_t == nullptr) {
+  if (ranked.empty()) {
     (void)store.set_run_status(run, "failed");
     result["best"] = {{"candidate", nullptr}, {"disposition", "none"}, {"speedup", nullptr}};
     result["steps"] = seq;
     return result;
   }
-  // The winner, on every shape with the full protocol.
-  const fs::path best_file = opt.out_dir / (std::string("best") + (opt.target == "cuda" ? ".cu" : ".cpp"));
-  if (auto ok = write_file_atomic(best_file, best_t->generate(*task, best_p)); !ok) return Unexpected{ok.error()};
-  say("final: " + best_t->name + " (" + format_params(best_p) + ") on every shape, held-out ones included");
+  // The winner, on every shape with the full protocol; where it fails (a held-out shape), the
+  // runners-up in order (at most three in all).
+  const fs::path best_file = opt.out_dir / ("best" + ext);
   EvalOptions full = opt.eval;
   full.heldout = true;
-  Evaluator ev(*backend, full);
-  auto v = ev.evaluate(*task, best_file);
-  if (!v) return Unexpected{v.error()};
-  if (auto ok = record(best_file, *v, "final", v->detail); !ok) return Unexpected{ok.error()};
-  if (!cached && v->passed())
-    (void)write_file_atomic(cache_file, json{{"template", best_t->name}, {"params", best_p}, {"speedup", best_speedup},
-                                             {"measured_at", stamp}, {"device", backend->describe()}}.dump(2));
-  (void)store.set_run_status(run, v->passed() ? "finished" : "failed");
-  result["best"] = {{"candidate", fs::absolute(best_file).string()}, {"disposition", disposition_name(v->disposition)},
-                    {"speedup", v->speedup ? json(*v->speedup) : json()}, {"detail", v->detail}};
-  result["tuner"] = {{"template", best_t->name}, {"params", best_p}, {"cached", cached}};
+  std::optional<Verdict> final_v;
+  Point chosen;
+  for (size_t k = 0; k < ranked.size() && k < 3; ++k) {
+    const Point& pt = ranked[k].second;
+    if (auto ok = write_file_atomic(best_file, source(pt)); !ok) return Unexpected{ok.error()};
+    say(fmt::format("final{}: {} ({}) on every shape, held-out ones included", k == 0 ? "" : " (runner-up " + std::to_string(k) + ")",
+                    pt.tmpl, format_params(pt.params)));
+    auto v = evaluate(best_file, full);
+    if (!v) return Unexpected{v.error()};
+    if (auto ok = record(best_file, *v, "final", v->detail); !ok) return Unexpected{ok.error()};
+    final_v = *v;
+    chosen = pt;
+    if (v->passed()) {
+      if (!cached) {
+        json entry = {{"template", pt.tmpl}, {"params", pt.params}, {"speedup", ranked[k].first},
+                      {"measured_at", stamp}, {"device", backend->describe()}};
+        if (kb) entry["program"] = program_json;
+        (void)write_file_atomic(cache_file, entry.dump(2));
+      }
+      break;
+    }
+    say(fmt::format("  {}: {}", disposition_name(v->disposition), v->detail.substr(0, 300)));
+  }
+  const Verdict& v = *final_v;
+  (void)store.set_run_status(run, v.passed() ? "finished" : "failed");
+  result["best"] = {{"candidate", fs::absolute(best_file).string()}, {"disposition", disposition_name(v.disposition)},
+                    {"speedup", v.speedup ? json(*v.speedup) : json()}, {"detail", v.detail}};
+  result["tuner"] = {{"template", chosen.tmpl}, {"params", chosen.params}, {"cached", cached}};
+  if (kb) result["tuner"]["program"] = program_json.value("formula", std::string());
   result["steps"] = seq;
-  result["verdict"] = v->to_json();
+  result["verdict"] = v.to_json();
   return result;
 }
 

@@ -4,6 +4,8 @@
 #include <cstdlib>
 
 #include "backends/cuda/cuda_backend.h"
+#include "core/task.h"
+#include "tuner/fused.h"
 #include "harness.h"
 
 namespace kfab::test {
@@ -61,6 +63,37 @@ TEST_F(CudaBuild, ACompileErrorCarriesNvccsMessage) {
   auto r = backend_.build(f);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.failure().message.find("undefined_name"), std::string::npos) << r.failure().message;
+}
+
+// The tuner's generated kernels compile for every bundled task with a formula, at both ends of the
+// parameter grid (a warp or a whole block per row, flat or row kernels), and for a per-row output.
+TEST_F(CudaBuild, FusedRowProgramsCompileAcrossTheirGrid) {
+  int built = 0;
+  for (const char* t : {"softmax", "log_softmax", "rms_norm", "layer_norm", "gelu", "scale_shift_gelu", "cross_entropy"}) {
+    auto task = load_task(std::filesystem::path(KFAB_SOURCE_DIR) / "tasks/core" / t);
+    ASSERT_TRUE(task.has_value()) << t;
+    auto p = task_program(*task);
+    ASSERT_TRUE(p.has_value()) << t << ": " << p.error().message;
+    for (int64_t n : {256, 4096}) {
+      const auto grid = fused_grid(*p, n);
+      ASSERT_FALSE(grid.empty()) << t;
+      for (const auto* point : {&grid.front(), &grid.back()}) {
+        const auto f = scratch() / (std::string(t) + "_" + std::to_string(built) + ".cu");
+        ASSERT_TRUE(write_file_atomic(f, generate_fused_cuda(*p, *point, t)).has_value());
+        auto r = backend_.build(f);
+        ASSERT_TRUE(r.ok()) << t << " (" << format_params(*point) << ")\n" << r.failure().message;
+        ++built;
+      }
+    }
+  }
+  auto huber = parse_program("d = abs(p - q); y = rowmean(where(d < 1, 0.5 * d * d, d - 0.5))",
+                             {{"p", VClass::E}, {"q", VClass::E}}, {"y"});
+  ASSERT_TRUE(huber.has_value()) << huber.error().message;
+  const auto f = scratch() / "huber.cu";
+  ASSERT_TRUE(write_file_atomic(f, generate_fused_cuda(*huber, fused_grid(*huber, 2048).front(), "huber")).has_value());
+  auto r = backend_.build(f);
+  ASSERT_TRUE(r.ok()) << r.failure().message;
+  EXPECT_EQ(built, 28);
 }
 
 TEST_F(CudaBuild, ArchitectureComesFromTheDeviceOrDefaultsToHopper) {

@@ -4,8 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <set>
 
+#include "backends/cuda/cuda_backend.h"
 #include "core/paths.h"
+#include "eval/kb_evaluator.h"
+#include "tuner/fused.h"
 #include "../integration/harness.h"
 
 namespace kfab::test {
@@ -116,6 +120,60 @@ TEST_F(KbEval, TasksCheckFlagsADegenerateTaskAndPassesTheSuite) {
   EXPECT_NE(text.find("the same for every seed"), std::string::npos) << text;
   CliResult good = kfab_cli({"tasks", std::string(KFAB_SOURCE_DIR) + "/tasks/kb", "--check"});
   EXPECT_EQ(good.status.code, 0) << good.out << good.err;
+}
+
+// Op-class detection: every bundled KernelBench task is traced; the fusible ones become programs
+// that parse and whose generated CUDA compiles (nvcc is here even without a GPU), the others say
+// which node did not fit.
+TEST_F(KbEval, TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest) {
+  const std::set<std::string> fusible = {"rms_norm",      "l1_relu",         "l1_gelu_tanh",  "l1_mish",
+                                         "l1_softmax",    "l1_log_softmax",  "l1_layer_norm", "l1_amax_dim",
+                                         "l1_cross_entropy", "l1_mse_loss",  "l1_huber_loss", "l1_kl_div"};
+  CudaBackend nvcc;
+  KbEvaluator ev("cuda", nullptr, EvalOptions{});
+  int seen = 0, compiled = 0;
+  for (const auto& e : std::filesystem::directory_iterator(std::string(KFAB_SOURCE_DIR) + "/tasks/kb")) {
+    if (e.path().extension() != ".py") continue;
+    const std::string stem = e.path().stem().string();
+    auto tr = ev.trace(e.path());
+    ASSERT_TRUE(tr.has_value()) << stem << ": " << tr.error().message;
+    ++seen;
+    if (!fusible.count(stem)) {
+      EXPECT_FALSE(tr->value("supported", true)) << stem << " traced to\n" << tr->value("formula", std::string());
+      EXPECT_FALSE(tr->value("reason", std::string()).empty()) << stem;
+      continue;
+    }
+    ASSERT_TRUE(tr->value("supported", false)) << stem << ": " << tr->value("reason", std::string());
+    std::vector<PInput> ins;
+    for (const auto& i : (*tr)["inputs"]) {
+      const std::string c = i["cls"];
+      ins.push_back({i["name"], c == "E" ? VClass::E : c == "C" ? VClass::C : c == "R" ? VClass::R : VClass::K, i["integer"], i["i32"]});
+    }
+    auto p = parse_program((*tr)["formula"], ins, (*tr)["outputs"].get<std::vector<std::string>>());
+    ASSERT_TRUE(p.has_value()) << stem << ": " << p.error().message << "\n" << (*tr)["formula"];
+    ASSERT_TRUE(fused_supported(*p).has_value()) << stem;
+    if (stem == "l1_kl_div") {
+    EXPECT_NE((*tr)["formula"].get<std::string>().find("nrows"), std::string::npos) << (*tr)["formula"];
+  }
+    if (stem == "l1_layer_norm") {
+    EXPECT_TRUE(p->needs_rows());
+  }
+    if (stem == "l1_relu") {
+    EXPECT_FALSE(p->needs_rows());
+  }
+    if (!nvcc.has_compiler()) continue;
+    const auto grid = fused_grid(*p, (*tr)["n"].get<int64_t>());
+    ASSERT_FALSE(grid.empty()) << stem;
+    const auto f = scratch() / (stem + ".cu");
+    ASSERT_TRUE(write_file_atomic(f, generate_fused_cuda(*p, grid.front(), stem)).has_value());
+    auto b = nvcc.build(f);
+    ASSERT_TRUE(b.ok()) << stem << "\n" << b.failure().message;
+    ++compiled;
+  }
+  EXPECT_GE(seen, 27);
+  if (nvcc.has_compiler()) {
+    EXPECT_EQ(compiled, static_cast<int>(fusible.size()));
+  }
 }
 
 }  // namespace kfab::test

@@ -1,0 +1,398 @@
+"""Op-class detection for KernelBench-format tasks: the Model is traced (make_fx, with PyTorch's core
+ATen decompositions plus softmax, log-softmax and layer norm broken down) into an ATen graph, and the
+graph is matched against what kfab's fused row programs express (src/tuner/program.h): chains of
+pointwise ops, reductions over the last dimension, a gather of one column per row, and means or
+sums over everything. What matches comes back as a formula the tuner generates kernels from; what
+does not comes back with the first node that did not fit.
+
+Values have a class relative to the main shape S (the first floating-point input of the highest
+rank): E (shape S), R (S without its last dimension, kept or not), C ([S[-1]]) or K (one element)."""
+from __future__ import annotations
+
+import math
+import operator
+import re
+
+import torch
+
+from . import task as taskmod
+
+aten = torch.ops.aten
+
+
+class Unsupported(Exception):
+    pass
+
+
+def _decompositions():
+    from torch._decomp import core_aten_decompositions, get_decompositions
+    table = dict(core_aten_decompositions())
+    table.update(get_decompositions([aten._softmax, aten._log_softmax, aten.softplus, aten.mish, aten.silu, aten.hardtanh,
+                                     aten.leaky_relu, aten.elu, aten.hardsigmoid, aten.hardswish, aten.mse_loss,
+                                     aten.huber_loss, aten.smooth_l1_loss]))
+    # kept whole: the matcher has them (their decompositions go through prims with shape constants)
+    for op in (aten.gelu.default, aten.native_layer_norm.default, aten.var_mean.correction, aten.var.correction):
+        table.pop(op, None)
+    return table
+
+
+_UNARY = {
+    aten.neg.default: "neg", aten.abs.default: "abs", aten.exp.default: "exp", aten.log.default: "log",
+    aten.log1p.default: "log1p", aten.expm1.default: "expm1", aten.tanh.default: "tanh", aten.sigmoid.default: "sigmoid",
+    aten.relu.default: "relu", aten.sqrt.default: "sqrt", aten.rsqrt.default: "rsqrt", aten.erf.default: "erf",
+    aten.reciprocal.default: "reciprocal", aten.sin.default: "sin", aten.cos.default: "cos", aten.floor.default: "floor",
+    aten.ceil.default: "ceil", aten.sign.default: "sign", aten.logical_not.default: "not", aten.silu.default: "silu",
+}
+_BINARY = {
+    "add": "+", "sub": "-", "mul": "*", "div": "/",
+}
+_CALL2 = {"maximum": "max", "minimum": "min", "pow": "pow", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge", "eq": "eq",
+          "ne": "ne", "logical_and": "and", "logical_or": "or", "bitwise_and": "and", "bitwise_or": "or"}
+_VIEWS = {"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "expand", "alias", "clone", "contiguous", "detach",
+          "lift_fresh_copy", "_to_copy", "to", "copy", "view_as", "expand_as", "flatten"}
+
+
+def _num(v) -> str:
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    v = float(v)
+    if math.isinf(v):
+        return "inf" if v > 0 else "(-inf)"
+    if math.isnan(v):
+        raise Unsupported("a NaN constant")
+    s = repr(v)
+    return f"({s})" if v < 0 else s
+
+
+class _Matcher:
+    def __init__(self, gm, example: list, n_inputs: int):
+        self.gm = gm
+        self.lines: list[str] = []
+        self.val: dict = {}     # node -> formula expression (a name or a literal)
+        self.cls: dict = {}     # node -> E, R, C, K
+        self.tuple: dict = {}   # node -> list of (expr, cls) for multi-output nodes
+        floats = [t for t in example if isinstance(t, torch.Tensor) and t.is_floating_point()]
+        if not floats:
+            raise Unsupported("no floating-point input")
+        self.S = list(max(floats, key=lambda t: t.dim()).shape)
+        if not self.S:
+            raise Unsupported("the inputs are scalars")
+        self.n_inputs = n_inputs
+
+    def shape_cls(self, shape, integer=False) -> str | None:
+        shape = list(shape)
+        S = self.S
+        if shape == S:
+            return "E"
+        if math.prod(shape) == 1:
+            return "K"
+        lead = S[:-1]
+        core = list(shape)
+        while core and core[0] == 1 and len(core) > 1:
+            core = core[1:]
+        if not integer and core == [S[-1]]:
+            return "C"
+        if shape == lead or shape == lead + [1]:
+            return "R"
+        if core == [S[-1]]:
+            return "C"
+        return None
+
+    def emit(self, node, expr: str, cls: str) -> None:
+        name = f"v{len(self.lines)}"
+        self.lines.append(f"{name} = {expr}")
+        self.val[node] = name
+        self.cls[node] = cls
+
+    def arg(self, a) -> tuple[str, str]:
+        if isinstance(a, torch.fx.Node):
+            if a not in self.val:
+                raise Unsupported(f"{a.name} is used before it is computed")
+            return self.val[a], self.cls[a]
+        if isinstance(a, (int, float, bool)):
+            return _num(a), "K"
+        raise Unsupported(f"argument {a!r}")
+
+    @staticmethod
+    def join(*cs: str) -> str:
+        s = set(cs) - {"K"}
+        if not s:
+            return "K"
+        if "E" in s or ("R" in s and "C" in s):
+            return "E"
+        return s.pop()
+
+    def out_shape(self, node):
+        v = node.meta.get("val")
+        if isinstance(v, torch.Tensor):
+            return list(v.shape), v.dtype
+        return None, None
+
+    def reduce(self, node, kind: str, x, dims, keepdim) -> None:
+        xe, xc = self.arg(x)
+        nd = len(x.meta["val"].shape)
+        if dims is None or list(dims) == []:
+            dims = list(range(nd))
+        dims = sorted(d % nd if nd else 0 for d in dims)
+        if xc == "E" and dims == [nd - 1]:
+            self.emit(node, f"row{kind}({xe})", "R")
+        elif xc in ("E", "R") and dims == list(range(nd)):
+            if kind not in ("sum", "mean"):
+                raise Unsupported(f"{node.target}: a {kind} over everything")
+            self.emit(node, f"all{kind}({xe})", "K")
+        else:
+            raise Unsupported(f"{node.target} over dims {dims} of a {xc}-class value (rows reduce over the last dimension)")
+
+    def visit(self, node) -> None:
+        t = node.target
+        name = getattr(t, "__name__", str(t)).split(".")[0]
+        packet = getattr(t, "_overloadpacket", None)
+        base = packet.__name__ if packet is not None else name
+        args, kw = node.args, node.kwargs
+        shape, dtype = self.out_shape(node)
+        if t is operator.getitem:
+            src, k = args
+            if src not in self.tuple:
+                raise Unsupported(f"getitem of {src.name}")
+            expr, cls = self.tuple[src][k]
+            self.val[node], self.cls[node] = expr, cls
+            return
+        if t in _UNARY:
+            x, c = self.arg(args[0])
+            self.emit(node, f"{_UNARY[t]}({x})", c)
+            return
+        if base == "gelu":
+            x, c = self.arg(args[0])
+            approx = kw.get("approximate", args[1] if len(args) > 1 else "none")
+            self.emit(node, f"gelu_{'tanh' if approx == 'tanh' else 'erf'}({x})", c)
+            return
+        if base in _BINARY:
+            if kw.get("rounding_mode") is not None:
+                raise Unsupported(f"{t} with rounding_mode")
+            (a, ca), (b, cb) = self.arg(args[0]), self.arg(args[1])
+            alpha = kw.get("alpha", 1)
+            if alpha != 1:
+                b = f"({_num(alpha)} * {b})"
+            self.emit(node, f"({a} {_BINARY[base]} {b})", self.join(ca, cb))
+            return
+        if base == "rsub":
+            (a, ca), (b, cb) = self.arg(args[0]), self.arg(args[1])
+            self.emit(node, f"({b} - {a})", self.join(ca, cb))
+            return
+        if base in _CALL2:
+            (a, ca), (b, cb) = self.arg(args[0]), self.arg(args[1])
+            self.emit(node, f"{_CALL2[base]}({a}, {b})", self.join(ca, cb))
+            return
+        if base in ("clamp", "clamp_min", "clamp_max"):
+            x, c = self.arg(args[0])
+            lo = args[1] if base != "clamp_max" else None
+            hi = (args[2] if len(args) > 2 else kw.get("max")) if base == "clamp" else (args[1] if base == "clamp_max" else None)
+            if base == "clamp" and lo is None:
+                lo = kw.get("min")
+            if lo is not None:
+                lv, lc = self.arg(lo)
+                x, c = f"max({x}, {lv})", self.join(c, lc)
+            if hi is not None:
+                hv, hc = self.arg(hi)
+                x, c = f"min({x}, {hv})", self.join(c, hc)
+            self.emit(node, x, c)
+            return
+        if base == "where":
+            (cnd, c0), (a, c1), (b, c2) = self.arg(args[0]), self.arg(args[1]), self.arg(args[2])
+            self.emit(node, f"where({cnd}, {a}, {b})", self.join(c0, c1, c2))
+            return
+        if base in ("scalar_tensor", "full") and shape is not None and math.prod(shape) == 1:
+            self.emit(node, _num(args[-1] if base == "full" else args[0]), "K")
+            return
+        if base in ("sum", "mean", "amax", "amin"):
+            kind = {"sum": "sum", "mean": "mean", "amax": "max", "amin": "min"}[base]
+            dims = args[1] if len(args) > 1 else kw.get("dim")
+            if isinstance(dims, int):
+                dims = [dims]
+            self.reduce(node, kind, args[0], dims, kw.get("keepdim", args[2] if len(args) > 2 else False))
+            return
+        if base == "native_layer_norm":
+            x, norm_shape, w, b, eps = args[:5]
+            xe, xc = self.arg(x)
+            if xc != "E" or list(norm_shape) != self.S[-1:]:
+                raise Unsupported("layer norm over more than the last dimension")
+            self.emit(node, f"rowmean({xe})", "R")
+            mean = self.val[node]
+            self.emit(node, f"({xe} - {mean})", "E")
+            d = self.val[node]
+            self.emit(node, f"rsqrt(rowmean({d} * {d}) + {_num(eps)})", "R")
+            rstd = self.val[node]
+            y = f"({d} * {rstd})"
+            if w is not None:
+                y = f"({y} * {self.arg(w)[0]})"
+            if b is not None:
+                y = f"({y} + {self.arg(b)[0]})"
+            self.emit(node, y, "E")
+            self.tuple[node] = [(self.val[node], "E"), (mean, "R"), (rstd, "R")]
+            return
+        if base in ("var_mean", "var"):
+            x = args[0]
+            dims = args[1] if len(args) > 1 else kw.get("dim")
+            xe, xc = self.arg(x)
+            nd = len(x.meta["val"].shape)
+            if xc != "E" or dims is None or sorted(d % nd for d in dims) != [nd - 1]:
+                raise Unsupported(f"{t} over other than the last dimension")
+            corr = kw.get("correction", 1)
+            corr = 1 if corr is None else corr
+            self.emit(node, f"rowmean({xe})", "R")
+            mean = self.val[node]
+            scale = "" if corr == 0 else f" * (ncols / (ncols - {_num(corr)}))"
+            self.emit(node, f"rowmean(({xe} - {mean}) * ({xe} - {mean})){scale}", "R")
+            var = self.val[node]
+            self.tuple[node] = [(var, "R"), (mean, "R")]
+            if base == "var":
+                self.val[node] = var
+            return
+        if base == "gather":
+            x, dim, idx = args[0], args[1], args[2]
+            xe, xc = self.arg(x)
+            ie, ic = self.arg(idx)
+            nd = len(x.meta["val"].shape)
+            if xc != "E" or dim % nd != nd - 1 or ic not in ("R", "K") or list(idx.meta["val"].shape)[-1:] != [1]:
+                raise Unsupported("gather other than one column per row")
+            self.emit(node, f"pick({xe}, {ie})", "R")
+            return
+        if base in _VIEWS:
+            x, c = self.arg(args[0])
+            if shape is None:
+                raise Unsupported(f"{t} without a tensor result")
+            if dtype is not None and not (dtype.is_floating_point or dtype in (torch.int64, torch.int32, torch.bool)):
+                raise Unsupported(f"{t} to {dtype}")
+            if dtype is not None and dtype.is_floating_point and dtype != torch.float32:
+                raise Unsupported(f"{t} to {dtype}")
+            sc = self.shape_cls(shape)
+            ok = sc == c or c == "K" or (sc == "E" and c in ("R", "C"))  # a broadcast keeps the value
+            if not ok:
+                raise Unsupported(f"{t} turns a {c}-class value into shape {shape}, which the row structure cannot follow")
+            self.val[node], self.cls[node] = x, c
+            return
+        raise Unsupported(f"{t} (node {node.name})")
+
+
+def _trace_at(t: taskmod.KbTask, shape: dict) -> dict:
+    from torch.fx.experimental.proxy_tensor import make_fx
+    model = t.model(shape, "cpu", torch.float32)
+    xs = t.inputs(shape, 1234, "cpu", torch.float32)
+    params = taskmod.params_and_buffers(model)
+    names = [n for n, _ in model.named_parameters()] + [n for n, _ in model.named_buffers()]
+    nx = len(xs)
+
+    def f(*args):
+        return torch.func.functional_call(model, dict(zip(names, args[nx:])), tuple(args[:nx]))
+
+    example = list(xs) + params
+    if not all(isinstance(a, torch.Tensor) for a in example):
+        return {"supported": False, "reason": "an input is not a tensor"}
+    try:
+        gm = make_fx(f, decomposition_table=_decompositions(), tracing_mode="fake")(*example)
+    except Exception as e:  # noqa: BLE001 - a model make_fx cannot trace is simply not fusible here
+        return {"supported": False, "reason": f"tracing failed: {type(e).__name__}: {e}"}
+    try:
+        m = _Matcher(gm, example, nx)
+        inputs = []
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        for i, (node, ex) in enumerate(zip(placeholders, example)):
+            integer = not ex.is_floating_point()
+            if ex.is_floating_point() and ex.dtype != torch.float32:
+                raise Unsupported(f"input {i} is {ex.dtype}")
+            if integer and ex.dtype not in (torch.int64, torch.int32):
+                raise Unsupported(f"input {i} is {ex.dtype}")
+            c = m.shape_cls(ex.shape, integer)
+            if c is None:
+                raise Unsupported(f"input {i} has shape {list(ex.shape)}, which is not the row shape {m.S}, a row, a column or a scalar")
+            if integer and c != "R":
+                raise Unsupported(f"integer input {i} is not one index per row")
+            nm = f"in{i}"
+            m.val[node], m.cls[node] = nm, c
+            inputs.append({"name": nm, "cls": c, "integer": integer, "i32": ex.dtype == torch.int32})
+        outputs = []
+        for node in gm.graph.nodes:
+            if node.op in ("placeholder",):
+                continue
+            if node.op == "output":
+                outs = node.args[0]
+                outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+                for j, o in enumerate(outs):
+                    if not isinstance(o, torch.fx.Node):
+                        raise Unsupported("an output is not a tensor")
+                    v = o.meta.get("val")
+                    if not isinstance(v, torch.Tensor) or v.dtype != torch.float32:
+                        raise Unsupported("an output is not f32")
+                    want = m.shape_cls(v.shape)
+                    if want != m.cls[o] and not (want == "K" and m.cls[o] == "K"):
+                        raise Unsupported(f"output {j} has shape {list(v.shape)} but is a {m.cls[o]}-class value")
+                    m.lines.append(f"out{j} = {m.val[o]}")
+                    outputs.append(f"out{j}")
+                continue
+            if node.op != "call_function":
+                raise Unsupported(f"graph node {node.op} {node.target}")
+            m.visit(node)
+    except Unsupported as e:
+        return {"supported": False, "reason": str(e)}
+    return {"supported": True, "formula": "\n".join(m.lines), "inputs": inputs, "outputs": outputs, "shape": m.S}
+
+
+_NUM = re.compile(r"(?<![A-Za-z_0-9.])(\d+\.?\d*(?:e[-+]?\d+)?)")
+
+
+def _generalize(a: dict, b: dict) -> dict:
+    """The formula of shape a with every constant that differs at shape b and is the row count, the
+    row length or their product there replaced by nrows, ncols or nrows * ncols."""
+    ta, tb = _NUM.split(a["formula"]), _NUM.split(b["formula"])
+    if len(ta) != len(tb) or any(x != y for x, y in zip(ta[0::2], tb[0::2])):
+        return {"supported": False, "reason": "the traced graph changes with the shape"}
+    def dims(r):
+        n = r["shape"][-1]
+        return n, math.prod(r["shape"][:-1])
+    na, ra = dims(a)
+    nb, rb = dims(b)
+    out = list(ta)
+    for k in range(1, len(ta), 2):
+        x, y = float(ta[k]), float(tb[k])
+        if x == y:
+            continue
+        for sym, va, vb in (("ncols", na, nb), ("nrows", ra, rb), ("(nrows * ncols)", ra * na, rb * nb)):
+            if x == va and y == vb:
+                out[k] = sym
+                break
+        else:
+            return {"supported": False, "reason": f"the constant {ta[k]} changes with the shape ({tb[k]} at another one)"}
+    r = dict(a)
+    r["formula"] = "".join(out)
+    return r
+
+
+def trace(t: taskmod.KbTask, overrides: dict) -> dict:
+    """{"supported", "reason"?, "formula", "inputs": [{name, cls, integer, i32}], "outputs": [...],
+    "shape", "n": the row length at `overrides`}. The Model is traced at its own constants and at a
+    second shape (the first held-out one, else the GPU one), so that constants which are really
+    shape sizes (a batch mean's divisor) become nrows/ncols rather than numbers that only hold once."""
+    a = _trace_at(t, {})
+    if not a.get("supported"):
+        return a
+    other = t.heldout[0] if t.heldout else (t.gpu or None)
+    if other:
+        b = _trace_at(t, other)
+        if not b.get("supported"):
+            return b
+        a = _generalize(a, b)
+        if not a.get("supported"):
+            return a
+    # the row length at the requested shape, from meta tensors (no memory)
+    n = a["shape"][-1]
+    if overrides:
+        t.apply(overrides)
+        try:
+            with torch.device("meta"):
+                big = [x for x in t.mod.get_inputs() if isinstance(x, torch.Tensor) and x.is_floating_point()]
+        finally:
+            t.apply({})
+        if big:
+            n = int(max(big, key=lambda x: x.dim()).shape[-1])
+    a["n"] = n
+    return a

@@ -1,0 +1,81 @@
+// Fused row programs for native tasks (their manifest's `formula`) and the template that puts the
+// generated kernels in the tuner's search.
+#include "tuner/fused.h"
+
+#include <fmt/format.h>
+
+namespace kfab {
+
+Expected<Program> task_program(const Task& task) {
+  if (task.formula.empty()) return make_error("task " + task.name + " has no formula");
+  const TensorSpec* main = nullptr;
+  for (const auto& in : task.inputs)
+    if (in.dtype == DType::F32 && (main == nullptr || in.shape.size() > main->shape.size())) main = &in;
+  if (main == nullptr || main->shape.empty()) return make_error("task " + task.name + " has no f32 input with dimensions to set the row shape");
+  const auto& s = main->shape;
+  const std::vector<std::string> lead(s.begin(), s.end() - 1);
+  auto cls_of = [&](const TensorSpec& t) -> Expected<VClass> {
+    if (t.shape == s) return VClass::E;
+    if (t.shape.empty() || (t.shape.size() == 1 && t.shape[0] == "1")) return VClass::K;
+    if (t.shape.size() == 1 && t.shape[0] == s.back()) return VClass::C;
+    auto keep = lead;
+    keep.push_back("1");
+    if (t.shape == lead || t.shape == keep) return VClass::R;
+    return make_error(fmt::format("{}'s shape is neither the row shape of {}, one row, one column nor a scalar", t.name, main->name));
+  };
+  std::vector<PInput> ins;
+  for (const auto& in : task.inputs) {
+    auto c = cls_of(in);
+    if (!c) return Unexpected{c.error()};
+    if (in.dtype != DType::F32 && in.dtype != DType::I64 && in.dtype != DType::I32)
+      return make_error(fmt::format("{} is {}: fused programs take f32 values and i64/i32 indices", in.name, dtype_name(in.dtype)));
+    ins.push_back({in.name, *c, in.dtype != DType::F32, in.dtype == DType::I32});
+  }
+  std::vector<std::string> outs;
+  for (const auto& o : task.outputs) {
+    if (o.dtype != DType::F32) return make_error(o.name + " is not f32: fused programs write f32 outputs");
+    outs.push_back(o.name);
+  }
+  auto p = parse_program(task.formula, ins, outs, task.op_params);
+  if (!p) return Unexpected{p.error()};
+  for (size_t j = 0; j < task.outputs.size(); ++j) {
+    auto c = cls_of(task.outputs[j]);
+    if (!c) return Unexpected{c.error()};
+    if (*c != p->nodes[p->outputs[j].second].cls)
+      return make_error(fmt::format("the formula makes {} a {}-class value, but its shape says {}", outs[j],
+                                    vclass_letter(p->nodes[p->outputs[j].second].cls), vclass_letter(*c)));
+  }
+  if (auto ok = fused_supported(*p); !ok) return Unexpected{ok.error()};
+  return p;
+}
+
+namespace {
+
+bool cuda_applies(const Task& t) { return !t.formula.empty() && task_program(t).has_value(); }
+
+std::vector<TemplateParams> cuda_grid(const Task& t) {
+  auto p = task_program(t);
+  if (!p) return {};
+  // the row length at the first tuning shape on a GPU
+  int64_t n = 1024;
+  const TensorSpec* main = nullptr;
+  for (const auto& in : t.inputs)
+    if (in.dtype == DType::F32 && (main == nullptr || in.shape.size() > main->shape.size())) main = &in;
+  const auto& shapes = t.tune_for(true);
+  if (main != nullptr && !main->shape.empty() && !shapes.empty())
+    if (auto v = eval_expr(main->shape.back(), shapes.front())) n = static_cast<int64_t>(*v);
+  return fused_grid(*p, n);
+}
+
+std::string cuda_generate(const Task& t, const TemplateParams& params) {
+  auto p = task_program(t);
+  return p ? generate_fused_cuda(*p, params, "fused row program for " + t.name) : "#error the task's formula no longer parses\n";
+}
+
+const KernelTemplate kFusedCuda{"cuda_fused_rows", "cuda", 1, cuda_applies, cuda_grid, cuda_generate};
+
+}  // namespace
+
+const KernelTemplate& fused_cuda_template() { return kFusedCuda; }
+
+}  // namespace kfab

@@ -1,0 +1,591 @@
+// The CUDA generator for fused row programs (tuner/program.h): one kernel per program, either a
+// flat elementwise kernel (no row structure) or a row kernel in which a group of G threads owns a
+// row, keeps its per-element inputs in registers (float4 where the row length and the pointers
+// allow), computes the row reductions in dependency order with shuffles (and one barrier each when
+// the group is a whole block), and writes per-element and per-row outputs; all-reductions go
+// through double atomics and a one-thread finishing kernel.
+#include "tuner/fused.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <functional>
+#include <set>
+
+namespace kfab {
+
+namespace {
+
+std::string flit(double v) {
+  if (std::isnan(v)) return "NAN";
+  if (std::isinf(v)) return v > 0 ? "INFINITY" : "(-INFINITY)";
+  return fmt::format("{:.9g}f", v).find_first_of(".eEn") == std::string::npos ? fmt::format("{:.1f}f", v) : fmt::format("{:.9g}f", v);
+}
+
+// A pointwise op on float operand strings.
+std::string pointwise(const Program& p, const PNode& n, const std::vector<std::string>& a) {
+  const std::string& o = n.op;
+  if (o == "ncols") return "static_cast<float>(n)";
+  if (o == "nrows") return "static_cast<float>(rows)";
+  if (o == "neg") return "(-" + a[0] + ")";
+  if (o == "abs") return "fabsf(" + a[0] + ")";
+  if (o == "exp") return "expf(" + a[0] + ")";
+  if (o == "log") return "logf(" + a[0] + ")";
+  if (o == "log1p") return "log1pf(" + a[0] + ")";
+  if (o == "expm1") return "expm1f(" + a[0] + ")";
+  if (o == "tanh") return "tanhf(" + a[0] + ")";
+  if (o == "sigmoid") return "(1.0f / (1.0f + expf(-" + a[0] + ")))";
+  if (o == "relu") return "fmaxf(" + a[0] + ", 0.0f)";
+  if (o == "sqrt") return "sqrtf(" + a[0] + ")";
+  if (o == "rsqrt") return "rsqrtf(" + a[0] + ")";
+  if (o == "erf") return "erff(" + a[0] + ")";
+  if (o == "reciprocal") return "(1.0f / " + a[0] + ")";
+  if (o == "sin") return "sinf(" + a[0] + ")";
+  if (o == "cos") return "cosf(" + a[0] + ")";
+  if (o == "gelu_erf") return "kfab_gelu_erf(" + a[0] + ")";
+  if (o == "gelu_tanh") return "kfab_gelu_tanh(" + a[0] + ")";
+  if (o == "silu") return "(" + a[0] + " / (1.0f + expf(-" + a[0] + ")))";
+  if (o == "floor") return "floorf(" + a[0] + ")";
+  if (o == "ceil") return "ceilf(" + a[0] + ")";
+  if (o == "sign") return "(float)((" + a[0] + " > 0.0f) - (" + a[0] + " < 0.0f))";
+  if (o == "not") return "(" + a[0] + " == 0.0f ? 1.0f : 0.0f)";
+  if (o == "add") return "(" + a[0] + " + " + a[1] + ")";
+  if (o == "sub") return "(" + a[0] + " - " + a[1] + ")";
+  if (o == "mul") return "(" + a[0] + " * " + a[1] + ")";
+  if (o == "div") return "(" + a[0] + " / " + a[1] + ")";
+  if (o == "pow") {
+    const PNode& e = p.nodes[n.args[1]];
+    if (e.op == "const") {
+      if (e.value == 1.0) return a[0];
+      if (e.value == 2.0) return "(" + a[0] + " * " + a[0] + ")";
+      if (e.value == 3.0) return "(" + a[0] + " * " + a[0] + " * " + a[0] + ")";
+      if (e.value == 0.5) return "sqrtf(" + a[0] + ")";
+      if (e.value == -0.5) return "rsqrtf(" + a[0] + ")";
+      if (e.value == -1.0) return "(1.0f / " + a[0] + ")";
+    }
+    return "powf(" + a[0] + ", " + a[1] + ")";
+  }
+  if (o == "max") return "fmaxf(" + a[0] + ", " + a[1] + ")";
+  if (o == "min") return "fminf(" + a[0] + ", " + a[1] + ")";
+  const std::map<std::string, std::string> cmp = {{"lt", "<"}, {"le", "<="}, {"gt", ">"}, {"ge", ">="}, {"eq", "=="}, {"ne", "!="}};
+  if (auto it = cmp.find(o); it != cmp.end()) return "(" + a[0] + " " + it->second + " " + a[1] + " ? 1.0f : 0.0f)";
+  if (o == "and") return "(" + a[0] + " != 0.0f && " + a[1] + " != 0.0f ? 1.0f : 0.0f)";
+  if (o == "or") return "(" + a[0] + " != 0.0f || " + a[1] + " != 0.0f ? 1.0f : 0.0f)";
+  if (o == "where") return "(" + a[0] + " != 0.0f ? " + a[1] + " : " + a[2] + ")";
+  return "";
+}
+
+struct Gen {
+  const Program& p;
+  std::vector<bool> live;       // needed by an output
+  std::vector<int> allslot;     // all-reduction node -> ws slot
+  std::vector<int> redslot;     // row reduction node -> shared slot
+  int n_all = 0, n_red = 0;
+
+  explicit Gen(const Program& prog) : p(prog), live(prog.nodes.size()), allslot(prog.nodes.size(), -1), redslot(prog.nodes.size(), -1) {
+    std::function<void(int)> mark = [&](int k) {
+      if (live[k]) return;
+      live[k] = true;
+      for (int a : p.nodes[k].args) mark(a);
+    };
+    for (const auto& [name, id] : p.outputs) mark(id);
+    for (size_t k = 0; k < p.nodes.size(); ++k) {
+      if (!live[k]) continue;
+      if (is_all_reduction(p.nodes[k].op)) allslot[k] = n_all++;
+      // an all-reduction of a per-element value reduces its row first
+      if (is_row_reduction(p.nodes[k].op) || (is_all_reduction(p.nodes[k].op) && p.nodes[p.nodes[k].args[0]].cls == VClass::E))
+        redslot[k] = n_red++;
+    }
+  }
+
+  bool row_level(const PNode& n) const { return n.cls == VClass::R || (n.cls == VClass::K && !n.after_all); }
+
+  // The name of a row-level (R or K) value.
+  std::string rname(int k) const {
+    const PNode& n = p.nodes[k];
+    if (n.op == "const") return flit(n.value);
+    return fmt::format("{}{}", n.cls == VClass::K ? 'k' : 'r', k);
+  }
+
+  // Statements computing the E/C values `targets` need for one element, given the element's input
+  // access (input index -> expression) and its column expression.
+  std::string element(const std::vector<int>& targets, const std::function<std::string(int)>& access, const std::string& col,
+                      const std::string& indent) const {
+    std::vector<bool> need(p.nodes.size());
+    std::function<void(int)> mark = [&](int k) {
+      const PNode& n = p.nodes[k];
+      if (need[k] || (n.cls != VClass::E && n.cls != VClass::C)) return;
+      need[k] = true;
+      for (int a : n.args) mark(a);
+    };
+    for (int t : targets) mark(t);
+    std::string s;
+    for (size_t k = 0; k < p.nodes.size(); ++k) {
+      if (!need[k]) continue;
+      const PNode& n = p.nodes[k];
+      std::string v;
+      if (n.op == "in") {
+        v = n.cls == VClass::E ? access(n.input) : fmt::format("__ldg(a.in{} + {})", n.input, col);
+      } else {
+        std::vector<std::string> args;
+        for (int x : n.args) args.push_back(value(x));
+        v = pointwise(p, n, args);
+      }
+      s += fmt::format("{}const float e{} = {};\n", indent, k, v);
+    }
+    return s;
+  }
+  std::string value(int k) const {
+    const PNode& n = p.nodes[k];
+    return n.cls == VClass::E || n.cls == VClass::C ? fmt::format("e{}", k) : rname(k);
+  }
+
+  std::vector<int> e_inputs() const {
+    std::vector<int> v;
+    for (size_t k = 0; k < p.nodes.size(); ++k)
+      if (live[k] && p.nodes[k].op == "in" && p.nodes[k].cls == VClass::E) v.push_back(p.nodes[k].input);
+    return v;
+  }
+};
+
+constexpr const char* kPrelude = R"(#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kfab/candidate.h"
+
+namespace {
+
+__device__ __forceinline__ float kfab_gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f)); }
+__device__ __forceinline__ float kfab_gelu_tanh(float x) {
+  return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+
+bool kfab_dense(const kfab_tensor& t) {
+  if (t.data == nullptr || (t.ndim > 0 && t.shape == nullptr)) return false;
+  int64_t expect = 1;
+  for (int32_t d = t.ndim - 1; d >= 0; --d) {
+    if (t.shape[d] < 0) return false;
+    if (t.strides != nullptr && t.shape[d] > 1 && t.strides[d] != expect) return false;
+    expect *= t.shape[d];
+  }
+  return true;
+}
+int64_t kfab_numel(const kfab_tensor& t) {
+  int64_t n = 1;
+  for (int32_t d = 0; d < t.ndim; ++d) n *= t.shape[d];
+  return n;
+}
+bool kfab_aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+)";
+
+std::string args_struct(const Program& p) {
+  std::string s = "struct Args {\n";
+  for (size_t i = 0; i < p.inputs.size(); ++i)
+    s += fmt::format("  const {}* __restrict__ in{};\n", p.inputs[i].integer ? (p.inputs[i].i32 ? "int32_t" : "long long") : "float", i);
+  for (size_t j = 0; j < p.outputs.size(); ++j) s += fmt::format("  float* __restrict__ out{};\n", j);
+  s += "  double* ws;\n};\n";
+  return s;
+}
+
+// kfab_run: checks every tensor against its class, then launches.
+std::string host(const Program& p, const Gen& g, const std::string& launch) {
+  int main_in = -1;
+  for (size_t i = 0; i < p.inputs.size() && main_in < 0; ++i)
+    if (p.inputs[i].cls == VClass::E && !p.inputs[i].integer) main_in = static_cast<int>(i);
+  std::string s = fmt::format(R"(
+}}  // namespace
+
+KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void* stream_) {{
+  if (in == nullptr || out == nullptr || n_in != {ni} || n_out != {no}) return 1;
+  cudaStream_t stream = static_cast<cudaStream_t>(stream_);
+  const kfab_tensor& m = in[{main}];
+  if (m.ndim < 1 || !kfab_dense(m)) return 2;
+  const int64_t n = m.shape[m.ndim - 1];
+  const int64_t total = kfab_numel(m);
+  const int64_t rows = n > 0 ? total / n : 0;
+  bool vec = n % 4 == 0;
+  Args a{{}};
+)",
+                              fmt::arg("ni", p.inputs.size()), fmt::arg("no", p.outputs.size()), fmt::arg("main", main_in));
+  auto check = [&](const std::string& t, VClass c, const char* dtype) {
+    const char* count = c == VClass::E ? "total" : c == VClass::C ? "n" : c == VClass::R ? "rows" : "1";
+    return fmt::format("  if ({t}.dtype != {dt} || !kfab_dense({t}) || kfab_numel({t}) != {cnt}) return 3;\n", fmt::arg("t", t),
+                       fmt::arg("dt", dtype), fmt::arg("cnt", count));
+  };
+  for (size_t i = 0; i < p.inputs.size(); ++i) {
+    const auto& in = p.inputs[i];
+    const std::string t = fmt::format("in[{}]", i);
+    s += check(t, in.cls, in.integer ? (in.i32 ? "KFAB_I32" : "KFAB_I64") : "KFAB_F32");
+    s += fmt::format("  a.in{} = static_cast<decltype(a.in{})>({}.data);\n", i, i, t);
+    if (in.cls == VClass::E || in.cls == VClass::C) s += fmt::format("  vec = vec && kfab_aligned16({}.data);\n", t);
+  }
+  for (size_t j = 0; j < p.outputs.size(); ++j) {
+    const std::string t = fmt::format("out[{}]", j);
+    const VClass c = p.nodes[p.outputs[j].second].cls;
+    s += check(t, c, "KFAB_F32");
+    s += fmt::format("  a.out{} = static_cast<float*>({}.data);\n", j, t);
+    if (c == VClass::E) s += fmt::format("  vec = vec && kfab_aligned16({}.data);\n", t);
+  }
+  if (g.n_all > 0) {
+    s += fmt::format(R"(  static double* ws = nullptr;
+  if (ws == nullptr && cudaGetSymbolAddress(reinterpret_cast<void**>(&ws), kfab_ws) != cudaSuccess) return 4;
+  a.ws = ws;
+  if (cudaMemsetAsync(ws, 0, sizeof(double) * {}, stream) != cudaSuccess) return 4;
+)",
+                     g.n_all);
+  }
+  s += launch;
+  s += "  return cudaGetLastError() == cudaSuccess ? 0 : 5;\n}\n";
+  return s;
+}
+
+int param(const TemplateParams& p, const char* k, int dflt) {
+  auto it = p.find(k);
+  return it == p.end() ? dflt : std::atoi(it->second.c_str());
+}
+
+std::string generate_flat(const Program& p, const TemplateParams& tp, const std::string& title) {
+  Gen g(p);
+  const int B = param(tp, "block", 256), U = param(tp, "unroll", 4);
+  bool cols = false;
+  for (size_t k = 0; k < p.nodes.size(); ++k)
+    if (g.live[k] && p.nodes[k].op == "in" && p.nodes[k].cls == VClass::C) cols = true;
+  std::string s = fmt::format("// Generated by kfab's built-in tuner: {} ({}).\n// A flat elementwise kernel; the program:\n", title,
+                              format_params(tp));
+  for (const auto& line : split_lines(p.describe())) s += "//   " + line + "\n";
+  s += kPrelude;
+  s += fmt::format("\nconstexpr int B = {}, U = {};  // threads per block, vectors per thread\n\n", B, U);
+  s += args_struct(p);
+  std::string kconst;
+  for (size_t k = 0; k < p.nodes.size(); ++k) {
+    const PNode& n = p.nodes[k];
+    if (!g.live[k] || n.cls != VClass::K || n.op == "const") continue;
+    std::vector<std::string> args;
+    for (int x : n.args) args.push_back(g.value(x));
+    kconst += fmt::format("  const float k{} = {};\n", k, n.op == "in" ? fmt::format("__ldg(a.in{})", n.input) : pointwise(p, n, args));
+  }
+  const auto ein = g.e_inputs();
+  std::string loads, body;
+  for (int i : ein) {
+    loads += fmt::format("  float x{}[U * V];\n", i);
+  }
+  loads += "#pragma unroll\n  for (int u = 0; u < U; ++u) {\n    const int64_t i = (base + static_cast<int64_t>(u) * B) * V;\n"
+           "    if (i < total) {\n";
+  for (int i : ein)
+    loads += fmt::format(
+        "      if constexpr (V == 4) {{\n        const float4 q = __ldcs(reinterpret_cast<const float4*>(a.in{0} + i));\n"
+        "        x{0}[u * 4] = q.x, x{0}[u * 4 + 1] = q.y, x{0}[u * 4 + 2] = q.z, x{0}[u * 4 + 3] = q.w;\n"
+        "      }} else {{\n        x{0}[u] = __ldcs(a.in{0} + i);\n      }}\n",
+        i);
+  loads += "    }\n  }\n";
+  std::vector<int> outs;
+  for (const auto& o : p.outputs) outs.push_back(o.second);
+  const std::string elem = g.element(outs, [](int i) { return fmt::format("x{}[u * V + v]", i); }, "c", "        ");
+  body += "#pragma unroll\n  for (int u = 0; u < U; ++u) {\n    const int64_t i = (base + static_cast<int64_t>(u) * B) * V;\n"
+          "    if (i < total) {\n";
+  if (cols) body += "      const int64_t c0 = i % n;\n";
+  for (size_t j = 0; j < p.outputs.size(); ++j) body += fmt::format("      float o{}[V];\n", j);
+  body += "#pragma unroll\n      for (int v = 0; v < V; ++v) {\n";
+  if (cols) body += "        const int64_t c = c0 + v;\n";
+  body += elem;
+  for (size_t j = 0; j < p.outputs.size(); ++j) body += fmt::format("        o{}[v] = {};\n", j, g.value(p.outputs[j].second));
+  body += "      }\n";
+  for (size_t j = 0; j < p.outputs.size(); ++j)
+    body += fmt::format(
+        "      if constexpr (V == 4) __stcs(reinterpret_cast<float4*>(a.out{0} + i), make_float4(o{0}[0], o{0}[1], o{0}[2], o{0}[3]));\n"
+        "      else __stcs(a.out{0} + i, o{0}[0]);\n",
+        j);
+  body += "    }\n  }\n";
+  s += fmt::format(R"(
+template <int V>
+__global__ void __launch_bounds__(B) kfab_flat(Args a, int64_t total, int64_t n) {{
+  const int64_t rows = n > 0 ? total / n : 0;
+  (void)rows;
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * B * U + threadIdx.x;
+{kconst}{loads}{body}}}
+)",
+                   fmt::arg("kconst", kconst), fmt::arg("loads", loads), fmt::arg("body", body));
+  const std::string launch = R"(  if (total == 0) return 0;
+  const int v = vec ? 4 : 1;
+  const int64_t blocks = (total / v + static_cast<int64_t>(B) * U - 1) / (static_cast<int64_t>(B) * U);
+  if (blocks > 2147483647) return 6;
+  if (vec) kfab_flat<4><<<static_cast<unsigned>(blocks), B, 0, stream>>>(a, total, n);
+  else kfab_flat<1><<<static_cast<unsigned>(blocks), B, 0, stream>>>(a, total, n);
+)";
+  // a total that is not a multiple of 4 cannot take the float4 path
+  s += host(p, g, "  vec = vec && total % 4 == 0;\n" + launch);
+  return s;
+}
+
+std::string generate_rows(const Program& p, const TemplateParams& tp, const std::string& title) {
+  Gen g(p);
+  const int B = param(tp, "block", 256), I = param(tp, "items", 4);
+  int G = std::min(param(tp, "group", B), B);
+  if (G > 32) G = B;  // more than a warp per row: the whole block
+  std::string s = fmt::format("// Generated by kfab's built-in tuner: {} ({}).\n// A row kernel (G threads per row); the program:\n", title,
+                              format_params(tp));
+  for (const auto& line : split_lines(p.describe())) s += "//   " + line + "\n";
+  s += kPrelude;
+  s += fmt::format(
+      "\nconstexpr int B = {}, G = {}, I = {};  // threads per block, threads per row, float4 vectors a thread keeps\n"
+      "constexpr int NRED = {}, NALL = {};\n\n",
+      B, G, I, std::max(1, g.n_red), std::max(1, g.n_all));
+  s += args_struct(p);
+  s += R"(__device__ double kfab_ws[NALL];
+
+// op 0: sum, 1: max, 2: min
+template <int OP>
+__device__ __forceinline__ float kfab_combine(float x, float y) {
+  return OP == 0 ? x + y : OP == 1 ? fmaxf(x, y) : fminf(x, y);
+}
+// The reduction of v over the G threads of a row. With G > 32 (a whole block) the warps meet in
+// `slot`, which no other reduction uses, so one barrier suffices.
+template <int OP>
+__device__ __forceinline__ float kfab_group(float v, float* slot) {
+#pragma unroll
+  for (int off = (G < 32 ? G : 32) / 2; off > 0; off /= 2) v = kfab_combine<OP>(v, __shfl_xor_sync(0xffffffffu, v, off));
+  if constexpr (G > 32) {
+    if (threadIdx.x % 32 == 0) slot[threadIdx.x / 32] = v;
+    __syncthreads();
+    v = slot[0];
+#pragma unroll
+    for (int w = 1; w < G / 32; ++w) v = kfab_combine<OP>(v, slot[w]);
+  }
+  return v;
+}
+)";
+  const auto ein = g.e_inputs();
+  // The two ways to reach the row's elements: cached in registers, or streamed from global memory.
+  auto loop = [&](bool cached, const std::string& inner) {
+    if (cached)
+      return "#pragma unroll\n  for (int it = 0; it < IT; ++it) {\n    const int64_t c0 = (static_cast<int64_t>(it) * G + lane) * V;\n"
+             "    if (c0 < n) {\n#pragma unroll\n      for (int v = 0; v < V; ++v) {\n        const int64_t c = c0 + v;\n" +
+             inner + "      }\n    }\n  }\n";
+    return "  for (int64_t c0 = static_cast<int64_t>(lane) * V; c0 < n; c0 += static_cast<int64_t>(G) * V) {\n"
+           "#pragma unroll\n      for (int v = 0; v < V; ++v) {\n        const int64_t c = c0 + v;\n" +
+           inner + "      }\n  }\n";
+  };
+  auto access = [](bool cached) -> std::function<std::string(int)> {
+    if (cached) return [](int i) { return fmt::format("x{}[it * V + v]", i); };
+    return [](int i) { return fmt::format("__ldg(a.in{} + r0 + c)", i); };
+  };
+  auto kernel_body = [&](bool cached) {
+    std::string b;
+    b += "  const int lane = threadIdx.x % G;\n  const int64_t row = static_cast<int64_t>(blockIdx.x) * (B / G) + threadIdx.x / G;\n"
+         "  const bool live = row < rows;\n  const int64_t r0 = (live ? row : 0) * n;\n";
+    if (G > 32) b += "  __shared__ float red[NRED][G / 32];\n";
+    else b += "  float* red[NRED] = {};\n  (void)red;\n";
+    if (cached) {
+      for (int i : ein) b += fmt::format("  float x{}[IT * V];\n", i);
+      std::string ld;
+      for (int i : ein)
+        ld += fmt::format(
+            "      if constexpr (V == 4) {{\n        const float4 q = __ldcs(reinterpret_cast<const float4*>(a.in{0} + r0 + c0));\n"
+            "        x{0}[it * 4] = q.x, x{0}[it * 4 + 1] = q.y, x{0}[it * 4 + 2] = q.z, x{0}[it * 4 + 3] = q.w;\n"
+            "      }} else {{\n        x{0}[it] = __ldcs(a.in{0} + r0 + c0);\n      }}\n",
+            i);
+      b += "#pragma unroll\n  for (int it = 0; it < IT; ++it) {\n    const int64_t c0 = (static_cast<int64_t>(it) * G + lane) * V;\n"
+           "    if (c0 < n) {\n" + ld + "    }\n  }\n";
+    }
+    for (size_t k = 0; k < p.nodes.size(); ++k) {
+      const PNode& n = p.nodes[k];
+      if (!g.live[k] || n.op == "const") continue;
+      if (n.cls == VClass::K && !n.after_all) {
+        std::vector<std::string> args;
+        for (int x : n.args) args.push_back(g.value(x));
+        b += fmt::format("  const float k{} = {};\n", k, n.op == "in" ? fmt::format("__ldg(a.in{})", n.input) : pointwise(p, n, args));
+        continue;
+      }
+      if (n.op == "in" && n.cls == VClass::R) {
+        const auto& in = p.inputs[n.input];
+        if (in.integer) b += fmt::format("  const long long qi{0} = live ? static_cast<long long>(a.in{0}[row]) : 0;\n", n.input);
+        b += fmt::format("  const float r{} = {};\n", k,
+                         in.integer ? fmt::format("static_cast<float>(qi{})", n.input) : fmt::format("live ? a.in{}[row] : 0.0f", n.input));
+        continue;
+      }
+      if (n.cls != VClass::R && !is_all_reduction(n.op)) continue;  // E/C values are computed per element
+      if (is_row_reduction(n.op) || g.redslot[k] >= 0) {
+        const int arg = n.args[0];
+        const int opc = n.op == "rowmax" ? 1 : n.op == "rowmin" ? 2 : 0;
+        const char* init = opc == 1 ? "-INFINITY" : opc == 2 ? "INFINITY" : "0.0f";
+        const std::string acc = fmt::format("s{}", k);
+        b += fmt::format("  float {} = {};\n", acc, init);
+        b += loop(cached, g.element({arg}, access(cached), "c", "        ") +
+                              fmt::format("        {0} = kfab_combine<{1}>({0}, {2});\n", acc, opc, g.value(arg)));
+        b += fmt::format("  {0} = kfab_group<{1}>({0}, red[{2}]);\n", acc, opc, g.redslot[k]);
+        if (is_row_reduction(n.op))
+          b += fmt::format("  const float r{} = {};\n", k, n.op == "rowmean" ? acc + " / static_cast<float>(n)" : acc);
+        else
+          b += fmt::format("  if (lane == 0 && live) atomicAdd(&a.ws[{}], static_cast<double>({}));\n", g.allslot[k], acc);
+        continue;
+      }
+      if (is_all_reduction(n.op)) {  // of a per-row value
+        b += fmt::format("  if (lane == 0 && live) atomicAdd(&a.ws[{}], static_cast<double>({}));\n", g.allslot[k], g.value(n.args[0]));
+        continue;
+      }
+      if (n.op == "pick") {
+        const PNode& ix = p.nodes[n.args[1]];
+        const std::string col = ix.op == "in" && p.inputs[ix.input].integer ? fmt::format("static_cast<int64_t>(qi{})", ix.input)
+                                                                            : fmt::format("static_cast<int64_t>({})", g.value(n.args[1]));
+        b += fmt::format("  float r{} = NAN;\n  {{\n    const int64_t c = {};\n    if (c >= 0 && c < n) {{\n", k, col);
+        b += g.element({n.args[0]}, [](int i) { return fmt::format("__ldg(a.in{} + r0 + c)", i); }, "c", "      ");
+        b += fmt::format("      r{} = {};\n    }}\n  }}\n", k, g.value(n.args[0]));
+        continue;
+      }
+      std::vector<std::string> args;  // a per-row pointwise value
+      for (int x : n.args) args.push_back(g.value(x));
+      b += fmt::format("  const float r{} = {};\n", k, pointwise(p, n, args));
+    }
+    // outputs
+    std::vector<int> eouts;
+    for (size_t j = 0; j < p.outputs.size(); ++j) {
+      const int id = p.outputs[j].second;
+      if (p.nodes[id].cls == VClass::E) eouts.push_back(static_cast<int>(j));
+      if (p.nodes[id].cls == VClass::R) b += fmt::format("  if (lane == 0 && live) a.out{}[row] = {};\n", j, g.value(id));
+    }
+    if (!eouts.empty()) {
+      std::vector<int> ids;
+      for (int j : eouts) ids.push_back(p.outputs[j].second);
+      std::string inner = g.element(ids, access(cached), "c", "        ");
+      for (int j : eouts) inner += fmt::format("        o{}[v] = {};\n", j, g.value(p.outputs[j].second));
+      std::string decl, store;
+      for (int j : eouts) {
+        decl += fmt::format("    float o{}[V];\n", j);
+        store += fmt::format(
+            "    if constexpr (V == 4) __stcs(reinterpret_cast<float4*>(a.out{0} + r0 + c0), make_float4(o{0}[0], o{0}[1], o{0}[2], o{0}[3]));\n"
+            "    else __stcs(a.out{0} + r0 + c0, o{0}[0]);\n",
+            j);
+      }
+      const std::string guard = "    if (!live) continue;\n";
+      if (cached)
+        b += "#pragma unroll\n  for (int it = 0; it < IT; ++it) {\n    const int64_t c0 = (static_cast<int64_t>(it) * G + lane) * V;\n"
+             "    if (c0 >= n) continue;\n" + guard + decl + "#pragma unroll\n    for (int v = 0; v < V; ++v) {\n      const int64_t c = c0 + v;\n" +
+             inner + "    }\n" + store + "  }\n";
+      else
+        b += "  for (int64_t c0 = static_cast<int64_t>(lane) * V; c0 < n; c0 += static_cast<int64_t>(G) * V) {\n" + guard + decl +
+             "#pragma unroll\n    for (int v = 0; v < V; ++v) {\n      const int64_t c = c0 + v;\n" + inner + "    }\n" + store + "  }\n";
+    }
+    return b;
+  };
+  s += fmt::format(R"(
+// A row kernel whose threads keep IT vectors of V floats of their row in registers (rows of up to
+// G * IT * V elements).
+template <int V, int IT>
+__global__ void __launch_bounds__(B) kfab_rows_cached(Args a, int64_t rows, int64_t n) {{
+{}}}
+
+// The same for longer rows: every pass over the row reads it from global memory (L2 for the later ones).
+template <int V>
+__global__ void __launch_bounds__(B) kfab_rows_stream(Args a, int64_t rows, int64_t n) {{
+{}}}
+)",
+                   kernel_body(true), kernel_body(false));
+  // the finishing kernel: scalar outputs
+  std::string fin;
+  bool any_k_out = false;
+  for (const auto& o : p.outputs) any_k_out = any_k_out || p.nodes[o.second].cls == VClass::K;
+  if (any_k_out) {
+    std::vector<bool> need(p.nodes.size());
+    std::function<void(int)> mark = [&](int k) {
+      if (need[k] || p.nodes[k].cls != VClass::K) return;
+      need[k] = true;
+      if (!is_all_reduction(p.nodes[k].op))
+        for (int x : p.nodes[k].args) mark(x);
+    };
+    for (const auto& o : p.outputs)
+      if (p.nodes[o.second].cls == VClass::K) mark(o.second);
+    for (size_t k = 0; k < p.nodes.size(); ++k) {
+      const PNode& n = p.nodes[k];
+      if (!need[k] || n.op == "const") continue;
+      if (is_all_reduction(n.op)) {
+        const bool per_elem = p.nodes[n.args[0]].cls == VClass::E;
+        fin += fmt::format("  const float k{} = static_cast<float>(a.ws[{}]{});\n", k, g.allslot[k],
+                           n.op == "allmean" ? (per_elem ? " / (static_cast<double>(rows) * static_cast<double>(n))" : " / static_cast<double>(rows)")
+                                             : "");
+        continue;
+      }
+      std::vector<std::string> args;
+      for (int x : n.args) args.push_back(g.value(x));
+      fin += fmt::format("  const float k{} = {};\n", k, n.op == "in" ? fmt::format("__ldg(a.in{})", n.input) : pointwise(p, n, args));
+    }
+    for (size_t j = 0; j < p.outputs.size(); ++j)
+      if (p.nodes[p.outputs[j].second].cls == VClass::K) fin += fmt::format("  a.out{}[0] = {};\n", j, g.value(p.outputs[j].second));
+    s += fmt::format(R"(
+// Scalar outputs, from the all-reductions' sums.
+__global__ void kfab_finish(Args a, int64_t rows, int64_t n) {{
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  (void)rows, (void)n;
+{}}}
+)",
+                     fin);
+  }
+  std::string launch = R"(  if (rows > 0) {
+    const int64_t blocks = (rows + B / G - 1) / (B / G);
+    if (blocks > 2147483647) return 6;
+    const dim3 grid(static_cast<unsigned>(blocks));
+    if (vec && n <= static_cast<int64_t>(G) * I * 4) kfab_rows_cached<4, I><<<grid, B, 0, stream>>>(a, rows, n);
+    else if (!vec && n <= static_cast<int64_t>(G) * I * 4) kfab_rows_cached<1, I * 4><<<grid, B, 0, stream>>>(a, rows, n);
+    else if (vec) kfab_rows_stream<4><<<grid, B, 0, stream>>>(a, rows, n);
+    else kfab_rows_stream<1><<<grid, B, 0, stream>>>(a, rows, n);
+  }
+)";
+  if (any_k_out) launch += "  kfab_finish<<<1, 32, 0, stream>>>(a, rows, n);\n";
+  s += host(p, g, launch);
+  return s;
+}
+
+}  // namespace
+
+std::vector<std::string> split_lines(const std::string& s) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos < s.size()) {
+    size_t e = s.find('\n', pos);
+    if (e == std::string::npos) e = s.size();
+    out.push_back(s.substr(pos, e - pos));
+    pos = e + 1;
+  }
+  return out;
+}
+
+Expected<void> fused_supported(const Program& p) {
+  bool main = false;
+  for (const auto& in : p.inputs) {
+    if (in.integer && in.cls != VClass::R) return make_error("integer input " + in.name + " is not per-row (only class indices are)");
+    if (in.cls == VClass::E && !in.integer) main = true;
+  }
+  if (!main) return make_error("no per-element f32 input: nothing to set the row shape");
+  return {};
+}
+
+std::vector<TemplateParams> fused_grid(const Program& p, int64_t n) {
+  std::vector<TemplateParams> g;
+  if (!p.needs_rows()) {
+    for (const auto& [b, u] : std::vector<std::pair<int, int>>{{256, 4}, {512, 2}, {256, 2}, {128, 8}})
+      g.push_back({{"kernel", "flat"}, {"block", std::to_string(b)}, {"unroll", std::to_string(u)}});
+    return g;
+  }
+  // A warp per row for short rows; a block per row, sized so that the row fits in registers.
+  if (n <= 2048)
+    for (int items : {1, 2, 4})
+      if (32 * 4 * items >= n || items == 4)
+        g.push_back({{"kernel", "rows"}, {"block", "256"}, {"group", "32"}, {"items", std::to_string(items)}});
+  for (int b : {128, 256, 512, 1024}) {
+    int items = 1;
+    while (items < 8 && static_cast<int64_t>(b) * 4 * items < n) ++items;
+    if (static_cast<int64_t>(b) * 4 * items < n && b < 1024) continue;
+    if (static_cast<int64_t>(b) * 4 > 4 * n && b > 128) continue;  // most threads would idle
+    g.push_back({{"kernel", "rows"}, {"block", std::to_string(b)}, {"group", std::to_string(b)}, {"items", std::to_string(items)}});
+  }
+  return g;
+}
+
+std::string generate_fused_cuda(const Program& p, const TemplateParams& tp, const std::string& title) {
+  const auto it = tp.find("kernel");
+  if (it != tp.end() && it->second == "flat" && !p.needs_rows()) return generate_flat(p, tp, title);
+  return generate_rows(p, tp, title);
+}
+
+}  // namespace kfab

@@ -1,0 +1,64 @@
+#pragma once
+/// A fused row program: what a memory-bound task computes, written as a few assignments over its
+/// inputs, from which the tuner generates one kernel. Native tasks state it in their manifest
+/// (`formula`); KernelBench-format tasks get it from the Python worker, which traces the Model.
+///
+///   m = rowmean(x)
+///   d = x - m
+///   y = d * rsqrt(rowmean(d * d) + eps) * w + b
+///
+/// Every value has a class relative to the main [rows, n] shape (n the last dimension, rows the
+/// product of the others): per element (E), per column (C, e.g. a [n] weight), per row (R, e.g. a
+/// [rows] target index or a row sum) or a scalar (K). Row reductions (rowsum, rowmean, rowmax,
+/// rowmin) turn an E value into an R value; pick(e, i) reads e at column i of its row; allsum and
+/// allmean reduce E or R values over everything to a K value, which only outputs may use. The names
+/// ncols and nrows are the row length and the row count at run time (a batch mean's divisor).
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/expected.h"
+
+namespace kfab {
+
+enum class VClass { K = 0, C = 1, R = 2, E = 3 };
+char vclass_letter(VClass c);
+
+struct PInput {
+  std::string name;
+  VClass cls = VClass::E;
+  bool integer = false;  ///< an i64/i32 tensor (a class index); read as an integer, used as a float elsewhere
+  bool i32 = false;
+};
+
+struct PNode {
+  std::string op;  ///< "in", "const", a pointwise op, or a reduction
+  std::vector<int> args;
+  double value = 0.0;  ///< const
+  int input = -1;      ///< in
+  VClass cls = VClass::K;
+  bool after_all = false;  ///< depends on an all-reduction (computed after the main kernel)
+};
+
+struct Program {
+  std::vector<PInput> inputs;
+  std::vector<PNode> nodes;  ///< topological order
+  std::vector<std::pair<std::string, int>> outputs;
+
+  bool has(const char* op) const;
+  /// Row reductions or picks: the program needs a row (not a flat elementwise) kernel.
+  bool needs_rows() const;
+  std::string describe() const;  ///< one line per node, for logs and tests
+};
+
+bool is_row_reduction(const std::string& op);
+bool is_all_reduction(const std::string& op);
+
+/// Parses `text` (statements `name = expr`, separated by newlines or ';', '#' comments) over the
+/// given inputs; `outputs` are the names whose final values are the task's outputs; `constants`
+/// bind further names to numbers (op_params such as eps). Errors name the statement at fault.
+Expected<Program> parse_program(const std::string& text, const std::vector<PInput>& inputs, const std::vector<std::string>& outputs,
+                                const std::map<std::string, double>& constants = {});
+
+}  // namespace kfab

@@ -1,0 +1,101 @@
+// Fused row programs: parsing, value classes, common subexpressions and the errors a user sees.
+#include <gtest/gtest.h>
+
+#include "core/task.h"
+#include "tuner/fused.h"
+#include "tuner/program.h"
+
+namespace kfab {
+
+namespace {
+const std::vector<PInput> kRowIn = {{"x", VClass::E}, {"w", VClass::C}, {"t", VClass::R, true}};
+}
+
+TEST(Program, ClassesFollowTheRowShape) {
+  auto p = parse_program("m = rowmax(x); e = exp(x - m); y = e / rowsum(e) * w; s = rowsum(e); l = allmean(s)", kRowIn, {"y", "s", "l"});
+  ASSERT_TRUE(p.has_value()) << p.error().message;
+  EXPECT_EQ(p->nodes[p->outputs[0].second].cls, VClass::E);
+  EXPECT_EQ(p->nodes[p->outputs[1].second].cls, VClass::R);
+  EXPECT_EQ(p->nodes[p->outputs[2].second].cls, VClass::K);
+  EXPECT_TRUE(p->needs_rows());
+  // exp(x - m) is written once and shared: one sub, one exp
+  int subs = 0, exps = 0;
+  for (const auto& n : p->nodes) subs += n.op == "sub", exps += n.op == "exp";
+  EXPECT_EQ(subs, 1);
+  EXPECT_EQ(exps, 1);
+}
+
+TEST(Program, AnElementwiseChainNeedsNoRows) {
+  auto p = parse_program("y = clamp(gelu_tanh(x * w + 1.5e-1), -2, 2) + (x > 0)", kRowIn, {"y"});
+  ASSERT_TRUE(p.has_value()) << p.error().message;
+  EXPECT_FALSE(p->needs_rows());
+  EXPECT_TRUE(p->has("gelu_tanh"));
+  EXPECT_TRUE(p->has("gt"));
+}
+
+TEST(Program, ConstantsComeFromOpParams) {
+  auto p = parse_program("y = x * rsqrt(rowmean(x * x) + eps)", kRowIn, {"y"}, {{"eps", 1e-6}});
+  ASSERT_TRUE(p.has_value()) << p.error().message;
+  bool found = false;
+  for (const auto& n : p->nodes) found = found || (n.op == "const" && n.value == 1e-6);
+  EXPECT_TRUE(found);
+  auto missing = parse_program("y = x * rsqrt(rowmean(x * x) + eps)", kRowIn, {"y"});
+  ASSERT_FALSE(missing.has_value());
+  EXPECT_NE(missing.error().message.find("unknown name eps"), std::string::npos) << missing.error().message;
+}
+
+TEST(Program, ErrorsNameTheStatement) {
+  auto bad = parse_program("a = x +\ny = a", kRowIn, {"y"});
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_NE(bad.error().message.find("statement 1"), std::string::npos) << bad.error().message;
+  auto fn = parse_program("y = frobnicate(x)", kRowIn, {"y"});
+  ASSERT_FALSE(fn.has_value());
+  EXPECT_NE(fn.error().message.find("unknown function frobnicate"), std::string::npos);
+  auto arity = parse_program("y = where(x, x)", kRowIn, {"y"});
+  ASSERT_FALSE(arity.has_value());
+  EXPECT_NE(arity.error().message.find("takes 3"), std::string::npos);
+  auto unassigned = parse_program("z = x", kRowIn, {"y"});
+  ASSERT_FALSE(unassigned.has_value());
+  EXPECT_NE(unassigned.error().message.find("never assigns the output y"), std::string::npos);
+}
+
+TEST(Program, ARowValueCannotWaitForTheWholeGrid) {
+  auto p = parse_program("y = x / allsum(x)", kRowIn, {"y"});
+  ASSERT_FALSE(p.has_value());
+  EXPECT_NE(p.error().message.find("whole grid"), std::string::npos) << p.error().message;
+  auto r = parse_program("y = rowsum(w)", kRowIn, {"y"});
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().message.find("per-element"), std::string::npos);
+}
+
+TEST(Program, PickReadsAColumnOfTheRow) {
+  auto p = parse_program("m = rowmax(x); l = allmean(m + log(rowsum(exp(x - m))) - pick(x, t))", kRowIn, {"l"});
+  ASSERT_TRUE(p.has_value()) << p.error().message;
+  EXPECT_TRUE(p->has("pick"));
+  auto wrong = parse_program("y = pick(x, x)", kRowIn, {"y"});
+  EXPECT_FALSE(wrong.has_value());
+}
+
+TEST(Program, EveryBundledFormulaParsesAgainstItsManifest) {
+  int with = 0;
+  for (const char* t : {"softmax", "log_softmax", "rms_norm", "layer_norm", "gelu", "scale_shift_gelu", "cross_entropy"}) {
+    auto task = load_task(std::filesystem::path(KFAB_SOURCE_DIR) / "tasks/core" / t);
+    ASSERT_TRUE(task.has_value()) << t;
+    ASSERT_FALSE(task->formula.empty()) << t;
+    auto p = task_program(*task);
+    ASSERT_TRUE(p.has_value()) << t << ": " << p.error().message;
+    ++with;
+  }
+  EXPECT_EQ(with, 7);
+}
+
+TEST(Program, AFormulaThatContradictsTheShapesIsRefused) {
+  auto task = load_task(std::filesystem::path(KFAB_SOURCE_DIR) / "tasks/core/softmax");
+  ASSERT_TRUE(task.has_value());
+  task->formula = "y = rowsum(x)";  // a per-row value for a [M, N] output
+  auto p = task_program(*task);
+  ASSERT_FALSE(p.has_value());
+  EXPECT_NE(p.error().message.find("its shape says E"), std::string::npos) << p.error().message;
+}
+
+}  // namespace kfab
