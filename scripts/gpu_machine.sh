@@ -53,6 +53,8 @@ build-gpu/kfab doctor 2>&1 | tee -a "$out/summary.txt"
 #   kb         tasks/kb/rms_norm.py with its CUDA and Triton candidates against torch eager and
 #              torch.compile, each exported as a ModelNew and checked by bench/modelnew_allclose.py
 #   evals      every bundled CUDA candidate, cold then warm cache, and a table of % of copy bandwidth
+#   tune       kfab optimize (the built-in tuner) of the tasks in KFAB_TUNE_TASKS (default: every
+#              bundled task it has a CUDA template for), then bench/tune_table.py
 #   profile    kfab eval --profile of the bundled CUDA softmax
 #   overhead   bench/cuda_overhead.py: kfab against torch load_inline
 #   stability  bench/timing_stability.sh: 5 medians and ncu
@@ -91,6 +93,21 @@ if want evals && [ -z "${KFAB_GPU_QUICK:-}" ]; then
     done
   done
   python3 bench/eval_table.py "$out/cuda_evals.jsonl" 2>&1 | tee -a "$out/summary.txt"
+fi
+if want tune; then
+  log "tune: the built-in tuner on cuda"
+  default_tasks="tasks/core/softmax tasks/core/log_softmax tasks/core/rms_norm tasks/core/layer_norm tasks/core/gelu
+    tasks/core/scale_shift_gelu tasks/core/cross_entropy tasks/core/cumsum tasks/core/transpose tasks/core/sum_dim1
+    tasks/kb/rms_norm.py tasks/kb/l1_relu.py tasks/kb/l1_gelu_tanh.py tasks/kb/l1_mish.py tasks/kb/l1_softmax.py
+    tasks/kb/l1_log_softmax.py tasks/kb/l1_layer_norm.py tasks/kb/l1_amax_dim.py tasks/kb/l1_cross_entropy.py
+    tasks/kb/l1_mse_loss.py tasks/kb/l1_huber_loss.py tasks/kb/l1_kl_div.py tasks/kb/l1_cumsum.py tasks/kb/l1_permute.py
+    tasks/kb/l1_sum_dim.py"
+  for task in ${KFAB_TUNE_TASKS:-$default_tasks}; do
+    start=$(date +%s)
+    timeout 900 build-gpu/kfab optimize "$task" --target cuda --json --quiet ${KFAB_TUNE_ARGS:-} >>"$out/tune.jsonl" 2>>"$out/tune.err"
+    echo "$task: exit $? in $(( $(date +%s) - start )) s" | tee -a "$out/summary.txt"
+  done
+  python3 bench/tune_table.py "$out/tune.jsonl" 2>&1 | tee -a "$out/summary.txt"
 fi
 if want profile; then
   log "profile: kfab eval --profile of the bundled CUDA softmax"

@@ -229,12 +229,11 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, 
     if (c == VClass::E) s += fmt::format("  vec = vec && kfab_aligned16({}.data);\n", t);
   }
   if (g.n_all > 0) {
-    s += fmt::format(R"(  static double* ws = nullptr;
+    s += R"(  static double* ws = nullptr;
   if (ws == nullptr && cudaGetSymbolAddress(reinterpret_cast<void**>(&ws), kfab_ws) != cudaSuccess) return 4;
   a.ws = ws;
-  if (cudaMemsetAsync(ws, 0, sizeof(double) * {}, stream) != cudaSuccess) return 4;
-)",
-                     g.n_all);
+  if (cudaMemsetAsync(ws, 0, sizeof(double) * NALL * NSPREAD, stream) != cudaSuccess) return 4;
+)";
   }
   s += launch;
   s += "  return cudaGetLastError() == cudaSuccess ? 0 : 5;\n}\n";
@@ -330,10 +329,11 @@ std::string generate_rows(const Program& p, const TemplateParams& tp, const std:
   s += kPrelude;
   s += fmt::format(
       "\nconstexpr int B = {}, G = {}, I = {};  // threads per block, threads per row, float4 vectors a thread keeps\n"
-      "constexpr int NRED = {}, NALL = {};\n\n",
+      "constexpr int NRED = {}, NALL = {};\n"
+      "constexpr int NSPREAD = 64;  // all-reduction sums are spread over this many slots (less atomic contention)\n\n",
       B, G, I, std::max(1, g.n_red), std::max(1, g.n_all));
   s += args_struct(p);
-  s += R"(__device__ double kfab_ws[NALL];
+  s += R"(__device__ double kfab_ws[NALL * NSPREAD];
 
 // op 0: sum, 1: max, 2: min
 template <int OP>
@@ -418,11 +418,13 @@ __device__ __forceinline__ float kfab_group(float v, float* slot) {
         if (is_row_reduction(n.op))
           b += fmt::format("  const float r{} = {};\n", k, n.op == "rowmean" ? acc + " / static_cast<float>(n)" : acc);
         else
-          b += fmt::format("  if (lane == 0 && live) atomicAdd(&a.ws[{}], static_cast<double>({}));\n", g.allslot[k], acc);
+          b += fmt::format("  if (lane == 0 && live) atomicAdd(&a.ws[(blockIdx.x % NSPREAD) * NALL + {}], static_cast<double>({}));\n",
+                           g.allslot[k], acc);
         continue;
       }
       if (is_all_reduction(n.op)) {  // of a per-row value
-        b += fmt::format("  if (lane == 0 && live) atomicAdd(&a.ws[{}], static_cast<double>({}));\n", g.allslot[k], g.value(n.args[0]));
+        b += fmt::format("  if (lane == 0 && live) atomicAdd(&a.ws[(blockIdx.x % NSPREAD) * NALL + {}], static_cast<double>({}));\n",
+                         g.allslot[k], g.value(n.args[0]));
         continue;
       }
       if (n.op == "pick") {
@@ -501,7 +503,8 @@ __global__ void __launch_bounds__(B) kfab_rows_stream(Args a, int64_t rows, int6
       if (!need[k] || n.op == "const") continue;
       if (is_all_reduction(n.op)) {
         const bool per_elem = p.nodes[n.args[0]].cls == VClass::E;
-        fin += fmt::format("  const float k{} = static_cast<float>(a.ws[{}]{});\n", k, g.allslot[k],
+        fin += fmt::format("  double w{0} = 0.0;\n  for (int s = 0; s < NSPREAD; ++s) w{0} += a.ws[s * NALL + {1}];\n", k, g.allslot[k]);
+        fin += fmt::format("  const float k{} = static_cast<float>(w{}{});\n", k, k,
                            n.op == "allmean" ? (per_elem ? " / (static_cast<double>(rows) * static_cast<double>(n))" : " / static_cast<double>(rows)")
                                              : "");
         continue;

@@ -187,6 +187,7 @@ Expected<json> tune(const TuneOptions& in) {
     quick.heldout = false;
     quick.min_time_s = opt.target == "cpu" ? 0.15 : 0.03;
     quick.progress = nullptr;
+    quick.compile_baseline = false;  // torch.compile is timed for the winner only
     std::map<std::string, int> per_template;
     for (const auto& pt : points) {
       if (evaluated >= opt.budget) {

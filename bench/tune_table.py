@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""A table of built-in tuner runs: one line per task from a file of `kfab optimize TASK --json`
+outputs (one after the other), with the winning parameter point, its speedup over the baseline
+(the bundled CUDA reference, or torch eager for a KernelBench task), over torch.compile where timed,
+its share of the measured copy bandwidth at the tuning shapes, and whether the held-out shapes
+passed. The geometric means close the table.
+
+  python3 bench/tune_table.py TUNE.jsonl
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+
+def objects(text: str):
+    dec, pos = json.JSONDecoder(), 0
+    while True:
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+        if pos >= len(text):
+            return
+        try:
+            v, pos = dec.raw_decode(text, pos)
+        except json.JSONDecodeError as e:
+            print(f"stops at a part that is not JSON ({e})", file=sys.stderr)
+            return
+        yield v
+
+
+def gmean(xs):
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+
+
+def main() -> int:
+    if len(sys.argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    rows, sp_core, sp_kb, sp_compile, copy = [], [], [], [], []
+    for r in objects(Path(sys.argv[1]).read_text()):
+        v = r.get("verdict") or {}
+        task = Path(v.get("task_path", v.get("task", "?"))).name if v else "?"
+        task = v.get("task", task)
+        kb = str(r.get("tuner", {}).get("program", "")) != ""
+        if r.get("best", {}).get("disposition") != "passed":
+            rows.append(f"{task:26} {r.get('best', {}).get('disposition', '?')}: {str(r.get('best', {}).get('detail', r.get('error', '')))[:140]}")
+            continue
+        shapes = [s for s in v.get("shapes", []) if not s.get("heldout") and "time_ms" in s]
+        held = [s for s in v.get("shapes", []) if s.get("heldout")]
+        pct = [s.get("percent_of_copy_bandwidth") for s in shapes if s.get("percent_of_copy_bandwidth") is not None]
+        spc = v.get("speedup_vs_compile")
+        sp = v.get("speedup")
+        (sp_kb if kb else sp_core).append(sp)
+        if spc:
+            sp_compile.append(spc)
+        copy += pct
+        params = ", ".join(f"{k}={x}" for k, x in r.get("tuner", {}).get("params", {}).items() if k != "kernel")
+        rows.append(f"{task:26} {sp:7.2f}x {('%.2fx' % spc) if spc else '   -':>8} "
+                    f"{'/'.join('%.1f' % p for p in pct) or '-':>12} {len(held):>3} ok  {params}")
+    print(f"{'task':26} {'vs base':>8} {'vs comp':>8} {'% copy':>12} {'held':>6}  point")
+    for line in rows:
+        print(line)
+    print(f"geomean: native vs CUDA reference {gmean(sp_core):.2f}x ({len(sp_core)}); KernelBench vs eager "
+          f"{gmean(sp_kb):.2f}x ({len(sp_kb)}), vs torch.compile {gmean(sp_compile):.2f}x ({len(sp_compile)}); "
+          f"lowest copy share {min(copy) if copy else float('nan'):.1f}%")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
