@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace kfab {
 
 Expected<Program> task_program(const Task& task) {
@@ -56,15 +58,28 @@ bool cuda_applies(const Task& t) { return !t.formula.empty() && task_program(t).
 std::vector<TemplateParams> cuda_grid(const Task& t) {
   auto p = task_program(t);
   if (!p) return {};
-  // the row length at the first tuning shape on a GPU
-  int64_t n = 1024;
+  // the union of the grids for the row lengths of the tuning shapes on a GPU
   const TensorSpec* main = nullptr;
   for (const auto& in : t.inputs)
     if (in.dtype == DType::F32 && (main == nullptr || in.shape.size() > main->shape.size())) main = &in;
-  const auto& shapes = t.tune_for(true);
-  if (main != nullptr && !main->shape.empty() && !shapes.empty())
-    if (auto v = eval_expr(main->shape.back(), shapes.front())) n = static_cast<int64_t>(*v);
-  return fused_grid(*p, n);
+  std::vector<int64_t> lengths;
+  if (main != nullptr && !main->shape.empty())
+    for (const auto& shape : t.tune_for(true))
+      if (auto v = eval_expr(main->shape.back(), shape)) lengths.push_back(static_cast<int64_t>(*v));
+  if (lengths.empty()) lengths.push_back(1024);
+  // interleaved, so that a small point budget still tries the best guess for every length
+  std::vector<std::vector<TemplateParams>> grids;
+  for (int64_t n : lengths) grids.push_back(fused_grid(*p, n));
+  std::vector<TemplateParams> out;
+  for (size_t k = 0;; ++k) {
+    bool any = false;
+    for (const auto& g : grids)
+      if (k < g.size()) {
+        any = true;
+        if (std::find(out.begin(), out.end(), g[k]) == out.end()) out.push_back(g[k]);
+      }
+    if (!any) return out;
+  }
 }
 
 std::string cuda_generate(const Task& t, const TemplateParams& params) {

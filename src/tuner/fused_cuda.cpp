@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <set>
@@ -570,18 +571,20 @@ std::vector<TemplateParams> fused_grid(const Program& p, int64_t n) {
       g.push_back({{"kernel", "flat"}, {"block", std::to_string(b)}, {"unroll", std::to_string(u)}});
     return g;
   }
-  // A warp per row for short rows; a block per row, sized so that the row fits in registers.
-  if (n <= 2048)
-    for (int items : {1, 2, 4})
-      if (32 * 4 * items >= n || items == 4)
-        g.push_back({{"kernel", "rows"}, {"block", "256"}, {"group", "32"}, {"items", std::to_string(items)}});
-  for (int b : {128, 256, 512, 1024}) {
-    int items = 1;
-    while (items < 8 && static_cast<int64_t>(b) * 4 * items < n) ++items;
-    if (static_cast<int64_t>(b) * 4 * items < n && b < 1024) continue;
-    if (static_cast<int64_t>(b) * 4 > 4 * n && b > 128) continue;  // most threads would idle
-    g.push_back({{"kernel", "rows"}, {"block", std::to_string(b)}, {"group", std::to_string(b)}, {"items", std::to_string(items)}});
+  // A warp per row for short rows; a block per row, sized so that the row fits in registers (at
+  // most 8 float4 a thread), most promising first: 256 threads, then 512 and 128, 1024 for long rows.
+  if (n <= 1024) {
+    const int64_t items = std::clamp<int64_t>((n + 127) / 128, 1, 8);
+    g.push_back({{"kernel", "rows"}, {"block", "256"}, {"group", "32"}, {"items", std::to_string(items)}});
   }
+  for (int b : {256, 512, 128, 1024}) {
+    const int64_t items = (n + 4 * b - 1) / (4 * b);
+    if (items > 8) continue;                                    // the row would not fit: streamed kernels only
+    if (b > 128 && static_cast<int64_t>(b) * 4 > 2 * n) continue;  // more than half the threads would idle
+    if (b == 1024 && n < 8192) continue;
+    g.push_back({{"kernel", "rows"}, {"block", std::to_string(b)}, {"group", std::to_string(b)}, {"items", std::to_string(std::max<int64_t>(items, 1))}});
+  }
+  if (g.empty()) g.push_back({{"kernel", "rows"}, {"block", "1024"}, {"group", "1024"}, {"items", "8"}});  // streamed rows
   return g;
 }
 

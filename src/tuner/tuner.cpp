@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 #include <ctime>
 #include <map>
 #include <optional>
@@ -188,14 +190,33 @@ Expected<json> tune(const TuneOptions& in) {
     quick.min_time_s = opt.target == "cpu" ? 0.15 : 0.03;
     quick.progress = nullptr;
     quick.compile_baseline = false;  // torch.compile is timed for the winner only
+    // Every point's source is written and compiled first, several compilers at once (the builds
+    // land in the compile cache, so the evaluations below find them there).
     std::map<std::string, int> per_template;
+    std::vector<fs::path> files;
     for (const auto& pt : points) {
-      if (evaluated >= opt.budget) {
+      if (static_cast<int>(files.size()) >= opt.budget) break;
+      files.push_back(opt.out_dir / fmt::format("{}_{:02d}{}", pt.tmpl, per_template[pt.tmpl]++, ext));
+      if (auto ok = write_file_atomic(files.back(), source(pt)); !ok) return Unexpected{ok.error()};
+    }
+    {
+      const size_t workers = std::clamp<size_t>(std::thread::hardware_concurrency() / 2, 1, 8);
+      say(fmt::format("compiling {} parameter point(s), {} at a time", files.size(), std::min(workers, files.size())));
+      std::atomic<size_t> next{0};
+      std::vector<std::thread> pool;
+      for (size_t w = 0; w < std::min(workers, files.size()); ++w)
+        pool.emplace_back([&] {
+          for (size_t k = next++; k < files.size(); k = next++) (void)backend->build(files[k]);  // failures resurface in evaluate()
+        });
+      for (auto& t : pool) t.join();
+    }
+    for (size_t k = 0; k < points.size(); ++k) {
+      const Point& pt = points[k];
+      if (evaluated >= opt.budget || k >= files.size()) {
         stopped = "parameter-point budget spent";
         break;
       }
-      const fs::path file = opt.out_dir / fmt::format("{}_{:02d}{}", pt.tmpl, per_template[pt.tmpl]++, ext);
-      if (auto ok = write_file_atomic(file, source(pt)); !ok) return Unexpected{ok.error()};
+      const fs::path& file = files[k];
       auto v = evaluate(file, quick);
       if (!v) return Unexpected{v.error()};
       ++evaluated;
