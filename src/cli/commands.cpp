@@ -256,7 +256,7 @@ int Commands::optimize_task() {
     t.task = task_;
     t.target = target_;
     if (t.target.empty() && std::filesystem::path(task_).extension() == ".py") {
-      t.target = make_backend("cuda")->probe() == 0 ? "cpu" : "cuda";  // KernelBench tasks: generated kernels are CUDA
+      t.target = make_backend("cuda")->probe() == 0 ? "cpu" : "cuda";  // KernelBench tasks: the GPU where there is one
       if (!json_ && !quiet_) std::cerr << "kfab: target " << t.target << "\n";
     } else if (t.target.empty()) {
       // The best target present for which the tuner has a template for this task.

@@ -15,20 +15,18 @@ namespace {
 constexpr const char* kPolyExp = R"(
 static inline float kfab_exp(float x) {
   x = x < -87.3f ? -87.3f : (x > 88.7f ? 88.7f : x);
-  const float n = __builtin_floorf(x * 1.44269504f + 0.5f);
-  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const int e = static_cast<int>(n) + 127;
-  float s;
-  const unsigned bits = static_cast<unsigned>(e) << 23;
-  __builtin_memcpy(&s, &bits, sizeof s);
-  return p * s;
+  const float kk = x * 1.44269504f + 12582912.0f;  // + 1.5 * 2^23 rounds k into the low mantissa bits
+  const float k = kk - 12582912.0f;
+  const int ki = __builtin_bit_cast(int, kk) - 0x4B400000;  // no float->int conversion: it would not vectorise
+  const float r = x - k * 0.693359375f + k * 2.12194440e-4f;
+  float q = 1.9875691500e-4f;
+  q = q * r + 1.3981999507e-3f;
+  q = q * r + 8.3334519073e-3f;
+  q = q * r + 4.1665795894e-2f;
+  q = q * r + 1.6666665459e-1f;
+  q = q * r + 5.0000001201e-1f;
+  q = q * r * r + r + 1.0f;
+  return q * __builtin_bit_cast(float, static_cast<unsigned>(ki + 127) << 23);
 }
 )";
 
@@ -431,7 +429,7 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, 
 const KernelTemplate kTemplates[] = {
     {"cpu_blocked_matmul", "cpu", 1, matmul_applies, matmul_grid, matmul_generate},
     {"cpu_middle_sum", "cpu", 1, middle_sum_applies, middle_sum_grid, middle_sum_generate},
-    {"cpu_rowwise_softmax", "cpu", 1, softmax_applies, softmax_grid, softmax_generate},
+    {"cpu_rowwise_softmax", "cpu", 2, softmax_applies, softmax_grid, softmax_generate},
     {"cpu_rowwise_rms_norm", "cpu", 1, rms_applies, rms_grid, rms_generate},
     {"cpu_rowwise_layer_norm", "cpu", 1, ln_applies, ln_grid, ln_generate},
     {"cpu_rowwise_cumsum", "cpu", 1, cumsum_applies, cumsum_grid, cumsum_generate},
@@ -444,7 +442,8 @@ std::vector<const KernelTemplate*> templates_for(const Task& task, const std::st
   std::vector<const KernelTemplate*> out;
   for (const auto& t : kTemplates)
     if (t.target == target && t.applies(task)) out.push_back(&t);
-  if (const auto& f = fused_cuda_template(); f.target == target && f.applies(task)) out.push_back(&f);
+  for (const auto* f : {&fused_cuda_template(), &fused_cpu_template()})
+    if (f->target == target && f->applies(task)) out.push_back(f);
   return out;
 }
 

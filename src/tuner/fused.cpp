@@ -89,8 +89,18 @@ std::string cuda_generate(const Task& t, const TemplateParams& params) {
 
 const KernelTemplate kFusedCuda{"cuda_fused_rows", "cuda", 1, cuda_applies, cuda_grid, cuda_generate};
 
+std::vector<TemplateParams> cpu_grid(const Task&) { return fused_cpu_grid(); }
+
+std::string cpu_generate(const Task& t, const TemplateParams& params) {
+  auto p = task_program(t);
+  return p ? generate_fused_cpp(*p, params, "fused row program for " + t.name) : "#error the task's formula no longer parses\n";
+}
+
+const KernelTemplate kFusedCpu{"cpu_fused_rows", "cpu", 1, cuda_applies, cpu_grid, cpu_generate};
+
 }  // namespace
 
 const KernelTemplate& fused_cuda_template() { return kFusedCuda; }
+const KernelTemplate& fused_cpu_template() { return kFusedCpu; }
 
 }  // namespace kfab

@@ -12,6 +12,10 @@
 
 namespace kfab {
 
+/// A C++ candidate for the cpu target (OpenMP over rows, SIMD along them).
+std::string generate_fused_cpp(const Program& p, const TemplateParams& params, const std::string& title);
+std::vector<TemplateParams> fused_cpu_grid();
+
 /// Whether the generators can take `p` (an Error saying why not).
 Expected<void> fused_supported(const Program& p);
 
@@ -26,8 +30,9 @@ std::string generate_fused_cuda(const Program& p, const TemplateParams& params, 
 /// constants; an Error when it has none or it does not parse.
 Expected<Program> task_program(const Task& task);
 
-/// The tuner's template for native tasks with a formula, on cuda.
+/// The tuner's templates for native tasks with a formula, on cuda and on cpu.
 const KernelTemplate& fused_cuda_template();
+const KernelTemplate& fused_cpu_template();
 
 std::vector<std::string> split_lines(const std::string& s);
 

@@ -46,13 +46,14 @@ Expected<json> tune(const TuneOptions& in) {
   Program program;
   const std::string ext = opt.target == "cuda" ? ".cu" : ".cpp";
   if (kb) {
-    if (opt.target != "cuda")
-      return make_error("the built-in tuner generates kernels for KernelBench-format tasks on cuda only for now",
-                        "use --target cuda, or --llm PROVIDER:MODEL for " + opt.task.string());
+    if (opt.target != "cuda" && opt.target != "cpu")
+      return make_error("the built-in tuner generates kernels for KernelBench-format tasks on cuda and cpu",
+                        "use --target cuda or cpu, or --llm PROVIDER:MODEL for " + opt.task.string());
+    const KernelTemplate& fused = opt.target == "cuda" ? fused_cuda_template() : fused_cpu_template();
     auto text = read_file(opt.task);
     if (!text) return make_error("cannot read " + opt.task.string());
     task = kb_store_task(opt.task);
-    material = *text + '\0' + opt.target + '\0' + backend->describe() + '\0' + "cuda_fused_rows" + std::to_string(fused_cuda_template().version);
+    material = *text + '\0' + opt.target + '\0' + backend->describe() + '\0' + fused.name + std::to_string(fused.version);
     // the cache may hold the traced program; otherwise the Python worker traces the Model
     const fs::path cache_file = cache_dir() / "tuner" / (hash_hex(material).substr(0, 24) + ".json");
     if (!opt.fresh)
@@ -90,8 +91,12 @@ Expected<json> tune(const TuneOptions& in) {
     if (auto ok = fused_supported(*p); !ok) return make_error("the built-in tuner cannot take this program: " + ok.error().message);
     program = std::move(*p);
     say("program:\n" + program_json.value("formula", std::string()));
-    for (auto& g : fused_grid(program, program_json.value("n", int64_t{1024}))) points.push_back({"cuda_fused_rows", g});
-    source = [&](const Point& pt) { return generate_fused_cuda(program, pt.params, "fused row program for " + task.name); };
+    const auto grid = opt.target == "cuda" ? fused_grid(program, program_json.value("n", int64_t{1024})) : fused_cpu_grid();
+    for (const auto& g : grid) points.push_back({fused.name, g});
+    source = [&](const Point& pt) {
+      return opt.target == "cuda" ? generate_fused_cuda(program, pt.params, "fused row program for " + task.name)
+                                  : generate_fused_cpp(program, pt.params, "fused row program for " + task.name);
+    };
     evaluate = [&](const fs::path& file, const EvalOptions& eo) {
       KbEvaluator ev(opt.target, backend.get(), eo);
       return ev.evaluate(opt.task, file);

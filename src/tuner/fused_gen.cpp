@@ -191,7 +191,7 @@ std::string args_struct(const Program& p) {
 }
 
 // kfab_run: checks every tensor against its class, then launches.
-std::string host(const Program& p, const Gen& g, const std::string& launch) {
+std::string host(const Program& p, const Gen& g, const std::string& launch, bool cuda = true) {
   int main_in = -1;
   for (size_t i = 0; i < p.inputs.size() && main_in < 0; ++i)
     if (p.inputs[i].cls == VClass::E && !p.inputs[i].integer) main_in = static_cast<int>(i);
@@ -200,7 +200,7 @@ std::string host(const Program& p, const Gen& g, const std::string& launch) {
 
 KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void* stream_) {{
   if (in == nullptr || out == nullptr || n_in != {ni} || n_out != {no}) return 1;
-  cudaStream_t stream = static_cast<cudaStream_t>(stream_);
+  {stream}
   const kfab_tensor& m = in[{main}];
   if (m.ndim < 1 || !kfab_dense(m)) return 2;
   const int64_t n = m.shape[m.ndim - 1];
@@ -209,7 +209,8 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, 
   bool vec = n % 4 == 0;
   Args a{{}};
 )",
-                              fmt::arg("ni", p.inputs.size()), fmt::arg("no", p.outputs.size()), fmt::arg("main", main_in));
+                              fmt::arg("ni", p.inputs.size()), fmt::arg("no", p.outputs.size()), fmt::arg("main", main_in),
+                              fmt::arg("stream", cuda ? "cudaStream_t stream = static_cast<cudaStream_t>(stream_);" : "(void)stream_;"));
   auto check = [&](const std::string& t, VClass c, const char* dtype) {
     const char* count = c == VClass::E ? "total" : c == VClass::C ? "n" : c == VClass::R ? "rows" : "1";
     return fmt::format("  if ({t}.dtype != {dt} || !kfab_dense({t}) || kfab_numel({t}) != {cnt}) return 3;\n", fmt::arg("t", t),
@@ -229,7 +230,7 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, 
     s += fmt::format("  a.out{} = static_cast<float*>({}.data);\n", j, t);
     if (c == VClass::E) s += fmt::format("  vec = vec && kfab_aligned16({}.data);\n", t);
   }
-  if (g.n_all > 0) {
+  if (g.n_all > 0 && cuda) {
     s += R"(  static double* ws = nullptr;
   if (ws == nullptr && cudaGetSymbolAddress(reinterpret_cast<void**>(&ws), kfab_ws) != cudaSuccess) return 4;
   a.ws = ws;
@@ -237,7 +238,7 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, 
 )";
   }
   s += launch;
-  s += "  return cudaGetLastError() == cudaSuccess ? 0 : 5;\n}\n";
+  s += cuda ? "  return cudaGetLastError() == cudaSuccess ? 0 : 5;\n}\n" : "  return 0;\n}\n";
   return s;
 }
 
@@ -540,6 +541,177 @@ __global__ void kfab_finish(Args a, int64_t rows, int64_t n) {{
   return s;
 }
 
+constexpr const char* kCpuPrelude = R"(#include <kfab/candidate.h>
+
+#include <cmath>
+#include <cstdint>
+
+namespace {
+
+// The generator writes the CUDA spellings; on the host they are plain loads and a division.
+template <class T>
+inline T __ldg(const T* p) { return *p; }
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+// exp on SIMD lanes: 2^k * p(r), x = k ln2 + r, |r| <= ln2 / 2; about 2e-7 relative error where it
+// neither under- nor overflows (libm's expf does not vectorise here).
+inline float kfab_exp(float x) {
+  x = x < -87.3f ? -87.3f : (x > 88.7f ? 88.7f : x);
+  const float kk = x * 1.44269504f + 12582912.0f;  // + 1.5 * 2^23 rounds k into the low mantissa bits
+  const float k = kk - 12582912.0f;
+  const int ki = __builtin_bit_cast(int, kk) - 0x4B400000;  // no float->int conversion: it would not vectorise
+  const float r = x - k * 0.693359375f + k * 2.12194440e-4f;
+  float q = 1.9875691500e-4f;
+  q = q * r + 1.3981999507e-3f;
+  q = q * r + 8.3334519073e-3f;
+  q = q * r + 4.1665795894e-2f;
+  q = q * r + 1.6666665459e-1f;
+  q = q * r + 5.0000001201e-1f;
+  q = q * r * r + r + 1.0f;
+  return q * __builtin_bit_cast(float, static_cast<unsigned>(ki + 127) << 23);
+}
+inline float kfab_gelu_erf(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.7071067811865476f)); }
+inline float kfab_gelu_tanh(float x) { return 0.5f * x * (1.0f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x))); }
+
+bool kfab_dense(const kfab_tensor& t) {
+  if (t.data == nullptr || (t.ndim > 0 && t.shape == nullptr)) return false;
+  int64_t expect = 1;
+  for (int32_t d = t.ndim - 1; d >= 0; --d) {
+    if (t.shape[d] < 0) return false;
+    if (t.strides != nullptr && t.shape[d] > 1 && t.strides[d] != expect) return false;
+    expect *= t.shape[d];
+  }
+  return true;
+}
+int64_t kfab_numel(const kfab_tensor& t) {
+  int64_t n = 1;
+  for (int32_t d = 0; d < t.ndim; ++d) n *= t.shape[d];
+  return n;
+}
+bool kfab_aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+)";
+
+// The host version: rows split across OpenMP threads, each row's loops vectorised (omp simd);
+// all-reductions are OpenMP reductions into doubles.
+std::string generate_cpu(const Program& p, const TemplateParams& tp, const std::string& title) {
+  Gen g(p);
+  const std::string sched = tp.count("schedule") && tp.at("schedule") == "dynamic" ? "dynamic, 4" : "static";
+  std::string s = fmt::format("// Generated by kfab's built-in tuner: {} ({}).\n// Rows across OpenMP threads, SIMD along each row; the program:\n",
+                              title, format_params(tp));
+  for (const auto& line : split_lines(p.describe())) s += "//   " + line + "\n";
+  s += kCpuPrelude;
+  s += args_struct(p);
+  auto access = [](int i) { return fmt::format("a.in{}[r0 + c]", i); };
+  std::string body, kconst;
+  for (size_t k = 0; k < p.nodes.size(); ++k) {
+    const PNode& n = p.nodes[k];
+    if (!g.live[k] || n.op == "const") continue;
+    if (n.cls == VClass::K && !n.after_all) {
+      std::vector<std::string> args;
+      for (int x : n.args) args.push_back(g.value(x));
+      kconst += fmt::format("  const float k{} = {};\n", k, n.op == "in" ? fmt::format("__ldg(a.in{})", n.input) : pointwise(p, n, args));
+      continue;
+    }
+    if (n.op == "in" && n.cls == VClass::R) {
+      const auto& in = p.inputs[n.input];
+      if (in.integer) body += fmt::format("    const long long qi{0} = static_cast<long long>(a.in{0}[row]);\n", n.input);
+      body += fmt::format("    const float r{} = {};\n", k,
+                          in.integer ? fmt::format("static_cast<float>(qi{})", n.input) : fmt::format("a.in{}[row]", n.input));
+      continue;
+    }
+    if (n.cls != VClass::R && !is_all_reduction(n.op)) continue;
+    if (is_row_reduction(n.op) || g.redslot[k] >= 0) {
+      const int arg = n.args[0];
+      const bool mx = n.op == "rowmax", mn = n.op == "rowmin";
+      body += fmt::format("    float s{} = {};\n", k, mx ? "-INFINITY" : mn ? "INFINITY" : "0.0f");
+      body += fmt::format("#pragma omp simd reduction({} : s{})\n", mx ? "max" : mn ? "min" : "+", k);
+      body += "    for (int64_t c = 0; c < n; ++c) {\n" + g.element({arg}, access, "c", "      ");
+      if (mx) body += fmt::format("      s{0} = {1} > s{0} ? {1} : s{0};\n", k, g.value(arg));
+      else if (mn) body += fmt::format("      s{0} = {1} < s{0} ? {1} : s{0};\n", k, g.value(arg));
+      else body += fmt::format("      s{} += {};\n", k, g.value(arg));
+      body += "    }\n";
+      if (is_row_reduction(n.op)) body += fmt::format("    const float r{0} = {1};\n", k, n.op == "rowmean" ? fmt::format("s{} / static_cast<float>(n)", k) : fmt::format("s{}", k));
+      else body += fmt::format("    w{} += static_cast<double>(s{});\n", g.allslot[k], k);
+      continue;
+    }
+    if (is_all_reduction(n.op)) {
+      body += fmt::format("    w{} += static_cast<double>({});\n", g.allslot[k], g.value(n.args[0]));
+      continue;
+    }
+    if (n.op == "pick") {
+      const PNode& ix = p.nodes[n.args[1]];
+      const std::string col = ix.op == "in" && p.inputs[ix.input].integer ? fmt::format("static_cast<int64_t>(qi{})", ix.input)
+                                                                          : fmt::format("static_cast<int64_t>({})", g.value(n.args[1]));
+      body += fmt::format("    float r{} = NAN;\n    {{\n      const int64_t c = {};\n      if (c >= 0 && c < n) {{\n", k, col);
+      body += g.element({n.args[0]}, access, "c", "        ");
+      body += fmt::format("        r{} = {};\n      }}\n    }}\n", k, g.value(n.args[0]));
+      continue;
+    }
+    std::vector<std::string> args;
+    for (int x : n.args) args.push_back(g.value(x));
+    body += fmt::format("    const float r{} = {};\n", k, pointwise(p, n, args));
+  }
+  std::vector<int> eouts;
+  for (size_t j = 0; j < p.outputs.size(); ++j) {
+    const int id = p.outputs[j].second;
+    if (p.nodes[id].cls == VClass::E) eouts.push_back(id);
+    if (p.nodes[id].cls == VClass::R) body += fmt::format("    a.out{}[row] = {};\n", j, g.value(id));
+  }
+  if (!eouts.empty()) {
+    body += "#pragma omp simd\n    for (int64_t c = 0; c < n; ++c) {\n" + g.element(eouts, access, "c", "      ");
+    for (size_t j = 0; j < p.outputs.size(); ++j)
+      if (p.nodes[p.outputs[j].second].cls == VClass::E) body += fmt::format("      a.out{}[r0 + c] = {};\n", j, g.value(p.outputs[j].second));
+    body += "    }\n";
+  }
+  std::string wdecl, wred;
+  for (int k = 0; k < g.n_all; ++k) {
+    wdecl += fmt::format("  double w{} = 0.0;\n", k);
+    wred += fmt::format("{}w{}", wred.empty() ? " reduction(+ : " : ", ", k);
+  }
+  if (!wred.empty()) wred += ")";
+  std::string fin;
+  {
+    std::vector<bool> need(p.nodes.size());
+    std::function<void(int)> mark = [&](int k) {
+      if (need[k] || p.nodes[k].cls != VClass::K) return;
+      need[k] = true;
+      if (!is_all_reduction(p.nodes[k].op))
+        for (int x : p.nodes[k].args) mark(x);
+    };
+    for (const auto& o : p.outputs)
+      if (p.nodes[o.second].cls == VClass::K) mark(o.second);
+    for (size_t k = 0; k < p.nodes.size(); ++k) {
+      const PNode& n = p.nodes[k];
+      if (!need[k] || n.op == "const" || (n.cls == VClass::K && !n.after_all && g.live[k])) continue;
+      if (is_all_reduction(n.op)) {
+        const bool per_elem = p.nodes[n.args[0]].cls == VClass::E;
+        fin += fmt::format("  const float k{} = static_cast<float>(w{}{});\n", k, g.allslot[k],
+                           n.op == "allmean" ? (per_elem ? " / (static_cast<double>(rows) * static_cast<double>(n))" : " / static_cast<double>(rows)")
+                                             : "");
+        continue;
+      }
+      std::vector<std::string> args;
+      for (int x : n.args) args.push_back(g.value(x));
+      fin += fmt::format("  const float k{} = {};\n", k, n.op == "in" ? fmt::format("__ldg(a.in{})", n.input) : pointwise(p, n, args));
+    }
+    for (size_t j = 0; j < p.outputs.size(); ++j)
+      if (p.nodes[p.outputs[j].second].cls == VClass::K) fin += fmt::format("  a.out{}[0] = {};\n", j, g.value(p.outputs[j].second));
+  }
+  const std::string launch = fmt::format(R"(  (void)vec;
+{kconst}{wdecl}#pragma omp parallel for schedule({sched}){wred} if (total > 32768)
+  for (int64_t row = 0; row < rows; ++row) {{
+    const int64_t r0 = row * n;
+    (void)r0;
+{body}  }}
+{fin})",
+                                         fmt::arg("kconst", kconst), fmt::arg("wdecl", wdecl), fmt::arg("sched", sched), fmt::arg("wred", wred),
+                                         fmt::arg("body", body), fmt::arg("fin", fin));
+  s += host(p, g, launch, false);
+  // expf -> the vectorisable polynomial (only the program's own calls: the prelude has none)
+  for (size_t at = s.find(" expf("); at != std::string::npos; at = s.find(" expf(", at)) s.replace(at, 6, " kfab_exp(");
+  for (size_t at = s.find("(expf("); at != std::string::npos; at = s.find("(expf(", at)) s.replace(at, 6, "(kfab_exp(");
+  return s;
+}
+
 }  // namespace
 
 std::vector<std::string> split_lines(const std::string& s) {
@@ -587,6 +759,12 @@ std::vector<TemplateParams> fused_grid(const Program& p, int64_t n) {
   if (g.empty()) g.push_back({{"kernel", "rows"}, {"block", "1024"}, {"group", "1024"}, {"items", "8"}});  // streamed rows
   return g;
 }
+
+std::string generate_fused_cpp(const Program& p, const TemplateParams& params, const std::string& title) {
+  return generate_cpu(p, params, title);
+}
+
+std::vector<TemplateParams> fused_cpu_grid() { return {{{"schedule", "static"}}, {{"schedule", "dynamic"}}}; }
 
 std::string generate_fused_cuda(const Program& p, const TemplateParams& tp, const std::string& title) {
   const auto it = tp.find("kernel");
