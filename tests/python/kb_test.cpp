@@ -176,4 +176,31 @@ TEST_F(KbEval, TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest) {
   }
 }
 
+// The built-in tuner on a KernelBench task: the Model is traced, the program's kernels are searched
+// and the winner passes every shape (held-out ones included) against torch eager; a rerun comes
+// from the cache without tracing again; a Model with no fusible program is bad input naming why.
+TEST_F(KbEval, TheTunerTracesAKernelBenchModelAndTunesItsProgram) {
+  const std::string task = std::string(KFAB_SOURCE_DIR) + "/tasks/kb/l1_cross_entropy.py";
+  const std::string out = (scratch() / "kb-tune").string();
+  CliResult r = kfab_cli({"optimize", task, "--target", "cpu", "--fresh", "--json", "--quiet", "--out", out}, 900);
+  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  nlohmann::json j = r.json();
+  EXPECT_EQ(j["best"]["disposition"], "passed") << j.dump(2);
+  EXPECT_EQ(j["tuner"]["template"], "cpu_fused_rows");
+  EXPECT_NE(j["tuner"]["program"].get<std::string>().find("pick("), std::string::npos) << j["tuner"]["program"];
+  bool heldout = false;
+  for (const auto& s : j["verdict"]["shapes"]) heldout = heldout || s.value("heldout", false);
+  EXPECT_TRUE(heldout);
+  EXPECT_TRUE(j["verdict"].contains("speedup_vs_compile")) << j["verdict"].dump(2);
+
+  CliResult again = kfab_cli({"optimize", task, "--target", "cpu", "--json", "--quiet", "--out", out + "-2"}, 900);
+  ASSERT_EQ(again.status.code, 0) << again.out << again.err;
+  EXPECT_TRUE(again.json()["tuner"]["cached"].get<bool>());
+  EXPECT_EQ(again.json()["candidates"], 0);
+
+  CliResult mm = kfab_cli({"optimize", std::string(KFAB_SOURCE_DIR) + "/tasks/kb/l1_matmul.py", "--target", "cpu", "--json"}, 900);
+  EXPECT_EQ(mm.status.code, 2) << mm.out << mm.err;
+  EXPECT_NE(mm.json().value("error", "").find("aten.mm"), std::string::npos) << mm.out;
+}
+
 }  // namespace kfab::test
