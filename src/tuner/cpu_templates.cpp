@@ -438,10 +438,16 @@ const KernelTemplate kTemplates[] = {
 
 }  // namespace
 
+bool cpu_applies_cumsum(const Task& task) { return cumsum_applies(task); }
+bool cpu_applies_transpose(const Task& task) { return transpose_applies(task); }
+bool cpu_applies_middle_sum(const Task& task) { return middle_sum_applies(task); }
+
 std::vector<const KernelTemplate*> templates_for(const Task& task, const std::string& target) {
   std::vector<const KernelTemplate*> out;
   for (const auto& t : kTemplates)
     if (t.target == target && t.applies(task)) out.push_back(&t);
+  for (const auto* t : cuda_templates())
+    if (t->target == target && t->applies(task)) out.push_back(t);
   for (const auto* f : {&fused_cuda_template(), &fused_cpu_template()})
     if (f->target == target && f->applies(task)) out.push_back(f);
   return out;

@@ -27,6 +27,14 @@ struct KernelTemplate {
 /// The templates that apply to a task on a target.
 std::vector<const KernelTemplate*> templates_for(const Task& task, const std::string& target);
 
+/// The shape checks of the cpu templates that the cuda templates share (same tasks, same ABI).
+bool cpu_applies_cumsum(const Task& task);
+bool cpu_applies_transpose(const Task& task);
+bool cpu_applies_middle_sum(const Task& task);
+
+/// The cuda templates that are not fused row programs (cumsum, transpose, middle-dimension sum).
+std::vector<const KernelTemplate*> cuda_templates();
+
 /// "a=1, b=x"
 std::string format_params(const TemplateParams& p);
 

@@ -109,8 +109,9 @@ Expected<json> tune(const TuneOptions& in) {
     if (templates.empty())
       return make_error(fmt::format("the built-in tuner has no template for op class \"{}\" on {}", task.op_class, opt.target),
                         "templates on cpu: softmax, log_softmax, rms_norm and layer_norm (with [op_params] eps), cumsum, permute "
-                        "(batched transpose), matmul, reduction (a sum over the middle dimension); on cuda: any task with a "
-                        "`formula` (a fused row program); or use --llm");
+                        "(batched transpose), matmul, reduction (a sum over the middle dimension), and any task with a `formula` "
+                        "(a fused row program); on cuda: cumsum, permute, the middle-dimension sum and any task with a `formula`; "
+                        "or use --llm");
     const auto manifest = read_file(task.manifest);
     const auto reference = read_file(task.reference);
     if (!manifest || !reference) return make_error("the task's files cannot be read: " + task.manifest.string());

@@ -96,6 +96,25 @@ TEST_F(CudaBuild, FusedRowProgramsCompileAcrossTheirGrid) {
   EXPECT_EQ(built, 28);
 }
 
+// The cuda templates for cumsum, transpose and the middle-dimension sum compile at every point.
+TEST_F(CudaBuild, CudaTemplatesCompileAtEveryPoint) {
+  int built = 0;
+  for (const char* t : {"cumsum", "transpose", "sum_dim1"}) {
+    auto task = load_task(std::filesystem::path(KFAB_SOURCE_DIR) / "tasks/core" / t);
+    ASSERT_TRUE(task.has_value()) << t;
+    const auto templates = templates_for(*task, "cuda");
+    ASSERT_EQ(templates.size(), 1u) << t;
+    for (const auto& point : templates[0]->grid(*task)) {
+      const auto f = scratch() / (std::string(t) + "_t" + std::to_string(built) + ".cu");
+      ASSERT_TRUE(write_file_atomic(f, templates[0]->generate(*task, point)).has_value());
+      auto r = backend_.build(f);
+      ASSERT_TRUE(r.ok()) << t << " (" << format_params(point) << ")\n" << r.failure().message;
+      ++built;
+    }
+  }
+  EXPECT_EQ(built, 10);
+}
+
 TEST_F(CudaBuild, ArchitectureComesFromTheDeviceOrDefaultsToHopper) {
   EXPECT_EQ(backend_.arch().rfind("sm_", 0), 0u);
 }
