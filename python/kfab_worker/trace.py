@@ -274,6 +274,41 @@ class _Matcher:
         raise Unsupported(f"{t} (node {node.name})")
 
 
+_COPIES = {"clone", "contiguous", "alias", "detach", "_to_copy", "lift_fresh_copy"}
+
+
+def _single_op_kind(gm, example: list):
+    """Data movement and scans a row program cannot state, but a dedicated template can: cumsum over
+    the last dimension, a sum over the middle dimension of a 3-D tensor, and a batched transpose
+    ([B, M, N] -> [B, N, M], or NCHW -> NHWC), each the Model's one op on its one f32 input."""
+    if len(example) != 1 or not example[0].is_floating_point() or example[0].dtype != torch.float32:
+        return None
+    ops = [n for n in gm.graph.nodes if n.op == "call_function"]
+    core = [n for n in ops if getattr(getattr(n.target, "_overloadpacket", None), "__name__", "") not in _COPIES]
+    if len(core) != 1:
+        return None
+    node = core[0]
+    base = getattr(getattr(node.target, "_overloadpacket", None), "__name__", "")
+    x = example[0]
+    nd = x.dim()
+    kind = None
+    if base == "cumsum" and nd >= 1 and node.args[1] % nd == nd - 1 and node.kwargs.get("dtype") in (None, torch.float32):
+        kind = "scan"
+    elif base == "sum" and nd == 3 and len(node.args) > 1 and [d % 3 for d in node.args[1]] == [1] and \
+            not (node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)):
+        kind = "middle_sum"
+    elif base == "permute" and list(node.args[1]) in ([0, 2, 1], [0, 2, 3, 1]):
+        kind = "transpose"
+    if kind is None:
+        return None
+    outs = [n for n in gm.graph.nodes if n.op == "output"][0].args[0]
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    if len(outs) != 1:
+        return None
+    return {"supported": True, "kind": kind, "formula": "", "inputs": [{"name": "in0", "cls": "E", "integer": False, "i32": False}],
+            "outputs": ["out0"], "shape": list(x.shape)}
+
+
 def _trace_at(t: taskmod.KbTask, shape: dict) -> dict:
     from torch.fx.experimental.proxy_tensor import make_fx
     model = t.model(shape, "cpu", torch.float32)
@@ -292,6 +327,9 @@ def _trace_at(t: taskmod.KbTask, shape: dict) -> dict:
         gm = make_fx(f, decomposition_table=_decompositions(), tracing_mode="fake")(*example)
     except Exception as e:  # noqa: BLE001 - a model make_fx cannot trace is simply not fusible here
         return {"supported": False, "reason": f"tracing failed: {type(e).__name__}: {e}"}
+    kind = _single_op_kind(gm, example)
+    if kind is not None:
+        return kind
     try:
         m = _Matcher(gm, example, nx)
         inputs = []
@@ -376,7 +414,7 @@ def trace(t: taskmod.KbTask, overrides: dict) -> dict:
     if not a.get("supported"):
         return a
     other = t.heldout[0] if t.heldout else (t.gpu or None)
-    if other:
+    if other and not a.get("kind"):
         b = _trace_at(t, other)
         if not b.get("supported"):
             return b

@@ -292,9 +292,11 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, 
   if (in == nullptr || out == nullptr || n_in != 1 || n_out != 1) return 1;
   const kfab_tensor& x = in[0];
   kfab_tensor& y = out[0];
-  if (!kfab_dense_f32(x) || !kfab_dense_f32(y) || x.ndim != 3 || y.ndim != 3) return 2;
-  const int64_t b = x.shape[0], m = x.shape[1], n = x.shape[2];
-  if (y.shape[0] != b || y.shape[1] != n || y.shape[2] != m) return 3;
+  if (!kfab_dense_f32(x) || !kfab_dense_f32(y) || x.ndim != y.ndim || (x.ndim != 3 && x.ndim != 4)) return 2;
+  // [B, M, N] -> [B, N, M]; or NCHW -> NHWC, the same with N = H * W
+  const int64_t b = x.shape[0], m = x.shape[1], n = x.ndim == 3 ? x.shape[2] : x.shape[2] * x.shape[3];
+  if (x.ndim == 3 && (y.shape[0] != b || y.shape[1] != n || y.shape[2] != m)) return 3;
+  if (x.ndim == 4 && (y.shape[0] != b || y.shape[1] != x.shape[2] || y.shape[2] != x.shape[3] || y.shape[3] != m)) return 3;
   const float* xp = static_cast<const float*>(x.data);
   float* yp = static_cast<float*>(y.data);
   constexpr int64_t T = {tile};
@@ -433,10 +435,18 @@ const KernelTemplate kTemplates[] = {
     {"cpu_rowwise_rms_norm", "cpu", 1, rms_applies, rms_grid, rms_generate},
     {"cpu_rowwise_layer_norm", "cpu", 1, ln_applies, ln_grid, ln_generate},
     {"cpu_rowwise_cumsum", "cpu", 1, cumsum_applies, cumsum_grid, cumsum_generate},
-    {"cpu_tiled_transpose", "cpu", 1, transpose_applies, transpose_grid, transpose_generate},
+    {"cpu_tiled_transpose", "cpu", 2, transpose_applies, transpose_grid, transpose_generate},
 };
 
 }  // namespace
+
+const KernelTemplate* template_named(const std::string& name) {
+  for (const auto& t : kTemplates)
+    if (t.name == name) return &t;
+  for (const auto* t : cuda_templates())
+    if (t->name == name) return t;
+  return nullptr;
+}
 
 bool cpu_applies_cumsum(const Task& task) { return cumsum_applies(task); }
 bool cpu_applies_transpose(const Task& task) { return transpose_applies(task); }

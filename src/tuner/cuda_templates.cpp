@@ -167,9 +167,11 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, 
   if (in == nullptr || out == nullptr || n_in != 1 || n_out != 1) return 1;
   const kfab_tensor& x = in[0];
   kfab_tensor& y = out[0];
-  if (!kfab_dense_f32(x, 3) || !kfab_dense_f32(y, 3)) return 2;
-  const int64_t b = x.shape[0], m = x.shape[1], n = x.shape[2];
-  if (y.shape[0] != b || y.shape[1] != n || y.shape[2] != m) return 3;
+  if (x.ndim != y.ndim || (x.ndim != 3 && x.ndim != 4) || !kfab_dense_f32(x, x.ndim) || !kfab_dense_f32(y, y.ndim)) return 2;
+  // [B, M, N] -> [B, N, M]; or NCHW -> NHWC, the same with N = H * W
+  const int64_t b = x.shape[0], m = x.shape[1], n = x.ndim == 3 ? x.shape[2] : x.shape[2] * x.shape[3];
+  if (x.ndim == 3 && (y.shape[0] != b || y.shape[1] != n || y.shape[2] != m)) return 3;
+  if (x.ndim == 4 && (y.shape[0] != b || y.shape[1] != x.shape[2] || y.shape[2] != x.shape[3] || y.shape[3] != m)) return 3;
   if (b == 0 || m == 0 || n == 0) return 0;
   if (b > 65535 || (m + T - 1) / T > 65535) return 4;
   const dim3 grid(static_cast<unsigned>((n + T - 1) / T), static_cast<unsigned>((m + T - 1) / T), static_cast<unsigned>(b));

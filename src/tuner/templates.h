@@ -35,6 +35,9 @@ bool cpu_applies_middle_sum(const Task& task);
 /// The cuda templates that are not fused row programs (cumsum, transpose, middle-dimension sum).
 std::vector<const KernelTemplate*> cuda_templates();
 
+/// A template by its name (cpu or cuda, fused ones excepted), or null.
+const KernelTemplate* template_named(const std::string& name);
+
 /// "a=1, b=x"
 std::string format_params(const TemplateParams& p);
 

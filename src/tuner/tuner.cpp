@@ -54,6 +54,14 @@ Expected<json> tune(const TuneOptions& in) {
     if (!text) return make_error("cannot read " + opt.task.string());
     task = kb_store_task(opt.task);
     material = *text + '\0' + opt.target + '\0' + backend->describe() + '\0' + fused.name + std::to_string(fused.version);
+    // single-op tasks a program cannot state go to a dedicated template (the trace's "kind")
+    const std::map<std::string, std::string> by_kind =
+        opt.target == "cuda" ? std::map<std::string, std::string>{{"scan", "cuda_row_scan"}, {"middle_sum", "cuda_middle_sum"},
+                                                                  {"transpose", "cuda_tiled_transpose"}}
+                             : std::map<std::string, std::string>{{"scan", "cpu_rowwise_cumsum"}, {"middle_sum", "cpu_middle_sum"},
+                                                                  {"transpose", "cpu_tiled_transpose"}};
+    for (const auto& [kind, name] : by_kind)
+      if (const auto* t2 = template_named(name)) material += '\0' + name + std::to_string(t2->version);
     // the cache may hold the traced program; otherwise the Python worker traces the Model
     const fs::path cache_file = cache_dir() / "tuner" / (hash_hex(material).substr(0, 24) + ".json");
     if (!opt.fresh)
@@ -74,33 +82,42 @@ Expected<json> tune(const TuneOptions& in) {
                           "rows and mean/sum losses; use --llm PROVIDER:MODEL for the rest");
       program_json = *tr;
     }
-    std::vector<PInput> ins;
-    std::vector<std::string> outs;
-    try {
-      for (const auto& i : program_json.at("inputs")) {
-        const std::string c = i.at("cls").get<std::string>();
-        ins.push_back({i.at("name").get<std::string>(), c == "E" ? VClass::E : c == "C" ? VClass::C : c == "R" ? VClass::R : VClass::K,
-                       i.value("integer", false), i.value("i32", false)});
-      }
-      outs = program_json.at("outputs").get<std::vector<std::string>>();
-    } catch (const json::exception& e) {
-      return make_error(std::string("the traced program is malformed: ") + e.what());
-    }
-    auto p = parse_program(program_json.value("formula", std::string()), ins, outs);
-    if (!p) return make_error("the traced program does not parse: " + p.error().message);
-    if (auto ok = fused_supported(*p); !ok) return make_error("the built-in tuner cannot take this program: " + ok.error().message);
-    program = std::move(*p);
-    say("program:\n" + program_json.value("formula", std::string()));
-    const auto grid = opt.target == "cuda" ? fused_grid(program, program_json.value("n", int64_t{1024})) : fused_cpu_grid();
-    for (const auto& g : grid) points.push_back({fused.name, g});
-    source = [&](const Point& pt) {
-      return opt.target == "cuda" ? generate_fused_cuda(program, pt.params, "fused row program for " + task.name)
-                                  : generate_fused_cpp(program, pt.params, "fused row program for " + task.name);
-    };
     evaluate = [&](const fs::path& file, const EvalOptions& eo) {
       KbEvaluator ev(opt.target, backend.get(), eo);
       return ev.evaluate(opt.task, file);
     };
+    if (const std::string kind = program_json.value("kind", std::string()); !kind.empty()) {
+      const auto it = by_kind.find(kind);
+      const KernelTemplate* dedicated = it == by_kind.end() ? nullptr : template_named(it->second);
+      if (dedicated == nullptr) return make_error("the traced Model is a \"" + kind + "\", which has no template on " + opt.target);
+      say("the Model is one " + kind + ": template " + dedicated->name);
+      for (const auto& g : dedicated->grid(task)) points.push_back({dedicated->name, g});
+      source = [&, dedicated](const Point& pt) { return dedicated->generate(task, pt.params); };
+    } else {
+      std::vector<PInput> ins;
+      std::vector<std::string> outs;
+      try {
+        for (const auto& i : program_json.at("inputs")) {
+          const std::string c = i.at("cls").get<std::string>();
+          ins.push_back({i.at("name").get<std::string>(), c == "E" ? VClass::E : c == "C" ? VClass::C : c == "R" ? VClass::R : VClass::K,
+                         i.value("integer", false), i.value("i32", false)});
+        }
+        outs = program_json.at("outputs").get<std::vector<std::string>>();
+      } catch (const json::exception& e) {
+        return make_error(std::string("the traced program is malformed: ") + e.what());
+      }
+      auto p = parse_program(program_json.value("formula", std::string()), ins, outs);
+      if (!p) return make_error("the traced program does not parse: " + p.error().message);
+      if (auto ok = fused_supported(*p); !ok) return make_error("the built-in tuner cannot take this program: " + ok.error().message);
+      program = std::move(*p);
+      say("program:\n" + program_json.value("formula", std::string()));
+      const auto grid = opt.target == "cuda" ? fused_grid(program, program_json.value("n", int64_t{1024})) : fused_cpu_grid();
+      for (const auto& g : grid) points.push_back({fused.name, g});
+      source = [&](const Point& pt) {
+        return opt.target == "cuda" ? generate_fused_cuda(program, pt.params, "fused row program for " + task.name)
+                                    : generate_fused_cpp(program, pt.params, "fused row program for " + task.name);
+      };
+    }
   } else {
     auto t = load_task(opt.task);
     if (!t) return Unexpected{t.error()};
@@ -274,7 +291,7 @@ Expected<json> tune(const TuneOptions& in) {
   result["best"] = {{"candidate", fs::absolute(best_file).string()}, {"disposition", disposition_name(v.disposition)},
                     {"speedup", v.speedup ? json(*v.speedup) : json()}, {"detail", v.detail}};
   result["tuner"] = {{"template", chosen.tmpl}, {"params", chosen.params}, {"cached", cached}};
-  if (kb) result["tuner"]["program"] = program_json.value("formula", std::string());
+  if (kb) result["tuner"]["program"] = program_json.value("kind", program_json.value("formula", std::string()));
   result["steps"] = seq;
   result["verdict"] = v.to_json();
   return result;
