@@ -448,6 +448,8 @@ const KernelTemplate* template_named(const std::string& name) {
   return nullptr;
 }
 
+const char* poly_exp_source() { return kPolyExp; }
+
 bool cpu_applies_cumsum(const Task& task) { return cumsum_applies(task); }
 bool cpu_applies_transpose(const Task& task) { return transpose_applies(task); }
 bool cpu_applies_middle_sum(const Task& task) { return middle_sum_applies(task); }

@@ -141,6 +141,40 @@ struct Gen {
     return n.cls == VClass::E || n.cls == VClass::C ? fmt::format("e{}", k) : rname(k);
   }
 
+  // Statements that compute the scalar outputs once the row work is done and store them: `sum(k,
+  // slot)` gives the statements that leave all-reduction k's total (of sum slot `slot`) in double
+  // w{k}; `in_scope(k)` says whether scalar value k is already declared where they go.
+  std::string scalars(const std::function<std::string(int, int)>& sum, const std::function<bool(int)>& in_scope) const {
+    std::vector<bool> need(p.nodes.size());
+    std::function<void(int)> mark = [&](int k) {
+      if (need[k] || p.nodes[k].cls != VClass::K) return;
+      need[k] = true;
+      if (!is_all_reduction(p.nodes[k].op))
+        for (int x : p.nodes[k].args) mark(x);
+    };
+    for (const auto& o : p.outputs)
+      if (p.nodes[o.second].cls == VClass::K) mark(o.second);
+    std::string s;
+    for (size_t k = 0; k < p.nodes.size(); ++k) {
+      const PNode& n = p.nodes[k];
+      if (!need[k] || n.op == "const" || in_scope(static_cast<int>(k))) continue;
+      if (is_all_reduction(n.op)) {
+        const bool per_elem = p.nodes[n.args[0]].cls == VClass::E;
+        s += sum(static_cast<int>(k), allslot[k]);
+        s += fmt::format("  const float k{} = static_cast<float>(w{}{});\n", k, k,
+                         n.op == "allmean" ? (per_elem ? " / (static_cast<double>(rows) * static_cast<double>(n))" : " / static_cast<double>(rows)")
+                                           : "");
+        continue;
+      }
+      std::vector<std::string> args;
+      for (int x : n.args) args.push_back(value(x));
+      s += fmt::format("  const float k{} = {};\n", k, n.op == "in" ? fmt::format("__ldg(a.in{})", n.input) : pointwise(p, n, args));
+    }
+    for (size_t j = 0; j < p.outputs.size(); ++j)
+      if (p.nodes[p.outputs[j].second].cls == VClass::K) s += fmt::format("  a.out{}[0] = {};\n", j, value(p.outputs[j].second));
+    return s;
+  }
+
   std::vector<int> e_inputs() const {
     std::vector<int> v;
     for (size_t k = 0; k < p.nodes.size(); ++k)
@@ -149,20 +183,8 @@ struct Gen {
   }
 };
 
-constexpr const char* kPrelude = R"(#include <cuda_runtime.h>
-
-#include <cmath>
-#include <cstdint>
-
-#include "kfab/candidate.h"
-
-namespace {
-
-__device__ __forceinline__ float kfab_gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f)); }
-__device__ __forceinline__ float kfab_gelu_tanh(float x) {
-  return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
-}
-
+// Host-side checks both kinds of generated file carry.
+constexpr const char* kHostHelpers = R"(
 bool kfab_dense(const kfab_tensor& t) {
   if (t.data == nullptr || (t.ndim > 0 && t.shape == nullptr)) return false;
   int64_t expect = 1;
@@ -179,6 +201,21 @@ int64_t kfab_numel(const kfab_tensor& t) {
   return n;
 }
 bool kfab_aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+)";
+
+constexpr const char* kPrelude = R"(#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kfab/candidate.h"
+
+namespace {
+
+__device__ __forceinline__ float kfab_gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f)); }
+__device__ __forceinline__ float kfab_gelu_tanh(float x) {
+  return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
 )";
 
 std::string args_struct(const Program& p) {
@@ -257,6 +294,7 @@ std::string generate_flat(const Program& p, const TemplateParams& tp, const std:
                               format_params(tp));
   for (const auto& line : split_lines(p.describe())) s += "//   " + line + "\n";
   s += kPrelude;
+  s += kHostHelpers;
   s += fmt::format("\nconstexpr int B = {}, U = {};  // threads per block, vectors per thread\n\n", B, U);
   s += args_struct(p);
   std::string kconst;
@@ -329,6 +367,7 @@ std::string generate_rows(const Program& p, const TemplateParams& tp, const std:
                               format_params(tp));
   for (const auto& line : split_lines(p.describe())) s += "//   " + line + "\n";
   s += kPrelude;
+  s += kHostHelpers;
   s += fmt::format(
       "\nconstexpr int B = {}, G = {}, I = {};  // threads per block, threads per row, float4 vectors a thread keeps\n"
       "constexpr int NRED = {}, NALL = {};\n"
@@ -491,32 +530,11 @@ __global__ void __launch_bounds__(B) kfab_rows_stream(Args a, int64_t rows, int6
   bool any_k_out = false;
   for (const auto& o : p.outputs) any_k_out = any_k_out || p.nodes[o.second].cls == VClass::K;
   if (any_k_out) {
-    std::vector<bool> need(p.nodes.size());
-    std::function<void(int)> mark = [&](int k) {
-      if (need[k] || p.nodes[k].cls != VClass::K) return;
-      need[k] = true;
-      if (!is_all_reduction(p.nodes[k].op))
-        for (int x : p.nodes[k].args) mark(x);
-    };
-    for (const auto& o : p.outputs)
-      if (p.nodes[o.second].cls == VClass::K) mark(o.second);
-    for (size_t k = 0; k < p.nodes.size(); ++k) {
-      const PNode& n = p.nodes[k];
-      if (!need[k] || n.op == "const") continue;
-      if (is_all_reduction(n.op)) {
-        const bool per_elem = p.nodes[n.args[0]].cls == VClass::E;
-        fin += fmt::format("  double w{0} = 0.0;\n  for (int s = 0; s < NSPREAD; ++s) w{0} += a.ws[s * NALL + {1}];\n", k, g.allslot[k]);
-        fin += fmt::format("  const float k{} = static_cast<float>(w{}{});\n", k, k,
-                           n.op == "allmean" ? (per_elem ? " / (static_cast<double>(rows) * static_cast<double>(n))" : " / static_cast<double>(rows)")
-                                             : "");
-        continue;
-      }
-      std::vector<std::string> args;
-      for (int x : n.args) args.push_back(g.value(x));
-      fin += fmt::format("  const float k{} = {};\n", k, n.op == "in" ? fmt::format("__ldg(a.in{})", n.input) : pointwise(p, n, args));
-    }
-    for (size_t j = 0; j < p.outputs.size(); ++j)
-      if (p.nodes[p.outputs[j].second].cls == VClass::K) fin += fmt::format("  a.out{}[0] = {};\n", j, g.value(p.outputs[j].second));
+    fin = g.scalars(
+        [](int k, int slot) {
+          return fmt::format("  double w{0} = 0.0;\n  for (int s = 0; s < NSPREAD; ++s) w{0} += a.ws[s * NALL + {1}];\n", k, slot);
+        },
+        [](int) { return false; });
     s += fmt::format(R"(
 // Scalar outputs, from the all-reductions' sums.
 __global__ void kfab_finish(Args a, int64_t rows, int64_t n) {{
@@ -552,42 +570,12 @@ namespace {
 template <class T>
 inline T __ldg(const T* p) { return *p; }
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
-// exp on SIMD lanes: 2^k * p(r), x = k ln2 + r, |r| <= ln2 / 2; about 2e-7 relative error where it
-// neither under- nor overflows (libm's expf does not vectorise here).
-inline float kfab_exp(float x) {
-  x = x < -87.3f ? -87.3f : (x > 88.7f ? 88.7f : x);
-  const float kk = x * 1.44269504f + 12582912.0f;  // + 1.5 * 2^23 rounds k into the low mantissa bits
-  const float k = kk - 12582912.0f;
-  const int ki = __builtin_bit_cast(int, kk) - 0x4B400000;  // no float->int conversion: it would not vectorise
-  const float r = x - k * 0.693359375f + k * 2.12194440e-4f;
-  float q = 1.9875691500e-4f;
-  q = q * r + 1.3981999507e-3f;
-  q = q * r + 8.3334519073e-3f;
-  q = q * r + 4.1665795894e-2f;
-  q = q * r + 1.6666665459e-1f;
-  q = q * r + 5.0000001201e-1f;
-  q = q * r * r + r + 1.0f;
-  return q * __builtin_bit_cast(float, static_cast<unsigned>(ki + 127) << 23);
-}
+)";
+
+// after the polynomial exp (poly_exp_source())
+constexpr const char* kCpuActivations = R"(
 inline float kfab_gelu_erf(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.7071067811865476f)); }
 inline float kfab_gelu_tanh(float x) { return 0.5f * x * (1.0f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x))); }
-
-bool kfab_dense(const kfab_tensor& t) {
-  if (t.data == nullptr || (t.ndim > 0 && t.shape == nullptr)) return false;
-  int64_t expect = 1;
-  for (int32_t d = t.ndim - 1; d >= 0; --d) {
-    if (t.shape[d] < 0) return false;
-    if (t.strides != nullptr && t.shape[d] > 1 && t.strides[d] != expect) return false;
-    expect *= t.shape[d];
-  }
-  return true;
-}
-int64_t kfab_numel(const kfab_tensor& t) {
-  int64_t n = 1;
-  for (int32_t d = 0; d < t.ndim; ++d) n *= t.shape[d];
-  return n;
-}
-bool kfab_aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 )";
 
 // The host version: rows split across OpenMP threads, each row's loops vectorised (omp simd);
@@ -599,6 +587,9 @@ std::string generate_cpu(const Program& p, const TemplateParams& tp, const std::
                               title, format_params(tp));
   for (const auto& line : split_lines(p.describe())) s += "//   " + line + "\n";
   s += kCpuPrelude;
+  s += poly_exp_source();
+  s += kCpuActivations;
+  s += kHostHelpers;
   s += args_struct(p);
   auto access = [](int i) { return fmt::format("a.in{}[r0 + c]", i); };
   std::string body, kconst;
@@ -630,11 +621,11 @@ std::string generate_cpu(const Program& p, const TemplateParams& tp, const std::
       else body += fmt::format("      s{} += {};\n", k, g.value(arg));
       body += "    }\n";
       if (is_row_reduction(n.op)) body += fmt::format("    const float r{0} = {1};\n", k, n.op == "rowmean" ? fmt::format("s{} / static_cast<float>(n)", k) : fmt::format("s{}", k));
-      else body += fmt::format("    w{} += static_cast<double>(s{});\n", g.allslot[k], k);
+      else body += fmt::format("    acc{} += static_cast<double>(s{});\n", g.allslot[k], k);
       continue;
     }
     if (is_all_reduction(n.op)) {
-      body += fmt::format("    w{} += static_cast<double>({});\n", g.allslot[k], g.value(n.args[0]));
+      body += fmt::format("    acc{} += static_cast<double>({});\n", g.allslot[k], g.value(n.args[0]));
       continue;
     }
     if (n.op == "pick") {
@@ -664,38 +655,12 @@ std::string generate_cpu(const Program& p, const TemplateParams& tp, const std::
   }
   std::string wdecl, wred;
   for (int k = 0; k < g.n_all; ++k) {
-    wdecl += fmt::format("  double w{} = 0.0;\n", k);
-    wred += fmt::format("{}w{}", wred.empty() ? " reduction(+ : " : ", ", k);
+    wdecl += fmt::format("  double acc{} = 0.0;\n", k);
+    wred += fmt::format("{}acc{}", wred.empty() ? " reduction(+ : " : ", ", k);
   }
   if (!wred.empty()) wred += ")";
-  std::string fin;
-  {
-    std::vector<bool> need(p.nodes.size());
-    std::function<void(int)> mark = [&](int k) {
-      if (need[k] || p.nodes[k].cls != VClass::K) return;
-      need[k] = true;
-      if (!is_all_reduction(p.nodes[k].op))
-        for (int x : p.nodes[k].args) mark(x);
-    };
-    for (const auto& o : p.outputs)
-      if (p.nodes[o.second].cls == VClass::K) mark(o.second);
-    for (size_t k = 0; k < p.nodes.size(); ++k) {
-      const PNode& n = p.nodes[k];
-      if (!need[k] || n.op == "const" || (n.cls == VClass::K && !n.after_all && g.live[k])) continue;
-      if (is_all_reduction(n.op)) {
-        const bool per_elem = p.nodes[n.args[0]].cls == VClass::E;
-        fin += fmt::format("  const float k{} = static_cast<float>(w{}{});\n", k, g.allslot[k],
-                           n.op == "allmean" ? (per_elem ? " / (static_cast<double>(rows) * static_cast<double>(n))" : " / static_cast<double>(rows)")
-                                             : "");
-        continue;
-      }
-      std::vector<std::string> args;
-      for (int x : n.args) args.push_back(g.value(x));
-      fin += fmt::format("  const float k{} = {};\n", k, n.op == "in" ? fmt::format("__ldg(a.in{})", n.input) : pointwise(p, n, args));
-    }
-    for (size_t j = 0; j < p.outputs.size(); ++j)
-      if (p.nodes[p.outputs[j].second].cls == VClass::K) fin += fmt::format("  a.out{}[0] = {};\n", j, g.value(p.outputs[j].second));
-  }
+  const std::string fin = g.scalars([](int k, int slot) { return fmt::format("  const double w{} = acc{};\n", k, slot); },
+                                     [&](int k) { return !p.nodes[k].after_all && g.live[k]; });  // in kconst
   const std::string launch = fmt::format(R"(  (void)vec;
 {kconst}{wdecl}#pragma omp parallel for schedule({sched}){wred} if (total > 32768)
   for (int64_t row = 0; row < rows; ++row) {{

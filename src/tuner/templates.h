@@ -35,6 +35,10 @@ bool cpu_applies_middle_sum(const Task& task);
 /// The cuda templates that are not fused row programs (cumsum, transpose, middle-dimension sum).
 std::vector<const KernelTemplate*> cuda_templates();
 
+/// C++ source of `static inline float kfab_exp(float)`: exp as a polynomial that vectorises under
+/// `omp simd` (about 2e-7 relative error), for generated cpu candidates.
+const char* poly_exp_source();
+
 /// A template by its name (cpu or cuda, fused ones excepted), or null.
 const KernelTemplate* template_named(const std::string& name);
 
