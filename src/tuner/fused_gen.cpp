@@ -369,7 +369,7 @@ std::string generate_rows(const Program& p, const TemplateParams& tp, const std:
   s += kPrelude;
   s += kHostHelpers;
   s += fmt::format(
-      "\nconstexpr int B = {}, G = {}, I = {};  // threads per block, threads per row, float4 vectors a thread keeps\n"
+      "\nconstexpr int B = {}, G = {}, I = {};  // threads per block, threads per row, at most I float4 a thread keeps\n"
       "constexpr int NRED = {}, NALL = {};\n"
       "constexpr int NSPREAD = 64;  // all-reduction sums are spread over this many slots (less atomic contention)\n\n",
       B, G, I, std::max(1, g.n_red), std::max(1, g.n_all));
@@ -544,14 +544,24 @@ __global__ void kfab_finish(Args a, int64_t rows, int64_t n) {{
 )",
                      fin);
   }
+  // The smallest register footprint that holds the row: IT = 1, 2, 4 .. I float4 per thread, so that
+  // one parameter point fits every row length (a task's tuning shapes may differ in it).
+  std::string pick_it;
+  for (int it = 1; it <= I; it *= 2)
+    pick_it += fmt::format(
+        "    {}if (n <= static_cast<int64_t>(G) * {} * 4) {{\n"
+        "      if (vec) kfab_rows_cached<4, {}><<<grid, B, 0, stream>>>(a, rows, n);\n"
+        "      else kfab_rows_cached<1, {}><<<grid, B, 0, stream>>>(a, rows, n);\n    }}",
+        it == 1 ? "" : "else ", it, it, it * 4);
   std::string launch = R"(  if (rows > 0) {
     const int64_t blocks = (rows + B / G - 1) / (B / G);
     if (blocks > 2147483647) return 6;
     const dim3 grid(static_cast<unsigned>(blocks));
-    if (vec && n <= static_cast<int64_t>(G) * I * 4) kfab_rows_cached<4, I><<<grid, B, 0, stream>>>(a, rows, n);
-    else if (!vec && n <= static_cast<int64_t>(G) * I * 4) kfab_rows_cached<1, I * 4><<<grid, B, 0, stream>>>(a, rows, n);
-    else if (vec) kfab_rows_stream<4><<<grid, B, 0, stream>>>(a, rows, n);
-    else kfab_rows_stream<1><<<grid, B, 0, stream>>>(a, rows, n);
+)" + pick_it + R"( else if (vec) {
+      kfab_rows_stream<4><<<grid, B, 0, stream>>>(a, rows, n);
+    } else {
+      kfab_rows_stream<1><<<grid, B, 0, stream>>>(a, rows, n);
+    }
   }
 )";
   if (any_k_out) launch += "  kfab_finish<<<1, 32, 0, stream>>>(a, rows, n);\n";
@@ -708,18 +718,15 @@ std::vector<TemplateParams> fused_grid(const Program& p, int64_t n) {
       g.push_back({{"kernel", "flat"}, {"block", std::to_string(b)}, {"unroll", std::to_string(u)}});
     return g;
   }
-  // A warp per row for short rows; a block per row, sized so that the row fits in registers (at
-  // most 8 float4 a thread), most promising first: 256 threads, then 512 and 128, 1024 for long rows.
-  if (n <= 1024) {
-    const int64_t items = std::clamp<int64_t>((n + 127) / 128, 1, 8);
-    g.push_back({{"kernel", "rows"}, {"block", "256"}, {"group", "32"}, {"items", std::to_string(items)}});
-  }
+  // A warp per row for short rows; a block per row otherwise, most promising first: 256 threads,
+  // then 512 and 128, 1024 for long rows. Each point keeps up to 8 float4 a thread and picks the
+  // smallest footprint that holds the row at run time; longer rows are streamed.
+  if (n <= 1024) g.push_back({{"kernel", "rows"}, {"block", "256"}, {"group", "32"}, {"items", "8"}});
   for (int b : {256, 512, 128, 1024}) {
-    const int64_t items = (n + 4 * b - 1) / (4 * b);
-    if (items > 8) continue;                                    // the row would not fit: streamed kernels only
-    if (b > 128 && static_cast<int64_t>(b) * 4 > 2 * n) continue;  // more than half the threads would idle
+    if (static_cast<int64_t>(b) * 4 * 8 < n && b < 1024) continue;  // the row would not fit: streamed
+    if (b > 128 && static_cast<int64_t>(b) * 4 > 2 * n) continue;     // more than half the threads would idle
     if (b == 1024 && n < 8192) continue;
-    g.push_back({{"kernel", "rows"}, {"block", std::to_string(b)}, {"group", std::to_string(b)}, {"items", std::to_string(std::max<int64_t>(items, 1))}});
+    g.push_back({{"kernel", "rows"}, {"block", std::to_string(b)}, {"group", std::to_string(b)}, {"items", "8"}});
   }
   if (g.empty()) g.push_back({{"kernel", "rows"}, {"block", "1024"}, {"group", "1024"}, {"items", "8"}});  // streamed rows
   return g;
