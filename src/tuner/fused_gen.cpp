@@ -549,10 +549,10 @@ __global__ void kfab_finish(Args a, int64_t rows, int64_t n) {{
   std::string pick_it;
   for (int it = 1; it <= I; it *= 2)
     pick_it += fmt::format(
-        "    {}if (n <= static_cast<int64_t>(G) * {} * 4) {{\n"
+        "{}if (n <= static_cast<int64_t>(G) * {} * 4) {{\n"
         "      if (vec) kfab_rows_cached<4, {}><<<grid, B, 0, stream>>>(a, rows, n);\n"
         "      else kfab_rows_cached<1, {}><<<grid, B, 0, stream>>>(a, rows, n);\n    }}",
-        it == 1 ? "" : "else ", it, it, it * 4);
+        it == 1 ? "    " : " else ", it, it, it * 4);
   std::string launch = R"(  if (rows > 0) {
     const int64_t blocks = (rows + B / G - 1) / (B / G);
     if (blocks > 2147483647) return 6;
