@@ -15,24 +15,28 @@ import sys
 from pathlib import Path
 
 
+def objects(text: str, name: str = "input"):
+    """The JSON values of `text`, one after the other (pretty-printed ones included)."""
+    decoder, pos = json.JSONDecoder(), 0
+    while True:
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+        if pos >= len(text):
+            return
+        try:
+            v, pos = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as e:
+            print(f"{name}: stops at a part that is not JSON ({e})", file=sys.stderr)
+            return
+        yield v
+
+
 def main() -> int:
     if len(sys.argv) != 2:
         print(__doc__, file=sys.stderr)
         return 2
     last: dict[tuple[str, str], dict] = {}
-    text = Path(sys.argv[1]).read_text()
-    decoder = json.JSONDecoder()
-    pos = 0
-    while True:
-        while pos < len(text) and text[pos].isspace():
-            pos += 1
-        if pos >= len(text):
-            break
-        try:
-            v, pos = decoder.raw_decode(text, pos)
-        except json.JSONDecodeError as e:
-            print(f"{sys.argv[1]}: stops at a part that is not JSON ({e})", file=sys.stderr)
-            break
+    for v in objects(Path(sys.argv[1]).read_text(), sys.argv[1]):
         last[(v.get("task", "?"), Path(v.get("candidate", "?")).name)] = v
     header = f"{'task':18} {'candidate':30} {'shape':24} {'median us':>10} {'GB/s':>8} {'% copy':>7} {'speedup':>8} replay"
     print(header)

@@ -9,25 +9,11 @@ passed. The geometric means close the table.
 """
 from __future__ import annotations
 
-import json
 import math
 import sys
 from pathlib import Path
 
-
-def objects(text: str):
-    dec, pos = json.JSONDecoder(), 0
-    while True:
-        while pos < len(text) and text[pos].isspace():
-            pos += 1
-        if pos >= len(text):
-            return
-        try:
-            v, pos = dec.raw_decode(text, pos)
-        except json.JSONDecodeError as e:
-            print(f"stops at a part that is not JSON ({e})", file=sys.stderr)
-            return
-        yield v
+from eval_table import objects  # bench/ is the script's folder, first on sys.path
 
 
 def gmean(xs):
@@ -40,7 +26,7 @@ def main() -> int:
         print(__doc__, file=sys.stderr)
         return 2
     rows, sp_core, sp_kb, sp_compile, copy = [], [], [], [], []
-    for r in objects(Path(sys.argv[1]).read_text()):
+    for r in objects(Path(sys.argv[1]).read_text(), sys.argv[1]):
         v = r.get("verdict") or {}
         task = Path(v.get("task_path", v.get("task", "?"))).name if v else "?"
         task = v.get("task", task)
