@@ -65,7 +65,7 @@ def _num(v) -> str:
 
 
 class _Matcher:
-    def __init__(self, gm, example: list, n_inputs: int):
+    def __init__(self, gm, example: list, n_inputs: int, shape: list | None = None):
         self.gm = gm
         self.lines: list[str] = []
         self.val: dict = {}     # node -> formula expression (a name or a literal)
@@ -74,7 +74,7 @@ class _Matcher:
         floats = [t for t in example if isinstance(t, torch.Tensor) and t.is_floating_point()]
         if not floats:
             raise Unsupported("no floating-point input")
-        self.S = list(max(floats, key=lambda t: t.dim()).shape)
+        self.S = list(shape) if shape is not None else list(max(floats, key=lambda t: t.dim()).shape)
         if not self.S:
             raise Unsupported("the inputs are scalars")
         self.n_inputs = n_inputs
@@ -309,6 +309,54 @@ def _single_op_kind(gm, example: list):
             "outputs": ["out0"], "shape": list(x.shape)}
 
 
+def _base(node) -> str:
+    packet = getattr(node.target, "_overloadpacket", None)
+    return packet.__name__ if packet is not None else getattr(node.target, "__name__", str(node.target))
+
+
+_PRODUCTS = {"mm", "addmm", "bmm", "baddbmm", "convolution", "_convolution", "matmul", "linear", "dot", "mv"}
+
+
+def _find_gemm(gm):
+    """The Model's one matrix product, when it is a 2-D GEMM of two of its inputs (or weights), the
+    second one possibly transposed (a Linear layer's weight): (node, A, B, B transposed, bias) with
+    A and B placeholders; None when the graph has no product."""
+    ops = [n for n in gm.graph.nodes if n.op == "call_function"]
+    prods = [n for n in ops if _base(n) in _PRODUCTS]
+    if not prods:
+        return None
+    if len(prods) > 1:
+        raise Unsupported(f"{len(prods)} matrix products ({', '.join(str(n.target) for n in prods)}): the GEMM template takes one")
+    node = prods[0]
+    base = _base(node)
+    if base not in ("mm", "addmm"):
+        raise Unsupported(f"{node.target} (node {node.name}): GEMM epilogues take a 2-D matrix product (aten.mm/addmm)")
+    bias = None
+    if base == "addmm":
+        bias, a, b = node.args[:3]
+        if node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1:
+            raise Unsupported(f"{node.target} with beta/alpha")
+    else:
+        a, b = node.args[:2]
+
+    def operand(x, side):
+        if isinstance(x, torch.fx.Node) and x.op == "placeholder":
+            return x, False
+        if isinstance(x, torch.fx.Node) and x.op == "call_function" and _base(x) in ("permute", "t", "transpose") \
+                and isinstance(x.args[0], torch.fx.Node) and x.args[0].op == "placeholder" and x.args[0].meta["val"].dim() == 2:
+            if side == "left":
+                raise Unsupported("a GEMM whose left operand is transposed")
+            return x.args[0], True
+        raise Unsupported(f"a GEMM of a computed {side} operand ({getattr(x, 'name', x)}): the template multiplies the Model's inputs or weights")
+
+    pa, _ = operand(a, "left")
+    pb, trans = operand(b, "right")
+    for p in (pa, pb):
+        if p.meta["val"].dtype != torch.float32:
+            raise Unsupported(f"a GEMM operand is {p.meta['val'].dtype}")
+    return node, pa, pb, trans, bias
+
+
 def _trace_at(t: taskmod.KbTask, shape: dict) -> dict:
     from torch.fx.experimental.proxy_tensor import make_fx
     model = t.model(shape, "cpu", torch.float32)
@@ -331,10 +379,17 @@ def _trace_at(t: taskmod.KbTask, shape: dict) -> dict:
     if kind is not None:
         return kind
     try:
-        m = _Matcher(gm, example, nx)
+        gemm = _find_gemm(gm)
+        m = _Matcher(gm, example, nx, list(gemm[0].meta["val"].shape) if gemm else None)
         inputs = []
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        skip = set()  # nodes the GEMM consumes
+        if gemm:
+            node, pa, pb, trans, bias = gemm
+            skip = {node} | {x for x in node.args if isinstance(x, torch.fx.Node) and x.op == "call_function"}
         for i, (node, ex) in enumerate(zip(placeholders, example)):
+            if gemm and node in (gemm[1], gemm[2]) and not set(node.users) - skip:
+                continue  # an operand only: not an epilogue input
             integer = not ex.is_floating_point()
             if ex.is_floating_point() and ex.dtype != torch.float32:
                 raise Unsupported(f"input {i} is {ex.dtype}")
@@ -347,10 +402,19 @@ def _trace_at(t: taskmod.KbTask, shape: dict) -> dict:
                 raise Unsupported(f"integer input {i} is not one index per row")
             nm = f"in{i}"
             m.val[node], m.cls[node] = nm, c
-            inputs.append({"name": nm, "cls": c, "integer": integer, "i32": ex.dtype == torch.int32})
+            inputs.append({"name": nm, "cls": c, "integer": integer, "i32": ex.dtype == torch.int32, "tensor": i})
+        if gemm:
+            inputs.append({"name": "acc", "cls": "E", "integer": False, "i32": False, "tensor": -1})
         outputs = []
         for node in gm.graph.nodes:
-            if node.op in ("placeholder",):
+            if node.op in ("placeholder",) or node in skip - ({gemm[0]} if gemm else set()):
+                continue
+            if gemm and node is gemm[0]:
+                if gemm[4] is None:
+                    m.val[node], m.cls[node] = "acc", "E"
+                else:
+                    be, bc = m.arg(gemm[4])
+                    m.emit(node, f"(acc + {be})", m.join("E", bc))
                 continue
             if node.op == "output":
                 outs = node.args[0]
@@ -372,7 +436,11 @@ def _trace_at(t: taskmod.KbTask, shape: dict) -> dict:
             m.visit(node)
     except Unsupported as e:
         return {"supported": False, "reason": str(e)}
-    return {"supported": True, "formula": "\n".join(m.lines), "inputs": inputs, "outputs": outputs, "shape": m.S}
+    r = {"supported": True, "formula": "\n".join(m.lines), "inputs": inputs, "outputs": outputs, "shape": m.S}
+    if gemm:
+        r["gemm"] = {"a": placeholders.index(gemm[1]), "b": placeholders.index(gemm[2]), "trans_b": gemm[3]}
+        r["tensors"] = len(placeholders)
+    return r
 
 
 _NUM = re.compile(r"(?<![A-Za-z_0-9.])(\d+\.?\d*(?:e[-+]?\d+)?)")

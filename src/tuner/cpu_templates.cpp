@@ -460,7 +460,7 @@ std::vector<const KernelTemplate*> templates_for(const Task& task, const std::st
     if (t.target == target && t.applies(task)) out.push_back(&t);
   for (const auto* t : cuda_templates())
     if (t->target == target && t->applies(task)) out.push_back(t);
-  for (const auto* f : {&fused_cuda_template(), &fused_cpu_template()})
+  for (const auto* f : {&fused_cuda_template(), &fused_cpu_template(), &gemm_cuda_template(), &gemm_cpu_template()})
     if (f->target == target && f->applies(task)) out.push_back(f);
   return out;
 }

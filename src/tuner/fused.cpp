@@ -3,42 +3,36 @@
 #include "tuner/fused.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
+#include <functional>
 
 namespace kfab {
 
-Expected<Program> task_program(const Task& task) {
-  if (task.formula.empty()) return make_error("task " + task.name + " has no formula");
-  const TensorSpec* main = nullptr;
-  for (const auto& in : task.inputs)
-    if (in.dtype == DType::F32 && (main == nullptr || in.shape.size() > main->shape.size())) main = &in;
-  if (main == nullptr || main->shape.empty()) return make_error("task " + task.name + " has no f32 input with dimensions to set the row shape");
-  const auto& s = main->shape;
+namespace {
+
+// A tensor's class relative to the symbolic row shape s (named after the tensor that has it).
+Expected<VClass> shape_class(const TensorSpec& t, const std::vector<std::string>& s, const std::string& main) {
   const std::vector<std::string> lead(s.begin(), s.end() - 1);
-  auto cls_of = [&](const TensorSpec& t) -> Expected<VClass> {
-    if (t.shape == s) return VClass::E;
-    if (t.shape.empty() || (t.shape.size() == 1 && t.shape[0] == "1")) return VClass::K;
-    if (t.shape.size() == 1 && t.shape[0] == s.back()) return VClass::C;
-    auto keep = lead;
-    keep.push_back("1");
-    if (t.shape == lead || t.shape == keep) return VClass::R;
-    return make_error(fmt::format("{}'s shape is neither the row shape of {}, one row, one column nor a scalar", t.name, main->name));
-  };
-  std::vector<PInput> ins;
-  for (const auto& in : task.inputs) {
-    auto c = cls_of(in);
-    if (!c) return Unexpected{c.error()};
-    if (in.dtype != DType::F32 && in.dtype != DType::I64 && in.dtype != DType::I32)
-      return make_error(fmt::format("{} is {}: fused programs take f32 values and i64/i32 indices", in.name, dtype_name(in.dtype)));
-    ins.push_back({in.name, *c, in.dtype != DType::F32, in.dtype == DType::I32});
-  }
+  if (t.shape == s) return VClass::E;
+  if (t.shape.empty() || (t.shape.size() == 1 && t.shape[0] == "1")) return VClass::K;
+  if (t.shape.size() == 1 && t.shape[0] == s.back()) return VClass::C;
+  auto keep = lead;
+  keep.push_back("1");
+  if (t.shape == lead || t.shape == keep) return VClass::R;
+  return make_error(fmt::format("{}'s shape is neither the row shape of {}, one row, one column nor a scalar", t.name, main));
+}
+
+// The epilogue inputs' and outputs' checks shared by task_program and task_gemm.
+Expected<Program> parse_task_formula(const Task& task, const std::string& formula, const std::vector<PInput>& ins,
+                                     const std::function<Expected<VClass>(const TensorSpec&)>& cls_of) {
   std::vector<std::string> outs;
   for (const auto& o : task.outputs) {
     if (o.dtype != DType::F32) return make_error(o.name + " is not f32: fused programs write f32 outputs");
     outs.push_back(o.name);
   }
-  auto p = parse_program(task.formula, ins, outs, task.op_params);
+  auto p = parse_program(formula, ins, outs, task.op_params);
   if (!p) return Unexpected{p.error()};
   for (size_t j = 0; j < task.outputs.size(); ++j) {
     auto c = cls_of(task.outputs[j]);
@@ -49,6 +43,70 @@ Expected<Program> task_program(const Task& task) {
   }
   if (auto ok = fused_supported(*p); !ok) return Unexpected{ok.error()};
   return p;
+}
+
+Expected<PInput> program_input(const TensorSpec& in, VClass c) {
+  if (in.dtype != DType::F32 && in.dtype != DType::I64 && in.dtype != DType::I32)
+    return make_error(fmt::format("{} is {}: fused programs take f32 values and i64/i32 indices", in.name, dtype_name(in.dtype)));
+  return PInput{in.name, c, in.dtype != DType::F32, in.dtype == DType::I32};
+}
+
+}  // namespace
+
+Expected<Program> task_program(const Task& task) {
+  if (task.formula.empty()) return make_error("task " + task.name + " has no formula");
+  const TensorSpec* main = nullptr;
+  for (const auto& in : task.inputs)
+    if (in.dtype == DType::F32 && (main == nullptr || in.shape.size() > main->shape.size())) main = &in;
+  if (main == nullptr || main->shape.empty()) return make_error("task " + task.name + " has no f32 input with dimensions to set the row shape");
+  const auto& s = main->shape;
+  auto cls_of = [&](const TensorSpec& t) { return shape_class(t, s, main->name); };
+  std::vector<PInput> ins;
+  for (const auto& in : task.inputs) {
+    auto c = cls_of(in);
+    if (!c) return Unexpected{c.error()};
+    auto pi = program_input(in, *c);
+    if (!pi) return Unexpected{pi.error()};
+    ins.push_back(*pi);
+  }
+  return parse_task_formula(task, task.formula, ins, cls_of);
+}
+
+Expected<GemmProgram> task_gemm(const Task& task) {
+  if (task.op_class != "matmul" && task.op_class != "matmul_epilogue")
+    return make_error("task " + task.name + " is not of op class matmul or matmul_epilogue");
+  if (task.inputs.size() < 2 || task.outputs.empty()) return make_error("a GEMM task has inputs A and B and an output");
+  const TensorSpec& a = task.inputs[0];
+  const TensorSpec& b = task.inputs[1];
+  if (a.dtype != DType::F32 || b.dtype != DType::F32 || a.shape.size() != 2 || b.shape.size() != 2)
+    return make_error("a GEMM task's first two inputs are 2-D f32 matrices");
+  GemmProgram gp;
+  gp.tensors = static_cast<int>(task.inputs.size());
+  gp.trans_b = b.shape[0] != a.shape[1];
+  if (gp.trans_b && b.shape[1] != a.shape[1])
+    return make_error(fmt::format("{} [{}] and {} [{}] share no inner dimension", a.name, fmt::join(a.shape, ", "), b.name, fmt::join(b.shape, ", ")));
+  const std::vector<std::string> s = {a.shape[0], gp.trans_b ? b.shape[0] : b.shape[1]};
+  auto cls_of = [&](const TensorSpec& t) { return shape_class(t, s, "the product"); };
+  std::vector<PInput> ins;
+  for (size_t i = 2; i < task.inputs.size(); ++i) {
+    auto c = cls_of(task.inputs[i]);
+    if (!c) return Unexpected{c.error()};
+    auto pi = program_input(task.inputs[i], *c);
+    if (!pi) return Unexpected{pi.error()};
+    ins.push_back(*pi);
+    gp.bind.push_back(static_cast<int>(i));
+  }
+  ins.push_back({"acc", VClass::E, false, false});
+  gp.bind.push_back(-1);
+  std::string formula = task.formula;
+  if (formula.empty()) {
+    if (task.op_class != "matmul" || task.outputs.size() != 1) return make_error("task " + task.name + " has no formula over acc (the product)");
+    formula = task.outputs[0].name + " = acc";
+  }
+  auto p = parse_task_formula(task, formula, ins, cls_of);
+  if (!p) return Unexpected{p.error()};
+  gp.epilogue = std::move(*p);
+  return gp;
 }
 
 namespace {
@@ -98,8 +156,26 @@ std::string cpu_generate(const Task& t, const TemplateParams& params) {
 
 const KernelTemplate kFusedCpu{"cpu_fused_rows", "cpu", 1, cuda_applies, cpu_grid, cpu_generate};
 
+bool gemm_applies(const Task& t) { return task_gemm(t).has_value(); }
+std::vector<TemplateParams> gemm_cuda_grid(const Task&) { return gemm_grid("cuda"); }
+std::vector<TemplateParams> gemm_cpu_grid(const Task&) { return gemm_grid("cpu"); }
+
+std::string gemm_cuda_generate(const Task& t, const TemplateParams& params) {
+  auto g = task_gemm(t);
+  return g ? generate_gemm_cuda(*g, params, "GEMM + epilogue for " + t.name) : "#error the task no longer states a GEMM\n";
+}
+std::string gemm_cpu_generate(const Task& t, const TemplateParams& params) {
+  auto g = task_gemm(t);
+  return g ? generate_gemm_cpp(*g, params, "GEMM + epilogue for " + t.name) : "#error the task no longer states a GEMM\n";
+}
+
+const KernelTemplate kGemmCuda{"cuda_gemm_epilogue", "cuda", 1, gemm_applies, gemm_cuda_grid, gemm_cuda_generate};
+const KernelTemplate kGemmCpu{"cpu_gemm_epilogue", "cpu", 1, gemm_applies, gemm_cpu_grid, gemm_cpu_generate};
+
 }  // namespace
 
+const KernelTemplate& gemm_cuda_template() { return kGemmCuda; }
+const KernelTemplate& gemm_cpu_template() { return kGemmCpu; }
 const KernelTemplate& fused_cuda_template() { return kFusedCuda; }
 const KernelTemplate& fused_cpu_template() { return kFusedCpu; }
 

@@ -34,6 +34,32 @@ Expected<Program> task_program(const Task& task);
 const KernelTemplate& fused_cuda_template();
 const KernelTemplate& fused_cpu_template();
 
+/// A GEMM with an epilogue: the product A @ B of kfab_run's tensors `a` ([M, K]) and `b` ([K, N], or
+/// [N, K] when trans_b: a Linear layer's weight), then `epilogue`, a program over the [M, N] product
+/// whose input `acc` is that product and whose other inputs are tensors of kfab_run (`bind`: epilogue
+/// input -> tensor index, -1 for acc). A pointwise epilogue is applied in the GEMM's registers; one
+/// with row reductions (a norm, a softmax) runs as a row kernel over the product.
+struct GemmProgram {
+  int a = 0, b = 1;
+  bool trans_b = false;
+  int tensors = 2;
+  std::vector<int> bind;
+  Program epilogue;
+};
+
+std::string generate_gemm_cuda(const GemmProgram& gp, const TemplateParams& params, const std::string& title);
+std::string generate_gemm_cpp(const GemmProgram& gp, const TemplateParams& params, const std::string& title);
+std::vector<TemplateParams> gemm_grid(const std::string& target);
+
+/// The GEMM program of a native task of op class matmul or matmul_epilogue: inputs A [M, K] and B
+/// ([K, N] or [N, K]) first, then the epilogue's; its `formula` over `acc` and the other inputs'
+/// names (a matmul without one: the output is acc).
+Expected<GemmProgram> task_gemm(const Task& task);
+
+/// The tuner's templates for native GEMM tasks, on cuda and on cpu.
+const KernelTemplate& gemm_cuda_template();
+const KernelTemplate& gemm_cpu_template();
+
 std::vector<std::string> split_lines(const std::string& s);
 
 }  // namespace kfab

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <functional>
 #include <set>
@@ -227,26 +228,48 @@ std::string args_struct(const Program& p) {
   return s;
 }
 
-// kfab_run: checks every tensor against its class, then launches.
-std::string host(const Program& p, const Gen& g, const std::string& launch, bool cuda = true) {
+// Where kfab_run finds a program's inputs and the [rows, n] shape: by default input i is in[i] and the
+// first per-element f32 input sets the shape; a GEMM's epilogue reads the product, which no tensor
+// holds (tensor -1), over the shape its operands set.
+struct Binding {
+  int n_in = 0;             // tensors kfab_run takes
+  std::vector<int> tensor;  // program input -> in[] index, or -1: set by `setup`
+  std::string shape;        // statements that check the shape-setting tensors and define n, total and rows
+  std::string setup;        // statements after the checks (the product's buffer)
+};
+
+Binding default_binding(const Program& p) {
+  Binding b;
+  b.n_in = static_cast<int>(p.inputs.size());
   int main_in = -1;
-  for (size_t i = 0; i < p.inputs.size() && main_in < 0; ++i)
-    if (p.inputs[i].cls == VClass::E && !p.inputs[i].integer) main_in = static_cast<int>(i);
+  for (size_t i = 0; i < p.inputs.size(); ++i) {
+    b.tensor.push_back(static_cast<int>(i));
+    if (main_in < 0 && p.inputs[i].cls == VClass::E && !p.inputs[i].integer) main_in = static_cast<int>(i);
+  }
+  b.shape = fmt::format(R"(  const kfab_tensor& m = in[{}];
+  if (m.ndim < 1 || !kfab_dense(m)) return 2;
+  const int64_t n = m.shape[m.ndim - 1];
+  const int64_t total = kfab_numel(m);
+  const int64_t rows = n > 0 ? total / n : 0;
+)",
+                        main_in);
+  return b;
+}
+
+// kfab_run: checks every tensor against its class, then launches.
+std::string host(const Program& p, const Gen& g, const std::string& launch, bool cuda = true, const Binding* bind = nullptr) {
+  const Binding dflt = bind == nullptr ? default_binding(p) : Binding{};
+  const Binding& b = bind == nullptr ? dflt : *bind;
   std::string s = fmt::format(R"(
 }}  // namespace
 
 KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void* stream_) {{
   if (in == nullptr || out == nullptr || n_in != {ni} || n_out != {no}) return 1;
   {stream}
-  const kfab_tensor& m = in[{main}];
-  if (m.ndim < 1 || !kfab_dense(m)) return 2;
-  const int64_t n = m.shape[m.ndim - 1];
-  const int64_t total = kfab_numel(m);
-  const int64_t rows = n > 0 ? total / n : 0;
-  bool vec = n % 4 == 0;
+{shape}  bool vec = n % 4 == 0;
   Args a{{}};
 )",
-                              fmt::arg("ni", p.inputs.size()), fmt::arg("no", p.outputs.size()), fmt::arg("main", main_in),
+                              fmt::arg("ni", b.n_in), fmt::arg("no", p.outputs.size()), fmt::arg("shape", b.shape),
                               fmt::arg("stream", cuda ? "cudaStream_t stream = static_cast<cudaStream_t>(stream_);" : "(void)stream_;"));
   auto check = [&](const std::string& t, VClass c, const char* dtype) {
     const char* count = c == VClass::E ? "total" : c == VClass::C ? "n" : c == VClass::R ? "rows" : "1";
@@ -255,7 +278,8 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, 
   };
   for (size_t i = 0; i < p.inputs.size(); ++i) {
     const auto& in = p.inputs[i];
-    const std::string t = fmt::format("in[{}]", i);
+    if (b.tensor[i] < 0) continue;
+    const std::string t = fmt::format("in[{}]", b.tensor[i]);
     s += check(t, in.cls, in.integer ? (in.i32 ? "KFAB_I32" : "KFAB_I64") : "KFAB_F32");
     s += fmt::format("  a.in{} = static_cast<decltype(a.in{})>({}.data);\n", i, i, t);
     if (in.cls == VClass::E || in.cls == VClass::C) s += fmt::format("  vec = vec && kfab_aligned16({}.data);\n", t);
@@ -267,6 +291,7 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, 
     s += fmt::format("  a.out{} = static_cast<float*>({}.data);\n", j, t);
     if (c == VClass::E) s += fmt::format("  vec = vec && kfab_aligned16({}.data);\n", t);
   }
+  s += b.setup;
   if (g.n_all > 0 && cuda) {
     s += R"(  static double* ws = nullptr;
   if (ws == nullptr && cudaGetSymbolAddress(reinterpret_cast<void**>(&ws), kfab_ws) != cudaSuccess) return 4;
@@ -358,16 +383,18 @@ __global__ void __launch_bounds__(B) kfab_flat(Args a, int64_t total, int64_t n)
   return s;
 }
 
-std::string generate_rows(const Program& p, const TemplateParams& tp, const std::string& title) {
-  Gen g(p);
+// The generated text of a kernel family: definitions and kernels, then the statements in kfab_run
+// that launch them (after the checks).
+struct Parts {
+  std::string code;
+  std::string launch;
+};
+
+Parts rows_parts(const Program& p, const Gen& g, const TemplateParams& tp) {
   const int B = param(tp, "block", 256), I = param(tp, "items", 4);
   int G = std::min(param(tp, "group", B), B);
   if (G > 32) G = B;  // more than a warp per row: the whole block
-  std::string s = fmt::format("// Generated by kfab's built-in tuner: {} ({}).\n// A row kernel (G threads per row); the program:\n", title,
-                              format_params(tp));
-  for (const auto& line : split_lines(p.describe())) s += "//   " + line + "\n";
-  s += kPrelude;
-  s += kHostHelpers;
+  std::string s;
   s += fmt::format(
       "\nconstexpr int B = {}, G = {}, I = {};  // threads per block, threads per row, at most I float4 a thread keeps\n"
       "constexpr int NRED = {}, NALL = {};\n"
@@ -565,7 +592,21 @@ __global__ void kfab_finish(Args a, int64_t rows, int64_t n) {{
   }
 )";
   if (any_k_out) launch += "  kfab_finish<<<1, 32, 0, stream>>>(a, rows, n);\n";
-  s += host(p, g, launch);
+  return {s, launch};
+}
+
+std::string generate_rows(const Program& p, const TemplateParams& tp, const std::string& title) {
+  Gen g(p);
+  const int B = param(tp, "block", 256);
+  const int G = std::min(param(tp, "group", B), B) > 32 ? B : std::min(param(tp, "group", B), B);
+  std::string s = fmt::format("// Generated by kfab's built-in tuner: {} ({}).\n// A row kernel ({} threads per row); the program:\n", title,
+                              format_params(tp), G);
+  for (const auto& line : split_lines(p.describe())) s += "//   " + line + "\n";
+  s += kPrelude;
+  s += kHostHelpers;
+  const Parts parts = rows_parts(p, g, tp);
+  s += parts.code;
+  s += host(p, g, parts.launch);
   return s;
 }
 
@@ -588,19 +629,9 @@ inline float kfab_gelu_erf(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.7
 inline float kfab_gelu_tanh(float x) { return 0.5f * x * (1.0f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x))); }
 )";
 
-// The host version: rows split across OpenMP threads, each row's loops vectorised (omp simd);
-// all-reductions are OpenMP reductions into doubles.
-std::string generate_cpu(const Program& p, const TemplateParams& tp, const std::string& title) {
-  Gen g(p);
+// The statements of kfab_run that compute the program over [rows, n] on the host.
+std::string cpu_launch(const Program& p, const Gen& g, const TemplateParams& tp) {
   const std::string sched = tp.count("schedule") && tp.at("schedule") == "dynamic" ? "dynamic, 4" : "static";
-  std::string s = fmt::format("// Generated by kfab's built-in tuner: {} ({}).\n// Rows across OpenMP threads, SIMD along each row; the program:\n",
-                              title, format_params(tp));
-  for (const auto& line : split_lines(p.describe())) s += "//   " + line + "\n";
-  s += kCpuPrelude;
-  s += poly_exp_source();
-  s += kCpuActivations;
-  s += kHostHelpers;
-  s += args_struct(p);
   auto access = [](int i) { return fmt::format("a.in{}[r0 + c]", i); };
   std::string body, kconst;
   for (size_t k = 0; k < p.nodes.size(); ++k) {
@@ -680,11 +711,313 @@ std::string generate_cpu(const Program& p, const TemplateParams& tp, const std::
 {fin})",
                                          fmt::arg("kconst", kconst), fmt::arg("wdecl", wdecl), fmt::arg("sched", sched), fmt::arg("wred", wred),
                                          fmt::arg("body", body), fmt::arg("fin", fin));
-  s += host(p, g, launch, false);
-  // expf -> the vectorisable polynomial (only the program's own calls: the prelude has none)
+  return launch;
+}
+
+// expf -> the vectorisable polynomial (only the program's own calls: the prelude has none)
+std::string with_poly_exp(std::string s) {
   for (size_t at = s.find(" expf("); at != std::string::npos; at = s.find(" expf(", at)) s.replace(at, 6, " kfab_exp(");
   for (size_t at = s.find("(expf("); at != std::string::npos; at = s.find("(expf(", at)) s.replace(at, 6, "(kfab_exp(");
   return s;
+}
+
+std::string cpu_head(const Program& p, const TemplateParams& tp, const std::string& title, const char* what) {
+  std::string s = fmt::format("// Generated by kfab's built-in tuner: {} ({}).\n// {}; the program:\n", title, format_params(tp), what);
+  for (const auto& line : split_lines(p.describe())) s += "//   " + line + "\n";
+  s += kCpuPrelude;
+  s += poly_exp_source();
+  s += kCpuActivations;
+  s += kHostHelpers;
+  s += args_struct(p);
+  return s;
+}
+
+// The host version: rows split across OpenMP threads, each row's loops vectorised (omp simd);
+// all-reductions are OpenMP reductions into doubles.
+std::string generate_cpu(const Program& p, const TemplateParams& tp, const std::string& title) {
+  Gen g(p);
+  std::string s = cpu_head(p, tp, title, "Rows across OpenMP threads, SIMD along each row");
+  s += host(p, g, cpu_launch(p, g, tp), false);
+  return with_poly_exp(std::move(s));
+}
+
+// ---- GEMM with an epilogue ----------------------------------------------------------------------
+// C = A @ B over tiles of BM x BN outputs, TM x TN of them per thread, staged through shared memory
+// BK deep (two buffers, the next tile loaded into registers while the current one is multiplied).
+// A pointwise epilogue is applied as the products leave the registers; one with row reductions
+// reads the product back in a row kernel (a second launch).
+
+int product_input(const GemmProgram& gp) {
+  for (size_t i = 0; i < gp.bind.size(); ++i)
+    if (gp.bind[i] < 0) return static_cast<int>(i);
+  return -1;
+}
+
+// Whether every live node is per element, per column or a scalar (no rows, no reductions).
+bool pointwise_only(const Program& p, const Gen& g) {
+  for (size_t k = 0; k < p.nodes.size(); ++k) {
+    const PNode& n = p.nodes[k];
+    if (g.live[k] && (n.cls == VClass::R || n.after_all || is_row_reduction(n.op) || is_all_reduction(n.op) || n.op == "pick"))
+      return false;
+  }
+  for (const auto& o : p.outputs)
+    if (p.nodes[o.second].cls != VClass::E) return false;
+  return true;
+}
+
+// The host statements that check A and B and define the output shape [rows, n] and K.
+Binding gemm_binding(const GemmProgram& gp, bool cuda) {
+  Binding b;
+  b.n_in = gp.tensors;
+  b.tensor = gp.bind;
+  b.shape = fmt::format(R"(  const kfab_tensor& A = in[{a}];
+  const kfab_tensor& W = in[{b}];
+  if (A.dtype != KFAB_F32 || W.dtype != KFAB_F32 || A.ndim != 2 || W.ndim != 2 || !kfab_dense(A) || !kfab_dense(W)) return 2;
+  const int64_t rows = A.shape[0], K = A.shape[1];
+  const int64_t n = W.shape[{ncol}];
+  if (W.shape[{kdim}] != K) return 2;
+  const int64_t total = rows * n;
+)",
+                        fmt::arg("a", gp.a), fmt::arg("b", gp.b), fmt::arg("ncol", gp.trans_b ? 0 : 1), fmt::arg("kdim", gp.trans_b ? 1 : 0));
+  (void)cuda;
+  return b;
+}
+
+std::string gemm_head(const GemmProgram& gp, const TemplateParams& tp, const std::string& title, const char* what) {
+  std::string s = fmt::format("// Generated by kfab's built-in tuner: {} ({}).\n// {}: C = A @ {}, then the epilogue:\n", title,
+                              format_params(tp), what, gp.trans_b ? "W^T (W is [N, K])" : "B");
+  for (const auto& line : split_lines(gp.epilogue.describe())) s += "//   " + line + "\n";
+  return s;
+}
+
+std::string generate_gemm_cuda_impl(const GemmProgram& gp, const TemplateParams& tp, const std::string& title) {
+  const Program& p = gp.epilogue;
+  Gen g(p);
+  const int pin = product_input(gp);
+  const bool fused = pointwise_only(p, g);
+  const int BM = param(tp, "bm", 128), BN = param(tp, "bn", 128), BK = param(tp, "bk", 8), TM = param(tp, "tm", 8), TN = param(tp, "tn", 8);
+  std::string s = gemm_head(gp, tp, title, fused ? "A tiled GEMM, epilogue applied to the registers" : "A tiled GEMM, then a row kernel");
+  s += kPrelude;
+  s += kHostHelpers;
+  Parts rows;
+  if (fused) {
+    s += args_struct(p);
+  } else {
+    rows = rows_parts(p, g, {{"block", "256"}, {"group", "256"}, {"items", "8"}});  // declares Args too
+    s += rows.code;
+  }
+  std::string epi;
+  if (fused) {
+    std::string kconst;
+    for (size_t k = 0; k < p.nodes.size(); ++k) {
+      const PNode& n = p.nodes[k];
+      if (!g.live[k] || n.cls != VClass::K || n.op == "const") continue;
+      std::vector<std::string> args;
+      for (int x : n.args) args.push_back(g.value(x));
+      kconst += fmt::format("  const float k{} = {};\n", k, n.op == "in" ? fmt::format("__ldg(a.in{})", n.input) : pointwise(p, n, args));
+    }
+    std::vector<int> outs;
+    for (const auto& o : p.outputs) outs.push_back(o.second);
+    epi = kconst + "#pragma unroll\n  for (int ii = 0; ii < TM; ++ii) {\n    const int64_t row = m0 + ty * TM + ii;\n    if (row >= rows) continue;\n"
+                   "#pragma unroll\n    for (int jj = 0; jj < TN; ++jj) {\n      const int64_t c = n0 + tx * TN + jj;\n      if (c >= n) continue;\n";
+    epi += g.element(
+        outs, [&](int i) { return i == pin ? std::string("acc[ii][jj]") : fmt::format("__ldg(a.in{} + row * n + c)", i); }, "c", "      ");
+    for (size_t j = 0; j < p.outputs.size(); ++j) epi += fmt::format("      a.out{}[row * n + c] = {};\n", j, g.value(p.outputs[j].second));
+    epi += "    }\n  }\n";
+  } else {
+    epi = "#pragma unroll\n  for (int ii = 0; ii < TM; ++ii) {\n    const int64_t row = m0 + ty * TM + ii;\n    if (row >= rows) continue;\n"
+          "#pragma unroll\n    for (int jj = 0; jj < TN; ++jj) {\n      const int64_t c = n0 + tx * TN + jj;\n"
+          "      if (c < n) o.C[row * n + c] = acc[ii][jj];\n    }\n  }\n";
+  }
+  s += fmt::format(R"(
+constexpr int BM = {bm}, BN = {bn}, BK = {bk}, TM = {tm}, TN = {tn};  // block tile, depth, outputs per thread
+constexpr int NT = (BM / TM) * (BN / TN);                             // threads per block
+constexpr bool TRANS_B = {trans};                                     // B given as W [N, K]
+constexpr int LA = BM * BK / NT, LB = BN * BK / NT;                   // tile elements a thread stages
+static_assert(LA % 4 == 0 && LB % 4 == 0 && BK % 4 == 0 && BN % 4 == 0, "tiles are staged 4 floats at a time");
+
+struct Operands {{
+  const float* __restrict__ A;
+  const float* __restrict__ W;
+  float* __restrict__ C;  // the product, when a row kernel applies the epilogue
+}};
+
+// VEC: A's rows and B's (or W's) rows are read as float4 (K, and N unless TRANS_B, multiples of 4).
+template <bool VEC>
+__global__ void __launch_bounds__(NT) kfab_gemm(Operands o, Args a, int64_t rows, int64_t n, int64_t K) {{
+  __shared__ __align__(16) float As[2][BK][BM];
+  __shared__ __align__(16) float Bs[2][BK][BN];
+  const int tid = threadIdx.x;
+  const int tx = tid % (BN / TN), ty = tid / (BN / TN);
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * BM, n0 = static_cast<int64_t>(blockIdx.x) * BN;
+  float ra[LA], rb[LB];
+  // the tile at depth k0 into registers, 4 consecutive floats of a row of A (and of B or W) at a time
+  auto load = [&](int64_t k0) {{
+#pragma unroll
+    for (int i = 0; i < LA / 4; ++i) {{
+      const int e = tid + i * NT;
+      const int64_t gm = m0 + e / (BK / 4), gk = k0 + (e % (BK / 4)) * 4;
+      const float* src = o.A + gm * K + gk;
+      if (VEC && gm < rows && gk < K) {{
+        const float4 q = __ldg(reinterpret_cast<const float4*>(src));
+        ra[i * 4] = q.x, ra[i * 4 + 1] = q.y, ra[i * 4 + 2] = q.z, ra[i * 4 + 3] = q.w;
+      }} else {{
+#pragma unroll
+        for (int q = 0; q < 4; ++q) ra[i * 4 + q] = gm < rows && gk + q < K ? __ldg(src + q) : 0.0f;
+      }}
+    }}
+#pragma unroll
+    for (int i = 0; i < LB / 4; ++i) {{
+      const int e = tid + i * NT;
+      int64_t gr, gc, lim_r, lim_c, ld;
+      if constexpr (TRANS_B) {{
+        gr = n0 + e / (BK / 4), gc = k0 + (e % (BK / 4)) * 4, lim_r = n, lim_c = K, ld = K;
+      }} else {{
+        gr = k0 + e / (BN / 4), gc = n0 + (e % (BN / 4)) * 4, lim_r = K, lim_c = n, ld = n;
+      }}
+      const float* src = o.W + gr * ld + gc;
+      if (VEC && gr < lim_r && gc < lim_c) {{
+        const float4 q = __ldg(reinterpret_cast<const float4*>(src));
+        rb[i * 4] = q.x, rb[i * 4 + 1] = q.y, rb[i * 4 + 2] = q.z, rb[i * 4 + 3] = q.w;
+      }} else {{
+#pragma unroll
+        for (int q = 0; q < 4; ++q) rb[i * 4 + q] = gr < lim_r && gc + q < lim_c ? __ldg(src + q) : 0.0f;
+      }}
+    }}
+  }};
+  auto stage = [&](int buf) {{
+#pragma unroll
+    for (int i = 0; i < LA / 4; ++i) {{
+      const int e = tid + i * NT;
+      const int r = e / (BK / 4), c = (e % (BK / 4)) * 4;
+#pragma unroll
+      for (int q = 0; q < 4; ++q) As[buf][c + q][r] = ra[i * 4 + q];
+    }}
+#pragma unroll
+    for (int i = 0; i < LB / 4; ++i) {{
+      const int e = tid + i * NT;
+      if constexpr (TRANS_B) {{
+        const int r = e / (BK / 4), c = (e % (BK / 4)) * 4;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) Bs[buf][c + q][r] = rb[i * 4 + q];
+      }} else {{
+        const int r = e / (BN / 4), c = (e % (BN / 4)) * 4;
+        *reinterpret_cast<float4*>(&Bs[buf][r][c]) = make_float4(rb[i * 4], rb[i * 4 + 1], rb[i * 4 + 2], rb[i * 4 + 3]);
+      }}
+    }}
+  }};
+  float acc[TM][TN] = {{}};
+  load(0);
+  stage(0);
+  __syncthreads();
+  int buf = 0;
+  for (int64_t k0 = 0; k0 < K; k0 += BK) {{
+    const bool more = k0 + BK < K;
+    if (more) load(k0 + BK);
+#pragma unroll
+    for (int kk = 0; kk < BK; ++kk) {{
+      float av[TM], bv[TN];
+#pragma unroll
+      for (int i = 0; i < TM; i += 4) *reinterpret_cast<float4*>(&av[i]) = *reinterpret_cast<const float4*>(&As[buf][kk][ty * TM + i]);
+#pragma unroll
+      for (int j = 0; j < TN; j += 4) *reinterpret_cast<float4*>(&bv[j]) = *reinterpret_cast<const float4*>(&Bs[buf][kk][tx * TN + j]);
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+    }}
+    if (more) {{
+      stage(buf ^ 1);
+      __syncthreads();
+      buf ^= 1;
+    }}
+  }}
+  (void)a, (void)o;
+{epi}}}
+)",
+                   fmt::arg("bm", BM), fmt::arg("bn", BN), fmt::arg("bk", BK), fmt::arg("tm", TM), fmt::arg("tn", TN),
+                   fmt::arg("trans", gp.trans_b ? "true" : "false"), fmt::arg("epi", epi));
+  Binding b = gemm_binding(gp, true);
+  if (!fused)
+    b.setup = fmt::format(R"(  // the product's buffer, kept between calls (grown when a shape needs more)
+  static float* product = nullptr;
+  static int64_t capacity = 0;
+  if (total > capacity) {{
+    if (product != nullptr) cudaFree(product);
+    product = nullptr, capacity = 0;
+    if (cudaMalloc(reinterpret_cast<void**>(&product), sizeof(float) * static_cast<size_t>(total)) != cudaSuccess) return 4;
+    capacity = total;
+  }}
+  a.in{} = product;
+)",
+                          pin);
+  std::string launch = fmt::format(R"(  if (total == 0) return 0;
+  const int64_t gx = (n + BN - 1) / BN, gy = (rows + BM - 1) / BM;
+  if (gx > 2147483647 || gy > 65535) return 6;
+  const Operands o{{static_cast<const float*>(A.data), static_cast<const float*>(W.data), {c}}};
+  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
+  const bool v4 = K % 4 == 0 && (TRANS_B || n % 4 == 0) && kfab_aligned16(A.data) && kfab_aligned16(W.data);
+  if (v4) kfab_gemm<true><<<grid, NT, 0, stream>>>(o, a, rows, n, K);
+  else kfab_gemm<false><<<grid, NT, 0, stream>>>(o, a, rows, n, K);
+)",
+                                   fmt::arg("c", fused ? "nullptr" : "product"));
+  if (!fused) launch += rows.launch;
+  s += host(p, g, launch, true, &b);
+  return s;
+}
+
+std::string generate_gemm_cpp_impl(const GemmProgram& gp, const TemplateParams& tp, const std::string& title) {
+  const Program& p = gp.epilogue;
+  Gen g(p);
+  const int pin = product_input(gp);
+  std::string s = gemm_head(gp, tp, title, "A blocked GEMM (i-k-j order, SIMD along B's rows), then the epilogue over rows");
+  s += "#include <vector>\n\n";
+  s += kCpuPrelude;
+  s += poly_exp_source();
+  s += kCpuActivations;
+  s += kHostHelpers;
+  s += args_struct(p);
+  Binding b = gemm_binding(gp, false);
+  b.setup = fmt::format(R"(  // the product (and W transposed to [K, N]), in buffers kept between calls
+  static std::vector<float> product, wt;
+  product.resize(static_cast<size_t>(total));
+  const float* ap = static_cast<const float*>(A.data);
+  const float* bp = static_cast<const float*>(W.data);
+  if ({trans}) {{
+    wt.resize(static_cast<size_t>(K * n));
+#pragma omp parallel for schedule(static) if (K * n > 262144)
+    for (int64_t j0 = 0; j0 < n; j0 += 32)
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t j = j0; j < j0 + 32 && j < n; ++j) wt[k * n + j] = bp[j * K + k];
+    bp = wt.data();
+  }}
+  float* cp = product.data();
+  constexpr int64_t MB = {rows}, KB = {kblock};
+#pragma omp parallel for schedule(dynamic, 1) if (rows * n * K > 262144)
+  for (int64_t i0 = 0; i0 < rows; i0 += MB) {{
+    const int64_t i1 = i0 + MB < rows ? i0 + MB : rows;
+    for (int64_t i = i0; i < i1; ++i)
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) cp[i * n + j] = 0.0f;
+    for (int64_t k0 = 0; k0 < K; k0 += KB) {{
+      const int64_t k1 = k0 + KB < K ? k0 + KB : K;
+      for (int64_t i = i0; i < i1; ++i) {{
+        float* crow = cp + i * n;
+        for (int64_t kk = k0; kk < k1; ++kk) {{
+          const float av = ap[i * K + kk];
+          const float* brow = bp + kk * n;
+#pragma omp simd
+          for (int64_t j = 0; j < n; ++j) crow[j] += av * brow[j];
+        }}
+      }}
+    }}
+  }}
+  a.in{pin} = cp;
+)",
+                        fmt::arg("trans", gp.trans_b ? "true" : "false"), fmt::arg("rows", param(tp, "rows", 8)),
+                        fmt::arg("kblock", param(tp, "kblock", 256)), fmt::arg("pin", pin));
+  s += host(p, g, cpu_launch(p, g, tp), false, &b);
+  return with_poly_exp(std::move(s));
 }
 
 }  // namespace
@@ -742,6 +1075,30 @@ std::string generate_fused_cuda(const Program& p, const TemplateParams& tp, cons
   const auto it = tp.find("kernel");
   if (it != tp.end() && it->second == "flat" && !p.needs_rows()) return generate_flat(p, tp, title);
   return generate_rows(p, tp, title);
+}
+
+std::string generate_gemm_cuda(const GemmProgram& gp, const TemplateParams& tp, const std::string& title) {
+  return generate_gemm_cuda_impl(gp, tp, title);
+}
+
+std::string generate_gemm_cpp(const GemmProgram& gp, const TemplateParams& tp, const std::string& title) {
+  return generate_gemm_cpp_impl(gp, tp, title);
+}
+
+std::vector<TemplateParams> gemm_grid(const std::string& target) {
+  std::vector<TemplateParams> g;
+  if (target == "cpu") {
+    for (const char* mb : {"8", "4", "16"})
+      for (const char* kb : {"256", "128"}) g.push_back({{"rows", mb}, {"kblock", kb}});
+    return g;
+  }
+  // {bm, bn, bk, tm, tn}: 256 threads each; the large tiles first (large GEMMs), the small ones for
+  // shapes that would leave most of the GPU idle with them
+  for (const auto& t : std::vector<std::array<int, 5>>{
+           {128, 128, 8, 8, 8}, {128, 64, 16, 8, 4}, {64, 128, 16, 4, 8}, {64, 64, 16, 4, 4}, {128, 128, 16, 8, 8}})
+    g.push_back({{"bm", std::to_string(t[0])}, {"bn", std::to_string(t[1])}, {"bk", std::to_string(t[2])}, {"tm", std::to_string(t[3])},
+                 {"tn", std::to_string(t[4])}});
+  return g;
 }
 
 }  // namespace kfab

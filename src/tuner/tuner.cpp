@@ -44,6 +44,7 @@ Expected<json> tune(const TuneOptions& in) {
   std::string material;  // the cache key's material: what the task computes, where, which templates
   json program_json;     // a KernelBench task's traced program (kept in the cache: a rerun needs no trace)
   Program program;
+  GemmProgram gemm_program;
   const std::string ext = opt.target == "cuda" ? ".cu" : ".cpp";
   if (kb) {
     if (opt.target != "cuda" && opt.target != "cpu")
@@ -53,7 +54,9 @@ Expected<json> tune(const TuneOptions& in) {
     auto text = read_file(opt.task);
     if (!text) return make_error("cannot read " + opt.task.string());
     task = kb_store_task(opt.task);
-    material = *text + '\0' + opt.target + '\0' + backend->describe() + '\0' + fused.name + std::to_string(fused.version);
+    const KernelTemplate& gemm = opt.target == "cuda" ? gemm_cuda_template() : gemm_cpu_template();
+    material = *text + '\0' + opt.target + '\0' + backend->describe() + '\0' + fused.name + std::to_string(fused.version) + '\0' +
+               gemm.name + std::to_string(gemm.version);
     // single-op tasks a program cannot state go to a dedicated template (the trace's "kind")
     const std::map<std::string, std::string> by_kind =
         opt.target == "cuda" ? std::map<std::string, std::string>{{"scan", "cuda_row_scan"}, {"middle_sum", "cuda_middle_sum"},
@@ -96,13 +99,22 @@ Expected<json> tune(const TuneOptions& in) {
     } else {
       std::vector<PInput> ins;
       std::vector<std::string> outs;
+      const bool is_gemm = program_json.contains("gemm");
       try {
         for (const auto& i : program_json.at("inputs")) {
           const std::string c = i.at("cls").get<std::string>();
           ins.push_back({i.at("name").get<std::string>(), c == "E" ? VClass::E : c == "C" ? VClass::C : c == "R" ? VClass::R : VClass::K,
                          i.value("integer", false), i.value("i32", false)});
+          gemm_program.bind.push_back(i.value("tensor", static_cast<int>(gemm_program.bind.size())));
         }
         outs = program_json.at("outputs").get<std::vector<std::string>>();
+        if (is_gemm) {
+          const json& g = program_json.at("gemm");
+          gemm_program.a = g.at("a").get<int>();
+          gemm_program.b = g.at("b").get<int>();
+          gemm_program.trans_b = g.at("trans_b").get<bool>();
+          gemm_program.tensors = program_json.at("tensors").get<int>();
+        }
       } catch (const json::exception& e) {
         return make_error(std::string("the traced program is malformed: ") + e.what());
       }
@@ -110,13 +122,23 @@ Expected<json> tune(const TuneOptions& in) {
       if (!p) return make_error("the traced program does not parse: " + p.error().message);
       if (auto ok = fused_supported(*p); !ok) return make_error("the built-in tuner cannot take this program: " + ok.error().message);
       program = std::move(*p);
-      say("program:\n" + program_json.value("formula", std::string()));
-      const auto grid = opt.target == "cuda" ? fused_grid(program, program_json.value("n", int64_t{1024})) : fused_cpu_grid();
-      for (const auto& g : grid) points.push_back({fused.name, g});
-      source = [&](const Point& pt) {
-        return opt.target == "cuda" ? generate_fused_cuda(program, pt.params, "fused row program for " + task.name)
-                                    : generate_fused_cpp(program, pt.params, "fused row program for " + task.name);
-      };
+      say(std::string(is_gemm ? "a GEMM (" + gemm.name + "), then the epilogue" : "program") + ":\n" +
+          program_json.value("formula", std::string()));
+      if (is_gemm) {
+        gemm_program.epilogue = program;
+        for (const auto& g : gemm_grid(opt.target)) points.push_back({gemm.name, g});
+        source = [&](const Point& pt) {
+          return opt.target == "cuda" ? generate_gemm_cuda(gemm_program, pt.params, "GEMM + epilogue for " + task.name)
+                                      : generate_gemm_cpp(gemm_program, pt.params, "GEMM + epilogue for " + task.name);
+        };
+      } else {
+        const auto grid = opt.target == "cuda" ? fused_grid(program, program_json.value("n", int64_t{1024})) : fused_cpu_grid();
+        for (const auto& g : grid) points.push_back({fused.name, g});
+        source = [&](const Point& pt) {
+          return opt.target == "cuda" ? generate_fused_cuda(program, pt.params, "fused row program for " + task.name)
+                                      : generate_fused_cpp(program, pt.params, "fused row program for " + task.name);
+        };
+      }
     }
   } else {
     auto t = load_task(opt.task);

@@ -115,6 +115,36 @@ TEST_F(CudaBuild, CudaTemplatesCompileAtEveryPoint) {
   EXPECT_EQ(built, 10);
 }
 
+// GEMM + epilogue: the native tasks at every point, and a Linear (W given as [N, K]) followed by a
+// row-reducing epilogue (the two-kernel path).
+TEST_F(CudaBuild, GemmEpiloguesCompileAtEveryPoint) {
+  int built = 0;
+  auto build = [&](const std::string& name, const std::string& src) {
+    const auto f = scratch() / (name + "_g" + std::to_string(built) + ".cu");
+    ASSERT_TRUE(write_file_atomic(f, src).has_value());
+    auto r = backend_.build(f);
+    ASSERT_TRUE(r.ok()) << name << "\n" << r.failure().message;
+    ++built;
+  };
+  for (const char* t : {"matmul", "matmul_bias_relu"}) {
+    auto task = load_task(std::filesystem::path(KFAB_SOURCE_DIR) / "tasks/core" / t);
+    ASSERT_TRUE(task.has_value()) << t;
+    auto gp = task_gemm(*task);
+    ASSERT_TRUE(gp.has_value()) << t << ": " << gp.error().message;
+    for (const auto& point : gemm_grid("cuda")) build(t, generate_gemm_cuda(*gp, point, t));
+  }
+  GemmProgram ln;
+  ln.a = 0, ln.b = 1, ln.trans_b = true, ln.tensors = 4, ln.bind = {2, 3, -1};
+  auto p = parse_program("m = rowmean(acc); d = acc - m; y = relu(d * rsqrt(rowmean(d * d) + 1e-5) * g + b)",
+                         {{"g", VClass::C}, {"b", VClass::C}, {"acc", VClass::E}}, {"y"});
+  ASSERT_TRUE(p.has_value()) << p.error().message;
+  ln.epilogue = *p;
+  const std::string src = generate_gemm_cuda(ln, gemm_grid("cuda").front(), "linear_layernorm_relu");
+  EXPECT_NE(src.find("kfab_rows_cached"), std::string::npos) << "a row-reducing epilogue runs as a row kernel";
+  build("linear_layernorm_relu", src);
+  EXPECT_EQ(built, 11);
+}
+
 TEST_F(CudaBuild, ArchitectureComesFromTheDeviceOrDefaultsToHopper) {
   EXPECT_EQ(backend_.arch().rfind("sm_", 0), 0u);
 }

@@ -36,7 +36,7 @@ TEST(Tuner, SearchesThenReusesItsCachedResult) {
 
 TEST(Tuner, EveryBundledTaskWithATemplateTunesToAPassingKernel) {
   for (const char* task : {"softmax", "log_softmax", "rms_norm", "layer_norm", "cumsum", "transpose", "matmul", "sum_dim1", "gelu",
-                           "scale_shift_gelu", "cross_entropy"}) {
+                           "scale_shift_gelu", "cross_entropy", "matmul_bias_relu"}) {
     CliResult r = kfab_cli({"optimize", std::string("tasks/core/") + task, "--target", "cpu", "--points", "2", "--fresh", "--json",
                             "--quiet", "--out", (scratch() / (std::string("tune-") + task)).string()});
     EXPECT_EQ(r.status.code, 0) << task << "\n" << r.out << r.err;
@@ -47,13 +47,27 @@ TEST(Tuner, EveryBundledTaskWithATemplateTunesToAPassingKernel) {
     if (std::string(task) == "gelu" || std::string(task) == "cross_entropy") {
       EXPECT_EQ(j["tuner"]["template"], "cpu_fused_rows") << task;
     }
+    if (std::string(task) == "matmul_bias_relu") {
+      EXPECT_EQ(j["tuner"]["template"], "cpu_gemm_epilogue") << task;
+    }
   }
 }
 
 TEST(Tuner, AnOpClassWithoutATemplateIsBadInputNamingIt) {
-  CliResult r = kfab_cli({"optimize", "tasks/core/matmul_bias_relu", "--target", "cpu", "--json"});
+  // matmul_bias_relu with an op class no template takes and no formula
+  const auto dir = scratch() / "conv_like";
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy(std::filesystem::path(KFAB_SOURCE_DIR) / "tasks/core/matmul_bias_relu/reference.cpp", dir / "reference.cpp");
+  std::filesystem::copy(std::filesystem::path(KFAB_SOURCE_DIR) / "tasks/core/matmul_bias_relu/reference.cu", dir / "reference.cu");
+  auto manifest = read_file(std::filesystem::path(KFAB_SOURCE_DIR) / "tasks/core/matmul_bias_relu/task.toml");
+  ASSERT_TRUE(manifest.has_value());
+  std::string m = *manifest;
+  m.replace(m.find("op_class = \"matmul_epilogue\""), std::string("op_class = \"matmul_epilogue\"").size(), "op_class = \"convolution\"");
+  m.erase(m.find("formula = "), m.find('\n', m.find("formula = ")) - m.find("formula = "));
+  ASSERT_TRUE(write_file_atomic(dir / "task.toml", m).has_value());
+  CliResult r = kfab_cli({"optimize", dir.string(), "--target", "cpu", "--json"});
   EXPECT_EQ(r.status.code, 2) << r.out << r.err;
-  EXPECT_NE(r.json().value("error", "").find("no template for op class \"matmul_epilogue\""), std::string::npos) << r.out;
+  EXPECT_NE(r.json().value("error", "").find("no template for op class \"convolution\""), std::string::npos) << r.out;
 }
 
 }  // namespace kfab::test

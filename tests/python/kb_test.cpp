@@ -130,6 +130,9 @@ TEST_F(KbEval, TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest) {
   const std::set<std::string> fusible = {"rms_norm",      "l1_relu",         "l1_gelu_tanh",  "l1_mish",
                                          "l1_softmax",    "l1_log_softmax",  "l1_layer_norm", "l1_amax_dim",
                                          "l1_cross_entropy", "l1_mse_loss",  "l1_huber_loss", "l1_kl_div"};
+  // a GEMM (aten.mm / addmm) followed by a program over its product
+  const std::set<std::string> gemms = {"l1_matmul", "l2_linear_gelu_scale", "l2_linear_layernorm_relu", "l2_linear_residual_rmsnorm",
+                                       "l2_linear_scale_clamp_logsumexp", "l2_linear_swish_sum"};
   // single-op Models that go to a dedicated template rather than a program
   const std::map<std::string, std::pair<std::string, std::string>> kinds = {
       {"l1_cumsum", {"scan", "cuda_row_scan"}}, {"l1_sum_dim", {"middle_sum", "cuda_middle_sum"}},
@@ -157,6 +160,29 @@ TEST_F(KbEval, TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest) {
       ++compiled;
       continue;
     }
+    if (gemms.count(stem)) {
+      ASSERT_TRUE(tr->value("supported", false)) << stem << ": " << tr->value("reason", std::string());
+      ASSERT_TRUE(tr->contains("gemm")) << stem << ": " << tr->dump();
+      GemmProgram gp;
+      std::vector<PInput> ins;
+      for (const auto& i : (*tr)["inputs"]) {
+        const std::string c = i["cls"];
+        ins.push_back({i["name"], c == "E" ? VClass::E : c == "C" ? VClass::C : c == "R" ? VClass::R : VClass::K, i["integer"], i["i32"]});
+        gp.bind.push_back(i["tensor"]);
+      }
+      gp.a = (*tr)["gemm"]["a"], gp.b = (*tr)["gemm"]["b"], gp.trans_b = (*tr)["gemm"]["trans_b"], gp.tensors = (*tr)["tensors"];
+      EXPECT_EQ(gp.trans_b, stem != "l1_matmul") << stem << ": a Linear's weight is [N, K]";
+      auto p = parse_program((*tr)["formula"], ins, (*tr)["outputs"].get<std::vector<std::string>>());
+      ASSERT_TRUE(p.has_value()) << stem << ": " << p.error().message << "\n" << (*tr)["formula"];
+      gp.epilogue = *p;
+      if (!nvcc.has_compiler()) continue;
+      const auto f = scratch() / (stem + ".cu");
+      ASSERT_TRUE(write_file_atomic(f, generate_gemm_cuda(gp, gemm_grid("cuda").front(), stem)).has_value());
+      auto b = nvcc.build(f);
+      ASSERT_TRUE(b.ok()) << stem << "\n" << b.failure().message;
+      ++compiled;
+      continue;
+    }
     if (!fusible.count(stem)) {
       EXPECT_FALSE(tr->value("supported", true)) << stem << " traced to\n" << tr->value("formula", std::string());
       EXPECT_FALSE(tr->value("reason", std::string()).empty()) << stem;
@@ -172,14 +198,14 @@ TEST_F(KbEval, TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest) {
     ASSERT_TRUE(p.has_value()) << stem << ": " << p.error().message << "\n" << (*tr)["formula"];
     ASSERT_TRUE(fused_supported(*p).has_value()) << stem;
     if (stem == "l1_kl_div") {
-    EXPECT_NE((*tr)["formula"].get<std::string>().find("nrows"), std::string::npos) << (*tr)["formula"];
-  }
+      EXPECT_NE((*tr)["formula"].get<std::string>().find("nrows"), std::string::npos) << (*tr)["formula"];
+    }
     if (stem == "l1_layer_norm") {
-    EXPECT_TRUE(p->needs_rows());
-  }
+      EXPECT_TRUE(p->needs_rows());
+    }
     if (stem == "l1_relu") {
-    EXPECT_FALSE(p->needs_rows());
-  }
+      EXPECT_FALSE(p->needs_rows());
+    }
     if (!nvcc.has_compiler()) continue;
     const auto grid = fused_grid(*p, (*tr)["n"].get<int64_t>());
     ASSERT_FALSE(grid.empty()) << stem;
@@ -191,7 +217,7 @@ TEST_F(KbEval, TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest) {
   }
   EXPECT_GE(seen, 27);
   if (nvcc.has_compiler()) {
-    EXPECT_EQ(compiled, static_cast<int>(fusible.size() + kinds.size()));
+    EXPECT_EQ(compiled, static_cast<int>(fusible.size() + kinds.size() + gemms.size()));
   }
 }
 
@@ -217,9 +243,29 @@ TEST_F(KbEval, TheTunerTracesAKernelBenchModelAndTunesItsProgram) {
   EXPECT_TRUE(again.json()["tuner"]["cached"].get<bool>());
   EXPECT_EQ(again.json()["candidates"], 0);
 
-  CliResult mm = kfab_cli({"optimize", std::string(KFAB_SOURCE_DIR) + "/tasks/kb/l1_matmul.py", "--target", "cpu", "--json"}, 900);
+  CliResult mm = kfab_cli({"optimize", std::string(KFAB_SOURCE_DIR) + "/tasks/kb/l1_bmm.py", "--target", "cpu", "--json"}, 900);
   EXPECT_EQ(mm.status.code, 2) << mm.out << mm.err;
-  EXPECT_NE(mm.json().value("error", "").find("aten.mm"), std::string::npos) << mm.out;
+  EXPECT_NE(mm.json().value("error", "").find("aten.bmm"), std::string::npos) << mm.out;
+}
+
+// Linear -> + residual -> RMS norm: the trace finds the GEMM (a Linear's weight, transposed), takes
+// the residual (the GEMM's own left operand) as an epilogue input, and the tuned kernel passes on
+// every shape, held-out ones included.
+TEST_F(KbEval, TheTunerFindsAGemmAndTunesItWithItsEpilogue) {
+  const std::string task = std::string(KFAB_SOURCE_DIR) + "/tasks/kb/l2_linear_residual_rmsnorm.py";
+  CliResult r = kfab_cli({"optimize", task, "--target", "cpu", "--fresh", "--points", "2", "--json", "--quiet", "--out",
+                          (scratch() / "kb-gemm").string()},
+                         900);
+  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  nlohmann::json j = r.json();
+  EXPECT_EQ(j["best"]["disposition"], "passed") << j.dump(2);
+  EXPECT_EQ(j["tuner"]["template"], "cpu_gemm_epilogue");
+  const std::string program = j["tuner"]["program"];
+  EXPECT_NE(program.find("rowmean("), std::string::npos) << program;
+  EXPECT_NE(program.find("acc"), std::string::npos) << program;
+  bool heldout = false;
+  for (const auto& s : j["verdict"]["shapes"]) heldout = heldout || s.value("heldout", false);
+  EXPECT_TRUE(heldout);
 }
 
 }  // namespace kfab::test
