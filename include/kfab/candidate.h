@@ -52,4 +52,10 @@ typedef struct {
 KFAB_EXPORT int kfab_run(const kfab_tensor* inputs, int32_t n_inputs, kfab_tensor* outputs,
                          int32_t n_outputs, void* stream);
 
+/* Optional (an addition to version 1), KernelBench-format tasks only: when a candidate exports it,
+ * kfab calls it once per shape, before any kfab_run at that shape, with the numbers of the Model's
+ * get_init_inputs() in order (nested lists flattened; anything not a number passed as NaN): the
+ * constructor arguments no tensor carries, such as a group norm's num_groups. 0 = success. */
+KFAB_EXPORT int kfab_init(const double* init_inputs, int32_t n_init_inputs);
+
 #endif /* KFAB_CANDIDATE_H */

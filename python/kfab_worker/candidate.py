@@ -60,6 +60,9 @@ class Candidate:
     def setup(self, model: torch.nn.Module, device: str, dtype: torch.dtype) -> None:
         self.params = taskmod.params_and_buffers(model)
 
+    def init(self, scalars: list) -> None:
+        """The Model's numeric constructor arguments at this shape (see kfab_init in candidate.h)."""
+
     def __call__(self, inputs: list, outputs: list | None):
         raise NotImplementedError
 
@@ -80,6 +83,18 @@ class Native(Candidate):
         self.fn.argtypes = [ctypes.POINTER(_KfabTensor), ctypes.c_int32, ctypes.POINTER(_KfabTensor), ctypes.c_int32,
                             ctypes.c_void_p]
         self.device = device
+
+    def init(self, scalars: list) -> None:
+        try:
+            fn = self.lib.kfab_init
+        except AttributeError:
+            return  # optional
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.POINTER(ctypes.c_double), ctypes.c_int32]
+        arr = (ctypes.c_double * max(1, len(scalars)))(*scalars)
+        rc = fn(arr, len(scalars))
+        if rc != 0:
+            raise CandidateError("runtime_failed", f"kfab_init returned {rc}")
 
     def __call__(self, inputs, outputs):
         all_in = list(inputs) + self.params

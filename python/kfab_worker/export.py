@@ -119,9 +119,22 @@ def _views(tensors):
     return arr, keep
 
 
+_initialised = None  # the init numbers kfab_init was last called with
+
+
+def _numbers(v, out):
+    if isinstance(v, (list, tuple)):
+        for x in v:
+            _numbers(x, out)
+    else:
+        out.append(float(v) if isinstance(v, (bool, int, float)) else float("nan"))
+    return out
+
+
 class ModelNew(_task.Model):
     def __init__(self, *init_inputs):
         super().__init__(*init_inputs)
+        self.__dict__["_init"] = _numbers(list(init_inputs), [])
         with torch.device("meta"):
             self.__dict__["_shapes"] = _task.Model(*init_inputs)
         self.__dict__["_run"] = None if _KIND in ("cuda", "cpp") else _import("candidate", _CANDIDATE_SOURCE).run
@@ -144,7 +157,14 @@ class ModelNew(_task.Model):
         if self._run is not None:
             self._run(ins, outs)
         else:
-            _, fn = _build_native()
+            lib, fn = _build_native()
+            global _initialised
+            if _initialised != self._init and hasattr(lib, "kfab_init"):  # optional: see candidate.h
+                arr = (ctypes.c_double * max(1, len(self._init)))(*self._init)
+                rc = lib.kfab_init(arr, ctypes.c_int32(len(self._init)))
+                if rc != 0:
+                    raise RuntimeError("kfab_init returned %d" % rc)
+            _initialised = self._init
             a, ka = _views(ins)
             b, kb = _views(outs)
             stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None

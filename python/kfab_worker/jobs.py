@@ -141,8 +141,11 @@ class _Setup:
         self.path = req["candidate"]["path"]
         try:
             self.cand.setup(self.model, self.device, self.dtype)
+            self.cand.init(self.task.init_scalars(self.shape))
         except candmod.CandidateError as e:
             raise JobFailure(e.kind, e.detail) from e
+        except taskmod.TaskError as e:
+            raise JobFailure("task_error", str(e)) from e
         self.watch = guard.Watch(self.task.forbidden + list(req.get("forbidden", [])))
         self.atol, self.rtol = self.task.tol(self.dtype)
         self.calls = 0

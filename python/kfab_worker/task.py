@@ -119,6 +119,26 @@ class KbTask:
             out.append(x)
         return out
 
+    def init_scalars(self, overrides: dict) -> list:
+        """get_init_inputs() at `overrides` as numbers, nested lists flattened, anything else NaN."""
+        self.apply(overrides)
+        try:
+            args = list(self.mod.get_init_inputs())
+        except Exception as e:  # noqa: BLE001
+            raise TaskError(f"{self.path}: get_init_inputs() raised {type(e).__name__}: {e}") from e
+        out = []
+
+        def walk(v):
+            if isinstance(v, (list, tuple)):
+                for x in v:
+                    walk(x)
+            elif isinstance(v, (bool, int, float)):
+                out.append(float(v))
+            else:
+                out.append(float("nan"))
+        walk(args)
+        return out
+
     def scale_for(self, seed_index: int) -> float:
         s = SCALES[seed_index % len(SCALES)]
         return 1.0 if s in self._bad_scales else s

@@ -357,6 +357,32 @@ def _find_gemm(gm):
     return node, pa, pb, trans, bias
 
 
+def _group_norm_kind(gm, example: list):
+    """A Model that is one group norm (aten.native_group_norm) of its input with an affine weight and
+    bias, which go to a dedicated template: its group count and eps come with it."""
+    ops = [n for n in gm.graph.nodes if n.op == "call_function" and _base(n) not in _COPIES]
+    gn = [n for n in ops if _base(n) == "native_group_norm"]
+    if len(gn) != 1 or any(n is not gn[0] and n.target is not operator.getitem for n in ops):
+        return None
+    node = gn[0]
+    x, w, b = node.args[:3]
+    groups, eps = node.args[6], node.args[7]
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if not (x is placeholders[0] and w is not None and b is not None and w.op == "placeholder" and b.op == "placeholder"):
+        return None
+    if [placeholders.index(w), placeholders.index(b)] != [1, 2] or len(placeholders) != 3:
+        return None
+    if any(e.dtype != torch.float32 for e in example) or example[0].dim() < 3:
+        return None
+    outs = [n for n in gm.graph.nodes if n.op == "output"][0].args[0]
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    if len(outs) != 1 or outs[0].target is not operator.getitem or outs[0].args != (node, 0):
+        return None
+    return {"supported": True, "kind": "group_norm", "formula": "", "outputs": ["out0"], "shape": list(example[0].shape),
+            "inputs": [{"name": f"in{i}", "cls": "E" if i == 0 else "C", "integer": False, "i32": False} for i in range(3)],
+            "op_params": {"groups": int(groups), "eps": float(eps)}}
+
+
 def _trace_at(t: taskmod.KbTask, shape: dict) -> dict:
     from torch.fx.experimental.proxy_tensor import make_fx
     model = t.model(shape, "cpu", torch.float32)
@@ -375,8 +401,10 @@ def _trace_at(t: taskmod.KbTask, shape: dict) -> dict:
         gm = make_fx(f, decomposition_table=_decompositions(), tracing_mode="fake")(*example)
     except Exception as e:  # noqa: BLE001 - a model make_fx cannot trace is simply not fusible here
         return {"supported": False, "reason": f"tracing failed: {type(e).__name__}: {e}"}
-    kind = _single_op_kind(gm, example)
+    kind = _single_op_kind(gm, example) or _group_norm_kind(gm, example)
     if kind is not None:
+        if kind.get("op_params"):
+            kind["init"] = t.init_scalars(shape)
         return kind
     try:
         gemm = _find_gemm(gm)
@@ -473,6 +501,26 @@ def _generalize(a: dict, b: dict) -> dict:
     return r
 
 
+def _bind_params(a: dict, b: dict) -> dict:
+    """A dedicated template's numbers (a group count, an eps) that change with the shape are the
+    Model's constructor arguments: each becomes `NAME_init`, the index of the init input that equals
+    it at both traced shapes (kfab_init passes them to the kernel); one found nowhere is refused."""
+    params = dict(a["op_params"])
+    for k, va in a["op_params"].items():
+        vb = b["op_params"][k]
+        if va == vb:
+            continue
+        hits = [i for i, (x, y) in enumerate(zip(a["init"], b["init"])) if x == va and y == vb]
+        if not hits:
+            return {"supported": False, "reason": f"the {a['kind']}'s {k} changes with the shape ({va}, then {vb}) and is none of the "
+                                                  f"Model's constructor arguments, so no kernel can know it"}
+        params[k + "_init"] = hits[0]
+    r = dict(a)
+    r["op_params"] = params
+    r.pop("init", None)
+    return r
+
+
 def trace(t: taskmod.KbTask, overrides: dict) -> dict:
     """{"supported", "reason"?, "formula", "inputs": [{name, cls, integer, i32}], "outputs": [...],
     "shape", "n": the row length at `overrides`}. The Model is traced at its own constants and at a
@@ -482,6 +530,13 @@ def trace(t: taskmod.KbTask, overrides: dict) -> dict:
     if not a.get("supported"):
         return a
     other = t.heldout[0] if t.heldout else (t.gpu or None)
+    if other and a.get("op_params"):
+        b = _trace_at(t, other)
+        if b.get("kind") != a["kind"]:
+            return {"supported": False, "reason": f"the Model is a {a['kind']} at one shape but not at another"}
+        a = _bind_params(a, b)
+        if not a.get("supported"):
+            return a
     if other and not a.get("kind"):
         b = _trace_at(t, other)
         if not b.get("supported"):

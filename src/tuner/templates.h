@@ -35,6 +35,9 @@ bool cpu_applies_middle_sum(const Task& task);
 /// The cuda templates that are not fused row programs (cumsum, transpose, middle-dimension sum).
 std::vector<const KernelTemplate*> cuda_templates();
 
+/// The group norm templates (cuda and cpu; op class group_norm with [op_params] groups and eps).
+std::vector<const KernelTemplate*> group_norm_templates();
+
 /// C++ source of `static inline float kfab_exp(float)`: exp as a polynomial that vectorises under
 /// `omp simd` (about 2e-7 relative error), for generated cpu candidates.
 const char* poly_exp_source();

@@ -60,9 +60,9 @@ Expected<json> tune(const TuneOptions& in) {
     // single-op tasks a program cannot state go to a dedicated template (the trace's "kind")
     const std::map<std::string, std::string> by_kind =
         opt.target == "cuda" ? std::map<std::string, std::string>{{"scan", "cuda_row_scan"}, {"middle_sum", "cuda_middle_sum"},
-                                                                  {"transpose", "cuda_tiled_transpose"}}
+                                                                  {"transpose", "cuda_tiled_transpose"}, {"group_norm", "cuda_group_norm"}}
                              : std::map<std::string, std::string>{{"scan", "cpu_rowwise_cumsum"}, {"middle_sum", "cpu_middle_sum"},
-                                                                  {"transpose", "cpu_tiled_transpose"}};
+                                                                  {"transpose", "cpu_tiled_transpose"}, {"group_norm", "cpu_group_norm"}};
     for (const auto& [kind, name] : by_kind)
       if (const auto* t2 = template_named(name)) material += '\0' + name + std::to_string(t2->version);
     // the cache may hold the traced program; otherwise the Python worker traces the Model
@@ -94,6 +94,15 @@ Expected<json> tune(const TuneOptions& in) {
       const KernelTemplate* dedicated = it == by_kind.end() ? nullptr : template_named(it->second);
       if (dedicated == nullptr) return make_error("the traced Model is a \"" + kind + "\", which has no template on " + opt.target);
       say("the Model is one " + kind + ": template " + dedicated->name);
+      // the numbers the template needs beyond the tensors (a group count, eps), from the trace
+      if (program_json.contains("op_params")) {
+        try {
+          for (const auto& [k, v] : program_json.at("op_params").items()) task.op_params[k] = v.get<double>();
+        } catch (const json::exception& e) {
+          return make_error(std::string("the traced program is malformed: ") + e.what());
+        }
+        task.op_class = kind;
+      }
       for (const auto& g : dedicated->grid(task)) points.push_back({dedicated->name, g});
       source = [&, dedicated](const Point& pt) { return dedicated->generate(task, pt.params); };
     } else {

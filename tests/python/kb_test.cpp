@@ -136,7 +136,7 @@ TEST_F(KbEval, TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest) {
   // single-op Models that go to a dedicated template rather than a program
   const std::map<std::string, std::pair<std::string, std::string>> kinds = {
       {"l1_cumsum", {"scan", "cuda_row_scan"}}, {"l1_sum_dim", {"middle_sum", "cuda_middle_sum"}},
-      {"l1_permute", {"transpose", "cuda_tiled_transpose"}}};
+      {"l1_permute", {"transpose", "cuda_tiled_transpose"}}, {"l1_group_norm", {"group_norm", "cuda_group_norm"}}};
   CudaBackend nvcc;
   KbEvaluator ev("cuda", nullptr, EvalOptions{});
   int seen = 0, compiled = 0;
@@ -152,7 +152,14 @@ TEST_F(KbEval, TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest) {
       const KernelTemplate* t = template_named(k->second.second);
       ASSERT_NE(t, nullptr);
       if (!nvcc.has_compiler()) continue;
-      const Task store = kb_store_task(e.path());
+      Task store = kb_store_task(e.path());
+      if (stem == "l1_group_norm") {
+        // num_groups changes with the shape: the kernel gets it from kfab_init (constructor argument 0)
+        ASSERT_TRUE(tr->contains("op_params")) << tr->dump();
+        EXPECT_EQ((*tr)["op_params"].value("groups_init", -1), 0) << tr->dump();
+        for (const auto& [k, v] : (*tr)["op_params"].items()) store.op_params[k] = v.get<double>();
+        store.op_class = "group_norm";
+      }
       const auto f = scratch() / (stem + ".cu");
       ASSERT_TRUE(write_file_atomic(f, t->generate(store, t->grid(store).front())).has_value());
       auto b = nvcc.build(f);
