@@ -134,7 +134,7 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, 
 // ---- batched transpose [B, M, N] -> [B, N, M] through shared-memory tiles --------------------------
 
 std::vector<TemplateParams> transpose_grid(const Task&) {
-  return {{{"tile", "32"}, {"rows", "8"}}, {{"tile", "64"}, {"rows", "16"}}, {{"tile", "32"}, {"rows", "16"}}};
+  return {{{"tile", "32"}, {"rows", "8"}}, {{"tile", "64"}, {"rows", "16"}}, {{"tile", "64"}, {"rows", "8"}}, {{"tile", "32"}, {"rows", "4"}}};
 }
 
 std::string transpose_generate(const Task&, const TemplateParams& p) {
@@ -186,28 +186,33 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, 
 
 // ---- sum over the middle dimension of [B, R, C]: threads own float4 columns; R split across blocks --
 
+// `blocks`: how many blocks the launch aims for; the rows are split across as many blocks per column
+// group as that takes (at run time, from the shape), each split keeping at least 16 rows.
 std::vector<TemplateParams> middle_sum_grid(const Task&) {
   std::vector<TemplateParams> g;
-  for (const char* split : {"8", "1", "32"}) g.push_back({{"block", "256"}, {"rsplit", split}});
+  for (const char* blocks : {"1024", "256", "4096"}) g.push_back({{"block", "256"}, {"blocks", blocks}});
+  g.push_back({{"block", "128"}, {"blocks", "1024"}});
   return g;
 }
 
 std::string middle_sum_generate(const Task&, const TemplateParams& p) {
   std::string s = header("middle-dimension sum, column vectors per thread, rows split across blocks", p);
   s += fmt::format(R"(
-constexpr int B = {block}, SPLIT = {rsplit};  // threads per block; blocks that share one column's rows
+constexpr int B = {block}, TARGET = {blocks};  // threads per block; blocks the launch aims for
 
-// Thread t of block (cx, split, b) sums rows [r0, r1) of V consecutive columns; with SPLIT > 1 the
-// partial sums meet in y through atomics (y is zeroed first).
+// Thread t of block (cx, split, b) sums rows [r0, r1) of V consecutive columns; with more than one
+// split the partial sums meet in y through atomics (y is zeroed first).
 template <int V>
 __global__ void __launch_bounds__(B) kfab_middle_sum(const float* __restrict__ x, float* __restrict__ y, int64_t r, int64_t c) {{
   const int64_t col = (static_cast<int64_t>(blockIdx.x) * B + threadIdx.x) * V;
   if (col >= c) return;
   const int64_t b = blockIdx.z;
-  const int64_t per = (r + SPLIT - 1) / SPLIT;
+  const int64_t split = gridDim.y;
+  const int64_t per = (r + split - 1) / split;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * per, r1 = r0 + per < r ? r0 + per : r;
   float acc[V] = {{}};
   const float* xb = x + b * r * c + col;
+#pragma unroll 8
   for (int64_t i = r0; i < r1; ++i) {{
     if constexpr (V == 4) {{
       const float4 q = __ldcs(reinterpret_cast<const float4*>(xb + i * c));
@@ -219,7 +224,7 @@ __global__ void __launch_bounds__(B) kfab_middle_sum(const float* __restrict__ x
   float* yb = y + b * c + col;
 #pragma unroll
   for (int v = 0; v < V; ++v) {{
-    if (SPLIT == 1) yb[v] = acc[v];
+    if (split == 1) yb[v] = acc[v];
     else if (r0 < r1) atomicAdd(yb + v, acc[v]);
   }}
 }}
@@ -238,25 +243,30 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, 
   cudaStream_t stream = static_cast<cudaStream_t>(stream_);
   float* yp = static_cast<float*>(y.data);
   const float* xp = static_cast<const float*>(x.data);
-  if (SPLIT > 1 || r == 0)
-    if (cudaMemsetAsync(yp, 0, sizeof(float) * static_cast<size_t>(b * c), stream) != cudaSuccess) return 5;
-  if (r == 0) return 0;
   const bool vec = c % 4 == 0 && kfab_aligned16(xp) && kfab_aligned16(yp);
   const int64_t v = vec ? 4 : 1;
-  const dim3 grid(static_cast<unsigned>((c / v + B - 1) / B), static_cast<unsigned>(SPLIT), static_cast<unsigned>(b));
+  const int64_t gx = (c / v + B - 1) / B;
+  int64_t split = (TARGET + gx * b - 1) / (gx * b);
+  const int64_t most = (r + 15) / 16;
+  split = split < most ? split : most;
+  split = split < 1 ? 1 : (split > 65535 ? 65535 : split);
+  if (split > 1 || r == 0)
+    if (cudaMemsetAsync(yp, 0, sizeof(float) * static_cast<size_t>(b * c), stream) != cudaSuccess) return 5;
+  if (r == 0) return 0;
+  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(split), static_cast<unsigned>(b));
   if (vec) kfab_middle_sum<4><<<grid, B, 0, stream>>>(xp, yp, r, c);
   else kfab_middle_sum<1><<<grid, B, 0, stream>>>(xp, yp, r, c);
   return cudaGetLastError() == cudaSuccess ? 0 : 5;
 }}
 )",
-                   fmt::arg("block", p.at("block")), fmt::arg("rsplit", p.at("rsplit")));
+                   fmt::arg("block", p.at("block")), fmt::arg("blocks", p.at("blocks")));
   return s;
 }
 
 const KernelTemplate kCudaTemplates[] = {
     {"cuda_row_scan", "cuda", 1, cpu_applies_cumsum, scan_grid, scan_generate},
-    {"cuda_tiled_transpose", "cuda", 1, cpu_applies_transpose, transpose_grid, transpose_generate},
-    {"cuda_middle_sum", "cuda", 1, cpu_applies_middle_sum, middle_sum_grid, middle_sum_generate},
+    {"cuda_tiled_transpose", "cuda", 2, cpu_applies_transpose, transpose_grid, transpose_generate},
+    {"cuda_middle_sum", "cuda", 2, cpu_applies_middle_sum, middle_sum_grid, middle_sum_generate},
 };
 
 }  // namespace
