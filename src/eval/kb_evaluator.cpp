@@ -144,8 +144,19 @@ Expected<Verdict> KbEvaluator::evaluate(const fs::path& task_file, const fs::pat
   if (!source) return Unexpected{source.error()};
   v.candidate_hash = hash_hex(*source);
 
-  // The worker starts (and imports torch: seconds) while a native candidate builds.
-  RunnerClient worker(worker_options(std::max(opt_.runner.timeout_s, 120.0)));
+  // The worker starts (and imports torch: seconds) while a native candidate builds; a kept one is
+  // reused (a fresh one replaces it when it died).
+  std::unique_ptr<RunnerClient> own;
+  RunnerClient* wp = nullptr;
+  if (keep_worker_) {
+    if (!kept_worker_) kept_worker_ = std::make_unique<RunnerClient>(worker_options(std::max(opt_.runner.timeout_s, 120.0)));
+    kept_worker_->set_timeout(std::max(opt_.runner.timeout_s, 120.0));
+    wp = kept_worker_.get();
+  } else {
+    own = std::make_unique<RunnerClient>(worker_options(std::max(opt_.runner.timeout_s, 120.0)));
+    wp = own.get();
+  }
+  RunnerClient& worker = *wp;
   (void)worker.start();
 
   std::string artifact = fs::absolute(candidate).string();

@@ -38,6 +38,11 @@ class KbEvaluator {
   /// file that does not import, a reference that raises).
   Expected<Verdict> evaluate(const std::filesystem::path& task_file, const std::filesystem::path& candidate);
 
+  /// Later evaluate() calls share one worker process (torch imports once). Only for candidates kfab
+  /// generated itself (the built-in tuner): an untrusted candidate's state could reach the next one.
+  void keep_worker() { keep_worker_ = true; }
+  void set_options(EvalOptions opt) { opt_ = std::move(opt); }
+
   /// `kfab tasks --check`: findings that make the task degenerate (outputs that barely vary).
   Expected<nlohmann::json> check(const std::filesystem::path& task_file);
 
@@ -52,6 +57,8 @@ class KbEvaluator {
   Backend* native_;
   EvalOptions opt_;
   std::unique_ptr<RunnerClient> check_worker_;  ///< one worker for every check() (torch imports once)
+  bool keep_worker_ = false;
+  std::unique_ptr<RunnerClient> kept_worker_;
 };
 
 }  // namespace kfab

@@ -45,6 +45,7 @@ Expected<json> tune(const TuneOptions& in) {
   json program_json;     // a KernelBench task's traced program (kept in the cache: a rerun needs no trace)
   Program program;
   GemmProgram gemm_program;
+  std::unique_ptr<KbEvaluator> kb_eval;
   const std::string ext = opt.target == "cuda" ? ".cu" : ".cpp";
   if (kb) {
     if (opt.target != "cuda" && opt.target != "cpu")
@@ -85,9 +86,12 @@ Expected<json> tune(const TuneOptions& in) {
                           "rows and mean/sum losses; use --llm PROVIDER:MODEL for the rest");
       program_json = *tr;
     }
+    // one worker for the whole search: torch imports once (the candidates are kfab's own)
+    kb_eval = std::make_unique<KbEvaluator>(opt.target, backend.get(), opt.eval);
+    kb_eval->keep_worker();
     evaluate = [&](const fs::path& file, const EvalOptions& eo) {
-      KbEvaluator ev(opt.target, backend.get(), eo);
-      return ev.evaluate(opt.task, file);
+      kb_eval->set_options(eo);
+      return kb_eval->evaluate(opt.task, file);
     };
     if (const std::string kind = program_json.value("kind", std::string()); !kind.empty()) {
       const auto it = by_kind.find(kind);
