@@ -96,10 +96,10 @@ TEST_F(CudaBuild, FusedRowProgramsCompileAcrossTheirGrid) {
   EXPECT_EQ(built, 28);
 }
 
-// The cuda templates for cumsum, transpose and the middle-dimension sum compile at every point.
+// The cuda templates for cumsum, transpose, the middle-dimension sum and group norm compile at every point.
 TEST_F(CudaBuild, CudaTemplatesCompileAtEveryPoint) {
   int built = 0;
-  for (const char* t : {"cumsum", "transpose", "sum_dim1"}) {
+  for (const char* t : {"cumsum", "transpose", "sum_dim1", "group_norm"}) {
     auto task = load_task(std::filesystem::path(KFAB_SOURCE_DIR) / "tasks/core" / t);
     ASSERT_TRUE(task.has_value()) << t;
     const auto templates = templates_for(*task, "cuda");
@@ -112,7 +112,7 @@ TEST_F(CudaBuild, CudaTemplatesCompileAtEveryPoint) {
       ++built;
     }
   }
-  EXPECT_EQ(built, 12);
+  EXPECT_EQ(built, 15);
 }
 
 // GEMM + epilogue: the native tasks at every point, and a Linear (W given as [N, K]) followed by a

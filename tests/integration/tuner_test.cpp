@@ -36,7 +36,7 @@ TEST(Tuner, SearchesThenReusesItsCachedResult) {
 
 TEST(Tuner, EveryBundledTaskWithATemplateTunesToAPassingKernel) {
   for (const char* task : {"softmax", "log_softmax", "rms_norm", "layer_norm", "cumsum", "transpose", "matmul", "sum_dim1", "gelu",
-                           "scale_shift_gelu", "cross_entropy", "matmul_bias_relu"}) {
+                           "scale_shift_gelu", "cross_entropy", "matmul_bias_relu", "group_norm"}) {
     CliResult r = kfab_cli({"optimize", std::string("tasks/core/") + task, "--target", "cpu", "--points", "2", "--fresh", "--json",
                             "--quiet", "--out", (scratch() / (std::string("tune-") + task)).string()});
     EXPECT_EQ(r.status.code, 0) << task << "\n" << r.out << r.err;

@@ -1,8 +1,11 @@
 // Reference for matmul: C[M, N] = A[M, K] @ B[K, N], all f32, row-major.
-// Naive i-j-k loop, one double accumulator per output element, rounded once to f32.
+// One double accumulator per output element, summed over k in order (i-k-j loops: a row of
+// accumulators at a time, so B is read along its rows), rounded once to f32.
 #include <kfab/candidate.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
 namespace {
 
@@ -36,13 +39,14 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* inputs, int32_t n_inputs, kfab_tenso
   const float* ap = static_cast<const float*>(a.data);
   const float* bp = static_cast<const float*>(b.data);
   float* cp = static_cast<float*>(c.data);
+  std::vector<double> acc(static_cast<size_t>(N));
   for (int64_t i = 0; i < M; ++i) {
-    for (int64_t j = 0; j < N; ++j) {
-      double acc = 0.0;
-      for (int64_t k = 0; k < K; ++k)
-        acc += static_cast<double>(ap[i * K + k]) * static_cast<double>(bp[k * N + j]);
-      cp[i * N + j] = static_cast<float>(acc);
+    std::fill(acc.begin(), acc.end(), 0.0);
+    for (int64_t k = 0; k < K; ++k) {
+      const double av = ap[i * K + k];
+      for (int64_t j = 0; j < N; ++j) acc[j] += av * static_cast<double>(bp[k * N + j]);
     }
+    for (int64_t j = 0; j < N; ++j) cp[i * N + j] = static_cast<float>(acc[j]);
   }
   return 0;
 }

@@ -1,9 +1,11 @@
 // Reference for matmul_bias_relu: Y[M, N] = relu(A[M, K] @ W[K, N] + bias[N]), all f32, row-major.
-// Naive i-j-k loop, one double accumulator per output element (bias added in double before the
-// relu), rounded once to f32.
+// One double accumulator per output element, summed over k in order (bias added in double before
+// the relu), rounded once to f32.
 #include <kfab/candidate.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
 namespace {
 
@@ -39,13 +41,17 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* inputs, int32_t n_inputs, kfab_tenso
   const float* wp = static_cast<const float*>(w.data);
   const float* bp = static_cast<const float*>(bias.data);
   float* yp = static_cast<float*>(y.data);
+  // one double accumulator per output, summed over k in order (i-k-j loops: W read along its rows)
+  std::vector<double> acc(static_cast<size_t>(N));
   for (int64_t i = 0; i < M; ++i) {
+    std::fill(acc.begin(), acc.end(), 0.0);
+    for (int64_t k = 0; k < K; ++k) {
+      const double av = ap[i * K + k];
+      for (int64_t j = 0; j < N; ++j) acc[j] += av * static_cast<double>(wp[k * N + j]);
+    }
     for (int64_t j = 0; j < N; ++j) {
-      double acc = 0.0;
-      for (int64_t k = 0; k < K; ++k)
-        acc += static_cast<double>(ap[i * K + k]) * static_cast<double>(wp[k * N + j]);
-      acc += bp[j];
-      yp[i * N + j] = static_cast<float>(acc > 0.0 ? acc : 0.0);
+      const double v = acc[j] + bp[j];
+      yp[i * N + j] = static_cast<float>(v > 0.0 ? v : 0.0);
     }
   }
   return 0;
