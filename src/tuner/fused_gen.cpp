@@ -392,14 +392,17 @@ struct Parts {
 
 Parts rows_parts(const Program& p, const Gen& g, const TemplateParams& tp) {
   const int B = param(tp, "block", 256), I = param(tp, "items", 4);
-  int G = std::min(param(tp, "group", B), B);
+  // group=auto: a warp per row where the row fits a warp's registers (and there are rows enough),
+  // the whole block per row otherwise, decided per call
+  const bool autog = tp.count("group") && tp.at("group") == "auto";
+  int G = autog ? B : std::min(param(tp, "group", B), B);
   if (G > 32) G = B;  // more than a warp per row: the whole block
   std::string s;
   s += fmt::format(
-      "\nconstexpr int B = {}, G = {}, I = {};  // threads per block, threads per row, at most I float4 a thread keeps\n"
+      "\nconstexpr int B = {}, G = {}, I = {};  // threads per block, threads per row{}, at most I float4 a thread keeps\n"
       "constexpr int NRED = {}, NALL = {};\n"
       "constexpr int NSPREAD = 64;  // all-reduction sums are spread over this many slots (less atomic contention)\n\n",
-      B, G, I, std::max(1, g.n_red), std::max(1, g.n_all));
+      B, G, I, autog ? " (or a warp per row of 256-thread blocks, for short rows)" : "", std::max(1, g.n_red), std::max(1, g.n_all));
   s += args_struct(p);
   s += R"(__device__ double kfab_ws[NALL * NSPREAD];
 
@@ -410,7 +413,7 @@ __device__ __forceinline__ float kfab_combine(float x, float y) {
 }
 // The reduction of v over the G threads of a row. With G > 32 (a whole block) the warps meet in
 // `slot`, which no other reduction uses, so one barrier suffices.
-template <int OP>
+template <int G, int OP>
 __device__ __forceinline__ float kfab_group(float v, float* slot) {
 #pragma unroll
   for (int off = (G < 32 ? G : 32) / 2; off > 0; off /= 2) v = kfab_combine<OP>(v, __shfl_xor_sync(0xffffffffu, v, off));
@@ -443,8 +446,8 @@ __device__ __forceinline__ float kfab_group(float v, float* slot) {
     std::string b;
     b += "  const int lane = threadIdx.x % G;\n  const int64_t row = static_cast<int64_t>(blockIdx.x) * (B / G) + threadIdx.x / G;\n"
          "  const bool live = row < rows;\n  const int64_t r0 = (live ? row : 0) * n;\n";
-    if (G > 32) b += "  __shared__ float red[NRED][G / 32];\n";
-    else b += "  float* red[NRED] = {};\n  (void)red;\n";
+    b += "  __shared__ float red_s[NRED][G > 32 ? G / 32 : 1];\n  float* red[NRED];\n#pragma unroll\n"
+         "  for (int k = 0; k < NRED; ++k) red[k] = red_s[k];\n  (void)red;\n";
     if (cached) {
       for (int i : ein) b += fmt::format("  float x{}[IT * V];\n", i);
       std::string ld;
@@ -482,7 +485,7 @@ __device__ __forceinline__ float kfab_group(float v, float* slot) {
         b += fmt::format("  float {} = {};\n", acc, init);
         b += loop(cached, g.element({arg}, access(cached), "c", "        ") +
                               fmt::format("        {0} = kfab_combine<{1}>({0}, {2});\n", acc, opc, g.value(arg)));
-        b += fmt::format("  {0} = kfab_group<{1}>({0}, red[{2}]);\n", acc, opc, g.redslot[k]);
+        b += fmt::format("  {0} = kfab_group<G, {1}>({0}, red[{2}]);\n", acc, opc, g.redslot[k]);
         if (is_row_reduction(n.op))
           b += fmt::format("  const float r{} = {};\n", k, n.op == "rowmean" ? acc + " / static_cast<float>(n)" : acc);
         else
@@ -541,13 +544,13 @@ __device__ __forceinline__ float kfab_group(float v, float* slot) {
   };
   s += fmt::format(R"(
 // A row kernel whose threads keep IT vectors of V floats of their row in registers (rows of up to
-// G * IT * V elements).
-template <int V, int IT>
+// G * IT * V elements), G threads a row, B a block.
+template <int B, int G, int V, int IT>
 __global__ void __launch_bounds__(B) kfab_rows_cached(Args a, int64_t rows, int64_t n) {{
 {}}}
 
 // The same for longer rows: every pass over the row reads it from global memory (L2 for the later ones).
-template <int V>
+template <int B, int G, int V>
 __global__ void __launch_bounds__(B) kfab_rows_stream(Args a, int64_t rows, int64_t n) {{
 {}}}
 )",
@@ -573,21 +576,29 @@ __global__ void kfab_finish(Args a, int64_t rows, int64_t n) {{
   }
   // The smallest register footprint that holds the row: IT = 1, 2, 4 .. I float4 per thread, so that
   // one parameter point fits every row length (a task's tuning shapes may differ in it).
-  std::string pick_it;
-  for (int it = 1; it <= I; it *= 2)
-    pick_it += fmt::format(
-        "{}if (n <= static_cast<int64_t>(G) * {} * 4) {{\n"
-        "      if (vec) kfab_rows_cached<4, {}><<<grid, B, 0, stream>>>(a, rows, n);\n"
-        "      else kfab_rows_cached<1, {}><<<grid, B, 0, stream>>>(a, rows, n);\n    }}",
-        it == 1 ? "    " : " else ", it, it, it * 4);
+  auto pick_it = [&](const std::string& bt, const std::string& gt, const std::string& grid) {
+    std::string c;
+    for (int it = 1; it <= I; it *= 2)
+      c += fmt::format(
+          "{0}if (n <= static_cast<int64_t>({2}) * {3} * 4) {{\n"
+          "      if (vec) kfab_rows_cached<{1}, {2}, 4, {3}><<<{4}, {1}, 0, stream>>>(a, rows, n);\n"
+          "      else kfab_rows_cached<{1}, {2}, 1, {5}><<<{4}, {1}, 0, stream>>>(a, rows, n);\n    }}",
+          it == 1 ? "    " : " else ", bt, gt, it, grid, it * 4);
+    return c;
+  };
   std::string launch = R"(  if (rows > 0) {
     const int64_t blocks = (rows + B / G - 1) / (B / G);
     if (blocks > 2147483647) return 6;
     const dim3 grid(static_cast<unsigned>(blocks));
-)" + pick_it + R"( else if (vec) {
-      kfab_rows_stream<4><<<grid, B, 0, stream>>>(a, rows, n);
+)";
+  if (autog)
+    launch += "    // short rows, and enough of them: a warp per row, 8 rows a block\n"
+              "    if (n <= 32 * 4 * I && rows >= 2048) {\n      const dim3 wgrid(static_cast<unsigned>((rows + 7) / 8));\n" +
+              pick_it("256", "32", "wgrid") + "\n    } else\n";
+  launch += pick_it("B", "G", "grid") + R"( else if (vec) {
+      kfab_rows_stream<B, G, 4><<<grid, B, 0, stream>>>(a, rows, n);
     } else {
-      kfab_rows_stream<1><<<grid, B, 0, stream>>>(a, rows, n);
+      kfab_rows_stream<B, G, 1><<<grid, B, 0, stream>>>(a, rows, n);
     }
   }
 )";
@@ -1054,6 +1065,8 @@ std::vector<TemplateParams> fused_grid(const Program& p, int64_t n) {
   // A warp per row for short rows; a block per row otherwise, most promising first: 256 threads,
   // then 512 and 128, 1024 for long rows. Each point keeps up to 8 float4 a thread and picks the
   // smallest footprint that holds the row at run time; longer rows are streamed.
+  // first, a point that takes a warp per row for short rows and a block per row for long ones
+  g.push_back({{"kernel", "rows"}, {"block", n > 8192 ? "512" : "256"}, {"group", "auto"}, {"items", "8"}});
   if (n <= 1024) g.push_back({{"kernel", "rows"}, {"block", "256"}, {"group", "32"}, {"items", "8"}});
   for (int b : {256, 512, 128, 1024}) {
     if (static_cast<int64_t>(b) * 4 * 8 < n && b < 1024) continue;  // the row would not fit: streamed
