@@ -112,6 +112,20 @@ struct Gn {
   float eps;
 };
 
+// The channels of elements c .. c + V - 1 of a group: one 32-bit division per vector (a 64-bit one
+// per element would make the kernel compute-bound).
+template <int V>
+__device__ __forceinline__ void kfab_channels(int64_t c, const Gn& a, int64_t c0base, int64_t* ch) {
+  const uint32_t hw = static_cast<uint32_t>(a.HW);
+  uint32_t q = static_cast<uint32_t>(c) / hw;
+  uint32_t r = static_cast<uint32_t>(c) - q * hw;
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    ch[k] = c0base + q;
+    if (++r == hw) r = 0, ++q;
+  }
+}
+
 __device__ __forceinline__ float kfab_block_sum(float v, float* red) {
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
@@ -199,11 +213,10 @@ __global__ void __launch_bounds__(B) kfab_group_norm(Gn a) {
   // pass 3: normalise, then the channel's weight and bias
   auto write = [&](int64_t c, const float* vals) {
     float o[V];
+    int64_t ch[V];
+    kfab_channels<V>(c, a, c0base, ch);
 #pragma unroll
-    for (int k = 0; k < V; ++k) {
-      const int64_t ch = c0base + (c + k) / a.HW;
-      o[k] = (vals[k] - mean) * rstd * __ldg(a.w + ch) + __ldg(a.b + ch);
-    }
+    for (int k = 0; k < V; ++k) o[k] = (vals[k] - mean) * rstd * __ldg(a.w + ch[k]) + __ldg(a.b + ch[k]);
     if constexpr (V == 4) __stcs(reinterpret_cast<float4*>(yr + c), make_float4(o[0], o[1], o[2], o[3]));
     else __stcs(yr + c, o[0]);
   };
@@ -287,11 +300,10 @@ __global__ void __launch_bounds__(B) kfab_group_norm_cluster(Gn a) {
     const int64_t c = lo + (static_cast<int64_t>(it) * B + threadIdx.x) * V;
     if (c >= hi) continue;
     float o[V];
+    int64_t ch[V];
+    kfab_channels<V>(c, a, c0base, ch);
 #pragma unroll
-    for (int k = 0; k < V; ++k) {
-      const int64_t ch = c0base + (c + k) / a.HW;
-      o[k] = (v[it * V + k] - mean) * rstd * __ldg(a.w + ch) + __ldg(a.b + ch);
-    }
+    for (int k = 0; k < V; ++k) o[k] = (v[it * V + k] - mean) * rstd * __ldg(a.w + ch[k]) + __ldg(a.b + ch[k]);
     if constexpr (V == 4) __stcs(reinterpret_cast<float4*>(yr + c), make_float4(o[0], o[1], o[2], o[3]));
     else __stcs(yr + c, o[0]);
   }
@@ -375,7 +387,7 @@ int kfab_dispatch(const Gn& a, int64_t rows, cudaStream_t stream) {
 KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void* stream_) {
 )";
   s += kChecks;
-  s += R"(  if (rows > 2147483647) return 6;
+  s += R"(  if (rows > 2147483647 || L > 2147483647) return 6;
   cudaStream_t stream = static_cast<cudaStream_t>(stream_);
   const Gn a{xp, wp, bp, yp, L, HW, CG, G, kfab_eps};
   const bool vec = L % 4 == 0 && (reinterpret_cast<uintptr_t>(xp) & 15u) == 0 && (reinterpret_cast<uintptr_t>(yp) & 15u) == 0;
@@ -431,7 +443,7 @@ std::string gn_cpu_generate(const Task& t, const TemplateParams& p) {
 }
 
 const KernelTemplate kGroupNorm[] = {
-    {"cuda_group_norm", "cuda", 2, gn_applies, gn_cuda_grid, gn_cuda_generate},
+    {"cuda_group_norm", "cuda", 3, gn_applies, gn_cuda_grid, gn_cuda_generate},
     {"cpu_group_norm", "cpu", 1, gn_applies, gn_cpu_grid, gn_cpu_generate},
 };
 
