@@ -98,10 +98,11 @@ if want tune; then
   log "tune: the built-in tuner on cuda"
   default_tasks="tasks/core/softmax tasks/core/log_softmax tasks/core/rms_norm tasks/core/layer_norm tasks/core/gelu
     tasks/core/scale_shift_gelu tasks/core/cross_entropy tasks/core/cumsum tasks/core/transpose tasks/core/sum_dim1
+    tasks/core/group_norm tasks/core/matmul tasks/core/matmul_bias_relu
     tasks/kb/rms_norm.py tasks/kb/l1_relu.py tasks/kb/l1_gelu_tanh.py tasks/kb/l1_mish.py tasks/kb/l1_softmax.py
     tasks/kb/l1_log_softmax.py tasks/kb/l1_layer_norm.py tasks/kb/l1_amax_dim.py tasks/kb/l1_cross_entropy.py
     tasks/kb/l1_mse_loss.py tasks/kb/l1_huber_loss.py tasks/kb/l1_kl_div.py tasks/kb/l1_cumsum.py tasks/kb/l1_permute.py
-    tasks/kb/l1_sum_dim.py"
+    tasks/kb/l1_sum_dim.py tasks/kb/l1_group_norm.py tasks/kb/l1_matmul.py tasks/kb/l2_linear_gelu_scale.py"
   for task in ${KFAB_TUNE_TASKS:-$default_tasks}; do
     start=$(date +%s)
     timeout 900 build-gpu/kfab optimize "$task" --target cuda --json --quiet ${KFAB_TUNE_ARGS:-} >>"$out/tune.jsonl" 2>>"$out/tune.err"
