@@ -83,7 +83,7 @@ Expected<json> tune(const TuneOptions& in) {
       if (!tr->value("supported", false))
         return make_error("the built-in tuner has no template for " + opt.task.filename().string() + ": " + tr->value("reason", std::string("?")),
                           "fused row programs cover pointwise chains, reductions over the last dimension, softmax/norm-like "
-                          "rows and mean/sum losses; use --llm PROVIDER:MODEL for the rest");
+                          "rows and mean/sum losses, after one 2-D GEMM or none; use --llm PROVIDER:MODEL for the rest");
       program_json = *tr;
     }
     // one worker for the whole search: torch imports once (the candidates are kfab's own)
@@ -160,10 +160,10 @@ Expected<json> tune(const TuneOptions& in) {
     const auto templates = templates_for(task, opt.target);
     if (templates.empty())
       return make_error(fmt::format("the built-in tuner has no template for op class \"{}\" on {}", task.op_class, opt.target),
-                        "templates on cpu: softmax, log_softmax, rms_norm and layer_norm (with [op_params] eps), cumsum, permute "
-                        "(batched transpose), matmul, reduction (a sum over the middle dimension), and any task with a `formula` "
-                        "(a fused row program); on cuda: cumsum, permute, the middle-dimension sum and any task with a `formula`; "
-                        "or use --llm");
+                        "templates on cpu and cuda: cumsum, permute (batched transpose), reduction (a sum over the middle "
+                        "dimension), group_norm ([op_params] groups, eps), matmul and matmul_epilogue (a GEMM, the formula over acc), "
+                        "and any task with a `formula` (a fused row program); on cpu also softmax, log_softmax, rms_norm and "
+                        "layer_norm ([op_params] eps); or use --llm");
     const auto manifest = read_file(task.manifest);
     const auto reference = read_file(task.reference);
     if (!manifest || !reference) return make_error("the task's files cannot be read: " + task.manifest.string());
