@@ -170,7 +170,7 @@ std::string gemm_cpu_generate(const Task& t, const TemplateParams& params) {
 }
 
 const KernelTemplate kGemmCuda{"cuda_gemm_epilogue", "cuda", 1, gemm_applies, gemm_cuda_grid, gemm_cuda_generate};
-const KernelTemplate kGemmCpu{"cpu_gemm_epilogue", "cpu", 1, gemm_applies, gemm_cpu_grid, gemm_cpu_generate};
+const KernelTemplate kGemmCpu{"cpu_gemm_epilogue", "cpu", 2, gemm_applies, gemm_cpu_grid, gemm_cpu_generate};
 
 }  // namespace
 

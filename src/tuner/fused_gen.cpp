@@ -176,6 +176,19 @@ struct Gen {
     return s;
   }
 
+  // Statements computing every live scalar (K) value, all-reductions aside (their programs have rows).
+  std::string kconsts() const {
+    std::string s;
+    for (size_t k = 0; k < p.nodes.size(); ++k) {
+      const PNode& n = p.nodes[k];
+      if (!live[k] || n.cls != VClass::K || n.op == "const") continue;
+      std::vector<std::string> args;
+      for (int x : n.args) args.push_back(value(x));
+      s += fmt::format("  const float k{} = {};\n", k, n.op == "in" ? fmt::format("__ldg(a.in{})", n.input) : pointwise(p, n, args));
+    }
+    return s;
+  }
+
   std::vector<int> e_inputs() const {
     std::vector<int> v;
     for (size_t k = 0; k < p.nodes.size(); ++k)
@@ -322,14 +335,7 @@ std::string generate_flat(const Program& p, const TemplateParams& tp, const std:
   s += kHostHelpers;
   s += fmt::format("\nconstexpr int B = {}, U = {};  // threads per block, vectors per thread\n\n", B, U);
   s += args_struct(p);
-  std::string kconst;
-  for (size_t k = 0; k < p.nodes.size(); ++k) {
-    const PNode& n = p.nodes[k];
-    if (!g.live[k] || n.cls != VClass::K || n.op == "const") continue;
-    std::vector<std::string> args;
-    for (int x : n.args) args.push_back(g.value(x));
-    kconst += fmt::format("  const float k{} = {};\n", k, n.op == "in" ? fmt::format("__ldg(a.in{})", n.input) : pointwise(p, n, args));
-  }
+  const std::string kconst = g.kconsts();
   const auto ein = g.e_inputs();
   std::string loads, body;
   for (int i : ein) {
@@ -819,14 +825,7 @@ std::string generate_gemm_cuda_impl(const GemmProgram& gp, const TemplateParams&
   }
   std::string epi;
   if (fused) {
-    std::string kconst;
-    for (size_t k = 0; k < p.nodes.size(); ++k) {
-      const PNode& n = p.nodes[k];
-      if (!g.live[k] || n.cls != VClass::K || n.op == "const") continue;
-      std::vector<std::string> args;
-      for (int x : n.args) args.push_back(g.value(x));
-      kconst += fmt::format("  const float k{} = {};\n", k, n.op == "in" ? fmt::format("__ldg(a.in{})", n.input) : pointwise(p, n, args));
-    }
+    const std::string kconst = g.kconsts();
     std::vector<int> outs;
     for (const auto& o : p.outputs) outs.push_back(o.second);
     epi = kconst + "#pragma unroll\n  for (int ii = 0; ii < TM; ++ii) {\n    const int64_t row = m0 + ty * TM + ii;\n    if (row >= rows) continue;\n"
@@ -987,6 +986,7 @@ std::string generate_gemm_cpp_impl(const GemmProgram& gp, const TemplateParams& 
   s += poly_exp_source();
   s += kCpuActivations;
   s += kHostHelpers;
+  s += blocked_gemm_source();
   s += args_struct(p);
   Binding b = gemm_binding(gp, false);
   b.setup = fmt::format(R"(  // the product (and W transposed to [K, N]), in buffers kept between calls
@@ -1003,26 +1003,7 @@ std::string generate_gemm_cpp_impl(const GemmProgram& gp, const TemplateParams& 
     bp = wt.data();
   }}
   float* cp = product.data();
-  constexpr int64_t MB = {rows}, KB = {kblock};
-#pragma omp parallel for schedule(dynamic, 1) if (rows * n * K > 262144)
-  for (int64_t i0 = 0; i0 < rows; i0 += MB) {{
-    const int64_t i1 = i0 + MB < rows ? i0 + MB : rows;
-    for (int64_t i = i0; i < i1; ++i)
-#pragma omp simd
-      for (int64_t j = 0; j < n; ++j) cp[i * n + j] = 0.0f;
-    for (int64_t k0 = 0; k0 < K; k0 += KB) {{
-      const int64_t k1 = k0 + KB < K ? k0 + KB : K;
-      for (int64_t i = i0; i < i1; ++i) {{
-        float* crow = cp + i * n;
-        for (int64_t kk = k0; kk < k1; ++kk) {{
-          const float av = ap[i * K + kk];
-          const float* brow = bp + kk * n;
-#pragma omp simd
-          for (int64_t j = 0; j < n; ++j) crow[j] += av * brow[j];
-        }}
-      }}
-    }}
-  }}
+  kfab_blocked_gemm<{rows}, {kblock}>(ap, bp, cp, rows, n, K);
   a.in{pin} = cp;
 )",
                         fmt::arg("trans", gp.trans_b ? "true" : "false"), fmt::arg("rows", param(tp, "rows", 8)),

@@ -42,6 +42,10 @@ std::vector<const KernelTemplate*> group_norm_templates();
 /// `omp simd` (about 2e-7 relative error), for generated cpu candidates.
 const char* poly_exp_source();
 
+/// C++ source of `kfab_blocked_gemm<MB, KB>(a, b, c, m, n, k)`: C = A B (row-major f32), blocked,
+/// i-k-j order, rows of C across OpenMP threads, for generated cpu candidates.
+const char* blocked_gemm_source();
+
 /// A template by its name (cpu or cuda, fused ones excepted), or null.
 const KernelTemplate* template_named(const std::string& name);
 
