@@ -343,9 +343,12 @@ int kfab_try_cluster(const Gn& a, int64_t rows, cudaStream_t stream, bool* done)
 
 template <int MODE, int V, int IT>
 int kfab_launch(const Gn& a, int64_t rows, size_t smem, cudaStream_t stream) {
-  if (smem > 48 * 1024 &&
-      cudaFuncSetAttribute(kfab_group_norm<MODE, V, IT>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) != cudaSuccess)
-    return 4;
+  static size_t allowed = 48 * 1024;  // raised once per larger request, not on every call
+  if (smem > allowed) {
+    if (cudaFuncSetAttribute(kfab_group_norm<MODE, V, IT>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) != cudaSuccess)
+      return 4;
+    allowed = smem;
+  }
   kfab_group_norm<MODE, V, IT><<<static_cast<unsigned>(rows), B, smem, stream>>>(a);
   return 0;
 }
@@ -443,7 +446,7 @@ std::string gn_cpu_generate(const Task& t, const TemplateParams& p) {
 }
 
 const KernelTemplate kGroupNorm[] = {
-    {"cuda_group_norm", "cuda", 3, gn_applies, gn_cuda_grid, gn_cuda_generate},
+    {"cuda_group_norm", "cuda", 4, gn_applies, gn_cuda_grid, gn_cuda_generate},
     {"cpu_group_norm", "cpu", 1, gn_applies, gn_cpu_grid, gn_cpu_generate},
 };
 
