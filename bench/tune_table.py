@@ -5,7 +5,9 @@ outputs (one after the other), with the winning parameter point, its speedup ove
 its share of the measured copy bandwidth at the tuning shapes, and whether the held-out shapes
 passed. The geometric means close the table.
 
-  python3 bench/tune_table.py TUNE.jsonl
+  python3 bench/tune_table.py TUNE.jsonl [--points]
+
+--points also lists every parameter point of each search: its speedup and share of copy bandwidth.
 """
 from __future__ import annotations
 
@@ -22,15 +24,25 @@ def gmean(xs):
 
 
 def main() -> int:
-    if len(sys.argv) != 2:
+    args = [a for a in sys.argv[1:] if a != "--points"]
+    points = "--points" in sys.argv[1:]
+    if len(args) != 1:
         print(__doc__, file=sys.stderr)
         return 2
+    sys.argv[1] = args[0]
     rows, sp_core, sp_kb, sp_compile, copy = [], [], [], [], []
     for r in objects(Path(sys.argv[1]).read_text(), sys.argv[1]):
         v = r.get("verdict") or {}
         task = Path(v.get("task_path", v.get("task", "?"))).name if v else "?"
         task = v.get("task", task)
         kb = str(r.get("tuner", {}).get("program", "")) != ""
+        if points:
+            for p in r.get("points", []):
+                prm = ", ".join(f"{k}={x}" for k, x in p.get("params", {}).items())
+                sp = p.get("speedup")
+                pc = "/".join("%.1f" % c for c in p.get("percent_of_copy_bandwidth", []))
+                rows.append(f"  {p.get('template', '?')} ({prm}): {p.get('disposition')} "
+                            f"{('%.2fx' % sp) if sp else ''} {pc} {p.get('detail', '')[:100]}")
         if r.get("best", {}).get("disposition") != "passed":
             rows.append(f"{task:26} {r.get('best', {}).get('disposition', '?')}: {str(r.get('best', {}).get('detail', r.get('error', '')))[:140]}")
             continue

@@ -133,31 +133,72 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, 
 
 // ---- batched transpose [B, M, N] -> [B, N, M] through shared-memory tiles --------------------------
 
+// `tiles`: 32 x 32 tiles a block moves (side by side along N), each thread a float4 in and a float4 out
+// per tile; `order`: which tile index the launch runs fastest, along M (the output's rows get
+// written in full by neighbouring blocks) or along N (the input's). 0 tiles: the scalar kernel only,
+// which is also what shapes with M or N not a multiple of 4 (or unaligned tensors) get.
 std::vector<TemplateParams> transpose_grid(const Task&) {
-  return {{{"tile", "32"}, {"rows", "8"}}, {{"tile", "64"}, {"rows", "16"}}, {{"tile", "64"}, {"rows", "8"}}, {{"tile", "32"}, {"rows", "4"}}};
+  std::vector<TemplateParams> g;
+  for (const char* tiles : {"1", "2", "4"})
+    for (const char* order : {"m", "n"}) g.push_back({{"tiles", tiles}, {"order", order}});
+  g.push_back({{"tiles", "0"}, {"order", "n"}});
+  return g;
 }
 
 std::string transpose_generate(const Task&, const TemplateParams& p) {
   std::string s = header("batched transpose through shared-memory tiles", p);
   s += fmt::format(R"(
-constexpr int T = {tile}, R = {rows};  // a T x T tile, read and written by T x R threads
+constexpr int KT = {tiles};            // 32 x 32 tiles a block moves with float4 accesses (0: scalar only)
+constexpr bool MFAST = {mfast};        // blockIdx.x runs along M (else along N)
 
-__global__ void __launch_bounds__(T * R) kfab_transpose(const float* __restrict__ x, float* __restrict__ y, int64_t m, int64_t n) {{
-  __shared__ float tile[T][T + 1];  // +1: the column reads hit T different banks
+// The scalar kernel: a 32 x 32 tile read and written by 32 x 8 threads.
+__global__ void __launch_bounds__(256) kfab_transpose(const float* __restrict__ x, float* __restrict__ y, int64_t m, int64_t n) {{
+  __shared__ float tile[32][33];  // +1: the column reads hit 32 different banks
   const int64_t b = blockIdx.z;
-  const int64_t i0 = static_cast<int64_t>(blockIdx.y) * T, j0 = static_cast<int64_t>(blockIdx.x) * T;
+  const int64_t i0 = static_cast<int64_t>(MFAST ? blockIdx.x : blockIdx.y) * 32, j0 = static_cast<int64_t>(MFAST ? blockIdx.y : blockIdx.x) * 32;
   const float* xb = x + b * m * n;
   float* yb = y + b * m * n;
 #pragma unroll
-  for (int k = threadIdx.y; k < T; k += R) {{
+  for (int k = threadIdx.y; k < 32; k += 8) {{
     const int64_t i = i0 + k, j = j0 + threadIdx.x;
     if (i < m && j < n) tile[k][threadIdx.x] = __ldcs(xb + i * n + j);
   }}
   __syncthreads();
 #pragma unroll
-  for (int k = threadIdx.y; k < T; k += R) {{
+  for (int k = threadIdx.y; k < 32; k += 8) {{
     const int64_t j = j0 + k, i = i0 + threadIdx.x;
     if (i < m && j < n) __stcs(yb + j * m + i, tile[threadIdx.x][k]);
+  }}
+}}
+
+// M and N multiples of 4: 256 threads move KT tiles of 32 x 32, each thread reading a float4 of an
+// input row and writing a float4 of an output row per tile. Row stride 33 in shared memory: both the
+// scalar stores of a float4 and the column reads of one hit 32 different banks across a warp.
+__global__ void __launch_bounds__(256) kfab_transpose4(const float* __restrict__ x, float* __restrict__ y, int64_t m, int64_t n) {{
+  __shared__ float tile[KT > 0 ? KT : 1][32][33];
+  const int64_t b = blockIdx.z;
+  const int64_t i0 = static_cast<int64_t>(MFAST ? blockIdx.x : blockIdx.y) * 32;
+  const int64_t j0 = static_cast<int64_t>(MFAST ? blockIdx.y : blockIdx.x) * 32 * (KT > 0 ? KT : 1);
+  const float* xb = x + b * m * n;
+  float* yb = y + b * m * n;
+  const int r = threadIdx.x / 8, q = threadIdx.x % 8;  // a row of the tile, a float4 of it
+  float4 v[KT > 0 ? KT : 1];
+#pragma unroll
+  for (int t = 0; t < KT; ++t) {{
+    const int64_t i = i0 + r, j = j0 + t * 32 + q * 4;
+    v[t] = i < m && j < n ? __ldcs(reinterpret_cast<const float4*>(xb + i * n + j)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }}
+#pragma unroll
+  for (int t = 0; t < KT; ++t) {{
+    float* d = &tile[t][r][q * 4];
+    d[0] = v[t].x, d[1] = v[t].y, d[2] = v[t].z, d[3] = v[t].w;
+  }}
+  __syncthreads();
+#pragma unroll
+  for (int t = 0; t < KT; ++t) {{
+    const int64_t j = j0 + t * 32 + r, i = i0 + q * 4;  // output row r of the tile, a float4 of it
+    if (j < n && i < m)
+      __stcs(reinterpret_cast<float4*>(yb + j * m + i), make_float4(tile[t][q * 4][r], tile[t][q * 4 + 1][r], tile[t][q * 4 + 2][r], tile[t][q * 4 + 3][r]));
   }}
 }}
 
@@ -173,59 +214,83 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, 
   if (x.ndim == 3 && (y.shape[0] != b || y.shape[1] != n || y.shape[2] != m)) return 3;
   if (x.ndim == 4 && (y.shape[0] != b || y.shape[1] != x.shape[2] || y.shape[2] != x.shape[3] || y.shape[3] != m)) return 3;
   if (b == 0 || m == 0 || n == 0) return 0;
-  if (b > 65535 || (m + T - 1) / T > 65535) return 4;
-  const dim3 grid(static_cast<unsigned>((n + T - 1) / T), static_cast<unsigned>((m + T - 1) / T), static_cast<unsigned>(b));
-  kfab_transpose<<<grid, dim3(T, R), 0, static_cast<cudaStream_t>(stream_)>>>(static_cast<const float*>(x.data),
-                                                                              static_cast<float*>(y.data), m, n);
+  const float* xp = static_cast<const float*>(x.data);
+  float* yp = static_cast<float*>(y.data);
+  const bool vec = KT > 0 && m % 4 == 0 && n % 4 == 0 && kfab_aligned16(xp) && kfab_aligned16(yp);
+  const int64_t tm = (m + 31) / 32, tn = vec ? (n + 32 * KT - 1) / (32 * KT) : (n + 31) / 32;
+  const int64_t gx = MFAST ? tm : tn, gy = MFAST ? tn : tm;
+  if (b > 65535 || gy > 65535 || gx > 2147483647) return 4;
+  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(b));
+  cudaStream_t stream = static_cast<cudaStream_t>(stream_);
+  if (vec) kfab_transpose4<<<grid, 256, 0, stream>>>(xp, yp, m, n);
+  else kfab_transpose<<<grid, dim3(32, 8), 0, stream>>>(xp, yp, m, n);
   return cudaGetLastError() == cudaSuccess ? 0 : 5;
 }}
 )",
-                   fmt::arg("tile", p.at("tile")), fmt::arg("rows", p.at("rows")));
+                   fmt::arg("tiles", p.at("tiles")), fmt::arg("mfast", p.at("order") == "m" ? "true" : "false"));
   return s;
 }
 
-// ---- sum over the middle dimension of [B, R, C]: threads own float4 columns; R split across blocks --
+// ---- sum over the middle dimension of [B, R, C]: a block owns CX column vectors and splits its rows
+// among RY row groups that meet in shared memory; R split across blocks only when the blocks are few --
 
-// `blocks`: how many blocks the launch aims for; the rows are split across as many blocks per column
-// group as that takes (at run time, from the shape), each split keeping at least 16 rows.
+// `ry`: row groups in a block; `blocks`: how many blocks the launch aims for. A block covers CX = block
+// / ry vectors of V columns of one batch entry; where that gives fewer than `blocks` blocks, the rows
+// are split across blocks too (each split keeping at least 4 rows per row group), and those partial
+// sums meet in y through atomics (y zeroed first).
 std::vector<TemplateParams> middle_sum_grid(const Task&) {
   std::vector<TemplateParams> g;
-  for (const char* blocks : {"1024", "256", "4096"}) g.push_back({{"block", "256"}, {"blocks", blocks}});
-  g.push_back({{"block", "128"}, {"blocks", "1024"}});
+  for (const char* ry : {"8", "4", "16"})
+    for (const char* blocks : {"512", "1024"}) g.push_back({{"block", "256"}, {"ry", ry}, {"blocks", blocks}});
+  g.push_back({{"block", "256"}, {"ry", "8"}, {"blocks", "2048"}});
+  g.push_back({{"block", "512"}, {"ry", "16"}, {"blocks", "512"}});
   return g;
 }
 
 std::string middle_sum_generate(const Task&, const TemplateParams& p) {
-  std::string s = header("middle-dimension sum, column vectors per thread, rows split across blocks", p);
+  std::string s = header("middle-dimension sum, column vectors per thread, rows split within and across blocks", p);
   s += fmt::format(R"(
-constexpr int B = {block}, TARGET = {blocks};  // threads per block; blocks the launch aims for
+constexpr int B = {block}, RY = {ry}, TARGET = {blocks};  // threads per block; row groups per block; blocks the launch aims for
+constexpr int CX = B / RY;                                // column vectors per block
 
-// Thread t of block (cx, split, b) sums rows [r0, r1) of V consecutive columns; with more than one
-// split the partial sums meet in y through atomics (y is zeroed first).
+// Thread (tx, ty) of block (cx, split, b) sums rows r0 + ty, r0 + ty + RY, ... < r1 of the V columns
+// at (cx * CX + tx) * V; the RY partial sums meet in shared memory; with more than one split, the
+// blocks' sums meet in y through atomics (y is zeroed first).
 template <int V>
 __global__ void __launch_bounds__(B) kfab_middle_sum(const float* __restrict__ x, float* __restrict__ y, int64_t r, int64_t c) {{
-  const int64_t col = (static_cast<int64_t>(blockIdx.x) * B + threadIdx.x) * V;
-  if (col >= c) return;
+  __shared__ float part[RY][CX * V];
+  const int tx = threadIdx.x % CX, ty = threadIdx.x / CX;
+  const int64_t col = (static_cast<int64_t>(blockIdx.x) * CX + tx) * V;
+  const bool live = col < c;
   const int64_t b = blockIdx.z;
   const int64_t split = gridDim.y;
   const int64_t per = (r + split - 1) / split;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * per, r1 = r0 + per < r ? r0 + per : r;
   float acc[V] = {{}};
-  const float* xb = x + b * r * c + col;
-#pragma unroll 8
-  for (int64_t i = r0; i < r1; ++i) {{
-    if constexpr (V == 4) {{
-      const float4 q = __ldcs(reinterpret_cast<const float4*>(xb + i * c));
-      acc[0] += q.x, acc[1] += q.y, acc[2] += q.z, acc[3] += q.w;
-    }} else {{
-      acc[0] += __ldcs(xb + i * c);
+  const float* xb = x + b * r * c + (live ? col : 0);
+  if (live) {{
+#pragma unroll 4
+    for (int64_t i = r0 + ty; i < r1; i += RY) {{
+      if constexpr (V == 4) {{
+        const float4 q = __ldcs(reinterpret_cast<const float4*>(xb + i * c));
+        acc[0] += q.x, acc[1] += q.y, acc[2] += q.z, acc[3] += q.w;
+      }} else {{
+        acc[0] += __ldcs(xb + i * c);
+      }}
     }}
   }}
-  float* yb = y + b * c + col;
 #pragma unroll
-  for (int v = 0; v < V; ++v) {{
-    if (split == 1) yb[v] = acc[v];
-    else if (r0 < r1) atomicAdd(yb + v, acc[v]);
+  for (int v = 0; v < V; ++v) part[ty][tx * V + v] = acc[v];
+  __syncthreads();
+  // the first CX * V threads each finish one column: the RY partials in order
+  for (int k = threadIdx.x; k < CX * V; k += B) {{
+    const int64_t cc = static_cast<int64_t>(blockIdx.x) * CX * V + k;
+    if (cc >= c) continue;
+    float t = 0.0f;
+#pragma unroll
+    for (int j = 0; j < RY; ++j) t += part[j][k];
+    if (split == 1) y[b * c + cc] = t;
+    else if (r0 < r1) atomicAdd(y + b * c + cc, t);
   }}
 }}
 
@@ -245,28 +310,29 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, 
   const float* xp = static_cast<const float*>(x.data);
   const bool vec = c % 4 == 0 && kfab_aligned16(xp) && kfab_aligned16(yp);
   const int64_t v = vec ? 4 : 1;
-  const int64_t gx = (c / v + B - 1) / B;
+  const int64_t gx = (c / v + CX - 1) / CX;
   int64_t split = (TARGET + gx * b - 1) / (gx * b);
-  const int64_t most = (r + 15) / 16;
+  const int64_t most = (r + 4 * RY - 1) / (4 * RY);
   split = split < most ? split : most;
   split = split < 1 ? 1 : (split > 65535 ? 65535 : split);
   if (split > 1 || r == 0)
     if (cudaMemsetAsync(yp, 0, sizeof(float) * static_cast<size_t>(b * c), stream) != cudaSuccess) return 5;
   if (r == 0) return 0;
+  if (gx > 2147483647) return 4;
   const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(split), static_cast<unsigned>(b));
   if (vec) kfab_middle_sum<4><<<grid, B, 0, stream>>>(xp, yp, r, c);
   else kfab_middle_sum<1><<<grid, B, 0, stream>>>(xp, yp, r, c);
   return cudaGetLastError() == cudaSuccess ? 0 : 5;
 }}
 )",
-                   fmt::arg("block", p.at("block")), fmt::arg("blocks", p.at("blocks")));
+                   fmt::arg("block", p.at("block")), fmt::arg("ry", p.at("ry")), fmt::arg("blocks", p.at("blocks")));
   return s;
 }
 
 const KernelTemplate kCudaTemplates[] = {
     {"cuda_row_scan", "cuda", 1, cpu_applies_cumsum, scan_grid, scan_generate},
-    {"cuda_tiled_transpose", "cuda", 2, cpu_applies_transpose, transpose_grid, transpose_generate},
-    {"cuda_middle_sum", "cuda", 2, cpu_applies_middle_sum, middle_sum_grid, middle_sum_generate},
+    {"cuda_tiled_transpose", "cuda", 3, cpu_applies_transpose, transpose_grid, transpose_generate},
+    {"cuda_middle_sum", "cuda", 3, cpu_applies_middle_sum, middle_sum_grid, middle_sum_generate},
 };
 
 }  // namespace

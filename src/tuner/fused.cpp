@@ -145,7 +145,7 @@ std::string cuda_generate(const Task& t, const TemplateParams& params) {
   return p ? generate_fused_cuda(*p, params, "fused row program for " + t.name) : "#error the task's formula no longer parses\n";
 }
 
-const KernelTemplate kFusedCuda{"cuda_fused_rows", "cuda", 3, cuda_applies, cuda_grid, cuda_generate};
+const KernelTemplate kFusedCuda{"cuda_fused_rows", "cuda", 4, cuda_applies, cuda_grid, cuda_generate};
 
 std::vector<TemplateParams> cpu_grid(const Task&) { return fused_cpu_grid(); }
 
@@ -169,7 +169,7 @@ std::string gemm_cpu_generate(const Task& t, const TemplateParams& params) {
   return g ? generate_gemm_cpp(*g, params, "GEMM + epilogue for " + t.name) : "#error the task no longer states a GEMM\n";
 }
 
-const KernelTemplate kGemmCuda{"cuda_gemm_epilogue", "cuda", 1, gemm_applies, gemm_cuda_grid, gemm_cuda_generate};
+const KernelTemplate kGemmCuda{"cuda_gemm_epilogue", "cuda", 2, gemm_applies, gemm_cuda_grid, gemm_cuda_generate};
 const KernelTemplate kGemmCpu{"cpu_gemm_epilogue", "cpu", 2, gemm_applies, gemm_cpu_grid, gemm_cpu_generate};
 
 }  // namespace

@@ -306,10 +306,10 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, 
   }
   s += b.setup;
   if (g.n_all > 0 && cuda) {
+    // kfab_ws is zero between calls: zero at module load, and zeroed again by the block that reads it
     s += R"(  static double* ws = nullptr;
   if (ws == nullptr && cudaGetSymbolAddress(reinterpret_cast<void**>(&ws), kfab_ws) != cudaSuccess) return 4;
   a.ws = ws;
-  if (cudaMemsetAsync(ws, 0, sizeof(double) * NALL * NSPREAD, stream) != cudaSuccess) return 4;
 )";
   }
   s += launch;
@@ -410,7 +410,8 @@ Parts rows_parts(const Program& p, const Gen& g, const TemplateParams& tp) {
       "constexpr int NSPREAD = 64;  // all-reduction sums are spread over this many slots (less atomic contention)\n\n",
       B, G, I, autog ? " (or a warp per row of 256-thread blocks, for short rows)" : "", std::max(1, g.n_red), std::max(1, g.n_all));
   s += args_struct(p);
-  s += R"(__device__ double kfab_ws[NALL * NSPREAD];
+  s += R"(__device__ double kfab_ws[NALL * NSPREAD];  // all-reduction sums; zero between calls
+__device__ unsigned int kfab_blocks_done;          // blocks of the current launch that have added theirs; zero between calls
 
 // op 0: sum, 1: max, 2: min
 template <int OP>
@@ -434,6 +435,8 @@ __device__ __forceinline__ float kfab_group(float v, float* slot) {
 }
 )";
   const auto ein = g.e_inputs();
+  bool any_k_out = false;  // scalar outputs (all-reductions)
+  for (const auto& o : p.outputs) any_k_out = any_k_out || p.nodes[o.second].cls == VClass::K;
   // The two ways to reach the row's elements: cached in registers, or streamed from global memory.
   auto loop = [&](bool cached, const std::string& inner) {
     if (cached)
@@ -546,8 +549,36 @@ __device__ __forceinline__ float kfab_group(float v, float* slot) {
         b += "  for (int64_t c0 = static_cast<int64_t>(lane) * V; c0 < n; c0 += static_cast<int64_t>(G) * V) {\n" + guard + decl +
              "#pragma unroll\n    for (int v = 0; v < V; ++v) {\n      const int64_t c = c0 + v;\n" + inner + "    }\n" + store + "  }\n";
     }
+    if (any_k_out)  // the last block to finish turns the sums into the scalar outputs (no second kernel)
+      b += "  __threadfence();  // this thread's atomics, before the block is counted\n  __syncthreads();\n"
+           "  if (threadIdx.x == 0 && atomicAdd(&kfab_blocks_done, 1u) == gridDim.x - 1) {\n    __threadfence();\n"
+           "    kfab_finish_scalars(a, rows, n);\n    atomicExch(&kfab_blocks_done, 0u);\n  }\n";
     return b;
   };
+  // the scalar outputs, from the all-reductions' sums, which are read and zeroed for the next call
+  std::string fin;
+  if (any_k_out) {
+    fin = g.scalars(
+        [](int k, int slot) {
+          return fmt::format(
+              "  double w{0} = 0.0;\n  for (int s = 0; s < NSPREAD; ++s)\n"
+              "    w{0} += __longlong_as_double(static_cast<long long>(atomicExch(reinterpret_cast<unsigned long long*>(&a.ws[s * NALL + {1}]), 0ull)));\n",
+              k, slot);
+        },
+        [](int) { return false; });
+    s += fmt::format(R"(
+// Scalar outputs, from the all-reductions' sums (read and zeroed for the next call).
+__device__ void kfab_finish_scalars(const Args& a, int64_t rows, int64_t n) {{
+  (void)rows, (void)n;
+{}}}
+
+// The same when there are no rows (no row kernel ran).
+__global__ void kfab_finish(Args a, int64_t rows, int64_t n) {{
+  if (threadIdx.x == 0 && blockIdx.x == 0) kfab_finish_scalars(a, rows, n);
+}}
+)",
+                     fin);
+  }
   s += fmt::format(R"(
 // A row kernel whose threads keep IT vectors of V floats of their row in registers (rows of up to
 // G * IT * V elements), G threads a row, B a block.
@@ -561,25 +592,6 @@ __global__ void __launch_bounds__(B) kfab_rows_stream(Args a, int64_t rows, int6
 {}}}
 )",
                    kernel_body(true), kernel_body(false));
-  // the finishing kernel: scalar outputs
-  std::string fin;
-  bool any_k_out = false;
-  for (const auto& o : p.outputs) any_k_out = any_k_out || p.nodes[o.second].cls == VClass::K;
-  if (any_k_out) {
-    fin = g.scalars(
-        [](int k, int slot) {
-          return fmt::format("  double w{0} = 0.0;\n  for (int s = 0; s < NSPREAD; ++s) w{0} += a.ws[s * NALL + {1}];\n", k, slot);
-        },
-        [](int) { return false; });
-    s += fmt::format(R"(
-// Scalar outputs, from the all-reductions' sums.
-__global__ void kfab_finish(Args a, int64_t rows, int64_t n) {{
-  if (threadIdx.x != 0 || blockIdx.x != 0) return;
-  (void)rows, (void)n;
-{}}}
-)",
-                     fin);
-  }
   // The smallest register footprint that holds the row: IT = 1, 2, 4 .. I float4 per thread, so that
   // one parameter point fits every row length (a task's tuning shapes may differ in it).
   auto pick_it = [&](const std::string& bt, const std::string& gt, const std::string& grid) {
@@ -608,7 +620,7 @@ __global__ void kfab_finish(Args a, int64_t rows, int64_t n) {{
     }
   }
 )";
-  if (any_k_out) launch += "  kfab_finish<<<1, 32, 0, stream>>>(a, rows, n);\n";
+  if (any_k_out) launch += "  if (rows == 0) kfab_finish<<<1, 32, 0, stream>>>(a, rows, n);\n";
   return {s, launch};
 }
 

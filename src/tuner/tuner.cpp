@@ -240,6 +240,7 @@ Expected<json> tune(const TuneOptions& in) {
       }
     }
   std::string stopped = cached ? "cached result (--fresh searches again)" : "every parameter point evaluated";
+  json searched = json::array();  // every point of the search: its verdict in brief (the trajectory)
   if (!cached) {
     // The search: short protocol (2 seeds, tuning shapes, brief timing); the winner gets the full one.
     EvalOptions quick = opt.eval;
@@ -283,10 +284,17 @@ Expected<json> tune(const TuneOptions& in) {
       if (auto ok = record(file, *v, "tuner", pt.tmpl + " (" + format_params(pt.params) + "): " + v->detail); !ok)
         return Unexpected{ok.error()};
       if (v->passed() && v->speedup) ranked.push_back({*v->speedup, pt});
+      json copy = json::array();
+      for (const auto& sh : v->shapes)
+        if (auto it = sh.extra.find("percent_of_copy_bandwidth"); it != sh.extra.end() && it->is_number()) copy.push_back(*it);
+      searched.push_back({{"template", pt.tmpl}, {"params", pt.params}, {"disposition", disposition_name(v->disposition)},
+                          {"speedup", v->speedup ? json(*v->speedup) : json()}, {"percent_of_copy_bandwidth", copy},
+                          {"detail", v->passed() ? std::string() : v->detail.substr(0, 300)}});
     }
     std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   }
-  json result = {{"run", run}, {"out_dir", fs::absolute(opt.out_dir).string()}, {"candidates", evaluated}, {"stopped_because", stopped}};
+  json result = {{"run", run}, {"out_dir", fs::absolute(opt.out_dir).string()}, {"candidates", evaluated}, {"stopped_because", stopped},
+                 {"points", searched}};
   if (ranked.empty()) {
     (void)store.set_run_status(run, "failed");
     result["best"] = {{"candidate", nullptr}, {"disposition", "none"}, {"speedup", nullptr}};
