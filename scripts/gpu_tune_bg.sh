@@ -33,6 +33,9 @@ if [ "$verb" = start ]; then
       echo "$t: exit $? in $(( $(date +%s) - s )) s" >>"'"$work"'/progress.log"
     done
     touch "'"$work"'/done"' bash "$@" </dev/null >/dev/null 2>&1 &
+elif [ "$verb" = wait ] && [ ! -f "$work/progress.log" ] && [ ! -f "$work/tune.err" ]; then
+  echo "nothing to wait for: no tuner was started on this machine (a fresh machine after the last one went back?)"
+  exit 3
 elif [ "$verb" != wait ]; then
   echo "usage: scripts/gpu_tune_bg.sh start|wait OUTDIR SECONDS [TASK...]" >&2
   exit 2

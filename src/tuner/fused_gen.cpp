@@ -457,6 +457,7 @@ __device__ __forceinline__ float kfab_group(float v, float* slot) {
          "  const bool live = row < rows;\n  const int64_t r0 = (live ? row : 0) * n;\n";
     b += "  __shared__ float red_s[NRED][G > 32 ? G / 32 : 1];\n  float* red[NRED];\n#pragma unroll\n"
          "  for (int k = 0; k < NRED; ++k) red[k] = red_s[k];\n  (void)red;\n";
+    if (any_k_out) b += "  __shared__ double kfab_part[NALL][B / G];  // the block's rows' shares of each all-reduction\n";
     if (cached) {
       for (int i : ein) b += fmt::format("  float x{}[IT * V];\n", i);
       std::string ld;
@@ -469,6 +470,17 @@ __device__ __forceinline__ float kfab_group(float v, float* slot) {
       b += "#pragma unroll\n  for (int it = 0; it < IT; ++it) {\n    const int64_t c0 = (static_cast<int64_t>(it) * G + lane) * V;\n"
            "    if (c0 < n) {\n" + ld + "    }\n  }\n";
     }
+    std::vector<bool> picked(p.nodes.size());
+    auto emit_pick = [&](size_t k) {
+      const PNode& n = p.nodes[k];
+      picked[k] = true;
+      const PNode& ix = p.nodes[n.args[1]];
+      const std::string col = ix.op == "in" && p.inputs[ix.input].integer ? fmt::format("static_cast<int64_t>(qi{})", ix.input)
+                                                                          : fmt::format("static_cast<int64_t>({})", g.value(n.args[1]));
+      b += fmt::format("  float r{} = NAN;\n  {{\n    const int64_t c = {};\n    if (c >= 0 && c < n) {{\n", k, col);
+      b += g.element({n.args[0]}, [](int i) { return fmt::format("__ldg(a.in{} + r0 + c)", i); }, "c", "      ");
+      b += fmt::format("      r{} = {};\n    }}\n  }}\n", k, g.value(n.args[0]));
+    };
     for (size_t k = 0; k < p.nodes.size(); ++k) {
       const PNode& n = p.nodes[k];
       if (!g.live[k] || n.op == "const") continue;
@@ -483,6 +495,12 @@ __device__ __forceinline__ float kfab_group(float v, float* slot) {
         if (in.integer) b += fmt::format("  const long long qi{0} = live ? static_cast<long long>(a.in{0}[row]) : 0;\n", n.input);
         b += fmt::format("  const float r{} = {};\n", k,
                          in.integer ? fmt::format("static_cast<float>(qi{})", n.input) : fmt::format("live ? a.in{}[row] : 0.0f", n.input));
+        // a pick of an input at this column goes here, before the reductions: its load's latency
+        // then overlaps them instead of following them
+        for (size_t k2 = k + 1; k2 < p.nodes.size(); ++k2)
+          if (g.live[k2] && p.nodes[k2].op == "pick" && p.nodes[k2].args[1] == static_cast<int>(k) &&
+              p.nodes[p.nodes[k2].args[0]].op == "in")
+            emit_pick(k2);
         continue;
       }
       if (n.cls != VClass::R && !is_all_reduction(n.op)) continue;  // E/C values are computed per element
@@ -498,22 +516,16 @@ __device__ __forceinline__ float kfab_group(float v, float* slot) {
         if (is_row_reduction(n.op))
           b += fmt::format("  const float r{} = {};\n", k, n.op == "rowmean" ? acc + " / static_cast<float>(n)" : acc);
         else
-          b += fmt::format("  if (lane == 0 && live) atomicAdd(&a.ws[(blockIdx.x % NSPREAD) * NALL + {}], static_cast<double>({}));\n",
-                           g.allslot[k], acc);
+          b += fmt::format("  if (lane == 0) kfab_part[{}][threadIdx.x / G] = live ? static_cast<double>({}) : 0.0;\n", g.allslot[k], acc);
         continue;
       }
       if (is_all_reduction(n.op)) {  // of a per-row value
-        b += fmt::format("  if (lane == 0 && live) atomicAdd(&a.ws[(blockIdx.x % NSPREAD) * NALL + {}], static_cast<double>({}));\n",
-                         g.allslot[k], g.value(n.args[0]));
+        b += fmt::format("  if (lane == 0) kfab_part[{}][threadIdx.x / G] = live ? static_cast<double>({}) : 0.0;\n", g.allslot[k],
+                         g.value(n.args[0]));
         continue;
       }
       if (n.op == "pick") {
-        const PNode& ix = p.nodes[n.args[1]];
-        const std::string col = ix.op == "in" && p.inputs[ix.input].integer ? fmt::format("static_cast<int64_t>(qi{})", ix.input)
-                                                                            : fmt::format("static_cast<int64_t>({})", g.value(n.args[1]));
-        b += fmt::format("  float r{} = NAN;\n  {{\n    const int64_t c = {};\n    if (c >= 0 && c < n) {{\n", k, col);
-        b += g.element({n.args[0]}, [](int i) { return fmt::format("__ldg(a.in{} + r0 + c)", i); }, "c", "      ");
-        b += fmt::format("      r{} = {};\n    }}\n  }}\n", k, g.value(n.args[0]));
+        if (!picked[k]) emit_pick(k);
         continue;
       }
       std::vector<std::string> args;  // a per-row pointwise value
@@ -549,10 +561,16 @@ __device__ __forceinline__ float kfab_group(float v, float* slot) {
         b += "  for (int64_t c0 = static_cast<int64_t>(lane) * V; c0 < n; c0 += static_cast<int64_t>(G) * V) {\n" + guard + decl +
              "#pragma unroll\n    for (int v = 0; v < V; ++v) {\n      const int64_t c = c0 + v;\n" + inner + "    }\n" + store + "  }\n";
     }
-    if (any_k_out)  // the last block to finish turns the sums into the scalar outputs (no second kernel)
-      b += "  __threadfence();  // this thread's atomics, before the block is counted\n  __syncthreads();\n"
-           "  if (threadIdx.x == 0 && atomicAdd(&kfab_blocks_done, 1u) == gridDim.x - 1) {\n    __threadfence();\n"
-           "    kfab_finish_scalars(a, rows, n);\n    atomicExch(&kfab_blocks_done, 0u);\n  }\n";
+    if (any_k_out)  // warp 0 adds the block's shares (one atomic a sum); the last block to finish turns the sums into the scalar outputs
+      b += "  __syncthreads();\n  if (threadIdx.x < 32) {\n#pragma unroll\n    for (int k = 0; k < NALL; ++k) {\n      double t = 0.0;\n"
+           "      for (int r = threadIdx.x; r < B / G; r += 32) t += kfab_part[k][r];\n"
+           "#pragma unroll\n      for (int off = 16; off > 0; off /= 2) t += __shfl_xor_sync(0xffffffffu, t, off);\n"
+           "      if (threadIdx.x == 0) atomicAdd(&a.ws[(blockIdx.x % NSPREAD) * NALL + k], t);\n    }\n"
+           "    __threadfence();  // the sums, before the block is counted\n"
+           "    unsigned last = threadIdx.x == 0 && atomicAdd(&kfab_blocks_done, 1u) == gridDim.x - 1;\n"
+           "    last = __shfl_sync(0xffffffffu, last, 0);\n"
+           "    if (last) {\n      __threadfence();\n      kfab_finish_scalars(a, rows, n);\n"
+           "      if (threadIdx.x == 0) atomicExch(&kfab_blocks_done, 0u);\n    }\n  }\n";
     return b;
   };
   // the scalar outputs, from the all-reductions' sums, which are read and zeroed for the next call
@@ -561,20 +579,24 @@ __device__ __forceinline__ float kfab_group(float v, float* slot) {
     fin = g.scalars(
         [](int k, int slot) {
           return fmt::format(
-              "  double w{0} = 0.0;\n  for (int s = 0; s < NSPREAD; ++s)\n"
-              "    w{0} += __longlong_as_double(static_cast<long long>(atomicExch(reinterpret_cast<unsigned long long*>(&a.ws[s * NALL + {1}]), 0ull)));\n",
+              "  double w{0} = 0.0;\n  for (int s = threadIdx.x; s < NSPREAD; s += 32)\n"
+              "    w{0} += __longlong_as_double(static_cast<long long>(atomicExch(reinterpret_cast<unsigned long long*>(&a.ws[s * NALL + {1}]), 0ull)));\n"
+              "#pragma unroll\n  for (int off = 16; off > 0; off /= 2) w{0} += __shfl_xor_sync(0xffffffffu, w{0}, off);\n",
               k, slot);
         },
         [](int) { return false; });
+    // one warp runs it: lane 0 stores
+    fin = "\n" + fin;
+    for (size_t pos = 0; (pos = fin.find("\n  a.out", pos)) != std::string::npos; pos += 10) fin.replace(pos, 3, "\n  if (threadIdx.x == 0) ");
     s += fmt::format(R"(
-// Scalar outputs, from the all-reductions' sums (read and zeroed for the next call).
+// Scalar outputs, from the all-reductions' sums (read and zeroed for the next call), by one whole warp.
 __device__ void kfab_finish_scalars(const Args& a, int64_t rows, int64_t n) {{
   (void)rows, (void)n;
 {}}}
 
 // The same when there are no rows (no row kernel ran).
 __global__ void kfab_finish(Args a, int64_t rows, int64_t n) {{
-  if (threadIdx.x == 0 && blockIdx.x == 0) kfab_finish_scalars(a, rows, n);
+  if (threadIdx.x < 32 && blockIdx.x == 0) kfab_finish_scalars(a, rows, n);
 }}
 )",
                      fin);
