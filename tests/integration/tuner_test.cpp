@@ -1,5 +1,7 @@
 // The built-in tuner (kfab optimize with no LLM): a search over template parameter points, every one an
 // ordinary candidate; the winner checked on held-out shapes; the result cached for an instant rerun.
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include "harness.h"
@@ -24,12 +26,25 @@ TEST(Tuner, SearchesThenReusesItsCachedResult) {
   EXPECT_TRUE(winner == "cpu_rowwise_softmax" || winner == "cpu_fused_rows") << winner;
   EXPECT_FALSE(first["tuner"]["cached"].get<bool>());
   EXPECT_EQ(first["candidates"], 10);
+  // every point searched is listed, and the winner is the fastest of those that passed
+  ASSERT_EQ(first["points"].size(), 10u);
+  double fastest = 0.0;
+  for (const auto& p : first["points"]) {
+    EXPECT_TRUE(p.contains("template") && p.contains("params") && p.contains("disposition")) << p.dump();
+    if (p["disposition"] == "passed") fastest = std::max(fastest, p["speedup"].get<double>());
+  }
+  bool winner_listed = false;
+  for (const auto& p : first["points"])
+    winner_listed = winner_listed || (p["template"] == first["tuner"]["template"] && p["params"] == first["tuner"]["params"] &&
+                                      p["speedup"].get<double>() == fastest);
+  EXPECT_TRUE(winner_listed) << first["points"].dump(2);
   bool heldout_checked = false;
   for (const auto& s : first["verdict"]["shapes"]) heldout_checked = heldout_checked || s["heldout"].get<bool>();
   EXPECT_TRUE(heldout_checked);
   const auto second = run("tune-b");
   EXPECT_TRUE(second["tuner"]["cached"].get<bool>());
   EXPECT_EQ(second["candidates"], 0);
+  EXPECT_TRUE(second["points"].empty());
   EXPECT_EQ(second["tuner"]["params"], first["tuner"]["params"]);
   EXPECT_EQ(second["best"]["disposition"], "passed");
 }
