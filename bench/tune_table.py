@@ -41,8 +41,9 @@ def main() -> int:
                 prm = ", ".join(f"{k}={x}" for k, x in p.get("params", {}).items())
                 sp = p.get("speedup")
                 pc = "/".join("%.1f" % c for c in p.get("percent_of_copy_bandwidth", []))
+                wall = f"{p['wall_s']:.1f} s" if isinstance(p.get("wall_s"), (int, float)) else ""
                 rows.append(f"  {p.get('template', '?')} ({prm}): {p.get('disposition')} "
-                            f"{('%.2fx' % sp) if sp else ''} {pc} {p.get('detail', '')[:100]}")
+                            f"{('%.2fx' % sp) if sp else ''} {pc} {wall} {p.get('detail', '')[:100]}")
         if r.get("best", {}).get("disposition") != "passed":
             rows.append(f"{task:26} {r.get('best', {}).get('disposition', '?')}: {str(r.get('best', {}).get('detail', r.get('error', '')))[:140]}")
             continue

@@ -5,7 +5,8 @@
 # copies what there is so far into OUTDIR (tune.jsonl, tune.err, progress.log and the table with
 # every parameter point). Tasks run one at a time: two tuners at once would time each other.
 #
-#   scripts/gpu_tune_bg.sh start OUTDIR SECONDS TASK...   build, start, then wait as below
+#   scripts/gpu_tune_bg.sh start OUTDIR SECONDS [TASK...] build, start, then wait as below (no TASK:
+#                                                         every bundled task with a CUDA template)
 #   scripts/gpu_tune_bg.sh wait OUTDIR SECONDS            wait at most SECONDS, then copy
 #
 # KFAB_TUNE_ARGS is passed to every `kfab optimize` (default: --fresh).
@@ -20,6 +21,12 @@ deadline=$(( $(date +%s) + secs ))
 mkdir -p "$out"
 
 if [ "$verb" = start ]; then
+  if [ $# -eq 0 ]; then
+    set -- tasks/core/{softmax,log_softmax,rms_norm,layer_norm,gelu,scale_shift_gelu,cross_entropy,cumsum,transpose,sum_dim1,group_norm} \
+      tasks/kb/rms_norm.py tasks/kb/l1_{relu,gelu_tanh,mish,softmax,log_softmax,layer_norm,amax_dim,cross_entropy,mse_loss}.py \
+      tasks/kb/l1_{huber_loss,kl_div,cumsum,permute,sum_dim,group_norm}.py \
+      tasks/core/{matmul,matmul_bias_relu} tasks/kb/{l1_matmul,l2_linear_gelu_scale}.py
+  fi
   KFAB_GPU_STAGES=none scripts/gpu_machine.sh "$work/build" >/dev/null 2>&1
   tail -4 "$work/build/summary.txt"
   [ -x build-gpu/kfab ] || { echo "build failed"; cp "$work/build/build.log" "$out/" 2>/dev/null; exit 1; }

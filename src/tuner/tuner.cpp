@@ -288,7 +288,7 @@ Expected<json> tune(const TuneOptions& in) {
       for (const auto& sh : v->shapes)
         if (auto it = sh.extra.find("percent_of_copy_bandwidth"); it != sh.extra.end() && it->is_number()) copy.push_back(*it);
       searched.push_back({{"template", pt.tmpl}, {"params", pt.params}, {"disposition", disposition_name(v->disposition)},
-                          {"speedup", v->speedup ? json(*v->speedup) : json()}, {"percent_of_copy_bandwidth", copy},
+                          {"speedup", v->speedup ? json(*v->speedup) : json()}, {"percent_of_copy_bandwidth", copy}, {"wall_s", v->wall_s},
                           {"detail", v->passed() ? std::string() : v->detail.substr(0, 300)}});
     }
     std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
