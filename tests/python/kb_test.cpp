@@ -112,6 +112,17 @@ TEST_F(KbEval, ExportedModelNewPassesAPlainAllcloseScript) {
   EXPECT_NE(check->output.find("PASS"), std::string::npos) << check->output;
 }
 
+// The worker's comparison runs on the outputs' own device, a slice at a time: the first mismatch's
+// index and coordinates, the NaN and infinity rules and the tolerance hold across slices.
+TEST_F(KbEval, WorkerComparisonHoldsTheRulesAcrossSlices) {
+  auto r = run_command({python_interpreter(), std::string(KFAB_SOURCE_DIR) + "/tests/python/compare_check.py",
+                        python_worker_dir().string()},
+                       300.0);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_TRUE(r->status.ok()) << r->output;
+  EXPECT_NE(r->output.find("cpu: ok"), std::string::npos) << r->output;
+}
+
 TEST_F(KbEval, TasksCheckFlagsADegenerateTaskAndPassesTheSuite) {
   CliResult bad = kfab_cli({"tasks", fixture("kb/degenerate_zero.py"), "--check", "--json"});
   EXPECT_EQ(bad.status.code, 1) << bad.out << bad.err;
