@@ -44,7 +44,7 @@ log "configure"
 PKG_CONFIG_PATH=$lib/pkgconfig cmake -S . -B build-gpu -DCMAKE_PREFIX_PATH="$root/usr" \
   -DCMAKE_BUILD_RPATH="$lib" >"$out/build.log" 2>&1 || { log "configure failed"; tail -30 "$out/build.log"; exit 1; }
 log "build"
-cmake --build build-gpu -j "$(nproc)" >>"$out/build.log" 2>&1 || { log "build failed"; grep -E "error" "$out/build.log" | head -30; exit 1; }
+cmake --build build-gpu -j "$(nproc)" ${KFAB_GPU_TARGETS:+--target $KFAB_GPU_TARGETS} >>"$out/build.log" 2>&1 || { log "build failed"; grep -E "error" "$out/build.log" | head -30; exit 1; }
 log "doctor"
 build-gpu/kfab doctor 2>&1 | tee -a "$out/summary.txt"
 

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Does timing torch.compile in the same rotation as the candidate change the candidate's time? On the
+# GPU machine: builds kfab (kfab and kfab-runner only), tunes each task once, then evaluates its winner
+# alternately with --no-compile (candidate and eager interleaved) and --fresh-baselines (candidate,
+# eager and torch.compile interleaved), ROUNDS times each, and prints one line per evaluation. Then
+# tunes the EXTRA tasks while the deadline allows.
+#
+#   scripts/gpu_compile_ab.sh OUTDIR SECONDS ROUNDS "TASK..." ["EXTRA..."]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:?OUTDIR}; secs=${2:?SECONDS}; rounds=${3:?ROUNDS}; tasks=${4:?TASKS}; extra=${5:-}
+deadline=$(( $(date +%s) + secs ))
+left() { echo $(( deadline - $(date +%s) )); }
+mkdir -p "$out"
+KFAB_GPU_TARGETS="kfab kfab-runner" KFAB_GPU_STAGES=none scripts/gpu_machine.sh "$out/build" >/dev/null 2>&1
+[ -x build-gpu/kfab ] || { echo "build failed"; tail -20 "$out/build/build.log"; exit 1; }
+echo "built in $(( secs - $(left) )) s"
+export KFAB_CACHE_DIR=$PWD/build-gpu/cache KFAB_DATA_DIR=$PWD/build-gpu/data
+line() {  # one evaluation's figures at the tuning shape
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[2]))
+v = j.get("verdict", j)
+s = next((s for s in v.get("shapes", []) if s.get("time_ms")), None)
+if s is None:
+    print(f"{sys.argv[1]:<28} {v.get('disposition')} {v.get('detail', '')[:200]}")
+else:
+    t = s["time_ms"]; c = s.get("compile_ms") or {}
+    print(f"{sys.argv[1]:<28} cand median {t['median']:.4f} min {t['min']:.4f} q1 {t['q1']:.4f} q3 {t['q3']:.4f} ms  "
+          f"{s.get('percent_of_copy_bandwidth', 0):5.1f}% copy  eager {s['baseline_ms']['median']:.4f}"
+          + (f"  compile median {c['median']:.4f} min {c['min']:.4f}" if c else ""))
+PY
+}
+for t in $tasks; do
+  n=$(basename "$t" .py)
+  [ "$(left)" -gt 60 ] || { echo "deadline: stop before $n"; break; }
+  build-gpu/kfab optimize "$t" --target cuda --json --fresh --out "$out/runs/$n" >"$out/$n.optimize.json" 2>>"$out/err.log"
+  line "$n optimize (final)" "$out/$n.optimize.json"
+  best=$(ls "$out/runs/$n"/best.* 2>/dev/null | head -1)
+  [ -n "$best" ] || continue
+  for r in $(seq "$rounds"); do
+    for mode in no-compile fresh-baselines; do
+      [ "$(left)" -gt 40 ] || break 2
+      build-gpu/kfab eval "$t" "$best" --target cuda --json "--$mode" >"$out/$n.$mode.$r.json" 2>>"$out/err.log"
+      line "$n $mode $r" "$out/$n.$mode.$r.json"
+    done
+  done
+done
+for t in $extra; do
+  n=$(basename "$t" .py); s=$(date +%s)
+  [ "$(left)" -gt 70 ] || { echo "deadline: stop before $n"; break; }
+  timeout $(( $(left) - 5 )) build-gpu/kfab optimize "$t" --target cuda --json --fresh --out "$out/runs/$n" >>"$out/tune.jsonl" 2>>"$out/err.log"
+  echo "$t: exit $? in $(( $(date +%s) - s )) s"
+done
+[ -s "$out/tune.jsonl" ] && python3 bench/tune_table.py "$out/tune.jsonl" --points
+exit 0
