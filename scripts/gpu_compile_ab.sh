@@ -3,7 +3,8 @@
 # GPU machine: builds kfab (kfab and kfab-runner only), tunes each task once, then evaluates its winner
 # alternately with --no-compile (candidate and eager interleaved) and --fresh-baselines (candidate,
 # eager and torch.compile interleaved), ROUNDS times each, and prints one line per evaluation. Then
-# tunes the EXTRA tasks while the deadline allows.
+# tunes the EXTRA tasks while the deadline allows. Candidates and the build stay under /tmp/kfab_ab (the
+# device tool brings back a limited number of files from OUTDIR).
 #
 #   scripts/gpu_compile_ab.sh OUTDIR SECONDS ROUNDS "TASK..." ["EXTRA..."]
 set -uo pipefail
@@ -12,8 +13,8 @@ out=${1:?OUTDIR}; secs=${2:?SECONDS}; rounds=${3:?ROUNDS}; tasks=${4:?TASKS}; ex
 deadline=$(( $(date +%s) + secs ))
 left() { echo $(( deadline - $(date +%s) )); }
 mkdir -p "$out"
-KFAB_GPU_TARGETS="kfab kfab-runner" KFAB_GPU_STAGES=none scripts/gpu_machine.sh "$out/build" >/dev/null 2>&1
-[ -x build-gpu/kfab ] || { echo "build failed"; tail -20 "$out/build/build.log"; exit 1; }
+KFAB_GPU_TARGETS="kfab kfab-runner" KFAB_GPU_STAGES=none scripts/gpu_machine.sh /tmp/kfab_ab/build >/dev/null 2>&1
+[ -x build-gpu/kfab ] || { echo "build failed"; tail -20 /tmp/kfab_ab/build/build.log; exit 1; }
 echo "built in $(( secs - $(left) )) s"
 export KFAB_CACHE_DIR=$PWD/build-gpu/cache KFAB_DATA_DIR=$PWD/build-gpu/data
 line() {  # one evaluation's figures at the tuning shape
@@ -34,9 +35,9 @@ PY
 for t in $tasks; do
   n=$(basename "$t" .py)
   [ "$(left)" -gt 60 ] || { echo "deadline: stop before $n"; break; }
-  build-gpu/kfab optimize "$t" --target cuda --json --fresh --out "$out/runs/$n" >"$out/$n.optimize.json" 2>>"$out/err.log"
+  build-gpu/kfab optimize "$t" --target cuda --json --fresh --out "/tmp/kfab_ab/runs/$n" >"$out/$n.optimize.json" 2>>"$out/err.log"
   line "$n optimize (final)" "$out/$n.optimize.json"
-  best=$(ls "$out/runs/$n"/best.* 2>/dev/null | head -1)
+  best=$(ls "/tmp/kfab_ab/runs/$n"/best.* 2>/dev/null | head -1)
   [ -n "$best" ] || continue
   for r in $(seq "$rounds"); do
     for mode in no-compile fresh-baselines; do
@@ -49,7 +50,7 @@ done
 for t in $extra; do
   n=$(basename "$t" .py); s=$(date +%s)
   [ "$(left)" -gt 70 ] || { echo "deadline: stop before $n"; break; }
-  timeout $(( $(left) - 5 )) build-gpu/kfab optimize "$t" --target cuda --json --fresh --out "$out/runs/$n" >>"$out/tune.jsonl" 2>>"$out/err.log"
+  timeout $(( $(left) - 5 )) build-gpu/kfab optimize "$t" --target cuda --json --fresh --out "/tmp/kfab_ab/runs/$n" >>"$out/tune.jsonl" 2>>"$out/err.log"
   echo "$t: exit $? in $(( $(date +%s) - s )) s"
 done
 [ -s "$out/tune.jsonl" ] && python3 bench/tune_table.py "$out/tune.jsonl" --points
