@@ -29,7 +29,8 @@ else:
     t = s["time_ms"]; c = s.get("compile_ms") or {}
     print(f"{sys.argv[1]:<28} cand median {t['median']:.4f} min {t['min']:.4f} q1 {t['q1']:.4f} q3 {t['q3']:.4f} ms  "
           f"{s.get('percent_of_copy_bandwidth', 0):5.1f}% copy  eager {s['baseline_ms']['median']:.4f}"
-          + (f"  compile median {c['median']:.4f} min {c['min']:.4f}" if c else ""))
+          + (f"  compile median {c['median']:.4f} min {c['min']:.4f}" if c else "")
+          + (f"  SM {k['sm_mhz_min']}-{k['sm_mhz_max']} MHz ({k['reasons']})" if (k := s.get("clocks", {})).get("recorded") else ""))
 PY
 }
 for t in $tasks; do

@@ -9,6 +9,7 @@ import torch
 
 from . import PROTOCOL
 from . import candidate as candmod
+from . import clocks as clockmod
 from . import guard
 from . import task as taskmod
 from . import trace as tracemod
@@ -359,6 +360,7 @@ def time_job(req) -> dict:
         empty = [timer(lambda: None)[1] for _ in range(20)] if s.device == "cuda" else []
         times = {k: [] for k in fns}
         walls: list[float] = []
+        clocks = clockmod.ClockLog() if s.device == "cuda" else None
         order = list(fns)
         start = time.perf_counter()
         rng = random.Random()
@@ -367,6 +369,8 @@ def time_job(req) -> dict:
             elapsed = (time.perf_counter() - start) * 1e3
             if n >= max_calls or (n >= min_calls and elapsed >= min_ms) or (n >= 1 and elapsed >= max_ms):
                 break
+            if clocks is not None and n % 10 == 0:
+                clocks.sample()
             rot = n % len(order)
             for name in order[rot:] + order[:rot]:
                 try:
@@ -380,6 +384,8 @@ def time_job(req) -> dict:
                     walls.append(wall)
             if rng.random() < 0.125:
                 _check_timed(s, last["outs"], ref, n)
+        if clocks is not None:
+            clocks.sample()
         _check_timed(s, last["outs"], ref, len(times["candidate"]) - 1)
     reply = {"ok": True, "candidate": summarize(times["candidate"]),
              "baselines": {k: summarize(v) for k, v in times.items() if k != "candidate"},
@@ -391,6 +397,7 @@ def time_job(req) -> dict:
         reply["candidate_wall"] = summarize(walls)
         reply["empty_call_wall"] = summarize(empty)
         reply["device"] = torch.cuda.get_device_name(0)
+        reply["clocks"] = clocks.to_json()
     return reply
 
 

@@ -203,10 +203,7 @@ Expected<Verdict> Evaluator::evaluate(const Task& task, const fs::path& candidat
     sr.time = TimeStats::from_json(o.body["candidate"]);
     sr.baseline = TimeStats::from_json(o.body["baseline"]);
     if (o.body.contains("replay")) sr.extra["replay"] = o.body["replay"];
-    if (o.body.contains("clocks")) {
-      sr.extra["clocks"] = o.body["clocks"];
-      if (o.body["clocks"].value("drift", false)) sr.extra["warning"] = "the SM clock drifted by more than 5% while timing";
-    }
+    take_clocks(o.body, sr);
     if (o.body.contains("candidate_wall")) sr.extra["timer"] = "device timestamps around the call on the runner's stream";
     take_wall_clock(o.body, sr, "the runner's stream");
     if (peaks) sr.bound_ms = bound_ms(task, sr.shape, *peaks);

@@ -38,6 +38,12 @@ JobOutcome interpret(const JobReply& r) {
   return o;
 }
 
+void take_clocks(const json& body, ShapeResult& sr) {
+  if (!body.contains("clocks")) return;
+  sr.extra["clocks"] = body["clocks"];
+  if (body["clocks"].value("drift", false)) sr.extra["warning"] = "the SM clock drifted by more than 5% while timing";
+}
+
 void take_wall_clock(const json& body, ShapeResult& sr, std::string_view stream) {
   if (!body.contains("candidate_wall") || !sr.time) return;
   const TimeStats wall = TimeStats::from_json(body["candidate_wall"]);

@@ -31,6 +31,10 @@ JobOutcome interpret(const JobReply& r);
 /// events were on, for the verdict.
 void take_wall_clock(const nlohmann::json& body, ShapeResult& sr, std::string_view stream);
 
+/// The SM and memory clock ranges a GPU time job recorded (`clocks`), with a warning on the shape when
+/// the SM clock moved by more than 5% while it was timed.
+void take_clocks(const nlohmann::json& body, ShapeResult& sr);
+
 /// achieved_GBps and percent_of_copy_bandwidth of a shape, from the bytes its cost says it moves.
 void take_bandwidth(ShapeResult& sr, std::optional<double> bytes, const MachinePeaks& peaks);
 

@@ -324,6 +324,7 @@ Expected<Verdict> KbEvaluator::evaluate(const fs::path& task_file, const fs::pat
     sr.baseline = TimeStats::from_json(o.body["baselines"]["eager"]);
     sr.extra["timer"] = o.body.value("timer", "");
     if (o.body.contains("own_kernels")) sr.extra["own_kernels"] = o.body["own_kernels"];
+    take_clocks(o.body, sr);
     take_wall_clock(o.body, sr, "torch's stream");
     json compile_stats;
     if (time_compile && o.body["baselines"].contains("compile")) {

@@ -30,6 +30,15 @@ TEST_F(KbGpu, TritonAndCudaCandidatesPassAgainstEagerAndCompile) {
     EXPECT_GT(j["speedup"].get<double>(), 0.0);
     EXPECT_GT(j["speedup_vs_compile"].get<double>(), 0.0);
     EXPECT_EQ(j["shapes"][0]["shape"]["batch_size"], 8192);  // KFAB_GPU's shape
+    // the clocks while it was timed (NVML, recorded, never set)
+    const nlohmann::json& clocks = j["shapes"][0]["clocks"];
+    ASSERT_TRUE(clocks.is_object()) << j["shapes"][0].dump();
+    if (clocks.value("recorded", false)) {
+      EXPECT_GT(clocks["sm_mhz_min"].get<int>(), 0) << clocks;
+      EXPECT_GE(clocks["sm_mhz_max"].get<int>(), clocks["sm_mhz_min"].get<int>()) << clocks;
+      EXPECT_GE(clocks["samples"].get<int>(), 2) << clocks;
+    }
+    std::cout << file << ": clocks " << clocks.dump() << "\n";
     std::cout << file << ": " << j["detail"].get<std::string>() << "\n";
   }
 }
