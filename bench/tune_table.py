@@ -2,8 +2,8 @@
 """A table of built-in tuner runs: one line per task from a file of `kfab optimize TASK --json`
 outputs (one after the other), with the winning parameter point, its speedup over the baseline
 (the bundled CUDA reference, or torch eager for a KernelBench task), over torch.compile where timed,
-its share of the measured copy bandwidth at the tuning shapes, and whether the held-out shapes
-passed. The geometric means close the table.
+its share of the measured copy bandwidth at the tuning shapes, whether the held-out shapes passed
+and, where the final timing recorded them, the SM clock range and NVML's reasons for holding it down. The geometric means close the table.
 
   python3 bench/tune_table.py TUNE.jsonl [--points]
 
@@ -57,8 +57,10 @@ def main() -> int:
             sp_compile.append(spc)
         copy += pct
         params = ", ".join(f"{k}={x}" for k, x in r.get("tuner", {}).get("params", {}).items() if k != "kernel")
+        clk = [s["clocks"] for s in shapes if s.get("clocks", {}).get("recorded")]
+        clk_text = "  SM " + "/".join(f"{c['sm_mhz_min']}-{c['sm_mhz_max']} MHz ({c['reasons']})" for c in clk) if clk else ""
         rows.append(f"{task:26} {sp:7.2f}x {('%.2fx' % spc) if spc else '   -':>8} "
-                    f"{'/'.join('%.1f' % p for p in pct) or '-':>12} {len(held):>3} ok  {params}")
+                    f"{'/'.join('%.1f' % p for p in pct) or '-':>12} {len(held):>3} ok  {params}{clk_text}")
     print(f"{'task':26} {'vs base':>8} {'vs comp':>8} {'% copy':>12} {'held':>6}  point")
     for line in rows:
         print(line)
