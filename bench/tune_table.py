@@ -3,7 +3,8 @@
 outputs (one after the other), with the winning parameter point, its speedup over the baseline
 (the bundled CUDA reference, or torch eager for a KernelBench task), over torch.compile where timed,
 its share of the measured copy bandwidth at the tuning shapes, whether the held-out shapes passed
-and, where the final timing recorded them, the SM clock range and NVML's reasons for holding it down. The geometric means close the table.
+and, where the final timing recorded them, the SM clock range and NVML's reasons for holding it down.
+The geometric means close the table.
 
   python3 bench/tune_table.py TUNE.jsonl [--points]
 

@@ -6,6 +6,9 @@ import math
 
 import torch
 
+# Elements compared at a time: the float64 copies of one slice and their masks stay near 1 GiB.
+_SLICE = 1 << 24
+
 
 def _num(v: float):
     if math.isfinite(v):
@@ -59,9 +62,6 @@ def compare(got: torch.Tensor, want: torch.Tensor, atol: float, rtol: float, nam
         g = g_all[lo:lo + _SLICE].to(torch.float64)
         w = w_all[lo:lo + _SLICE].to(device=g.device, dtype=torch.float64)
         _compare_slice(g, w, lo, atol, rtol, name, seed, call, tuple(want.shape), st)
-
-
-_SLICE = 1 << 24
 
 
 def _compare_slice(g: torch.Tensor, w: torch.Tensor, offset: int, atol: float, rtol: float, name: str, seed: int,
