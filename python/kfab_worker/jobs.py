@@ -1,6 +1,7 @@
 """The worker's jobs: hello, describe, verify, time, check (docs/runner-protocol.md, "Python worker")."""
 from __future__ import annotations
 
+import os
 import random
 import time
 import traceback
@@ -11,6 +12,7 @@ from . import PROTOCOL
 from . import candidate as candmod
 from . import clocks as clockmod
 from . import guard
+from . import hold as holdmod
 from . import task as taskmod
 from . import trace as tracemod
 from .compare import Stats, compare
@@ -190,7 +192,7 @@ class _Setup:
 
 def hello(req) -> dict:
     j = {"ok": True, "protocol": PROTOCOL, "worker": "python", "torch": torch.__version__,
-         "cuda": torch.cuda.is_available()}
+         "cuda": torch.cuda.is_available(), "timer": TIMER_VERSION}
     if torch.cuda.is_available():
         j["device"] = torch.cuda.get_device_name(0)
     try:
@@ -269,37 +271,94 @@ def summarize(v: list[float]) -> dict:
             "n": len(s)}
 
 
+# The GPU timer's method; a torch.compile time cached under another one is measured again.
+# KFAB_LAUNCH_HOLD=0 gives version 1 (no hold kernel, the span between the events alone), to compare.
+_HOLD = os.environ.get("KFAB_LAUNCH_HOLD", "1") != "0"
+TIMER_VERSION = 2 if _HOLD else 1
+
+
 class _Timer:
-    """GPU: a read of twice the L2 on the stream before the call, CUDA events around it, then a
-    device-wide sync; the wall clock around call + sync is kept too. CPU: perf_counter around the call
-    (no cache flush: the worker cannot evict lines from Python; said in the verdict)."""
+    """GPU: a hold kernel that fills the device (hold.py), then a read of twice the L2, then CUDA
+    events around the call and a device-wide sync; the wall clock around it all is kept too, less the
+    hold. The hold keeps the device busy while the host issues the flush, the start event and the call,
+    so that the device goes from the flush straight into the call: without it, a call whose host side
+    (Python, ctypes, torch's dispatch) takes longer than the flush has the device's idle wait for its
+    launch timed. A call's time is the span between the events; the candidate's is the longer of that
+    span and the host's time to issue the call, so that work done on the host behind the hold is
+    counted (the baselines' host times are reported, not counted: that can only understate a speedup).
+    The hold is sized from the warm-up calls' host times and grows when a call is issued after the
+    device reached its start event anyway (a late start). CPU: perf_counter around the call (no cache
+    flush: the worker cannot evict lines from Python; said in the verdict)."""
+
+    MAX_HOLD_MS = 2.0
 
     def __init__(self, device: str):
         self.device = device
+        self.hold_ms = 0.0
+        self.hold_cycles = 0
+        self.hold_why = ""
         if device == "cuda":
             l2 = torch.cuda.get_device_properties(0).L2_cache_size or (50 << 20)
             self.flush_buf = torch.ones(2 * l2 // 4, dtype=torch.float32, device="cuda")
             self.sink = torch.empty((), dtype=torch.float32, device="cuda")
             self.start = torch.cuda.Event(enable_timing=True)
             self.end = torch.cuda.Event(enable_timing=True)
+            self.cycles_per_ms = 0.0
+            self.hold = None
 
-    def __call__(self, fn, before=None) -> tuple[float, float]:
-        """`before` (poisoning the outputs) runs first, outside the timed span."""
+    def set_hold(self, host_ms: float) -> None:
+        """A hold long enough for a call whose host side takes host_ms, and for the flush's and the
+        events' own issuing (at most MAX_HOLD_MS)."""
+        if self.device != "cuda" or not _HOLD:
+            return
+        if self.hold is None:
+            self.hold = holdmod.HoldKernel()
+            if not self.hold.ok:
+                self.hold_why = self.hold.why
+                return
+            # How many SM clock cycles make a millisecond here
+            torch.cuda.synchronize()
+            self.start.record()
+            self.hold(2_000_000)
+            self.end.record()
+            torch.cuda.synchronize()
+            ms = self.start.elapsed_time(self.end)
+            self.cycles_per_ms = 2_000_000 / ms if ms > 0 else 2.0e6
+        if not self.hold.ok:
+            return
+        self.hold_ms = min(self.MAX_HOLD_MS, max(0.05, 2.0 * host_ms + 0.05))
+        self.hold_cycles = int(self.hold_ms * self.cycles_per_ms)
+
+    def __call__(self, fn, before=None, host_counts: bool = False) -> tuple[float, float, float, bool]:
+        """(time ms, wall ms, host ms, late). time is the span between the events, or with host_counts
+        the longer of it and the host's time to issue the call; wall is less the hold; late: the device
+        reached the start event before the host had issued the call (the span may hold an idle wait;
+        the hold grows for the next calls). `before` (poisoning the outputs) runs first, untimed."""
         if before is not None:
             before()
         if self.device != "cuda":
             t0 = time.perf_counter()
             fn()
-            return (time.perf_counter() - t0) * 1e3, 0.0
+            ms = (time.perf_counter() - t0) * 1e3
+            return ms, 0.0, ms, False
         torch.cuda.synchronize()
         t0 = time.perf_counter()
+        hold_ms = self.hold_ms
+        if self.hold_cycles:
+            self.hold(self.hold_cycles)
         torch.sum(self.flush_buf, dim=0, out=self.sink)
         self.start.record()
+        h0 = time.perf_counter()
         fn()
+        host = (time.perf_counter() - h0) * 1e3
         self.end.record()
+        late = self.start.query()
         torch.cuda.synchronize()
-        wall = (time.perf_counter() - t0) * 1e3
-        return self.start.elapsed_time(self.end), wall
+        wall = max(0.0, (time.perf_counter() - t0) * 1e3 - hold_ms)
+        span = self.start.elapsed_time(self.end)
+        if late and self.hold_cycles:
+            self.set_hold(max(host, 0.75 * self.hold_ms))
+        return (max(span, host) if host_counts and _HOLD else span), wall, host, late
 
 
 def time_job(req) -> dict:
@@ -332,13 +391,17 @@ def time_job(req) -> dict:
             compiled = torch.compile(s.model, mode=None if mode == "default" else mode)
             fns["compile"] = lambda: compiled(*xs)
         t_start = time.perf_counter()
+        issue: dict[str, list[float]] = {k: [] for k in fns}  # host time to issue each warm-up call
         for name, fn in fns.items():
             n = 0
             while n < warmup or (time.perf_counter() - t_start) * 1e3 < 20.0 * (list(fns).index(name) + 1):
                 try:
                     if name == "candidate":
                         poison()
+                    _sync(s.device)
+                    h0 = time.perf_counter()
                     fn()
+                    issue[name].append((time.perf_counter() - h0) * 1e3)
                     _sync(s.device)
                 except BaseException as e:  # noqa: BLE001
                     if name == "candidate":
@@ -357,8 +420,12 @@ def time_job(req) -> dict:
             if kernels.get("checked") and kernels["own_share"] < 0.5:
                 raise JobFailure("rejected", f"the candidate's own kernels take {100 * kernels['own_share']:.0f}% of its GPU "
                                  f"time: most of the work is torch's ({kernels['kernels'][0]['name']})")
+        # The first calls compile and fill caches: the later half of the warm-up says what a call costs.
+        timer.set_hold(max(summarize(v[len(v) // 2:])["q3"] for v in issue.values()))
         empty = [timer(lambda: None)[1] for _ in range(20)] if s.device == "cuda" else []
         times = {k: [] for k in fns}
+        hosts = {k: [] for k in fns}
+        late = {k: 0 for k in fns}
         walls: list[float] = []
         clocks = clockmod.ClockLog() if s.device == "cuda" else None
         order = list(fns)
@@ -374,12 +441,15 @@ def time_job(req) -> dict:
             rot = n % len(order)
             for name in order[rot:] + order[:rot]:
                 try:
-                    ms, wall = timer(fns[name], poison if name == "candidate" else None)
+                    ms, wall, host, was_late = timer(fns[name], poison if name == "candidate" else None,
+                                                     host_counts=name == "candidate")
                 except BaseException as e:  # noqa: BLE001
                     if name == "candidate":
                         raise _call_failure(e, "the candidate", s.path) from e
                     raise JobFailure("reference_failed", f"the {name} baseline raised {type(e).__name__}: {e}") from e
                 times[name].append(ms)
+                hosts[name].append(host)
+                late[name] += was_late
                 if name == "candidate":
                     walls.append(wall)
             if rng.random() < 0.125:
@@ -389,7 +459,13 @@ def time_job(req) -> dict:
         _check_timed(s, last["outs"], ref, len(times["candidate"]) - 1)
     reply = {"ok": True, "candidate": summarize(times["candidate"]),
              "baselines": {k: summarize(v) for k, v in times.items() if k != "candidate"},
-             "timer": "CUDA events on torch's current stream; a read of 2x L2 before each call; device synchronized after each"
+             "timer": ((f"CUDA events on torch's current stream after a hold kernel filling the device ({timer.hold_ms:.2f} ms) "
+                        "and a read of 2x L2, the candidate's time the longer of their span and the host's time to issue "
+                        "the call; device synchronized after each") if _HOLD and timer.hold_cycles else
+                       f"CUDA events on torch's current stream; a read of 2x L2 before each call; device synchronized "
+                       f"after each (no hold kernel: {timer.hold_why})" if _HOLD else
+                       "CUDA events on torch's current stream; a read of 2x L2 before each call; device synchronized "
+                       "after each (KFAB_LAUNCH_HOLD=0: no hold kernel)")
              if s.device == "cuda" else "perf_counter around the call; no cache flush"}
     if kernels is not None:
         reply["own_kernels"] = kernels
@@ -398,6 +474,9 @@ def time_job(req) -> dict:
         reply["empty_call_wall"] = summarize(empty)
         reply["device"] = torch.cuda.get_device_name(0)
         reply["clocks"] = clocks.to_json()
+        reply["launch"] = {"hold_ms": timer.hold_ms, "timer_version": TIMER_VERSION if timer.hold_cycles else 1,
+                           "host_ms": {k: summarize(v)["median"] for k, v in hosts.items()},
+                           "late_starts": late, "calls": {k: len(v) for k, v in times.items()}}
     return reply
 
 

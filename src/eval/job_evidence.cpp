@@ -1,5 +1,7 @@
 #include "eval/job_evidence.h"
 
+#include <fmt/format.h>
+
 namespace kfab {
 
 using json = nlohmann::json;
@@ -38,10 +40,31 @@ JobOutcome interpret(const JobReply& r) {
   return o;
 }
 
+namespace {
+
+void add_warning(ShapeResult& sr, const std::string& text) {
+  const std::string before = sr.extra.value("warning", std::string());
+  sr.extra["warning"] = before.empty() ? text : before + "; " + text;
+}
+
+}  // namespace
+
 void take_clocks(const json& body, ShapeResult& sr) {
   if (!body.contains("clocks")) return;
   sr.extra["clocks"] = body["clocks"];
-  if (body["clocks"].value("drift", false)) sr.extra["warning"] = "the SM clock drifted by more than 5% while timing";
+  if (body["clocks"].value("drift", false)) add_warning(sr, "the SM clock drifted by more than 5% while timing");
+}
+
+void take_launch(const json& body, ShapeResult& sr) {
+  if (!body.contains("launch") || !body["launch"].is_object()) return;
+  const json& l = body["launch"];
+  sr.extra["launch"] = l;
+  const int late = l.contains("late_starts") ? l["late_starts"].value("candidate", 0) : 0;
+  const int calls = l.contains("calls") ? l["calls"].value("candidate", 0) : 0;
+  if (calls > 0 && 10 * late > calls)
+    add_warning(sr, fmt::format("{} of {} timed calls reached the device after their start event (a hold of {:.2f} ms "
+                                "did not cover the host's launch): their spans may hold idle time",
+                                late, calls, l.value("hold_ms", 0.0)));
 }
 
 void take_wall_clock(const json& body, ShapeResult& sr, std::string_view stream) {

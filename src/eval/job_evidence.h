@@ -35,6 +35,11 @@ void take_wall_clock(const nlohmann::json& body, ShapeResult& sr, std::string_vi
 /// the SM clock moved by more than 5% while it was timed.
 void take_clocks(const nlohmann::json& body, ShapeResult& sr);
 
+/// The Python worker's launch evidence (`launch`: the hold kernel's length, each timed function's
+/// median host time to issue a call, and how many calls reached the start event before they were
+/// issued), with a warning on the shape when more than a tenth of the candidate's calls did.
+void take_launch(const nlohmann::json& body, ShapeResult& sr);
+
 /// achieved_GBps and percent_of_copy_bandwidth of a shape, from the bytes its cost says it moves.
 void take_bandwidth(ShapeResult& sr, std::optional<double> bytes, const MachinePeaks& peaks);
 

@@ -272,12 +272,12 @@ Expected<Verdict> KbEvaluator::evaluate(const fs::path& task_file, const fs::pat
     ShapeResult& sr = v.shapes[i];
     if (sr.heldout) continue;
     const json& over = shapes[i].first;
-    // torch.compile's time is cached per task, device, dtype, shape, torch and mode: compiling costs
-    // far more than timing, and it does not change while those do not.
+    // torch.compile's time is cached per task, device, dtype, shape, torch, mode and the worker's
+    // timer: compiling costs far more than timing, and it does not change while those do not.
     const auto task_source = read_file(task_file);
     const std::string key = hash_hex((task_source ? *task_source : std::string()) + '\0' + target_ + '\0' + info.value("device", std::string("cpu")) +
                                      '\0' + opt_.dtype + '\0' + over.dump() + '\0' + info.value("torch", std::string()) +
-                                     '\0' + opt_.compile_mode)
+                                     '\0' + opt_.compile_mode + '\0' + std::to_string(info.value("timer", 1)))
                                 .substr(0, 24);
     const fs::path cache_file = cache_dir() / "baselines" / (key + ".json");
     json cached;
@@ -325,6 +325,7 @@ Expected<Verdict> KbEvaluator::evaluate(const fs::path& task_file, const fs::pat
     sr.extra["timer"] = o.body.value("timer", "");
     if (o.body.contains("own_kernels")) sr.extra["own_kernels"] = o.body["own_kernels"];
     take_clocks(o.body, sr);
+    take_launch(o.body, sr);
     take_wall_clock(o.body, sr, "torch's stream");
     json compile_stats;
     if (time_compile && o.body["baselines"].contains("compile")) {

@@ -39,8 +39,29 @@ TEST_F(KbGpu, TritonAndCudaCandidatesPassAgainstEagerAndCompile) {
       EXPECT_GE(clocks["samples"].get<int>(), 2) << clocks;
     }
     std::cout << file << ": clocks " << clocks.dump() << "\n";
+    // the timer's launch evidence: a hold kernel was there, and each function's host time to issue a call
+    const nlohmann::json& launch = j["shapes"][0]["launch"];
+    ASSERT_TRUE(launch.is_object()) << j["shapes"][0].dump();
+    EXPECT_EQ(launch["timer_version"], 2) << launch;
+    EXPECT_GT(launch["hold_ms"].get<double>(), 0.0) << launch;
+    EXPECT_GT(launch["host_ms"]["candidate"].get<double>(), 0.0) << launch;
+    EXPECT_EQ(launch["calls"]["candidate"], j["shapes"][0]["time_ms"]["n"]) << launch;
+    std::cout << file << ": launch " << launch.dump() << "\n";
     std::cout << file << ": " << j["detail"].get<std::string>() << "\n";
   }
+}
+
+// The hold kernel hides the host's launch latency from the events; work done on the host in the call is
+// still the candidate's: a call that busy-waits 1 ms before its launch takes at least 1 ms.
+TEST_F(KbGpu, HostWorkBehindTheHoldKernelIsCounted) {
+  CliResult r = kfab_cli({"eval", task_, fixture("kb/candidates/slow_host.cu"), "--target", "cuda", "--json", "--no-compile"}, 600);
+  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  nlohmann::json j = r.json();
+  ASSERT_EQ(j["disposition"], "passed") << j["detail"];
+  const nlohmann::json& s = j["shapes"][0];
+  EXPECT_GE(s["time_ms"]["min"].get<double>(), 1.0) << s.dump();
+  EXPECT_GE(s["launch"]["host_ms"]["candidate"].get<double>(), 1.0) << s["launch"];
+  std::cout << "slow_host.cu: " << s["time_ms"].dump() << " launch " << s["launch"].dump() << "\n";
 }
 
 TEST_F(KbGpu, ACandidateMadeOfTorchKernelsIsRejected) {
