@@ -145,7 +145,7 @@ std::string cuda_generate(const Task& t, const TemplateParams& params) {
   return p ? generate_fused_cuda(*p, params, "fused row program for " + t.name) : "#error the task's formula no longer parses\n";
 }
 
-const KernelTemplate kFusedCuda{"cuda_fused_rows", "cuda", 4, cuda_applies, cuda_grid, cuda_generate};
+const KernelTemplate kFusedCuda{"cuda_fused_rows", "cuda", 5, cuda_applies, cuda_grid, cuda_generate};
 
 std::vector<TemplateParams> cpu_grid(const Task&) { return fused_cpu_grid(); }
 

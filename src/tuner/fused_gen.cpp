@@ -221,6 +221,9 @@ constexpr const char* kPrelude = R"(#include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
+#include <mutex>
+#include <utility>
+#include <vector>
 
 #include "kfab/candidate.h"
 
@@ -397,7 +400,7 @@ struct Parts {
 };
 
 Parts rows_parts(const Program& p, const Gen& g, const TemplateParams& tp) {
-  const int B = param(tp, "block", 256), I = param(tp, "items", 4);
+  const int B = param(tp, "block", 256), I = param(tp, "items", 4), P = param(tp, "persist", 0);
   // group=auto: a warp per row where the row fits a warp's registers (and there are rows enough),
   // the whole block per row otherwise, decided per call
   const bool autog = tp.count("group") && tp.at("group") == "auto";
@@ -407,8 +410,9 @@ Parts rows_parts(const Program& p, const Gen& g, const TemplateParams& tp) {
   s += fmt::format(
       "\nconstexpr int B = {}, G = {}, I = {};  // threads per block, threads per row{}, at most I float4 a thread keeps\n"
       "constexpr int NRED = {}, NALL = {};\n"
+      "constexpr int P = {};  // 0: a block a chunk of rows; P > 0: at most P blocks an SM can hold at once, each taking chunks in turn\n"
       "constexpr int NSPREAD = 64;  // all-reduction sums are spread over this many slots (less atomic contention)\n\n",
-      B, G, I, autog ? " (or a warp per row of 256-thread blocks, for short rows)" : "", std::max(1, g.n_red), std::max(1, g.n_all));
+      B, G, I, autog ? " (or a warp per row of 256-thread blocks, for short rows)" : "", std::max(1, g.n_red), std::max(1, g.n_all), P);
   s += args_struct(p);
   s += R"(__device__ double kfab_ws[NALL * NSPREAD];  // all-reduction sums; zero between calls
 __device__ unsigned int kfab_blocks_done;          // blocks of the current launch that have added theirs; zero between calls
@@ -453,11 +457,19 @@ __device__ __forceinline__ float kfab_group(float v, float* slot) {
   };
   auto kernel_body = [&](bool cached) {
     std::string b;
-    b += "  const int lane = threadIdx.x % G;\n  const int64_t row = static_cast<int64_t>(blockIdx.x) * (B / G) + threadIdx.x / G;\n"
-         "  const bool live = row < rows;\n  const int64_t r0 = (live ? row : 0) * n;\n";
+    b += "  const int lane = threadIdx.x % G;\n";
     b += "  __shared__ float red_s[NRED][G > 32 ? G / 32 : 1];\n  float* red[NRED];\n#pragma unroll\n"
          "  for (int k = 0; k < NRED; ++k) red[k] = red_s[k];\n  (void)red;\n";
-    if (any_k_out) b += "  __shared__ double kfab_part[NALL][B / G];  // the block's rows' shares of each all-reduction\n";
+    if (any_k_out)
+      b += "  __shared__ double kfab_part[NALL][B / G];  // the block's rows' shares of each all-reduction\n"
+           "  if (lane == 0)\n#pragma unroll\n    for (int k = 0; k < NALL; ++k) kfab_part[k][threadIdx.x / G] = 0.0;\n";
+    // A block takes B / G rows at a time (a chunk), chunk blockIdx.x, then gridDim.x further on: one
+    // chunk a block when the grid has a block a chunk; with a grid of resident blocks (persist) a
+    // block goes on to its next rows at once, and pays its all-reductions' atomics and counter once.
+    b += "  const int64_t chunks = (rows + B / G - 1) / (B / G);\n"
+         "  for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {\n"
+         "  const int64_t row = chunk * (B / G) + threadIdx.x / G;\n"
+         "  const bool live = row < rows;\n  const int64_t r0 = (live ? row : 0) * n;\n";
     if (cached) {
       for (int i : ein) b += fmt::format("  float x{}[IT * V];\n", i);
       std::string ld;
@@ -516,11 +528,11 @@ __device__ __forceinline__ float kfab_group(float v, float* slot) {
         if (is_row_reduction(n.op))
           b += fmt::format("  const float r{} = {};\n", k, n.op == "rowmean" ? acc + " / static_cast<float>(n)" : acc);
         else
-          b += fmt::format("  if (lane == 0) kfab_part[{}][threadIdx.x / G] = live ? static_cast<double>({}) : 0.0;\n", g.allslot[k], acc);
+          b += fmt::format("  if (lane == 0 && live) kfab_part[{}][threadIdx.x / G] += static_cast<double>({});\n", g.allslot[k], acc);
         continue;
       }
       if (is_all_reduction(n.op)) {  // of a per-row value
-        b += fmt::format("  if (lane == 0) kfab_part[{}][threadIdx.x / G] = live ? static_cast<double>({}) : 0.0;\n", g.allslot[k],
+        b += fmt::format("  if (lane == 0 && live) kfab_part[{}][threadIdx.x / G] += static_cast<double>({});\n", g.allslot[k],
                          g.value(n.args[0]));
         continue;
       }
@@ -561,6 +573,8 @@ __device__ __forceinline__ float kfab_group(float v, float* slot) {
         b += "  for (int64_t c0 = static_cast<int64_t>(lane) * V; c0 < n; c0 += static_cast<int64_t>(G) * V) {\n" + guard + decl +
              "#pragma unroll\n    for (int v = 0; v < V; ++v) {\n      const int64_t c = c0 + v;\n" + inner + "    }\n" + store + "  }\n";
     }
+    // the next chunk's reductions reuse the shared slots this one's may still be reading
+    b += "  if constexpr (G > 32) {\n    if (chunk + gridDim.x < chunks) __syncthreads();\n  }\n  }  // chunks\n";
     if (any_k_out)  // warp 0 adds the block's shares (one atomic a sum); the last block to finish turns the sums into the scalar outputs
       b += "  __syncthreads();\n  if (threadIdx.x < 32) {\n#pragma unroll\n    for (int k = 0; k < NALL; ++k) {\n      double t = 0.0;\n"
            "      for (int r = threadIdx.x; r < B / G; r += 32) t += kfab_part[k][r];\n"
@@ -612,33 +626,64 @@ __global__ void __launch_bounds__(B) kfab_rows_cached(Args a, int64_t rows, int6
 template <int B, int G, int V>
 __global__ void __launch_bounds__(B) kfab_rows_stream(Args a, int64_t rows, int64_t n) {{
 {}}}
+
+// How many blocks of `threads` threads of the kernel the device holds at once (found once per kernel
+// and device; 0 when CUDA cannot say).
+int64_t kfab_resident(const void* kernel, int threads) {{
+  static std::mutex mu;
+  static std::vector<std::pair<std::pair<const void*, int>, int64_t>> known;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+  std::lock_guard<std::mutex> lock(mu);
+  for (const auto& k : known)
+    if (k.first.first == kernel && k.first.second == dev) return k.second;
+  int sms = 0, per = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kernel, threads, 0) != cudaSuccess) {{
+    (void)cudaGetLastError();
+    return 0;
+  }}
+  known.push_back({{{{kernel, dev}}, static_cast<int64_t>(sms) * per}});
+  return known.back().second;
+}}
+
+// Launches a row kernel over `chunks` chunks of rows: a block a chunk, or with P > 0 at most P times
+// the blocks the device holds at once, each block taking chunks in turn.
+template <class K>
+void kfab_go(K kernel, int64_t chunks, int threads, cudaStream_t stream, const Args& a, int64_t rows, int64_t n) {{
+  int64_t blocks = chunks;
+  if constexpr (P > 0) {{
+    const int64_t cap = P * kfab_resident(reinterpret_cast<const void*>(kernel), threads);
+    if (cap > 0 && cap < blocks) blocks = cap;
+  }}
+  kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(a, rows, n);
+}}
 )",
                    kernel_body(true), kernel_body(false));
   // The smallest register footprint that holds the row: IT = 1, 2, 4 .. I float4 per thread, so that
   // one parameter point fits every row length (a task's tuning shapes may differ in it).
-  auto pick_it = [&](const std::string& bt, const std::string& gt, const std::string& grid) {
+  auto pick_it = [&](const std::string& bt, const std::string& gt, const std::string& blocks) {
     std::string c;
     for (int it = 1; it <= I; it *= 2)
       c += fmt::format(
           "{0}if (n <= static_cast<int64_t>({2}) * {3} * 4) {{\n"
-          "      if (vec) kfab_rows_cached<{1}, {2}, 4, {3}><<<{4}, {1}, 0, stream>>>(a, rows, n);\n"
-          "      else kfab_rows_cached<{1}, {2}, 1, {5}><<<{4}, {1}, 0, stream>>>(a, rows, n);\n    }}",
-          it == 1 ? "    " : " else ", bt, gt, it, grid, it * 4);
+          "      if (vec) kfab_go(kfab_rows_cached<{1}, {2}, 4, {3}>, {4}, {1}, stream, a, rows, n);\n"
+          "      else kfab_go(kfab_rows_cached<{1}, {2}, 1, {5}>, {4}, {1}, stream, a, rows, n);\n    }}",
+          it == 1 ? "    " : " else ", bt, gt, it, blocks, it * 4);
     return c;
   };
   std::string launch = R"(  if (rows > 0) {
     const int64_t blocks = (rows + B / G - 1) / (B / G);
     if (blocks > 2147483647) return 6;
-    const dim3 grid(static_cast<unsigned>(blocks));
 )";
   if (autog)
     launch += "    // short rows, and enough of them: a warp per row, 8 rows a block\n"
-              "    if (n <= 32 * 4 * I && rows >= 2048) {\n      const dim3 wgrid(static_cast<unsigned>((rows + 7) / 8));\n" +
-              pick_it("256", "32", "wgrid") + "\n    } else\n";
-  launch += pick_it("B", "G", "grid") + R"( else if (vec) {
-      kfab_rows_stream<B, G, 4><<<grid, B, 0, stream>>>(a, rows, n);
+              "    if (n <= 32 * 4 * I && rows >= 2048) {\n" +
+              pick_it("256", "32", "(rows + 7) / 8") + "\n    } else\n";
+  launch += pick_it("B", "G", "blocks") + R"( else if (vec) {
+      kfab_go(kfab_rows_stream<B, G, 4>, blocks, B, stream, a, rows, n);
     } else {
-      kfab_rows_stream<B, G, 1><<<grid, B, 0, stream>>>(a, rows, n);
+      kfab_go(kfab_rows_stream<B, G, 1>, blocks, B, stream, a, rows, n);
     }
   }
 )";
@@ -650,8 +695,9 @@ std::string generate_rows(const Program& p, const TemplateParams& tp, const std:
   Gen g(p);
   const int B = param(tp, "block", 256);
   const int G = std::min(param(tp, "group", B), B) > 32 ? B : std::min(param(tp, "group", B), B);
+  const bool autog = tp.count("group") && tp.at("group") == "auto";
   std::string s = fmt::format("// Generated by kfab's built-in tuner: {} ({}).\n// A row kernel ({} threads per row); the program:\n", title,
-                              format_params(tp), G);
+                              format_params(tp), autog ? fmt::format("a warp or {}", B) : std::to_string(G));
   for (const auto& line : split_lines(p.describe())) s += "//   " + line + "\n";
   s += kPrelude;
   s += kHostHelpers;
@@ -1090,6 +1136,20 @@ std::vector<TemplateParams> fused_grid(const Program& p, int64_t n) {
     g.push_back({{"kernel", "rows"}, {"block", std::to_string(b)}, {"group", std::to_string(b)}, {"items", "8"}});
   }
   if (g.empty()) g.push_back({{"kernel", "rows"}, {"block", "1024"}, {"group", "1024"}, {"items", "8"}});  // streamed rows
+  // A program with a scalar output pays, per block, a reduction, an atomic, a fence and a counter
+  // before the block leaves: each point also with resident blocks that take rows in turn (and pay
+  // that once), the first also with two blocks' worth a slot.
+  bool all = false;
+  for (const auto& o : p.outputs) all = all || p.nodes[o.second].cls == VClass::K;
+  if (all) {
+    const size_t plain = g.size();
+    for (size_t i = 0; i < plain; ++i) {
+      g.push_back(g[i]);
+      g.back()["persist"] = "1";
+    }
+    g.push_back(g[0]);
+    g.back()["persist"] = "2";
+  }
   return g;
 }
 
