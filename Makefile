@@ -15,7 +15,7 @@ DEB_PACKAGES := cmake g++ make pkg-config nlohmann-json3-dev libcli11-dev libfmt
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps configure build test test-all run bench clean venv
+.PHONY: all deps configure build test test-deps test-all run bench clean venv
 
 # The Python worker (KernelBench-format tasks) needs torch: a virtual environment in .venv with the
 # torch of the GPU machine (2.11) from PyPI, made once. kfab finds it by itself (KFAB_PYTHON overrides).
@@ -43,10 +43,15 @@ venv:
 	  $(PYTHON) -m venv .venv && .venv/bin/pip install -q --disable-pip-version-check "$(TORCH_PIN)" numpy; \
 	fi
 
+# Debian's chromium, which the report test renders kfab's HTML page in (headless).
+test-deps:
+	@command -v chromium >/dev/null 2>&1 || { echo "kfab: installing chromium (the report test renders in it)"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core; }
+
 # Every CPU test (labels unit, integration and python); gpu and perf tests are not run here.
-# KFAB_REQUIRE_TORCH: a python test fails, rather than skips, when torch is missing.
-test: build venv
-	KFAB_REQUIRE_TORCH=1 ctest --test-dir $(BUILD) -L 'unit|integration|python' --output-on-failure -j $(JOBS)
+# KFAB_REQUIRE_TORCH, KFAB_REQUIRE_CHROMIUM: a test fails, rather than skips, when torch or chromium is missing.
+test: build venv test-deps
+	KFAB_REQUIRE_TORCH=1 KFAB_REQUIRE_CHROMIUM=1 ctest --test-dir $(BUILD) -L 'unit|integration|python' --output-on-failure -j $(JOBS)
 
 # The main job: kfab optimize on a bundled task with the built-in tuner (no LLM), on the best target
 # present that the tuner has templates for; prints the best kernel's verdict.

@@ -18,6 +18,8 @@
 #include "agent/optimize.h"
 #include "tuner/templates.h"
 #include "tuner/tuner.h"
+#include "report/bench.h"
+#include "report/html.h"
 #include "report/table.h"
 #include "store/store.h"
 
@@ -57,6 +59,31 @@ Commands::Commands(CLI::App& app) : app_(app) {
   optimize_->add_option("--timeout", timeout_s_, "seconds each runner job may take")->capture_default_str();
   optimize_->add_flag("--quiet,-q", quiet_, "no progress lines on stderr");
   optimize_->add_flag("--json", json_, "print one JSON object on stdout");
+
+  bench_ = app.add_subcommand("bench", "a suite of tasks: each optimized (or its bundled candidates evaluated) with its baselines, then scored; "
+                                       "writes bench.json, tasks.csv, scores.csv and an HTML report");
+  bench_->add_option("SUITE", path_, "a folder of tasks (tasks/core, tasks/kb) or one task")->required();
+  bench_->add_option("--target", target_, "cpu, cuda or opencl (default: cuda when a GPU is here, else cpu)");
+  bench_->add_option("--report", html_, "the HTML report (default OUT/report.html)");
+  bench_->add_option("--out", out_, "folder for the scores, the report and the runs' candidates (default kfab-bench/BENCH)");
+  bench_->add_flag("--eval", bench_eval_, "evaluate each task's bundled candidates instead of optimizing");
+  bench_->add_option("--llm", llm_, "PROVIDER:MODEL: optimize with LLM agents (default: the built-in tuner)");
+  bench_->add_option("--budget", budget_, "LLM: candidates per task, at most")->capture_default_str()->check(CLI::Range(1, 100000));
+  bench_->add_option("--points", budget_tuner_, "built-in tuner: parameter points per task, at most")->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  bench_->add_flag("--fresh", fresh_, "built-in tuner: search again even when a cached result exists");
+  bench_->add_option("--seeds", seeds_, "seeds per shape in the final checks")->capture_default_str()->check(CLI::Range(1, 1000));
+  bench_->add_option("--min-time", min_time_s_, "seconds of timed calls per shape in the final checks, at least")->check(CLI::NonNegativeNumber);
+  bench_->add_option("--timeout", timeout_s_, "seconds each runner job may take")->capture_default_str()->check(CLI::PositiveNumber);
+  bench_->add_flag("--no-compile", no_compile_, "KernelBench tasks: do not time torch.compile");
+  bench_->add_flag("--quiet,-q", quiet_, "no progress on stderr");
+  bench_->add_flag("--json", json_, "print the bench (scores and task rows) as one JSON object on stdout");
+
+  report_ = app.add_subcommand("report", "a stored run (or a bench folder) as a self-contained HTML page, or as text or JSON");
+  report_->add_option("RUN", task_, "a run id from the store, latest, or a bench folder (or its bench.json)")->required();
+  report_->add_option("--html", html_, "write the HTML page to this file");
+  report_->add_option("--db", db_, "the store (default: " + Store::default_path().string() + ")");
+  report_->add_flag("--json", json_, "print the report's data as one JSON object on stdout");
 
   mcp_ = app.add_subcommand("mcp", "an MCP server on stdio (JSON-RPC 2.0) for coding agents: list_tasks, describe_task, evaluate, profile, history, best");
 
@@ -98,6 +125,8 @@ int Commands::run() {
   if (export_->parsed()) return export_modelnew();
   if (mcp_->parsed()) return serve_mcp(std::cin, std::cout);
   if (optimize_->parsed()) return optimize_task();
+  if (bench_->parsed()) return bench();
+  if (report_->parsed()) return report();
   return kExitBadInput;
 }
 
@@ -511,6 +540,138 @@ int Commands::report_verdict(const Task& task, const Verdict& v) {
                              v.speedup ? fmt::format(" ({:.2f}x)", *v.speedup) : "", v.detail);
   }
   return v.passed() ? kExitOk : kExitFailed;
+}
+
+namespace {
+
+std::string clock_text(double s) {
+  const int t = static_cast<int>(s + 0.5);
+  return t >= 3600 ? fmt::format("{}:{:02d}:{:02d}", t / 3600, t / 60 % 60, t % 60) : fmt::format("{}:{:02d}", t / 60, t % 60);
+}
+
+std::string pct(const json& v) { return v.is_number() ? fmt::format("{:.1f}%", 100.0 * v.get<double>()) : "-"; }
+std::string times(const json& v) { return v.is_number() ? fmt::format("{:.2f}x", v.get<double>()) : "-"; }
+
+}  // namespace
+
+int Commands::bench() {
+  BenchOptions o;
+  o.suite = path_;
+  o.target = target_;
+  o.mode = bench_eval_ ? "eval" : "optimize";
+  o.llm = llm_;
+  o.points = budget_tuner_;
+  o.budget = budget_;
+  o.fresh = fresh_;
+  o.out_dir = out_;
+  o.report = html_;
+  o.eval = eval_options();
+  o.eval.progress = nullptr;
+  const bool tty = ::isatty(2) != 0;
+  // On a terminal: the tuner's lines scroll above a status line that is redrawn in place; otherwise
+  // plain lines, one when a task starts and one when it ends.
+  std::string status_line;
+  auto print = [&](const std::string& line) {
+    if (tty) std::cerr << "\r\033[K" << line << "\n" << status_line << std::flush;
+    else std::cerr << line << "\n";
+  };
+  if (!quiet_) {
+    o.say = [&](const std::string& s) { print("kfab: " + s); };
+    if (tty) o.detail = [&](const std::string& s) { print("  " + s); };
+    o.status = [&, tty](const BenchStatus& st) {
+      std::string s = fmt::format("[{}/{}] {} passed", st.done, st.total, st.passed);
+      if (!st.current.empty()) s += " | now " + st.current;
+      if (!st.best.empty()) s += " | best " + st.best;
+      s += " | " + clock_text(st.elapsed_s);
+      if (st.left_s >= 0 && !st.current.empty()) s += ", ~" + clock_text(st.left_s) + " left";
+      if (tty) {
+        status_line = st.current.empty() ? std::string() : s;
+        std::cerr << "\r\033[K" << status_line << std::flush;
+      } else if (!st.current.empty()) {
+        std::cerr << "kfab: " << s << "\n";
+      }
+    };
+  }
+  auto r = run_bench(o);
+  if (tty && !quiet_) std::cerr << "\r\033[K" << std::flush;
+  if (!r) return bad_input(json_, r.error().message, r.error().hint);
+  const json& sc = (*r)["scores"];
+  if (json_) {
+    json out = *r;
+    for (auto& t : out["tasks"]) t.erase("report");  // the runs are in bench.json and the HTML page
+    std::cout << out.dump(2) << "\n";
+  } else {
+    Table t({"task", "result", "speedup", "vs compile", "SOL score", "% of bound", "held-out", "wall s"});
+    for (const auto& row : (*r)["tasks"]) {
+      const json& h = row.value("heldout", json::object());
+      t.add({row["task"].get<std::string>(), row.value("disposition", std::string("-")), times(row.value("speedup", json())),
+             times(row.value("speedup_vs_compile", json())), fmt_num(row.value("sol_score", json()), "{:.3f}"),
+             fmt_num(row.value("percent_of_bound", json()), "{:.1f}"),
+             h.value("total", 0) > 0 ? fmt::format("{}/{}", h.value("passed", 0), h.value("total", 0)) : "-",
+             fmt_num(row.value("wall_s", json()), "{:.1f}")});
+    }
+    std::cout << t.render();
+    const json& fp = sc["fast_p"];
+    std::cout << fmt::format(
+        "{}/{} correct ({}); fast_1 {}, fast_1.2 {}, fast_2 {}; geometric-mean speedup {} over {}{}; SOL score {}; {:s}% of bound on average; "
+        "held-out retention {}\n",
+        sc["correct"].get<int>(), sc["tasks"].get<int>(), pct(sc["correctness_rate"]), pct(fp["1"]), pct(fp["1.2"]), pct(fp["2"]),
+        times(sc["geomean_speedup"]), (*r)["mode"] == "optimize" && (*r)["tasks"].size() && (*r)["tasks"][0].value("format", "") == "kernelbench" ? "torch eager" : "the baseline",
+        sc["geomean_speedup_vs_compile"].is_number() ? ", " + times(sc["geomean_speedup_vs_compile"]) + " over torch.compile" : "",
+        fmt_num(sc["sol_score"], "{:.3f}"), fmt_num(sc["mean_percent_of_bound"], "{:.1f}"), pct(sc["heldout_retention"]));
+    std::cout << fmt::format("report: {}\nscores: {}/bench.json, tasks.csv, scores.csv\n", (*r)["report"].get<std::string>(),
+                             (*r)["out_dir"].get<std::string>());
+  }
+  return sc["correct"] == sc["tasks"] ? kExitOk : kExitFailed;
+}
+
+int Commands::report() {
+  std::error_code ec;
+  fs::path as_bench = task_;
+  if (fs::is_directory(as_bench, ec)) as_bench /= "bench.json";
+  if (fs::is_regular_file(as_bench, ec)) {
+    auto text = read_file(as_bench);
+    if (!text) return bad_input(json_, text.error().message);
+    json b;
+    try {
+      b = json::parse(*text);
+    } catch (const json::exception& e) {
+      return bad_input(json_, as_bench.string() + ": not a bench file: " + e.what());
+    }
+    if (!b.is_object() || !b.contains("tasks")) return bad_input(json_, as_bench.string() + ": not a bench file (no \"tasks\")");
+    const fs::path out = html_.empty() ? as_bench.parent_path() / "report.html" : fs::path(html_);
+    if (auto ok = write_file_atomic(out, render_bench_html(b)); !ok) return bad_input(json_, ok.error().message);
+    if (json_) std::cout << json{{"bench", b.value("bench", "")}, {"html", fs::absolute(out).string()}, {"scores", b.value("scores", json())}}.dump(2) << "\n";
+    else std::cout << "report: " << fs::absolute(out).string() << "\n";
+    return kExitOk;
+  }
+  auto store = Store::open(db_.empty() ? Store::default_path() : fs::path(db_));
+  if (!store) return bad_input(json_, store.error().message);
+  std::string run = task_;
+  if (run == "latest") {
+    auto l = (*store)->latest_run();
+    if (!l || l->empty()) return bad_input(json_, "the store holds no run yet");
+    run = *l;
+  }
+  auto rep = run_report(**store, run);
+  if (!rep) return bad_input(json_, rep.error().message, "`kfab report` takes a run id (kfab optimize prints it), latest, or a bench folder");
+  if (!html_.empty())
+    if (auto ok = write_file_atomic(html_, render_run_html(*rep)); !ok) return bad_input(json_, ok.error().message);
+  if (json_) {
+    json out = *rep;
+    if (!html_.empty()) out["html"] = fs::absolute(html_).string();
+    std::cout << out.dump(2) << "\n";
+    return kExitOk;
+  }
+  std::cout << fmt::format("run {}: {} on {} ({}, {}), {}\n", run, rep->value("task", ""), rep->value("target", ""), rep->value("llm", ""),
+                           rep->value("strategy", ""), rep->value("status", ""));
+  Table t({"step", "role", "result", "speedup", "detail"});
+  for (const auto& s : (*rep)["steps"])
+    t.add({std::to_string(s["seq"].get<int64_t>()), s["role"].get<std::string>(), s["disposition"].get<std::string>(), times(s["speedup"]),
+           s["detail"].get<std::string>().substr(0, 80)});
+  std::cout << t.render();
+  if (!html_.empty()) std::cout << "report: " << fs::absolute(html_).string() << "\n";
+  return kExitOk;
 }
 
 }  // namespace kfab::cli

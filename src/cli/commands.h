@@ -33,6 +33,8 @@ class Commands {
   int eval_kb();
   int export_modelnew();
   int optimize_task();
+  int bench();
+  int report();
   int check_tasks(const std::vector<TaskEntry>& entries);
   EvalOptions eval_options() const;
   int report_verdict(const Task& task, const Verdict& v);
@@ -44,6 +46,8 @@ class Commands {
   CLI::App* export_ = nullptr;
   CLI::App* mcp_ = nullptr;
   CLI::App* optimize_ = nullptr;
+  CLI::App* bench_ = nullptr;
+  CLI::App* report_ = nullptr;
   bool json_ = false;
   std::string path_ = "tasks";
   std::string task_;
@@ -77,6 +81,8 @@ class Commands {
   int budget_tuner_ = 64;
   bool fresh_ = false;
   std::string out_;
+  std::string html_;
+  bool bench_eval_ = false;
 };
 
 }  // namespace kfab::cli

@@ -227,6 +227,7 @@ Expected<Verdict> Evaluator::evaluate(const Task& task, const fs::path& candidat
       sr.status = "rejected";
       return finish();
     }
+    take_cost(sr, task.flops(sr.shape), task.bytes(sr.shape));
     if (peaks) take_bandwidth(sr, task.bytes(sr.shape), *peaks);
     log_sum += std::log(sr.baseline->median / sr.time->median);
     ++timed;

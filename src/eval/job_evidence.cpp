@@ -79,6 +79,11 @@ void take_wall_clock(const json& body, ShapeResult& sr, std::string_view stream)
   }
 }
 
+void take_cost(ShapeResult& sr, std::optional<double> flops, std::optional<double> bytes) {
+  if (flops) sr.extra["flops"] = *flops;
+  if (bytes) sr.extra["bytes"] = *bytes;
+}
+
 void take_bandwidth(ShapeResult& sr, std::optional<double> bytes, const MachinePeaks& peaks) {
   if (!bytes || peaks.copy_Bps <= 0 || !sr.time) return;
   const double gbps = *bytes / (sr.time->median * 1e-3) / 1e9;

@@ -351,6 +351,7 @@ Expected<Verdict> KbEvaluator::evaluate(const fs::path& task_file, const fs::pat
       const auto flops = cost(desc, "flops", sr.shape);
       const auto bytes = cost(desc, "bytes", sr.shape);
       if (auto bound = bound_ms(flops, bytes, *peaks); bound && *bound > 0) sr.bound_ms = bound;
+      take_cost(sr, flops, bytes);
       take_bandwidth(sr, bytes, *peaks);
       // On the CPU the worker cannot evict the operands from the caches between calls (DESIGN.md wants
       // it; Python cannot clflush): a time below the bound is reported, not rejected.

@@ -374,6 +374,18 @@ Expected<std::string> Store::candidate_source(const std::string& hash) {
   return st.text_col(0);
 }
 
+Expected<nlohmann::json> Store::evaluation_verdict(int64_t id) {
+  Stmt st(db_, "SELECT verdict FROM evaluations WHERE id = ?");
+  if (!st.ok()) return db_error(db_, "reading an evaluation");
+  st.bind(1, id);
+  if (st.step() != SQLITE_ROW) return make_error("store: no evaluation " + std::to_string(id));
+  try {
+    return nlohmann::json::parse(st.text_col(0));
+  } catch (const nlohmann::json::exception& e) {
+    return make_error("store: evaluation " + std::to_string(id) + " holds a damaged verdict: " + e.what());
+  }
+}
+
 Expected<int64_t> Store::count(const std::string& table) {
   if (table != "tasks" && table != "candidates" && table != "evaluations") return make_error("store: no table " + table);
   Stmt st(db_, ("SELECT count(*) FROM " + table).c_str());

@@ -80,6 +80,8 @@ class Store {
   Expected<std::string> llm_response(const std::string& hash);
   /// The stored source of a candidate.
   Expected<std::string> candidate_source(const std::string& hash);
+  /// The verdict JSON an evaluation recorded.
+  Expected<nlohmann::json> evaluation_verdict(int64_t id);
   Expected<int64_t> count(const std::string& table);
   /// PRAGMA integrity_check == "ok"
   Expected<bool> integrity_ok();

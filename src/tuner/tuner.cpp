@@ -308,8 +308,10 @@ Expected<json> tune(const TuneOptions& in) {
   full.heldout = true;
   std::optional<Verdict> final_v;
   Point chosen;
+  int attempts = 0;  // final checks: 1 when the search's winner held on every shape
   for (size_t k = 0; k < ranked.size() && k < 3; ++k) {
     const Point& pt = ranked[k].second;
+    ++attempts;
     if (auto ok = write_file_atomic(best_file, source(pt)); !ok) return Unexpected{ok.error()};
     say(fmt::format("final{}: {} ({}) on every shape, held-out ones included", k == 0 ? "" : " (runner-up " + std::to_string(k) + ")",
                     pt.tmpl, format_params(pt.params)));
@@ -336,6 +338,7 @@ Expected<json> tune(const TuneOptions& in) {
   result["tuner"] = {{"template", chosen.tmpl}, {"params", chosen.params}, {"cached", cached}};
   if (kb) result["tuner"]["program"] = program_json.value("kind", program_json.value("formula", std::string()));
   result["steps"] = seq;
+  result["final_attempts"] = attempts;
   result["verdict"] = v.to_json();
   return result;
 }

@@ -49,24 +49,8 @@ TEST(Tuner, SearchesThenReusesItsCachedResult) {
   EXPECT_EQ(second["best"]["disposition"], "passed");
 }
 
-TEST(Tuner, EveryBundledTaskWithATemplateTunesToAPassingKernel) {
-  for (const char* task : {"softmax", "log_softmax", "rms_norm", "layer_norm", "cumsum", "transpose", "matmul", "sum_dim1", "gelu",
-                           "scale_shift_gelu", "cross_entropy", "matmul_bias_relu", "group_norm"}) {
-    CliResult r = kfab_cli({"optimize", std::string("tasks/core/") + task, "--target", "cpu", "--points", "2", "--fresh", "--json",
-                            "--quiet", "--out", (scratch() / (std::string("tune-") + task)).string()});
-    EXPECT_EQ(r.status.code, 0) << task << "\n" << r.out << r.err;
-    const auto j = r.json();
-    EXPECT_EQ(j["best"]["disposition"], "passed") << task << ": " << j.dump(2);
-    EXPECT_EQ(j["candidates"], 2) << task;
-    // the tasks with no hand-written cpu template are tuned from their formula
-    if (std::string(task) == "gelu" || std::string(task) == "cross_entropy") {
-      EXPECT_EQ(j["tuner"]["template"], "cpu_fused_rows") << task;
-    }
-    if (std::string(task) == "matmul_bias_relu") {
-      EXPECT_EQ(j["tuner"]["template"], "cpu_gemm_epilogue") << task;
-    }
-  }
-}
+// Every bundled task with a cpu template tuning to a passing kernel: Bench.TheCoreSuiteOnTheCpu...
+// (tests/integration/bench_test.cpp) optimizes the whole of tasks/core.
 
 TEST(Tuner, AnOpClassWithoutATemplateIsBadInputNamingIt) {
   // matmul_bias_relu with an op class no template takes and no formula

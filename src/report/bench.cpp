@@ -1,0 +1,437 @@
+#include "report/bench.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <algorithm>
+#include <map>
+#include <random>
+
+#include "agent/optimize.h"
+#include "backends/backend.h"
+#include "core/discover.h"
+#include "core/hash.h"
+#include "eval/kb_evaluator.h"
+#include "report/html.h"
+#include "tuner/tuner.h"
+
+namespace kfab {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr double kFastP[] = {0.0, 1.0, 1.2, 2.0};
+
+double num(const json& j, const char* key) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : NAN;
+}
+
+json opt_num(double v) { return std::isfinite(v) ? json(v) : json(); }
+
+/// The template a tuner step's detail names ("cuda_fused_rows (block=256): passed ..."), empty otherwise.
+std::string template_of(const std::string& detail) {
+  const auto sp = detail.find(" (");
+  return sp == std::string::npos ? std::string() : detail.substr(0, sp);
+}
+
+std::string stamp_id() {
+  const std::time_t now = std::time(nullptr);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::gmtime(&now));
+  return fmt::format("{}-{:04x}", stamp, std::random_device{}() & 0xffff);
+}
+
+std::string iso_now() {
+  const std::time_t now = std::time(nullptr);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  return stamp;
+}
+
+std::string csv_cell(const json& v) {
+  if (v.is_null()) return "";
+  if (v.is_number_float()) return fmt::format("{:.6g}", v.get<double>());
+  if (v.is_number() || v.is_boolean()) return v.dump();
+  std::string s = v.is_string() ? v.get<std::string>() : v.dump();
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+
+/// The final verdict of a run report: the first final step that passed, else the last final step,
+/// else (a run with no final check) the fastest passing step.
+json final_verdict(const json& report, json& row) {
+  json last_final, best;
+  double best_speed = -1.0;
+  int finals = 0;
+  for (const auto& s : report.value("steps", json::array())) {
+    const json& v = s.contains("verdict") ? s["verdict"] : json();
+    if (!v.is_object()) continue;
+    if (s.value("role", "") == "final") {
+      if (++finals == 1) row["retained"] = v.value("disposition", "") == "passed";
+      if (v.value("disposition", "") == "passed") return v;
+      last_final = v;
+    } else if (v.value("disposition", "") == "passed" && num(v, "speedup") > best_speed) {
+      best_speed = num(v, "speedup");
+      best = v;
+    }
+  }
+  return finals > 0 ? last_final : best;
+}
+
+}  // namespace
+
+double sol_score(double t, double t_base, double t_sol) {
+  const double gap = t_base - t_sol;
+  if (gap <= 0.0) return t <= t_sol ? 1.0 : 0.0;
+  return 1.0 / (1.0 + (t - t_sol) / gap);
+}
+
+void score_task(json& row, const json& verdict) {
+  if (!verdict.is_object()) {
+    if (!row.contains("disposition")) row["disposition"] = "none";
+    return;
+  }
+  row["disposition"] = verdict.value("disposition", "none");
+  row["detail"] = verdict.value("detail", "");
+  row["candidate"] = verdict.value("candidate", "");
+  row["speedup"] = verdict.contains("speedup") ? verdict["speedup"] : json();
+  row["speedup_vs_compile"] = verdict.contains("speedup_vs_compile") ? verdict["speedup_vs_compile"] : json();
+  double sol = 0.0, bound = 0.0, copy = 0.0;
+  int n_sol = 0, n_bound = 0, n_copy = 0, held = 0, held_ok = 0;
+  for (const auto& s : verdict.value("shapes", json::array())) {
+    if (s.value("heldout", false)) {
+      ++held;
+      held_ok += s.value("status", "") == "passed";
+      continue;
+    }
+    const double t = s.contains("time_ms") ? num(s["time_ms"], "median") : NAN;
+    // the scoring baseline: torch.compile where it was timed (the optimized one), else the task's baseline
+    double base = s.contains("compile_ms") ? num(s["compile_ms"], "median") : NAN;
+    if (!std::isfinite(base) && s.contains("baseline_ms")) base = num(s["baseline_ms"], "median");
+    const double t_sol = num(s, "bound_ms");
+    if (std::isfinite(t) && std::isfinite(base) && std::isfinite(t_sol)) {
+      sol += sol_score(t, base, t_sol);
+      ++n_sol;
+    }
+    if (const double p = num(s, "percent_of_bound"); std::isfinite(p)) bound += p, ++n_bound;
+    if (const double p = num(s, "percent_of_copy_bandwidth"); std::isfinite(p)) copy += p, ++n_copy;
+  }
+  const bool passed = row["disposition"] == "passed";
+  row["sol_score"] = n_sol ? json(passed ? sol / n_sol : 0.0) : json();
+  row["percent_of_bound"] = passed && n_bound ? json(bound / n_bound) : json();
+  row["percent_of_copy_bandwidth"] = passed && n_copy ? json(copy / n_copy) : json();
+  row["heldout"] = {{"passed", held_ok}, {"total", held}};
+}
+
+json bench_scores(const json& tasks) {
+  const int n = static_cast<int>(tasks.size());
+  int correct = 0, n_geo = 0, n_comp = 0, n_sol = 0, n_bound = 0, n_ret = 0, retained = 0;
+  double log_geo = 0.0, log_comp = 0.0, sol = 0.0, bound = 0.0;
+  std::vector<int> fast(std::size(kFastP), 0);
+  for (const auto& t : tasks) {
+    const bool ok = t.value("disposition", "") == "passed";
+    const double sp = num(t, "speedup");
+    correct += ok;
+    for (size_t k = 0; k < std::size(kFastP); ++k) fast[k] += ok && std::isfinite(sp) && sp > kFastP[k];
+    if (ok && std::isfinite(sp) && sp > 0) log_geo += std::log(sp), ++n_geo;
+    if (const double c = num(t, "speedup_vs_compile"); ok && std::isfinite(c) && c > 0) log_comp += std::log(c), ++n_comp;
+    if (const double s = num(t, "sol_score"); std::isfinite(s)) sol += s, ++n_sol;
+    if (const double b = num(t, "percent_of_bound"); std::isfinite(b)) bound += b, ++n_bound;
+    if (t.contains("retained") && t["retained"].is_boolean()) retained += t["retained"].get<bool>(), ++n_ret;
+  }
+  json fp = json::object();
+  for (size_t k = 0; k < std::size(kFastP); ++k) fp[fmt::format("{}", kFastP[k])] = n ? json(static_cast<double>(fast[k]) / n) : json();
+  return {{"tasks", n},
+          {"correct", correct},
+          {"correctness_rate", n ? json(static_cast<double>(correct) / n) : json()},
+          {"fast_p", fp},
+          {"geomean_speedup", n_geo ? json(std::exp(log_geo / n_geo)) : json()},
+          {"geomean_speedup_vs_compile", n_comp ? json(std::exp(log_comp / n_comp)) : json()},
+          {"sol_score", n_sol ? json(sol / n_sol) : json()},
+          {"mean_percent_of_bound", n_bound ? json(bound / n_bound) : json()},
+          {"heldout_retention", n_ret ? json(static_cast<double>(retained) / n_ret) : json()}};
+}
+
+Expected<json> run_report(Store& store, const std::string& run) {
+  auto info = store.run_info(run);
+  if (!info) return Unexpected{info.error()};
+  auto steps = store.run_steps(run);
+  if (!steps) return Unexpected{steps.error()};
+  json r = *info;
+  r.erase("config");
+  r["run"] = run;
+  r["steps"] = json::array();
+  std::string previous, best;                         // the last candidate, the fastest that passed
+  double best_speed = -1.0;
+  std::map<std::string, std::string> last_of_template;  // tuner points: the previous point of the same template
+  for (const auto& s : *steps) {
+    json j = {{"seq", s.seq},        {"role", s.role},     {"disposition", s.disposition}, {"speedup", opt_num(s.speedup.value_or(NAN))},
+              {"detail", s.detail},  {"candidate_hash", s.candidate_hash}, {"candidate_path", s.candidate_path}};
+    if (s.evaluation_id)
+      if (auto v = store.evaluation_verdict(*s.evaluation_id)) {
+        if (!r.contains("machine") && (*v).contains("machine")) r["machine"] = (*v)["machine"];
+        j["verdict"] = std::move(*v);
+      }
+    if (!s.candidate_hash.empty()) {
+      if (auto src = store.candidate_source(s.candidate_hash)) j["source"] = *src;
+      std::string parent;
+      const std::string tmpl = template_of(s.detail);
+      if (s.role == "fixer") parent = previous;
+      else if (s.role == "tuner") parent = last_of_template.count(tmpl) ? last_of_template[tmpl] : previous;
+      else if (s.role != "final") parent = best;
+      if (!parent.empty() && parent != s.candidate_hash) j["parent_hash"] = parent;
+      if (s.role == "tuner" && !tmpl.empty()) last_of_template[tmpl] = s.candidate_hash;
+      if (s.role != "final") previous = s.candidate_hash;
+      if (s.role != "final" && s.disposition == "passed" && s.speedup && *s.speedup > best_speed) {
+        best_speed = *s.speedup;
+        best = s.candidate_hash;
+      }
+    }
+    r["steps"].push_back(std::move(j));
+  }
+  return r;
+}
+
+std::string tasks_csv(const json& tasks) {
+  static const char* cols[] = {"task", "path", "format", "disposition", "speedup", "speedup_vs_compile", "sol_score", "percent_of_bound",
+                               "percent_of_copy_bandwidth", "heldout_passed", "heldout_total", "retained", "run", "candidate", "wall_s", "error"};
+  std::string out;
+  for (const char* c : cols) out += (out.empty() ? "" : ",") + std::string(c);
+  out += "\n";
+  for (const auto& t : tasks) {
+    std::string line;
+    for (const char* c : cols) {
+      json v;
+      const std::string col = c;
+      if (col == "heldout_passed" || col == "heldout_total") {
+        if (t.contains("heldout") && t["heldout"].is_object()) v = t["heldout"].value(col == "heldout_passed" ? "passed" : "total", json());
+      } else if (t.contains(col)) {
+        v = t[col];
+      }
+      line += (line.empty() ? "" : ",") + csv_cell(v);
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+std::string scores_csv(const json& scores) {
+  std::string out = "metric,value\n";
+  for (const auto& [k, v] : scores.items()) {
+    if (v.is_object())
+      for (const auto& [p, x] : v.items()) out += fmt::format("{}_{},{}\n", k, p, csv_cell(x));
+    else
+      out += fmt::format("{},{}\n", k, csv_cell(v));
+  }
+  return out;
+}
+
+namespace {
+
+/// The bundled candidates of a task that `target` takes: a native task's candidates/ folder, a
+/// KernelBench file's candidates/<name>/ folder beside it.
+std::vector<fs::path> bundled_candidates(const TaskEntry& e, const std::string& target) {
+  const fs::path dir = e.format == "native" ? (fs::is_directory(e.path) ? e.path : e.path.parent_path()) / "candidates"
+                                            : e.path.parent_path() / "candidates" / e.path.stem();
+  std::vector<fs::path> out;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return out;
+  for (const auto& f : fs::directory_iterator(dir, ec)) {
+    const std::string name = f.path().filename().string();
+    auto ends = [&](const std::string& suf) { return name.size() > suf.size() && name.compare(name.size() - suf.size(), suf.size(), suf) == 0; };
+    bool takes = false;
+    if (target == "opencl") takes = ends(".cl.cpp");
+    else if (target == "cpu") takes = ends(".cpp") && !ends(".cl.cpp");
+    else if (target == "cuda") takes = ends(".cu");
+    if (e.format == "kernelbench" && ends(".py")) takes = true;  // Triton or ModelNew, on the worker's device
+    if (takes) out.push_back(f.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+/// Evaluates every bundled candidate of a task; a run-shaped object (steps = candidates) for the report.
+json eval_bundled(const TaskEntry& e, const BenchOptions& opt, const std::string& target) {
+  json r = {{"run", nullptr}, {"task", e.format == "native" && e.task ? e.task->name : e.path.stem().string()},
+            {"task_path", fs::absolute(e.path).string()}, {"target", target}, {"llm", "none"}, {"strategy", "eval"}, {"steps", json::array()}};
+  const auto cands = bundled_candidates(e, target);
+  if (cands.empty()) {
+    r["error"] = "no bundled candidate for the " + target + " target";
+    return r;
+  }
+  auto store = Store::open(Store::default_path());
+  int seq = 0;
+  for (const auto& c : cands) {
+    if (opt.detail) opt.detail(fmt::format("{}: {}", r["task"].get<std::string>(), c.filename().string()));
+    Expected<Verdict> v = make_error("not evaluated");
+    Task stored;
+    if (e.format == "native") {
+      auto backend = make_backend(target);
+      Evaluator ev(*backend, opt.eval);
+      v = ev.evaluate(*e.task, c);
+      stored = *e.task;
+    } else {
+      const std::string dsl = kb_candidate_dsl(c);
+      std::unique_ptr<Backend> native;
+      if (dsl == "cpp" || dsl == "cuda") native = make_backend(dsl == "cuda" ? "cuda" : "cpu");
+      KbEvaluator ev(target, native.get(), opt.eval);
+      v = ev.evaluate(e.path, c);
+      stored = kb_store_task(e.path);
+    }
+    json step = {{"seq", ++seq}, {"role", "candidate"}, {"candidate_path", fs::absolute(c).string()}};
+    if (!v) {
+      step["disposition"] = "error";
+      step["detail"] = v.error().message;
+    } else {
+      auto src = read_file(c);
+      if (store) (void)(*store)->record_evaluation(stored, src ? *src : "", *v);
+      json vj = v->to_json();
+      step["disposition"] = vj["disposition"];
+      step["speedup"] = vj.contains("speedup") ? vj["speedup"] : json();
+      step["detail"] = v->detail;
+      step["candidate_hash"] = v->candidate_hash;
+      if (src) step["source"] = *src;
+      if (!r.contains("machine") && vj.contains("machine")) r["machine"] = vj["machine"];
+      step["verdict"] = std::move(vj);
+    }
+    r["steps"].push_back(std::move(step));
+  }
+  return r;
+}
+
+}  // namespace
+
+Expected<json> run_bench(const BenchOptions& opt_in) {
+  BenchOptions opt = opt_in;
+  std::error_code ec;
+  if (!fs::exists(opt.suite, ec)) return make_error(opt.suite.string() + ": no such suite", "a folder of task folders or KernelBench files");
+  const auto entries = discover_tasks(opt.suite);
+  if (entries.empty()) return make_error("no tasks under " + opt.suite.string(), "`kfab tasks PATH` lists what kfab finds there");
+  if (opt.target.empty()) opt.target = make_backend("cuda")->probe() > 0 ? "cuda" : "cpu";
+  auto backend = make_backend(opt.target);
+  if (!backend) return make_error("unknown target \"" + opt.target + "\"", "accepted: cpu, cuda, opencl");
+  if (backend->probe() == 0) return make_error("target " + opt.target + " is not available here: " + backend->describe());
+  if (opt.mode != "optimize" && opt.mode != "eval") return make_error("unknown bench mode " + opt.mode, "optimize or eval");
+
+  const std::string id = stamp_id();
+  if (opt.out_dir.empty()) opt.out_dir = fs::path("kfab-bench") / id;
+  if (opt.report.empty()) opt.report = opt.out_dir / "report.html";
+  fs::create_directories(opt.out_dir, ec);
+  if (ec) return make_error("cannot create " + opt.out_dir.string() + ": " + ec.message());
+
+  const auto t0 = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  json bench = {{"bench", id},
+                {"suite", opt.suite.string()},
+                {"target", opt.target},
+                {"mode", opt.mode},
+                {"llm", opt.mode == "optimize" ? (opt.llm.empty() ? "tuner" : opt.llm) : "none"},
+                {"device", backend->describe()},
+                {"started_at", iso_now()},
+                {"out_dir", fs::absolute(opt.out_dir).string()},
+                {"tasks", json::array()}};
+  // bench.json after every task: a bench killed half-way keeps what it finished
+  auto save = [&](bool final_) -> Expected<void> {
+    bench["wall_s"] = elapsed();
+    bench["finished"] = final_;
+    bench["scores"] = bench_scores(bench["tasks"]);
+    if (auto ok = write_file_atomic(opt.out_dir / "bench.json", bench.dump(1)); !ok) return ok;
+    if (auto ok = write_file_atomic(opt.out_dir / "tasks.csv", tasks_csv(bench["tasks"])); !ok) return ok;
+    if (auto ok = write_file_atomic(opt.out_dir / "scores.csv", scores_csv(bench["scores"])); !ok) return ok;
+    return write_file_atomic(opt.report, render_bench_html(bench));
+  };
+
+  BenchStatus st;
+  st.total = static_cast<int>(entries.size());
+  double best_speed = 0.0;
+  for (const auto& e : entries) {
+    const std::string name = e.format == "native" && e.task ? e.task->name : e.path.stem().string();
+    st.current = name;
+    st.elapsed_s = elapsed();
+    if (opt.status) opt.status(st);
+    const double task_t0 = elapsed();
+    json row = {{"task", name}, {"path", e.path.string()}, {"format", e.format}, {"run", nullptr}};
+    json report;
+    if (e.format == "native" && !e.task) {
+      row["disposition"] = "error";
+      row["error"] = "the task does not load: " + e.error;
+    } else if (opt.mode == "eval") {
+      report = eval_bundled(e, opt, opt.target);
+      if (report.contains("error")) row["error"] = report["error"];
+    } else {
+      Expected<json> r = make_error("");
+      if (opt.llm.empty() || opt.llm == "none") {
+        TuneOptions t;
+        t.task = e.path;
+        t.target = opt.target;
+        t.budget = opt.points;
+        t.fresh = opt.fresh;
+        t.out_dir = opt.out_dir / "runs" / name;
+        t.eval = opt.eval;
+        t.progress = opt.detail ? std::function<void(const std::string&)>([&](const std::string& s) { opt.detail(name + ": " + s); }) : nullptr;
+        r = tune(t);
+      } else {
+        OptimizeOptions o;
+        o.task = e.path;
+        o.target = opt.target;
+        o.llm = opt.llm;
+        o.budget_candidates = opt.budget;
+        o.out_dir = opt.out_dir / "runs" / name;
+        o.eval = opt.eval;
+        o.progress = opt.detail ? std::function<void(const std::string&)>([&](const std::string& s) { opt.detail(name + ": " + s); }) : nullptr;
+        r = optimize(o);
+      }
+      if (!r) {
+        row["disposition"] = "unsupported";
+        row["error"] = r.error().message;
+      } else {
+        row["run"] = (*r)["run"];
+        auto store = Store::open(Store::default_path());
+        if (!store) {
+          row["error"] = "the run's steps cannot be read: " + store.error().message;
+        } else if (auto rep = run_report(**store, (*r)["run"].get<std::string>()); !rep) {
+          row["error"] = "the run's steps cannot be read: " + rep.error().message;
+        } else {
+          report = std::move(*rep);
+        }
+      }
+    }
+    if (report.is_object()) {
+      score_task(row, final_verdict(report, row));
+      if (!bench.contains("machine") && report.contains("machine")) bench["machine"] = report["machine"];
+    } else if (!row.contains("disposition")) {
+      row["disposition"] = "error";
+    }
+    row["wall_s"] = elapsed() - task_t0;
+    row["report"] = report;
+    const bool ok = row["disposition"] == "passed";
+    st.passed += ok;
+    if (ok && std::isfinite(num(row, "speedup")) && num(row, "speedup") > best_speed) {
+      best_speed = num(row, "speedup");
+      st.best = fmt::format("{} {:.2f}x", name, best_speed);
+    }
+    if (opt.say)
+      opt.say(fmt::format("{}: {}{}", name, row["disposition"].get<std::string>(),
+                          std::isfinite(num(row, "speedup")) ? fmt::format(" {:.2f}x", num(row, "speedup"))
+                                                             : (row.contains("error") ? ": " + row["error"].get<std::string>().substr(0, 200) : "")));
+    bench["tasks"].push_back(std::move(row));
+    ++st.done;
+    st.elapsed_s = elapsed();
+    st.left_s = st.elapsed_s / st.done * (st.total - st.done);
+    if (auto saved = save(false); !saved) return Unexpected{saved.error()};
+  }
+  st.current.clear();
+  if (opt.status) opt.status(st);
+  if (auto saved = save(true); !saved) return Unexpected{saved.error()};
+  bench["report"] = fs::absolute(opt.report).string();
+  return bench;
+}
+
+}  // namespace kfab

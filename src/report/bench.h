@@ -1,0 +1,72 @@
+#pragma once
+/// `kfab bench` and `kfab report`: a suite of tasks optimized (or their bundled candidates evaluated)
+/// with their baselines, scored (correctness, fast_p, geometric-mean speedups, SOL score, % of the
+/// roofline bound, retention on held-out shapes), written as JSON, CSV and one self-contained HTML
+/// page; and a stored run gathered into the object the HTML report renders.
+
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/expected.h"
+#include "eval/evaluator.h"
+#include "store/store.h"
+
+namespace kfab {
+
+/// Where a bench stands, for a live status line.
+struct BenchStatus {
+  int done = 0;             ///< tasks finished
+  int total = 0;
+  int passed = 0;
+  std::string current;      ///< the task being worked on (empty at the end)
+  std::string best;         ///< the best result so far, in words ("softmax 2.13x")
+  double elapsed_s = 0.0;
+  double left_s = -1.0;     ///< estimated from the tasks done so far; < 0 before the first
+};
+
+struct BenchOptions {
+  std::filesystem::path suite;     ///< a folder of tasks (or one task)
+  std::string target;              ///< cpu, cuda, opencl (empty: cuda with a GPU, else cpu)
+  std::string mode = "optimize";   ///< optimize (built-in tuner, or llm) or eval (the bundled candidates)
+  std::string llm;                 ///< PROVIDER:MODEL for optimize; empty: the built-in tuner
+  int points = 64;                 ///< built-in tuner: parameter points per task, at most
+  int budget = 8;                  ///< LLM: candidates per task, at most
+  bool fresh = false;              ///< built-in tuner: search again
+  std::filesystem::path out_dir;   ///< default kfab-bench/BENCH
+  std::filesystem::path report;    ///< the HTML page (default out_dir/report.html)
+  EvalOptions eval;
+  std::function<void(const std::string&)> say;       ///< a task's result, a line
+  std::function<void(const std::string&)> detail;    ///< the tuner's or the agents' progress within a task
+  std::function<void(const BenchStatus&)> status;    ///< the live status
+};
+
+/// Runs the bench and writes out_dir/{bench.json, tasks.csv, scores.csv} and the report. Returns the
+/// bench object (bench.json). An Error only when nothing can be run (no tasks, bad target); a task
+/// that fails is a row of the result.
+Expected<nlohmann::json> run_bench(const BenchOptions& opt);
+
+/// The suite's scores from its task rows (see README: Benches and reports).
+nlohmann::json bench_scores(const nlohmann::json& tasks);
+
+/// A task row's scores from the verdict of its final candidate (null: none passed the search).
+/// Fills disposition, speedup, speedup_vs_compile, sol_score, percent_of_bound,
+/// percent_of_copy_bandwidth and heldout.
+void score_task(nlohmann::json& row, const nlohmann::json& verdict);
+
+/// SOL-ExecBench's score of one time: 1 / (1 + (t - t_sol) / (t_base - t_sol)); 0.5 at the
+/// baseline, 1 at the bound.
+double sol_score(double t, double t_base, double t_sol);
+
+/// A stored run as the HTML report takes it: the run's facts and every step with its candidate's
+/// source, its verdict and the candidate it was derived from (parent_hash).
+Expected<nlohmann::json> run_report(Store& store, const std::string& run);
+
+/// The tasks table and the scores as CSV.
+std::string tasks_csv(const nlohmann::json& tasks);
+std::string scores_csv(const nlohmann::json& scores);
+
+}  // namespace kfab

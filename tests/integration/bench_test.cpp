@@ -1,0 +1,167 @@
+// kfab bench and kfab report: the core suite optimized on the cpu, scored, written as JSON, CSV and
+// an HTML page, which headless Chromium renders (Debian's chromium, installed by `make test`).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "harness.h"
+
+namespace kfab::test {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + what.size())) ++n;
+  return n;
+}
+
+/// Debian's chromium, or another Chromium on the PATH; empty when there is none.
+std::string chromium() {
+  for (const char* name : {"chromium", "chromium-browser", "google-chrome"}) {
+    auto r = run_command({"/bin/sh", "-c", std::string("command -v ") + name}, 10);
+    if (r && r->status.ok() && !r->output.empty()) return r->output.substr(0, r->output.find('\n'));
+  }
+  return {};
+}
+
+/// Width and height from a PNG's IHDR chunk; {0, 0} when the file is not a PNG.
+std::pair<uint32_t, uint32_t> png_size(const fs::path& f) {
+  std::ifstream in(f, std::ios::binary);
+  unsigned char h[24] = {};
+  if (!in.read(reinterpret_cast<char*>(h), sizeof h) || h[1] != 'P' || h[2] != 'N' || h[3] != 'G') return {0, 0};
+  auto be = [&](int o) { return (uint32_t{h[o]} << 24) | (uint32_t{h[o + 1]} << 16) | (uint32_t{h[o + 2]} << 8) | h[o + 3]; };
+  return {be(16), be(20)};
+}
+
+const char* kCoreTasks[] = {"cross_entropy", "cumsum", "gelu", "group_norm", "layer_norm", "log_softmax", "matmul",
+                            "matmul_bias_relu", "rms_norm", "scale_shift_gelu", "softmax", "sum_dim1", "transpose"};
+
+TEST(Bench, TheCoreSuiteOnTheCpuIsScoredAndReportedAndChromiumRendersIt) {
+  const fs::path out = scratch() / "bench-core";
+  CliResult r = kfab_cli({"bench", "tasks/core", "--target", "cpu", "--points", "2", "--fresh", "--seeds", "2", "--out", out.string(), "--json"},
+                         3000);
+  EXPECT_EQ(r.status.code, 0) << r.out << r.err;
+  const json j = r.json();
+  ASSERT_TRUE(j.contains("scores")) << r.out << r.err;
+  const json& s = j["scores"];
+  EXPECT_EQ(s["tasks"], 13);
+  EXPECT_EQ(s["correct"], 13) << j.dump(2);
+  EXPECT_DOUBLE_EQ(s["fast_p"]["0"].get<double>(), 1.0);
+  EXPECT_GT(s["geomean_speedup"].get<double>(), 0.0);
+  EXPECT_TRUE(s["sol_score"].is_number()) << s.dump();  // the core tasks state their cost
+  EXPECT_TRUE(s["heldout_retention"].is_number()) << s.dump();
+  ASSERT_EQ(j["tasks"].size(), 13u);
+  for (const auto& t : j["tasks"]) {
+    EXPECT_EQ(t["disposition"], "passed") << t.dump(2);
+    EXPECT_TRUE(t["run"].is_string()) << t.dump(2);
+    EXPECT_GT(t["heldout"]["total"].get<int>(), 0) << t["task"];
+    EXPECT_FALSE(t.contains("report")) << "--json leaves the runs to bench.json";
+  }
+
+  // the files: bench.json holds every run's steps; CSV rows for the tasks and the scores
+  auto bench = read_file(out / "bench.json");
+  ASSERT_TRUE(bench.has_value());
+  const json b = json::parse(*bench);
+  EXPECT_TRUE(b["finished"].get<bool>());
+  for (const auto& t : b["tasks"]) {
+    ASSERT_TRUE(t["report"].is_object()) << t["task"];
+    EXPECT_GE(t["report"]["steps"].size(), 3u) << t["task"];  // 2 points and the final check
+    EXPECT_TRUE(t["report"]["steps"][0].contains("source")) << t["task"];
+    // the winner's template: the point whose candidate the final check evaluated
+    std::string winner;
+    for (const auto& f : t["report"]["steps"])
+      if (f["role"] == "final" && f["disposition"] == "passed")
+        for (const auto& p : t["report"]["steps"])
+          if (p["role"] == "tuner" && p["candidate_hash"] == f["candidate_hash"]) winner = p["detail"].get<std::string>();
+    winner = winner.substr(0, winner.find(" ("));
+    EXPECT_EQ(t["report"]["steps"].size() - 1, 2u + (t["retained"] == false)) << t["task"] << ": 2 points, then the final check(s)";
+    // the tasks with no hand-written cpu template are tuned from their formula
+    if (t["task"] == "gelu" || t["task"] == "cross_entropy") {
+      EXPECT_EQ(winner, "cpu_fused_rows") << t["task"];
+    }
+    if (t["task"] == "matmul_bias_relu") {
+      EXPECT_EQ(winner, "cpu_gemm_epilogue") << t["task"];
+    }
+  }
+  auto tasks_csv = read_file(out / "tasks.csv");
+  ASSERT_TRUE(tasks_csv.has_value());
+  EXPECT_EQ(count_of(*tasks_csv, "\n"), 14u) << *tasks_csv;
+  auto scores_csv = read_file(out / "scores.csv");
+  ASSERT_TRUE(scores_csv.has_value());
+  EXPECT_NE(scores_csv->find("fast_p_1.2,"), std::string::npos) << *scores_csv;
+  EXPECT_NE(scores_csv->find("correctness_rate,1\n"), std::string::npos) << *scores_csv;
+
+  auto html = read_file(out / "report.html");
+  ASSERT_TRUE(html.has_value());
+  for (const char* t : kCoreTasks) EXPECT_NE(html->find(t), std::string::npos) << t;
+  EXPECT_EQ(count_of(*html, "src=\"http") + count_of(*html, "href=\"http") + count_of(*html, "<script"), 0u) << "nothing is fetched or run";
+
+  // one run's page from the store, and its data
+  const std::string run = j["tasks"][0]["run"];
+  const fs::path run_html = scratch() / "run.html";
+  CliResult rr = kfab_cli({"report", run, "--html", run_html.string(), "--json"});
+  EXPECT_EQ(rr.status.code, 0) << rr.out << rr.err;
+  const json rj = rr.json();
+  EXPECT_EQ(rj["run"], run);
+  ASSERT_GE(rj["steps"].size(), 3u);
+  EXPECT_TRUE(rj["steps"][0]["verdict"].is_object());
+  EXPECT_EQ(rj["steps"][1].value("parent_hash", ""), rj["steps"][0]["candidate_hash"]) << "the second point derives from the first";
+  auto page = read_file(run_html);
+  ASSERT_TRUE(page.has_value());
+  EXPECT_NE(page->find("class=\"chart trajectory\""), std::string::npos);
+  EXPECT_NE(page->find("class=\"chart roofline\""), std::string::npos);
+  // a bench folder is re-rendered from its bench.json
+  CliResult rb = kfab_cli({"report", out.string(), "--html", (scratch() / "again.html").string()});
+  EXPECT_EQ(rb.status.code, 0) << rb.out << rb.err;
+  EXPECT_TRUE(fs::exists(scratch() / "again.html"));
+
+  const std::string browser = chromium();
+  if (browser.empty()) {
+    if (std::getenv("KFAB_REQUIRE_CHROMIUM") != nullptr) FAIL() << "chromium is not installed (make test installs it)";
+    GTEST_SKIP() << "chromium is not installed: the report was not rendered";
+  }
+  const std::string flags = " --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --hide-scrollbars --user-data-dir=" +
+                            quote((scratch() / "chromium-profile").string());
+  const std::string url = "file://" + fs::absolute(out / "report.html").string();
+  auto dom = run_command({"/bin/sh", "-c", quote(browser) + flags + " --dump-dom " + quote(url) + " 2>/dev/null"}, 180);
+  ASSERT_TRUE(dom.has_value());
+  // what the browser parsed: the charts, the scores, the tasks table with a row per task
+  EXPECT_NE(dom->output.find("class=\"chart speedups\""), std::string::npos);
+  EXPECT_NE(dom->output.find("class=\"chart roofline\""), std::string::npos);
+  EXPECT_GE(count_of(dom->output, "class=\"chart trajectory\""), 13u);
+  EXPECT_NE(dom->output.find("class=\"scores\""), std::string::npos);
+  const size_t table = dom->output.find("id=\"tasks\"");
+  ASSERT_NE(table, std::string::npos);
+  const std::string tasks_table = dom->output.substr(table, dom->output.find("</table>", table) - table);
+  EXPECT_GE(count_of(tasks_table, "<tr"), 14u) << "a header and a row per task";
+  for (const char* t : kCoreTasks) EXPECT_NE(tasks_table.find(t), std::string::npos) << t;
+  const fs::path png = scratch() / "report.png";
+  auto shot = run_command({"/bin/sh", "-c", quote(browser) + flags + " --window-size=1400,2400 --screenshot=" + quote(png.string()) + " " +
+                                                quote(url) + " 2>/dev/null"},
+                          180);
+  ASSERT_TRUE(shot.has_value());
+  const auto [w, h] = png_size(png);
+  EXPECT_EQ(w, 1400u);
+  EXPECT_EQ(h, 2400u);
+  EXPECT_GT(fs::file_size(png), 50'000u) << "a page of charts and tables, not a blank one";
+  if (const char* keep = std::getenv("KFAB_REPORT_SCREENSHOT")) fs::copy_file(png, keep, fs::copy_options::overwrite_existing);
+}
+
+TEST(Bench, ASuiteThatDoesNotExistIsBadInput) {
+  CliResult r = kfab_cli({"bench", "no/such/suite", "--target", "cpu"});
+  EXPECT_EQ(r.status.code, 2);
+  EXPECT_NE(r.err.find("no/such/suite: no such suite"), std::string::npos) << r.err;
+}
+
+TEST(Bench, AReportOfAnUnknownRunNamesIt) {
+  CliResult r = kfab_cli({"report", "19700101-000000-dead"});
+  EXPECT_EQ(r.status.code, 2);
+  EXPECT_NE(r.err.find("19700101-000000-dead"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace kfab::test

@@ -1,0 +1,102 @@
+// Bench scores: fast_p over all tasks, geometric means over the tasks that passed, SOL-ExecBench's
+// score per shape, held-out retention, CSV.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "report/bench.h"
+
+namespace kfab {
+namespace {
+
+using json = nlohmann::json;
+
+json row(const std::string& disp, json speedup, json vs_compile = nullptr, json sol = nullptr, json retained = nullptr) {
+  return {{"task", "t"}, {"disposition", disp}, {"speedup", speedup}, {"speedup_vs_compile", vs_compile}, {"sol_score", sol},
+          {"retained", retained}};
+}
+
+TEST(BenchScores, FastPCountsEveryTaskAndGeometricMeansOnlyThoseThatPassed) {
+  const json tasks = json::array({row("passed", 3.0, 2.0, 0.8, true), row("passed", 1.1, 0.5, 0.6, true), row("passed", 0.9, nullptr, 0.4, false),
+                                  row("incorrect", nullptr, nullptr, 0.0, false), row("unsupported", nullptr)});
+  const json s = bench_scores(tasks);
+  EXPECT_EQ(s["tasks"], 5);
+  EXPECT_EQ(s["correct"], 3);
+  EXPECT_DOUBLE_EQ(s["correctness_rate"].get<double>(), 0.6);
+  EXPECT_DOUBLE_EQ(s["fast_p"]["0"].get<double>(), 0.6);
+  EXPECT_DOUBLE_EQ(s["fast_p"]["1"].get<double>(), 0.4);  // 3.0 and 1.1 exceed 1
+  EXPECT_DOUBLE_EQ(s["fast_p"]["1.2"].get<double>(), 0.2);
+  EXPECT_DOUBLE_EQ(s["fast_p"]["2"].get<double>(), 0.2);
+  EXPECT_NEAR(s["geomean_speedup"].get<double>(), std::cbrt(3.0 * 1.1 * 0.9), 1e-12);
+  EXPECT_NEAR(s["geomean_speedup_vs_compile"].get<double>(), 1.0, 1e-12);  // sqrt(2 * 0.5)
+  EXPECT_NEAR(s["sol_score"].get<double>(), (0.8 + 0.6 + 0.4 + 0.0) / 4, 1e-12);
+  EXPECT_DOUBLE_EQ(s["heldout_retention"].get<double>(), 0.5);
+}
+
+TEST(BenchScores, AnEmptySuiteHasNoScores) {
+  const json s = bench_scores(json::array());
+  EXPECT_EQ(s["tasks"], 0);
+  EXPECT_TRUE(s["correctness_rate"].is_null());
+  EXPECT_TRUE(s["geomean_speedup"].is_null());
+}
+
+TEST(BenchScores, SolScoreIsHalfAtTheBaselineAndOneAtTheBound) {
+  EXPECT_DOUBLE_EQ(sol_score(2.0, 2.0, 1.0), 0.5);
+  EXPECT_DOUBLE_EQ(sol_score(1.0, 2.0, 1.0), 1.0);
+  EXPECT_NEAR(sol_score(1.5, 2.0, 1.0), 2.0 / 3.0, 1e-12);
+  EXPECT_LT(sol_score(4.0, 2.0, 1.0), 0.5);
+  // a baseline already at the bound: all or nothing
+  EXPECT_DOUBLE_EQ(sol_score(1.0, 1.0, 1.0), 1.0);
+  EXPECT_DOUBLE_EQ(sol_score(1.1, 1.0, 1.0), 0.0);
+}
+
+TEST(BenchScores, ATaskIsScoredFromItsTuningShapesAndCountsItsHeldOutOnes) {
+  const json verdict = {
+      {"disposition", "passed"}, {"speedup", 2.0}, {"speedup_vs_compile", 1.5}, {"candidate", "best.cpp"},
+      {"shapes",
+       json::array({{{"heldout", false}, {"status", "passed"}, {"time_ms", {{"median", 1.5}}}, {"baseline_ms", {{"median", 3.0}}},
+                     {"compile_ms", {{"median", 2.0}}}, {"bound_ms", 1.0}, {"percent_of_bound", 66.0}},
+                    {{"heldout", false}, {"status", "passed"}, {"time_ms", {{"median", 2.0}}}, {"baseline_ms", {{"median", 2.0}}},
+                     {"bound_ms", 1.0}, {"percent_of_bound", 50.0}},
+                    {{"heldout", true}, {"status", "passed"}},
+                    {{"heldout", true}, {"status", "incorrect"}}})}};
+  json r = {{"task", "x"}};
+  score_task(r, verdict);
+  EXPECT_EQ(r["disposition"], "passed");
+  EXPECT_DOUBLE_EQ(r["speedup"].get<double>(), 2.0);
+  // shape 1 against torch.compile (2.0 ms): 2/3; shape 2 against its baseline (2.0 ms): 1/2
+  EXPECT_NEAR(r["sol_score"].get<double>(), (2.0 / 3.0 + 0.5) / 2, 1e-12);
+  EXPECT_DOUBLE_EQ(r["percent_of_bound"].get<double>(), 58.0);
+  EXPECT_EQ(r["heldout"]["passed"], 1);
+  EXPECT_EQ(r["heldout"]["total"], 2);
+
+  json failed = {{"task", "y"}};
+  json bad = verdict;
+  bad["disposition"] = "incorrect";
+  score_task(failed, bad);
+  EXPECT_DOUBLE_EQ(failed["sol_score"].get<double>(), 0.0);  // a failed kernel scores nothing
+  EXPECT_TRUE(failed["percent_of_bound"].is_null());
+
+  json none = {{"task", "z"}};
+  score_task(none, nullptr);
+  EXPECT_EQ(none["disposition"], "none");
+}
+
+TEST(BenchScores, CsvQuotesWhatNeedsIt) {
+  json t = row("passed", 2.5);
+  t["error"] = "a, \"quoted\" word";
+  t["heldout"] = {{"passed", 1}, {"total", 2}};
+  const std::string csv = tasks_csv(json::array({t}));
+  EXPECT_EQ(csv.substr(0, csv.find('\n')),
+            "task,path,format,disposition,speedup,speedup_vs_compile,sol_score,percent_of_bound,percent_of_copy_bandwidth,"
+            "heldout_passed,heldout_total,retained,run,candidate,wall_s,error");
+  EXPECT_NE(csv.find("\"a, \"\"quoted\"\" word\""), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",2.5,"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",1,2,"), std::string::npos) << csv;
+  const std::string sc = scores_csv(bench_scores(json::array({t})));
+  EXPECT_NE(sc.find("fast_p_1.2,1\n"), std::string::npos) << sc;
+  EXPECT_NE(sc.find("correctness_rate,1\n"), std::string::npos) << sc;
+}
+
+}  // namespace
+}  // namespace kfab
