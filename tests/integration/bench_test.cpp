@@ -109,7 +109,8 @@ TEST(Bench, TheCoreSuiteOnTheCpuIsScoredAndReportedAndChromiumRendersIt) {
   EXPECT_EQ(rj["run"], run);
   ASSERT_GE(rj["steps"].size(), 3u);
   EXPECT_TRUE(rj["steps"][0]["verdict"].is_object());
-  EXPECT_EQ(rj["steps"][1].value("parent_hash", ""), rj["steps"][0]["candidate_hash"]) << "the second point derives from the first";
+  EXPECT_EQ(rj["steps"][1].value("parent_hash", std::string()), rj["steps"][0]["candidate_hash"].get<std::string>())
+      << "the second point derives from the first";
   auto page = read_file(run_html);
   ASSERT_TRUE(page.has_value());
   EXPECT_NE(page->find("class=\"chart trajectory\""), std::string::npos);
