@@ -152,6 +152,27 @@ TEST(Bench, TheCoreSuiteOnTheCpuIsScoredAndReportedAndChromiumRendersIt) {
   if (const char* keep = std::getenv("KFAB_REPORT_SCREENSHOT")) fs::copy_file(png, keep, fs::copy_options::overwrite_existing);
 }
 
+TEST(Bench, EvalModeEvaluatesEveryBundledCandidateTheTargetTakes) {
+  const fs::path suite = scratch() / "eval-suite";
+  fs::create_directories(suite);
+  fs::copy(fs::path(KFAB_SOURCE_DIR) / "tasks/core/softmax", suite / "softmax", fs::copy_options::recursive);
+  const fs::path out = scratch() / "bench-eval";
+  CliResult r = kfab_cli({"bench", suite.string(), "--target", "cpu", "--eval", "--seeds", "2", "--out", out.string(), "--json", "--quiet"});
+  EXPECT_EQ(r.status.code, 0) << r.out << r.err;
+  const json j = r.json();
+  ASSERT_EQ(j["tasks"].size(), 1u) << r.out;
+  EXPECT_EQ(j["mode"], "eval");
+  EXPECT_EQ(j["tasks"][0]["disposition"], "passed");
+  EXPECT_TRUE(j["scores"]["heldout_retention"].is_null()) << "no search, so nothing to retain";
+  auto bench = read_file(out / "bench.json");
+  ASSERT_TRUE(bench.has_value());
+  const json steps = json::parse(*bench)["tasks"][0]["report"]["steps"];
+  // the cpu takes rowwise_simd_opt.cpp, not the .cu or the OpenCL .cl.cpp beside it
+  ASSERT_EQ(steps.size(), 1u) << steps.dump(2);
+  EXPECT_NE(steps[0]["candidate_path"].get<std::string>().find("rowwise_simd_opt.cpp"), std::string::npos);
+  EXPECT_EQ(steps[0]["disposition"], "passed");
+}
+
 TEST(Bench, ASuiteThatDoesNotExistIsBadInput) {
   CliResult r = kfab_cli({"bench", "no/such/suite", "--target", "cpu"});
   EXPECT_EQ(r.status.code, 2);
