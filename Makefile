@@ -15,7 +15,7 @@ DEB_PACKAGES := cmake g++ make pkg-config nlohmann-json3-dev libcli11-dev libfmt
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps configure build test test-deps test-all run bench clean venv
+.PHONY: all deps configure build test test-deps test-all run bench clean venv fuzz
 
 # The Python worker (KernelBench-format tasks) needs torch: a virtual environment in .venv with the
 # torch of the GPU machine (2.11) from PyPI, made once. kfab finds it by itself (KFAB_PYTHON overrides).
@@ -48,10 +48,30 @@ test-deps:
 	@command -v chromium >/dev/null 2>&1 || { echo "kfab: installing chromium (the report test renders in it)"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core; }
 
-# Every CPU test (labels unit, integration and python); gpu and perf tests are not run here.
-# KFAB_REQUIRE_TORCH, KFAB_REQUIRE_CHROMIUM: a test fails, rather than skips, when torch or chromium is missing.
+# Every CPU test (labels unit, integration and python), then a short run of each fuzzer; gpu and
+# perf tests are not run here. KFAB_REQUIRE_TORCH, KFAB_REQUIRE_CHROMIUM: a test fails, rather than
+# skips, when torch or chromium is missing.
 test: build venv test-deps
 	KFAB_REQUIRE_TORCH=1 KFAB_REQUIRE_CHROMIUM=1 ctest --test-dir $(BUILD) -L 'unit|integration|python' --output-on-failure -j $(JOBS)
+	$(MAKE) fuzz
+
+# The fuzzers (libFuzzer under clang, with ASan and UBSan) of the manifest parser, the runner
+# protocol's decoder and the LLM reply parser: FUZZ_SECONDS each from the corpus in tests/fuzz/corpus
+# (new inputs go to build-fuzz/, not the repository). A crash stops make with the input's path.
+FUZZ_SECONDS ?= 20
+fuzz:
+	@{ command -v clang++ >/dev/null && ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1; } || { \
+	  echo "kfab: installing clang and libFuzzer (the fuzzers)"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends clang libclang-rt-14-dev; }
+	CC=clang CXX=clang++ cmake -S tests/fuzz -B build-fuzz >/dev/null
+	cmake --build build-fuzz -j $(JOBS)
+	@for f in manifest protocol reply; do \
+	  mkdir -p build-fuzz/corpus-$$f; \
+	  build-fuzz/fuzz_$$f build-fuzz/corpus-$$f tests/fuzz/corpus/$$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	    -artifact_prefix=build-fuzz/crash-$$f- >build-fuzz/fuzz_$$f.log 2>&1 \
+	    || { tail -40 build-fuzz/fuzz_$$f.log; echo "kfab: fuzz_$$f failed; the input is build-fuzz/crash-$$f-*"; exit 1; }; \
+	  echo "fuzz_$$f: $$(grep -o 'Done [0-9]* runs in [0-9]* second(s)' build-fuzz/fuzz_$$f.log), no crash"; \
+	done
 
 # The main job: kfab optimize on a bundled task with the built-in tuner (no LLM), on the best target
 # present that the tuner has templates for; prints the best kernel's verdict.

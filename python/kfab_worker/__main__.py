@@ -21,13 +21,16 @@ def main() -> int:
         if req is None or req.get("op") == "quit":
             return 0
         reply = jobs.handle(req)
+        if "nonce" in req:  # the job's, echoed: kfab refuses a reply without it (RunnerClient::run)
+            reply["nonce"] = req["nonce"]
         sys.stdout.flush()
         sys.stderr.flush()
         try:
             try:
                 write_message(reply)
             except ValueError as e:  # a NaN or Inf in a reply: JSON has no such numbers
-                write_message({"ok": False, "kind": "protocol_error", "detail": f"the worker's reply is not JSON: {e}"})
+                write_message({"ok": False, "kind": "protocol_error", "detail": f"the worker's reply is not JSON: {e}",
+                               "nonce": req.get("nonce")})
         except OSError:
             return 4
         if reply.get("fatal"):

@@ -33,7 +33,22 @@ std::string mismatch_text(const json& errors, const Task& task) {
 
 }  // namespace
 
+// A reply the evaluation cannot read (a field missing or of the wrong type) is the runner's failure,
+// never kfab's: the candidate shares the runner's process and may have written it.
 Expected<Verdict> Evaluator::evaluate(const Task& task, const fs::path& candidate) {
+  try {
+    return evaluate_unguarded(task, candidate);
+  } catch (const nlohmann::json::exception& e) {
+    Verdict v;
+    v.task = task.name;
+    v.candidate = candidate.string();
+    v.disposition = Disposition::Crashed;
+    v.detail = std::string("the runner's reply could not be read (") + e.what() + "): a candidate may have written to the protocol";
+    return v;
+  }
+}
+
+Expected<Verdict> Evaluator::evaluate_unguarded(const Task& task, const fs::path& candidate) {
   const auto start = std::chrono::steady_clock::now();
   auto say = [&](const std::string& s) {
     if (opt_.progress) opt_.progress(s);

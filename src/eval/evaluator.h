@@ -46,6 +46,8 @@ class Evaluator {
   Expected<Verdict> evaluate(const Task& task, const std::filesystem::path& candidate);
 
  private:
+  Expected<Verdict> evaluate_unguarded(const Task& task, const std::filesystem::path& candidate);
+
   Backend& backend_;
   EvalOptions opt_;
 };

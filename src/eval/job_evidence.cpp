@@ -18,6 +18,10 @@ JobOutcome interpret(const JobReply& r) {
       o.failure = Disposition::Crashed;
       o.detail = r.detail;
       return o;
+    case JobReply::Kind::Forged:
+      o.failure = Disposition::Rejected;
+      o.detail = r.detail;
+      return o;
     case JobReply::Kind::Ok: break;
   }
   o.body = r.body;

@@ -118,7 +118,22 @@ RunnerOptions KbEvaluator::worker_options(double timeout_s) const {
   return ro;
 }
 
+// A reply the evaluation cannot read (a field missing or of the wrong type) is the runner's failure,
+// never kfab's: the candidate shares the runner's process and may have written it.
 Expected<Verdict> KbEvaluator::evaluate(const fs::path& task_file, const fs::path& candidate) {
+  try {
+    return evaluate_unguarded(task_file, candidate);
+  } catch (const nlohmann::json::exception& e) {
+    Verdict v;
+    v.task = task_file.stem().string();
+    v.candidate = candidate.string();
+    v.disposition = Disposition::Crashed;
+    v.detail = std::string("the runner's reply could not be read (") + e.what() + "): a candidate may have written to the protocol";
+    return v;
+  }
+}
+
+Expected<Verdict> KbEvaluator::evaluate_unguarded(const fs::path& task_file, const fs::path& candidate) {
   const auto start = std::chrono::steady_clock::now();
   auto say = [&](const std::string& s) {
     if (opt_.progress) opt_.progress(s);

@@ -51,6 +51,7 @@ class KbEvaluator {
   Expected<nlohmann::json> trace(const std::filesystem::path& task_file);
 
  private:
+  Expected<Verdict> evaluate_unguarded(const std::filesystem::path& task_file, const std::filesystem::path& candidate);
   RunnerOptions worker_options(double timeout_s) const;
 
   std::string target_;

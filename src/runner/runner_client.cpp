@@ -5,7 +5,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -125,9 +127,26 @@ JobReply RunnerClient::run(const nlohmann::json& request) {
     return r;
   }
   const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(opt_.timeout_s * 1000));
-  const bool sent = write_message(child_->request_fd(), request);
+  // Every job carries a fresh nonce that the runner echoes: a reply without it was not the runner's
+  // (a candidate that wrote to the reply descriptor).
+  static std::mt19937_64 rng{std::random_device{}()};
+  char nonce[17];
+  std::snprintf(nonce, sizeof nonce, "%016llx", static_cast<unsigned long long>(rng()));
+  nlohmann::json job = request;
+  job["nonce"] = nonce;
+  const bool sent = write_message(child_->request_fd(), job);
   ReadResult in = sent ? read_message(child_->reply_fd(), deadline) : ReadResult{ReadStatus::Eof, {}, {}};
+  if (in.status == ReadStatus::Ok && (!in.message.is_object() || !in.message.contains("nonce") || in.message["nonce"] != nonce)) {
+    child_->kill_group();
+    child_->wait(Clock::now() + std::chrono::seconds(5));
+    r.kind = JobReply::Kind::Forged;
+    r.detail = "a reply that did not come from the runner (it lacks this job's nonce): something in the runner's process, "
+               "the candidate, wrote to the runner's reply descriptor";
+    discard();
+    return r;
+  }
   if (in.status == ReadStatus::Ok) {
+    in.message.erase("nonce");
     r.body = std::move(in.message);
     // A runner that says it cannot go on (a lost CUDA context) is replaced before the next job.
     if (r.body.value("fatal", false)) discard();

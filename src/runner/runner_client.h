@@ -38,6 +38,7 @@ struct JobReply {
     Crashed,  ///< the runner died during the job
     Timeout,  ///< the job ran past its deadline; the runner was killed
     Broken,   ///< the runner spoke something that is not the protocol
+    Forged,   ///< a well-formed reply without the job's nonce: written by the candidate, not the runner
   };
   Kind kind = Kind::Ok;
   nlohmann::json body;

@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
     }
     if (in.message.value("op", "") == "quit") return 0;
     nlohmann::json reply = kfab::runner::handle(in.message);
+    if (in.message.contains("nonce")) reply["nonce"] = in.message["nonce"];  // the job's, echoed (RunnerClient::run)
     std::fflush(stdout);
     if (!kfab::write_message(kfab::kRunnerReplyFd, reply)) return 4;
   }
