@@ -599,7 +599,7 @@ int Commands::bench() {
   if (json_) {
     json out = *r;
     for (auto& t : out["tasks"]) t.erase("report");  // the runs are in bench.json and the HTML page
-    std::cout << out.dump(2) << "\n";
+    std::cout << out.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
   } else {
     Table t({"task", "result", "speedup", "vs compile", "SOL score", "% of bound", "held-out", "wall s"});
     for (const auto& row : (*r)["tasks"]) {
@@ -660,7 +660,7 @@ int Commands::report() {
   if (json_) {
     json out = *rep;
     if (!html_.empty()) out["html"] = fs::absolute(html_).string();
-    std::cout << out.dump(2) << "\n";
+    std::cout << out.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
     return kExitOk;
   }
   std::cout << fmt::format("run {}: {} on {} ({}, {}), {}\n", run, rep->value("task", ""), rep->value("target", ""), rep->value("llm", ""),

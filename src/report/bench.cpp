@@ -57,7 +57,7 @@ std::string csv_cell(const json& v) {
   if (v.is_null()) return "";
   if (v.is_number_float()) return fmt::format("{:.6g}", v.get<double>());
   if (v.is_number() || v.is_boolean()) return v.dump();
-  std::string s = v.is_string() ? v.get<std::string>() : v.dump();
+  std::string s = v.is_string() ? v.get<std::string>() : v.dump(-1, ' ', false, json::error_handler_t::replace);
   if (s.find_first_of(",\"\n") == std::string::npos) return s;
   std::string q = "\"";
   for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
@@ -342,7 +342,7 @@ Expected<json> run_bench(const BenchOptions& opt_in) {
     bench["wall_s"] = elapsed();
     bench["finished"] = final_;
     bench["scores"] = bench_scores(bench["tasks"]);
-    if (auto ok = write_file_atomic(opt.out_dir / "bench.json", bench.dump(1)); !ok) return ok;
+    if (auto ok = write_file_atomic(opt.out_dir / "bench.json", bench.dump(1, ' ', false, json::error_handler_t::replace)); !ok) return ok;
     if (auto ok = write_file_atomic(opt.out_dir / "tasks.csv", tasks_csv(bench["tasks"])); !ok) return ok;
     if (auto ok = write_file_atomic(opt.out_dir / "scores.csv", scores_csv(bench["scores"])); !ok) return ok;
     return write_file_atomic(opt.report, render_bench_html(bench));

@@ -129,7 +129,7 @@ JobReply RunnerClient::run(const nlohmann::json& request) {
   const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(opt_.timeout_s * 1000));
   // Every job carries a fresh nonce that the runner echoes: a reply without it was not the runner's
   // (a candidate that wrote to the reply descriptor).
-  static std::mt19937_64 rng{std::random_device{}()};
+  thread_local std::mt19937_64 rng{std::random_device{}()};
   char nonce[17];
   std::snprintf(nonce, sizeof nonce, "%016llx", static_cast<unsigned long long>(rng()));
   nlohmann::json job = request;

@@ -2,9 +2,13 @@
 // score per shape, held-out retention, CSV.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 
 #include "report/bench.h"
+#include "report/html.h"
 
 namespace kfab {
 namespace {
@@ -96,6 +100,53 @@ TEST(BenchScores, CsvQuotesWhatNeedsIt) {
   const std::string sc = scores_csv(bench_scores(json::array({t})));
   EXPECT_NE(sc.find("fast_p_1.2,1\n"), std::string::npos) << sc;
   EXPECT_NE(sc.find("correctness_rate,1\n"), std::string::npos) << sc;
+}
+
+// A stored run gathered for its report: parents by role, sources and verdicts; a source that is not
+// UTF-8 (a model's reply can hold any bytes) still renders and dumps.
+TEST(BenchScores, ARunReportLinksEachStepToItsParentAndSurvivesBytesThatAreNotUtf8) {
+  namespace fs = std::filesystem;
+  const fs::path db = fs::temp_directory_path() / ("kfab-bench-report-" + std::to_string(::getpid())) / "kfab.db";
+  auto store = Store::open(db);
+  ASSERT_TRUE(store.has_value());
+  auto task = load_task(fs::path(KFAB_TEST_FIXTURES) / "tasks/affine");
+  ASSERT_TRUE(task.has_value());
+  ASSERT_TRUE((*store)->create_run("r1", "affine", "tasks/affine", "cpu", "tuner", "tune", "{}").has_value());
+  const char* sources[] = {"int a;\n", "int b;\n", "int c; // \xff\xfe\n"};
+  const char* details[] = {"tmpl_x (block=1): passed", "tmpl_x (block=2): passed", "tmpl_y (block=1): incorrect"};
+  for (int k = 0; k < 3; ++k) {
+    Verdict v;
+    v.task = "affine";
+    v.target = "cpu";
+    v.candidate = "c.cpp";
+    v.candidate_hash = std::string("hash") + char('a' + k);
+    v.disposition = k == 2 ? Disposition::Incorrect : Disposition::Passed;
+    if (k < 2) v.speedup = 1.0 + k;
+    auto id = (*store)->record_evaluation(*task, sources[k], v);
+    ASSERT_TRUE(id.has_value());
+    Store::Step s;
+    s.seq = k + 1;
+    s.role = "tuner";
+    s.candidate_hash = v.candidate_hash;
+    s.evaluation_id = *id;
+    s.disposition = std::string(disposition_name(v.disposition));
+    s.speedup = v.speedup;
+    s.detail = details[k];
+    ASSERT_TRUE((*store)->add_step("r1", s).has_value());
+  }
+  auto rep = run_report(**store, "r1");
+  ASSERT_TRUE(rep.has_value()) << rep.error().message;
+  const auto& steps = (*rep)["steps"];
+  ASSERT_EQ(steps.size(), 3u);
+  EXPECT_FALSE(steps[0].contains("parent_hash"));
+  EXPECT_EQ(steps[1]["parent_hash"], "hasha");  // the previous point of its template
+  EXPECT_EQ(steps[2]["parent_hash"], "hashb");  // the first of its template: the previous candidate
+  EXPECT_EQ(steps[0]["verdict"]["disposition"], "passed");
+  EXPECT_EQ(steps[2]["source"], sources[2]);
+  EXPECT_NE(render_run_html(*rep).find("class=\"chart trajectory\""), std::string::npos);
+  EXPECT_NO_THROW((void)rep->dump(-1, ' ', false, json::error_handler_t::replace));
+  EXPECT_FALSE(run_report(**store, "nope").has_value());
+  fs::remove_all(db.parent_path());
 }
 
 }  // namespace
