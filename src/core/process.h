@@ -21,6 +21,10 @@ struct ProcessLimits {
   uint64_t cpu_seconds = 0;
   uint64_t file_size_bytes = 0;
   bool no_core_files = true;
+  /// A seccomp filter (x86-64) that keeps the child's signals to itself and its process group:
+  /// kill() of another process or of every process (-1), tkill, pidfd_send_signal, ptrace and
+  /// process_vm_writev fail with EPERM. Inherited by what it starts.
+  bool confine_signals = false;
 };
 
 struct SpawnOptions {

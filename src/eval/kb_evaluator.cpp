@@ -111,6 +111,7 @@ RunnerOptions KbEvaluator::worker_options(double timeout_s) const {
   RunnerOptions ro = opt_.runner;
   ro.timeout_s = timeout_s;
   ro.limit_address_space = false;  // torch maps far more address space than it uses
+  ro.confine_signals = false;      // torch.compile's workers are signalled by their parent
   ro.argv = {python_interpreter(), "-m", "kfab_worker"};
   std::string path = python_worker_dir().string();
   if (const char* pp = std::getenv("PYTHONPATH"); pp && *pp) path += std::string(":") + pp;

@@ -100,6 +100,7 @@ std::optional<std::string> RunnerClient::ensure_started() {
   so.limits.address_space_bytes = opt_.limit_address_space ? opt_.memory_bytes : 0;
   so.limits.cpu_seconds = opt_.cpu_seconds;
   so.limits.file_size_bytes = opt_.file_size_bytes;
+  so.limits.confine_signals = opt_.confine_signals;
   auto c = Child::spawn(so);
   if (!c) return c.error().to_string() + " (is kfab-runner beside kfab? KFAB_RUNNER may name it)";
   child_.emplace(std::move(*c));

@@ -27,6 +27,9 @@ struct RunnerOptions {
   /// environment it needs on top of kfab's. Empty: kfab-runner.
   std::vector<std::string> argv;
   std::map<std::string, std::string> env;
+  /// The signal filter of ProcessLimits::confine_signals (a candidate cannot signal kfab). Off for
+  /// the Python worker, whose torch manages processes of its own.
+  bool confine_signals = true;
 };
 
 /// The smaller of 8 GiB and half the machine's memory.

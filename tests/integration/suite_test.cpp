@@ -92,7 +92,7 @@ static std::vector<ConformanceCase> conformance_cases() {
       {"partial_rows", "incorrect"},       {"early_return_large", "incorrect"}, {"lowered_precision", "incorrect"},
       {"late_thread", "incorrect"},        {"sleeps", "timeout"},               {"aborts", "crashed"},
       {"stack_overflow", "crashed"},       {"kills_itself", "crashed"},         {"closes_protocol", "crashed"},
-      {"forges_reply", "rejected"}};
+      {"forges_reply", "rejected"},        {"signals_kfab", "incorrect"}};
   std::vector<ConformanceCase> v;
   std::error_code ec;
   for (const auto& f : fs::directory_iterator(fs::path(KFAB_TEST_FIXTURES) / "broken", ec)) {
