@@ -1,9 +1,12 @@
 #include "backends/compile_cache.h"
 
+#include <elf.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 
 #include "core/hash.h"
 #include "core/paths.h"
@@ -14,6 +17,20 @@ namespace kfab {
 namespace fs = std::filesystem;
 
 namespace {
+
+/// Whether a cached artifact is a whole 64-bit ELF file: its header, program headers and section
+/// headers (which the linker writes last) lie within the file. A truncated write or a damaged disk
+/// fails this, and the candidate is built again rather than blamed for a load failure.
+bool whole_elf(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  Elf64_Ehdr h{};
+  if (!in.read(reinterpret_cast<char*>(&h), sizeof h)) return false;
+  if (std::memcmp(h.e_ident, ELFMAG, SELFMAG) != 0 || h.e_ident[EI_CLASS] != ELFCLASS64) return false;
+  std::error_code ec;
+  const uint64_t size = fs::file_size(p, ec);
+  if (ec) return false;
+  return h.e_phoff + uint64_t{h.e_phnum} * h.e_phentsize <= size && h.e_shoff + uint64_t{h.e_shnum} * h.e_shentsize <= size;
+}
 constexpr size_t kMaxCompilerMessage = 16000;
 }
 
@@ -49,9 +66,12 @@ BuildOutcome<BuildResult> compile_cached(const CompileSpec& spec, const fs::path
   r.artifact = dir / (r.key + ".so");
   std::error_code ec;
   if (fs::exists(r.artifact, ec)) {
-    r.cached = true;
-    r.seconds = seconds();
-    return r;
+    if (whole_elf(r.artifact)) {
+      r.cached = true;
+      r.seconds = seconds();
+      return r;
+    }
+    fs::remove(r.artifact, ec);  // damaged: built again below
   }
   fs::create_directories(dir, ec);
   if (ec) return BuildFailure{"cannot create the compile cache " + dir.string() + ": " + ec.message()};

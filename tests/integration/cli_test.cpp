@@ -59,6 +59,33 @@ INSTANTIATE_TEST_SUITE_P(
       return n;
     });
 
+// A damaged compile cache (a truncated or emptied shared object) is built again: the candidate is not
+// blamed for a load failure that is the cache's.
+TEST(Eval, ADamagedCompileCacheEntryIsBuiltAgain) {
+  const auto cache = scratch() / "damaged-cache";
+  auto eval = [&] {
+    const std::string cmd = "KFAB_CACHE_DIR=" + quote(cache.string()) + " KFAB_DATA_DIR=" + quote((scratch() / "damaged-data").string()) +
+                            " exec " + quote(KFAB_BINARY) + " eval " + quote(fixture("tasks/affine")) + " " +
+                            quote(fixture("tasks/affine/candidates/good.cpp")) + " --target cpu --json --seeds 1 --min-calls 5 --min-time 0";
+    auto r = run_command({"/bin/sh", "-c", cmd + " 2>/dev/null"}, 300, KFAB_SOURCE_DIR);
+    EXPECT_TRUE(r.has_value());
+    return r ? nlohmann::json::parse(r->output, nullptr, false) : nlohmann::json();
+  };
+  const auto first = eval();
+  EXPECT_EQ(first.value("disposition", ""), "passed") << first.dump(2);
+  std::vector<std::filesystem::path> artifacts;
+  for (const auto& f : std::filesystem::recursive_directory_iterator(cache / "cpu"))
+    if (f.path().extension() == ".so") artifacts.push_back(f.path());
+  ASSERT_FALSE(artifacts.empty());
+  for (const auto& damage : {std::uintmax_t{200}, std::uintmax_t{0}}) {
+    for (const auto& a : artifacts) std::filesystem::resize_file(a, damage);
+    const auto again = eval();
+    EXPECT_EQ(again.value("disposition", ""), "passed") << "cache entries cut to " << damage << " bytes: " << again.dump(2);
+    EXPECT_FALSE(again["build"].value("cached", true)) << again["build"].dump();
+    for (const auto& a : artifacts) EXPECT_GT(std::filesystem::file_size(a), 1000u) << a;
+  }
+}
+
 TEST(Eval, HangEndsWithinTheTimeoutPlusFiveSeconds) {
   CliResult r = kfab_cli({"eval", fixture("tasks/affine"), fixture("broken/hang.cpp"), "--json", "--timeout", "3"});
   ASSERT_TRUE(r.status.exited) << r.status.describe();
