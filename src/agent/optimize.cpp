@@ -14,6 +14,7 @@
 #include "backends/backend.h"
 #include "core/hash.h"
 #include "core/paths.h"
+#include "core/stamp.h"
 #include "eval/kb_evaluator.h"
 #include "eval/roofline.h"
 #include "runner/runner_client.h"
@@ -32,14 +33,6 @@ std::string dsl_suffix(const std::string& dsl) {
 }
 
 namespace {
-
-std::string new_run_id() {
-  const std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", std::gmtime(&t));
-  std::random_device rd;
-  return fmt::format("{}-{:04x}", buf, rd() & 0xffff);
-}
 
 std::string dsl_rules(const std::string& dsl) {
   if (dsl == "cpp") return "C++20 for the CPU, one file exporting kfab_run (KFAB_EXPORT), built with g++ -O3 -march=native -fopenmp; OpenMP and SIMD intrinsics are allowed.";

@@ -9,6 +9,7 @@
 #include "core/expr.h"
 #include "core/hash.h"
 #include "core/paths.h"
+#include "core/stamp.h"
 #include "eval/job_evidence.h"
 #include "eval/roofline.h"
 
@@ -96,13 +97,6 @@ std::string mismatch_text(const json& errors) {
   return fmt::format("{} of {} values differ; first at {}[{}] (seed {}, call {}): got {}, want {}",
                      errors.value("mismatches", 0), errors.value("checked", 0), m.value("output", ""), coord,
                      m.value("seed", 0), m.value("call", 0), m["got"].dump(), m["want"].dump());
-}
-
-std::string today() {
-  const std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
 }
 
 }  // namespace
@@ -346,7 +340,7 @@ Expected<Verdict> KbEvaluator::evaluate_unguarded(const fs::path& task_file, con
     json compile_stats;
     if (time_compile && o.body["baselines"].contains("compile")) {
       compile_stats = o.body["baselines"]["compile"];
-      json entry = {{"compile_ms", compile_stats}, {"measured_at", today()}, {"mode", opt_.compile_mode},
+      json entry = {{"compile_ms", compile_stats}, {"measured_at", utc_now_iso()}, {"mode", opt_.compile_mode},
                     {"torch", info.value("torch", std::string())}, {"device", info.value("device", std::string("cpu"))}};
       (void)write_file_atomic(cache_file, entry.dump(2));
       sr.extra["compile_baseline"] = "torch.compile (" + opt_.compile_mode + "), timed in this run";

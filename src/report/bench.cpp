@@ -4,15 +4,14 @@
 
 #include <chrono>
 #include <cmath>
-#include <ctime>
 #include <algorithm>
 #include <map>
-#include <random>
 
 #include "agent/optimize.h"
 #include "backends/backend.h"
 #include "core/discover.h"
 #include "core/hash.h"
+#include "core/stamp.h"
 #include "eval/kb_evaluator.h"
 #include "report/html.h"
 #include "tuner/tuner.h"
@@ -37,20 +36,6 @@ json opt_num(double v) { return std::isfinite(v) ? json(v) : json(); }
 std::string template_of(const std::string& detail) {
   const auto sp = detail.find(" (");
   return sp == std::string::npos ? std::string() : detail.substr(0, sp);
-}
-
-std::string stamp_id() {
-  const std::time_t now = std::time(nullptr);
-  char stamp[32];
-  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::gmtime(&now));
-  return fmt::format("{}-{:04x}", stamp, std::random_device{}() & 0xffff);
-}
-
-std::string iso_now() {
-  const std::time_t now = std::time(nullptr);
-  char stamp[32];
-  std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  return stamp;
 }
 
 std::string csv_cell(const json& v) {
@@ -320,7 +305,7 @@ Expected<json> run_bench(const BenchOptions& opt_in) {
   if (backend->probe() == 0) return make_error("target " + opt.target + " is not available here: " + backend->describe());
   if (opt.mode != "optimize" && opt.mode != "eval") return make_error("unknown bench mode " + opt.mode, "optimize or eval");
 
-  const std::string id = stamp_id();
+  const std::string id = new_run_id();
   if (opt.out_dir.empty()) opt.out_dir = fs::path("kfab-bench") / id;
   if (opt.report.empty()) opt.report = opt.out_dir / "report.html";
   fs::create_directories(opt.out_dir, ec);
@@ -334,7 +319,7 @@ Expected<json> run_bench(const BenchOptions& opt_in) {
                 {"mode", opt.mode},
                 {"llm", opt.mode == "optimize" ? (opt.llm.empty() ? "tuner" : opt.llm) : "none"},
                 {"device", backend->describe()},
-                {"started_at", iso_now()},
+                {"started_at", utc_now_iso()},
                 {"out_dir", fs::absolute(opt.out_dir).string()},
                 {"tasks", json::array()}};
   // bench.json after every task: a bench killed half-way keeps what it finished
@@ -367,6 +352,8 @@ Expected<json> run_bench(const BenchOptions& opt_in) {
       if (report.contains("error")) row["error"] = report["error"];
     } else {
       Expected<json> r = make_error("");
+      std::function<void(const std::string&)> progress;
+      if (opt.detail) progress = [&](const std::string& s) { opt.detail(name + ": " + s); };
       if (opt.llm.empty() || opt.llm == "none") {
         TuneOptions t;
         t.task = e.path;
@@ -375,7 +362,7 @@ Expected<json> run_bench(const BenchOptions& opt_in) {
         t.fresh = opt.fresh;
         t.out_dir = opt.out_dir / "runs" / name;
         t.eval = opt.eval;
-        t.progress = opt.detail ? std::function<void(const std::string&)>([&](const std::string& s) { opt.detail(name + ": " + s); }) : nullptr;
+        t.progress = progress;
         r = tune(t);
       } else {
         OptimizeOptions o;
@@ -385,7 +372,7 @@ Expected<json> run_bench(const BenchOptions& opt_in) {
         o.budget_candidates = opt.budget;
         o.out_dir = opt.out_dir / "runs" / name;
         o.eval = opt.eval;
-        o.progress = opt.detail ? std::function<void(const std::string&)>([&](const std::string& s) { opt.detail(name + ": " + s); }) : nullptr;
+        o.progress = progress;
         r = optimize(o);
       }
       if (!r) {

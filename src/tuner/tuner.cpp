@@ -13,6 +13,7 @@
 #include "backends/backend.h"
 #include "core/hash.h"
 #include "core/paths.h"
+#include "core/stamp.h"
 #include "store/store.h"
 #include "eval/kb_evaluator.h"
 #include "tuner/fused.h"
@@ -187,10 +188,8 @@ Expected<json> tune(const TuneOptions& in) {
   Store& store = **store_r;
   const fs::path cache_file = cache_dir() / "tuner" / (hash_hex(material).substr(0, 24) + ".json");
 
-  const std::time_t now = std::time(nullptr);
-  char stamp[32];
-  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::gmtime(&now));
-  const std::string run = fmt::format("{}-{:04x}", stamp, std::random_device{}() & 0xffff);
+  const std::string run = new_run_id();
+  const std::string stamp = run.substr(0, run.rfind('-'));  // the run's UTC time, for the cache entry
   if (opt.out_dir.empty()) opt.out_dir = fs::path("kfab-runs") / run;
   std::error_code ec;
   fs::create_directories(opt.out_dir, ec);
