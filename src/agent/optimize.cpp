@@ -307,7 +307,7 @@ Expected<json> optimize(const OptimizeOptions& in) {
   std::string hardware = opt.target;
   {
     RunnerOptions ro = opt.eval.runner;
-    ro.limit_address_space = opt.target == "cpu";
+    ro.for_target(opt.target);
     RunnerClient rc(ro);
     auto peaks = opt.target == "cpu" ? cpu_peaks(rc) : device_peaks(rc, opt.target);
     if (peaks)

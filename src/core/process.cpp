@@ -1,12 +1,9 @@
 #include "core/process.h"
 
 #include <fcntl.h>
-#include <linux/audit.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
+#include <sched.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -41,52 +38,6 @@ std::string ExitStatus::describe() const {
 }
 
 namespace {
-
-/// Installs the filter of ProcessLimits::confine_signals in the calling process (a child between fork
-/// and exec; its pid is its process group's). Only async-signal-safe calls. Elsewhere than x86-64 it
-/// does nothing.
-void confine_signals() {
-#if defined(__x86_64__)
-  const auto self = static_cast<uint32_t>(::getpid());
-  const uint32_t own_group = static_cast<uint32_t>(-static_cast<int32_t>(self));
-  constexpr uint32_t kArch = offsetof(struct seccomp_data, arch), kNr = offsetof(struct seccomp_data, nr),
-                     kArg0 = offsetof(struct seccomp_data, args);  // the low half of args[0] (little-endian)
-  constexpr uint32_t kAllow = SECCOMP_RET_ALLOW, kDeny = SECCOMP_RET_ERRNO | EPERM;
-  // Where the checks of each kind begin (BPF jumps only forward; offsets are from the next one).
-  constexpr uint8_t kKill = 13, kToSelf = 18, kRefuse = 21, kPass = 22;
-  auto to = [](uint8_t at, uint8_t target) { return static_cast<uint8_t>(target - at - 1); };
-  const struct sock_filter filter[] = {
-      /* 0 */ {BPF_LD | BPF_W | BPF_ABS, 0, 0, kArch},
-      /* 1 */ {BPF_JMP | BPF_JEQ | BPF_K, 1, 0, AUDIT_ARCH_X86_64},
-      /* 2 */ {BPF_RET | BPF_K, 0, 0, kAllow},
-      /* 3 */ {BPF_LD | BPF_W | BPF_ABS, 0, 0, kNr},
-      /* 4 */ {BPF_JMP | BPF_JEQ | BPF_K, to(4, kKill), 0, SYS_kill},
-      /* 5 */ {BPF_JMP | BPF_JEQ | BPF_K, to(5, kToSelf), 0, SYS_tgkill},
-      /* 6 */ {BPF_JMP | BPF_JEQ | BPF_K, to(6, kToSelf), 0, SYS_rt_sigqueueinfo},
-      /* 7 */ {BPF_JMP | BPF_JEQ | BPF_K, to(7, kToSelf), 0, SYS_rt_tgsigqueueinfo},
-      /* 8 */ {BPF_JMP | BPF_JEQ | BPF_K, to(8, kRefuse), 0, SYS_tkill},
-      /* 9 */ {BPF_JMP | BPF_JEQ | BPF_K, to(9, kRefuse), 0, SYS_pidfd_send_signal},
-      /* 10 */ {BPF_JMP | BPF_JEQ | BPF_K, to(10, kRefuse), 0, SYS_ptrace},
-      /* 11 */ {BPF_JMP | BPF_JEQ | BPF_K, to(11, kRefuse), 0, SYS_process_vm_writev},
-      /* 12 */ {BPF_RET | BPF_K, 0, 0, kAllow},
-      // kill(pid): itself, its group (0 or -pgid); not another process, nor every process (-1)
-      /* 13 */ {BPF_LD | BPF_W | BPF_ABS, 0, 0, kArg0},
-      /* 14 */ {BPF_JMP | BPF_JEQ | BPF_K, to(14, kPass), 0, self},
-      /* 15 */ {BPF_JMP | BPF_JEQ | BPF_K, to(15, kPass), 0, 0},
-      /* 16 */ {BPF_JMP | BPF_JEQ | BPF_K, to(16, kPass), 0, own_group},
-      /* 17 */ {BPF_RET | BPF_K, 0, 0, kDeny},
-      // tgkill(tgid, ...), rt_(tg)sigqueueinfo(tgid, ...): its own threads only
-      /* 18 */ {BPF_LD | BPF_W | BPF_ABS, 0, 0, kArg0},
-      /* 19 */ {BPF_JMP | BPF_JEQ | BPF_K, to(19, kPass), 0, self},
-      /* 20 */ {BPF_RET | BPF_K, 0, 0, kDeny},
-      /* 21 */ {BPF_RET | BPF_K, 0, 0, kDeny},
-      /* 22 */ {BPF_RET | BPF_K, 0, 0, kAllow},
-  };
-  static_assert(sizeof filter / sizeof filter[0] == kPass + 1);
-  struct sock_fprog prog = {static_cast<unsigned short>(sizeof filter / sizeof filter[0]), const_cast<struct sock_filter*>(filter)};
-  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0) (void)::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog);
-#endif
-}
 
 // Process groups of live children, for the signal handler. Fixed size: slots are claimed with a CAS.
 constexpr int kMaxTracked = 256;
@@ -167,7 +118,15 @@ Expected<Child> Child::spawn(const SpawnOptions& opt) {
     return make_error(std::string("pipe: ") + std::strerror(errno));
   }
 
-  const pid_t pid = ::fork();
+  // The sandbox's paths are gathered now; with a PID namespace the child is cloned into its own.
+  const SandboxPlan sandbox(opt.limits.sandbox);
+  bool in_pid_namespace = false;
+  pid_t pid = -1;
+  if (sandbox.wants_pid_namespace()) {
+    pid = static_cast<pid_t>(::syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, nullptr, nullptr, nullptr, nullptr));
+    in_pid_namespace = pid >= 0;
+  }
+  if (!in_pid_namespace) pid = ::fork();
   if (pid < 0) {
     close_all();
     return make_error(std::string("fork: ") + std::strerror(errno));
@@ -183,7 +142,6 @@ Expected<Child> Child::spawn(const SpawnOptions& opt) {
     if (opt.limits.cpu_seconds) limit(RLIMIT_CPU, opt.limits.cpu_seconds);
     if (opt.limits.file_size_bytes) limit(RLIMIT_FSIZE, opt.limits.file_size_bytes);
     if (opt.limits.no_core_files) limit(RLIMIT_CORE, 0);
-    if (opt.limits.confine_signals) confine_signals();
     // Signals the parent ignores must not stay ignored in the child.
     ::signal(SIGPIPE, SIG_DFL);
     int devnull = ::open("/dev/null", O_RDONLY);
@@ -205,6 +163,11 @@ Expected<Child> Child::spawn(const SpawnOptions& opt) {
     if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) {
       int e = errno;
       (void)!::write(err_pipe[1], &e, sizeof e);
+      ::_exit(127);
+    }
+    if (const int e = sandbox.apply_in_child(in_pid_namespace); e != 0) {
+      const int marked = -e;  // negative: the sandbox, not exec, failed
+      (void)!::write(err_pipe[1], &marked, sizeof marked);
       ::_exit(127);
     }
     ::execve(argv[0], argv.data(), envp.data());
@@ -240,6 +203,8 @@ Expected<Child> Child::spawn(const SpawnOptions& opt) {
   }
   if (n == static_cast<ssize_t>(sizeof child_errno)) {
     c.wait();
+    if (child_errno < 0)
+      return make_error("cannot start " + opt.argv[0] + " in its sandbox (KFAB_SANDBOX=require): " + std::strerror(-child_errno));
     return make_error("cannot start " + opt.argv[0] + ": " + std::strerror(child_errno));
   }
   return c;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/expected.h"
+#include "core/sandbox.h"
 
 namespace kfab {
 
@@ -21,10 +22,9 @@ struct ProcessLimits {
   uint64_t cpu_seconds = 0;
   uint64_t file_size_bytes = 0;
   bool no_core_files = true;
-  /// A seccomp filter (x86-64) that keeps the child's signals to itself and its process group:
-  /// kill() of another process or of every process (-1), tkill, pidfd_send_signal, ptrace and
-  /// process_vm_writev fail with EPERM. Inherited by what it starts.
-  bool confine_signals = false;
+  /// The candidate sandbox (core/sandbox.h): writes confined to a folder, no network, no privilege,
+  /// optionally no signals to others, no new processes, a PID namespace. Inherited by what it starts.
+  SandboxPolicy sandbox;
 };
 
 struct SpawnOptions {

@@ -81,7 +81,7 @@ Expected<Verdict> Evaluator::evaluate_unguarded(const Task& task, const fs::path
   v.candidate_hash = hash_hex(*source);
 
   RunnerOptions ro = opt_.runner;
-  ro.limit_address_space = backend_.target() == "cpu";
+  ro.for_target(std::string(backend_.target()));
   ro.preopen = device ? std::string(backend_.target()) : std::string();
   RunnerClient runner(ro);
   // A device runner opens the driver (cuInit: a good part of a warm evaluation) while the sources

@@ -105,7 +105,9 @@ RunnerOptions KbEvaluator::worker_options(double timeout_s) const {
   RunnerOptions ro = opt_.runner;
   ro.timeout_s = timeout_s;
   ro.limit_address_space = false;  // torch maps far more address space than it uses
-  ro.confine_signals = false;      // torch.compile's workers are signalled by their parent
+  ro.confine_signals = false;      // torch.compile starts workers and signals them: a PID namespace instead
+  ro.deny_processes = false;
+  ro.pid_namespace = true;
   ro.argv = {python_interpreter(), "-m", "kfab_worker"};
   std::string path = python_worker_dir().string();
   if (const char* pp = std::getenv("PYTHONPATH"); pp && *pp) path += std::string(":") + pp;
@@ -271,7 +273,7 @@ Expected<Verdict> KbEvaluator::evaluate_unguarded(const fs::path& task_file, con
   std::optional<MachinePeaks> peaks;
   if (desc.value("cost", json::object()).size() > 0) {
     RunnerOptions ro = opt_.runner;
-    ro.limit_address_space = !device;
+    ro.for_target(target_);
     RunnerClient native_runner(ro);
     peaks = device ? device_peaks(native_runner, target_) : cpu_peaks(native_runner);
     if (peaks) v.machine = peaks->to_json();

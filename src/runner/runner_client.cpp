@@ -37,6 +37,12 @@ RunnerClient::RunnerClient(RunnerOptions opt) : opt_(opt) {
   }
 }
 
+void RunnerOptions::for_target(const std::string& target) {
+  limit_address_space = target == "cpu";
+  deny_processes = target != "opencl";
+  pid_namespace = target == "opencl";
+}
+
 namespace {
 /// Device runners told to quit and not waited for (see ~RunnerClient), reaped when kfab next looks.
 std::vector<pid_t>& detached() {
@@ -93,14 +99,23 @@ std::optional<std::string> RunnerClient::ensure_started() {
   if (!opt_.preopen.empty()) so.argv.insert(so.argv.end(), {"--open", opt_.preopen});
   if (!opt_.argv.empty()) so.argv = opt_.argv;
   so.cwd = dir_;
-  so.env = {{"TMPDIR", dir_.string()}};
+  // Caches that libraries keep under $HOME by default are kept in the folder, the one place the
+  // sandbox lets the runner write: PoCL's kernels, CUDA's JIT, Triton's and torch.compile's.
+  const std::string d = dir_.string();
+  so.env = {{"TMPDIR", d},           {"POCL_CACHE_DIR", d + "/pocl"},   {"CUDA_CACHE_PATH", d + "/nv"},
+            {"TRITON_HOME", d},      {"TRITON_CACHE_DIR", d + "/triton"}, {"TORCHINDUCTOR_CACHE_DIR", d + "/inductor"},
+            {"XDG_CACHE_HOME", d + "/cache"}, {"MPLCONFIGDIR", d + "/mpl"}};
   for (const auto& [k, v] : opt_.env) so.env.emplace_back(k, v);
   so.output_file = dir_ / "runner.log";
   so.protocol_pipes = true;
   so.limits.address_space_bytes = opt_.limit_address_space ? opt_.memory_bytes : 0;
   so.limits.cpu_seconds = opt_.cpu_seconds;
   so.limits.file_size_bytes = opt_.file_size_bytes;
-  so.limits.confine_signals = opt_.confine_signals;
+  so.limits.sandbox = {.enabled = opt_.sandbox,
+                       .writable_dir = dir_,
+                       .confine_signals = opt_.confine_signals,
+                       .deny_processes = opt_.deny_processes,
+                       .pid_namespace = opt_.pid_namespace};
   auto c = Child::spawn(so);
   if (!c) return c.error().to_string() + " (is kfab-runner beside kfab? KFAB_RUNNER may name it)";
   child_.emplace(std::move(*c));

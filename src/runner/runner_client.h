@@ -27,9 +27,19 @@ struct RunnerOptions {
   /// environment it needs on top of kfab's. Empty: kfab-runner.
   std::vector<std::string> argv;
   std::map<std::string, std::string> env;
-  /// The signal filter of ProcessLimits::confine_signals (a candidate cannot signal kfab). Off for
-  /// the Python worker, whose torch manages processes of its own.
+  /// The sandbox (core/sandbox.h): writes confined to the runner's folder, no network, no privilege.
+  bool sandbox = true;
+  /// Seccomp rules: signals only to itself and its group (a candidate cannot signal kfab), and no new
+  /// processes. Off for the Python worker, whose torch starts and signals compile workers: it gets a
+  /// PID namespace of its own instead, where kfab is out of reach and its children die with it.
   bool confine_signals = true;
+  bool deny_processes = true;
+  bool pid_namespace = false;
+
+  /// Settings that follow from the target the runner serves: the address-space limit for the CPU
+  /// only (drivers reserve far more than they use); for OpenCL, whose PoCL runs a linker for every
+  /// program it builds, new processes are allowed and a PID namespace holds them.
+  void for_target(const std::string& target);
 };
 
 /// The smaller of 8 GiB and half the machine's memory.
