@@ -187,6 +187,7 @@ int Commands::doctor() {
     plats += (plats.empty() ? "" : "; ") + p.value("name", "") + " (" + std::to_string(p.value("devices", 0)) + " devices)";
   line("opencl", out["opencl"], plats);
   line("ncu", out["ncu"], out["ncu"].value("version", "") + "  " + out["ncu"].value("path", ""));
+  line("sandbox", out["sandbox"], out["sandbox"]["mode"].get<std::string>() + ": " + out["sandbox"]["summary"].get<std::string>());
   for (const auto& b : out["backends"])
     std::cout << fmt::format("{:<14} {} ({})\n", "backend " + b["target"].get<std::string>(),
                              b["score"].get<int>() > 0 ? "available" : "unavailable", b["found"].get<std::string>());

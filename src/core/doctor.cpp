@@ -1,4 +1,5 @@
 #include "core/doctor.h"
+#include "core/sandbox.h"
 
 #include <dlfcn.h>
 
@@ -179,6 +180,12 @@ json probe_system() {
   out["python"] = probe_python();
   out["opencl"] = probe_opencl();
   out["ncu"] = tool("ncu", "/usr/local/cuda/bin/ncu");
+  const SandboxSupport sb = probe_sandbox();
+  const char* mode = sandbox_mode() == SandboxMode::Off ? "off" : sandbox_mode() == SandboxMode::Require ? "require" : "best effort";
+  out["sandbox"] = {{"found", sandbox_mode() != SandboxMode::Off}, {"mode", mode}, {"landlock_abi", sb.landlock_abi},
+                    {"net_namespace", sb.net_namespace}, {"mount_namespace", sb.mount_namespace},
+                    {"pid_namespace", sb.pid_namespace}, {"seccomp", sb.seccomp}, {"summary", sb.describe()}};
+  if (sandbox_mode() == SandboxMode::Off) out["sandbox"]["why"] = "KFAB_SANDBOX=off";
   return out;
 }
 

@@ -23,6 +23,9 @@ struct Mismatch {
   int call = 0;  ///< 1: first candidate call, 2: the call after the reference
 };
 
+/// The call number of verify's last check: the last seed's inputs with four elements changed.
+inline constexpr int kPerturbedCall = 5;
+
 struct CompareStats {
   double max_abs = 0.0;  ///< over finite pairs
   double max_rel = 0.0;

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/hash.h"
+#include "eval/compare.h"
 #include "eval/job_evidence.h"
 #include "eval/profile.h"
 #include "eval/roofline.h"
@@ -26,9 +27,12 @@ std::string mismatch_text(const json& errors, const Task& task) {
   Tolerance tol;
   for (const auto& o : task.outputs)
     if (o.name == name) tol = task.tolerance_for(o);
-  return fmt::format("{} of {} values differ; first at {}[{}] (seed {}, call {}): got {}, want {} (atol {:g}, rtol {:g})",
-                     errors.value("mismatches", 0), errors.value("checked", 0), name, coord,
-                     m.value("seed", 0), m.value("call", 0), m["got"].dump(), m["want"].dump(), tol.atol, tol.rtol);
+  std::string text = fmt::format("{} of {} values differ; first at {}[{}] (seed {}, call {}): got {}, want {} (atol {:g}, rtol {:g})",
+                                 errors.value("mismatches", 0), errors.value("checked", 0), name, coord,
+                                 m.value("seed", 0), m.value("call", 0), m["got"].dump(), m["want"].dump(), tol.atol, tol.rtol);
+  if (m.value("call", 0) == kPerturbedCall)
+    text += "; call 5 had the last seed's inputs changed in four places only: an answer cached under a sample of the input values";
+  return text;
 }
 
 }  // namespace

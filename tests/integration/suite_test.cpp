@@ -2,6 +2,11 @@
 // cuda: *.cu, opencl: *.cl.cpp); targets not present here are skipped. Speedups are for `make bench`.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <filesystem>
 
 #include "backends/backend.h"
@@ -92,7 +97,11 @@ static std::vector<ConformanceCase> conformance_cases() {
       {"partial_rows", "incorrect"},       {"early_return_large", "incorrect"}, {"lowered_precision", "incorrect"},
       {"late_thread", "incorrect"},        {"sleeps", "timeout"},               {"aborts", "crashed"},
       {"stack_overflow", "crashed"},       {"kills_itself", "crashed"},         {"closes_protocol", "crashed"},
-      {"forges_reply", "rejected"},        {"signals_kfab", "incorrect"}};
+      {"forges_reply", "rejected"},        {"signals_kfab", "incorrect"},       {"caches_by_value", "incorrect"},
+      // Probes of the sandbox and of the runner's memory: each computes the right answer and tells on
+      // itself (outputs off by one) when its escape worked, so "passed" means it was held.
+      {"writes_outside", "passed"},        {"network", "passed"},               {"fork_bomb", "passed"},
+      {"sets_clock", "passed"},            {"ptraces_kfab", "passed"},          {"reads_reference", "passed"}};
   std::vector<ConformanceCase> v;
   std::error_code ec;
   for (const auto& f : fs::directory_iterator(fs::path(KFAB_TEST_FIXTURES) / "broken", ec)) {
@@ -108,14 +117,53 @@ static std::vector<ConformanceCase> conformance_cases() {
 
 class Conformance : public ::testing::TestWithParam<ConformanceCase> {};
 
+/// A TCP listener on loopback for the network probe: counts the connections that reach it.
+class Listener {
+ public:
+  Listener() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd_, 16) != 0) return;
+    socklen_t len = sizeof a;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+  }
+  ~Listener() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int port() const { return port_; }
+  int accepted() {
+    int n = 0;
+    for (int c; (c = ::accept(fd_, nullptr, nullptr)) >= 0; ++n) ::close(c);
+    return n;
+  }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
 TEST_P(Conformance, SameDispositionOnEveryTarget) {
   const ConformanceCase& c = GetParam();
   const std::string target = target_of(c.file);
   if (!target_present(target)) GTEST_SKIP() << "target " << target << " is not present here";
+  // What the probes aim at, outside the runner's folder: a file and a listening port.
+  const fs::path probe = fs::temp_directory_path() / ("kfab-escape-probe-" + std::to_string(::getpid()));
+  std::error_code ec;
+  fs::remove(probe, ec);
+  fs::remove("/tmp/kfab-escape-writes_outside", ec);
+  Listener listener;
+  ::setenv("KFAB_ESCAPE_PROBE", probe.c_str(), 1);
+  ::setenv("KFAB_ESCAPE_PORT", std::to_string(listener.port()).c_str(), 1);
   CliResult r = kfab_cli({"eval", fixture("tasks/affine"), fixture("broken/" + c.file), "--target", target, "--json",
                           "--timeout", "10", "--min-calls", "10", "--min-time", "0.05", "--memory-limit", "1"});
   ASSERT_TRUE(r.status.exited) << "kfab " << r.status.describe();
-  EXPECT_EQ(r.status.code, 1) << r.out << r.err;
+  EXPECT_EQ(r.status.code, c.disposition == "passed" ? 0 : 1) << r.out << r.err;
+  EXPECT_FALSE(fs::exists(probe)) << "a candidate wrote " << probe;
+  EXPECT_FALSE(fs::exists("/tmp/kfab-escape-writes_outside")) << "a candidate wrote /tmp/kfab-escape-writes_outside";
+  EXPECT_EQ(listener.accepted(), 0) << "a candidate connected to 127.0.0.1:" << listener.port();
   nlohmann::json j = r.json();
   EXPECT_EQ(j.value("disposition", ""), c.disposition) << j.value("detail", "");
   EXPECT_EQ(j.value("target", ""), target);
