@@ -125,6 +125,12 @@ int install_seccomp(const SandboxPolicy& p) {
       b.load(kArg0);
       b.put(BPF_JMP | BPF_JSET | BPF_K, 0, 1, CLONE_THREAD);
       b.ret(kAllow);
+      if (p.allow_spawn) {
+        // posix_spawn's clone(CLONE_VM | CLONE_VFORK): the child shares memory and execs at once
+        b.put(BPF_ALU | BPF_AND | BPF_K, 0, 0, CLONE_VM | CLONE_VFORK);
+        b.put(BPF_JMP | BPF_JEQ | BPF_K, 0, 1, CLONE_VM | CLONE_VFORK);
+        b.ret(kAllow);
+      }
       b.ret(errno_ret(EPERM));
     });
   }
@@ -146,6 +152,8 @@ int install_seccomp(const SandboxPolicy& p) {
         b.ret(errno_ret(EPERM));
       });
     for (uint32_t nr : {SYS_tkill, SYS_pidfd_send_signal}) b.syscall_returns(nr, errno_ret(EPERM));
+    // and what it starts stays in its group, which kfab kills with it
+    for (uint32_t nr : {SYS_setsid, SYS_setpgid}) b.syscall_returns(nr, errno_ret(EPERM));
   }
   b.ret(kAllow);
   if (b.overflow) return E2BIG;
@@ -287,7 +295,7 @@ int SandboxPlan::apply_in_child(bool in_pid_namespace) const noexcept {
   line.add(" no capabilities;");
   if (const int e = install_seccomp(policy_); e == 0) {
     line.add(" seccomp (no sockets but AF_UNIX");
-    if (policy_.deny_processes) line.add(", no new processes");
+    if (policy_.deny_processes) line.add(policy_.allow_spawn ? ", programs by posix_spawn only" : ", no new processes");
     if (policy_.confine_signals) line.add(", signals to itself");
     line.add(")");
   } else {

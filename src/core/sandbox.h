@@ -11,7 +11,9 @@
 ///   signals  Landlock's signal scope (kernel 6.12+), and with `confine_signals` a seccomp rule that
 ///            keeps kill(), tgkill() and friends to the child's own process and group.
 ///   processes with `deny_processes`, fork, vfork and clone of anything but a thread fail with EPERM
-///            (a fork bomb stops at its first fork); with `pid_namespace`, the child is the first
+///            (a fork bomb stops at its first fork); `allow_spawn` keeps posix_spawn (PoCL runs its
+///            linker so); with `confine_signals`, setsid and setpgid fail too, so that everything
+///            started stays in the group kfab kills; with `pid_namespace`, the child is the first
 ///            process of a PID namespace of its own, sees nothing outside it, and everything it
 ///            starts dies with it.
 ///   privilege capabilities dropped from the bounding set (root keeps none across exec); ptrace,
@@ -34,6 +36,7 @@ struct SandboxPolicy {
   std::filesystem::path writable_dir;  ///< the one folder the child may write in
   bool confine_signals = false;
   bool deny_processes = false;
+  bool allow_spawn = false;  ///< with deny_processes: posix_spawn (clone with CLONE_VM | CLONE_VFORK) stays
   bool pid_namespace = false;
 };
 

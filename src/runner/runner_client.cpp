@@ -39,8 +39,8 @@ RunnerClient::RunnerClient(RunnerOptions opt) : opt_(opt) {
 
 void RunnerOptions::for_target(const std::string& target) {
   limit_address_space = target == "cpu";
-  deny_processes = target != "opencl";
-  pid_namespace = target == "opencl";
+  deny_processes = true;
+  allow_spawn = target == "opencl";
 }
 
 namespace {
@@ -115,6 +115,7 @@ std::optional<std::string> RunnerClient::ensure_started() {
                        .writable_dir = dir_,
                        .confine_signals = opt_.confine_signals,
                        .deny_processes = opt_.deny_processes,
+                       .allow_spawn = opt_.allow_spawn,
                        .pid_namespace = opt_.pid_namespace};
   auto c = Child::spawn(so);
   if (!c) return c.error().to_string() + " (is kfab-runner beside kfab? KFAB_RUNNER may name it)";
@@ -129,6 +130,8 @@ std::string RunnerClient::log_tail() const {
   std::stringstream ss;
   ss << in.rdbuf();
   std::string s = ss.str();
+  // The sandbox's own line (what applied) says nothing about a crash.
+  if (s.rfind("kfab sandbox:", 0) == 0) s.erase(0, s.find('\n') == std::string::npos ? s.size() : s.find('\n') + 1);
   constexpr size_t kTail = 2000;
   if (s.size() > kTail) s = "..." + s.substr(s.size() - kTail);
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();

@@ -34,11 +34,12 @@ struct RunnerOptions {
   /// PID namespace of its own instead, where kfab is out of reach and its children die with it.
   bool confine_signals = true;
   bool deny_processes = true;
+  bool allow_spawn = false;
   bool pid_namespace = false;
 
   /// Settings that follow from the target the runner serves: the address-space limit for the CPU
   /// only (drivers reserve far more than they use); for OpenCL, whose PoCL runs a linker for every
-  /// program it builds, new processes are allowed and a PID namespace holds them.
+  /// program it builds, programs may be started by posix_spawn (not fork).
   void for_target(const std::string& target);
 };
 
