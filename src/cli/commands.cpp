@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <fstream>
 #include <iostream>
 #include <thread>
 
@@ -12,6 +13,7 @@
 #include "core/doctor.h"
 #include "core/hash.h"
 #include "core/paths.h"
+#include "core/process.h"
 #include "eval/evaluator.h"
 #include "eval/kb_evaluator.h"
 #include "cli/mcp.h"
@@ -93,6 +95,10 @@ Commands::Commands(CLI::App& app) : app_(app) {
   export_->add_option("--modelnew", out_, "the ModelNew file to write")->required();
   export_->add_flag("--json", json_, "print one JSON object on stdout");
 
+  sandbox_ = app.add_subcommand("sandbox", "run a command in the sandbox candidates run in (writes confined to a temporary "
+                                          "folder, no network, no privilege), to see what a driver or library needs");
+  sandbox_->add_flag("--processes", sandbox_processes_, "let it start processes (as the Python worker may)");
+  sandbox_->add_option("command", sandbox_argv_, "the command and its arguments (after --)")->required();
   eval_ = app.add_subcommand("eval", "verify and time one candidate against the task's reference");
   eval_->add_option("TASK", task_, "task folder, task.toml, or a KernelBench-format .py file")->required();
   eval_->add_option("CANDIDATE", candidate_, "candidate source file")->required();
@@ -127,6 +133,7 @@ int Commands::run() {
   if (optimize_->parsed()) return optimize_task();
   if (bench_->parsed()) return bench();
   if (report_->parsed()) return report();
+  if (sandbox_->parsed()) return sandbox_command();
   return kExitBadInput;
 }
 
@@ -158,6 +165,33 @@ std::string shape_list(const std::vector<ShapeBinding>& v) {
 }
 
 }  // namespace
+
+int Commands::sandbox_command() {
+  std::string tmpl = (fs::temp_directory_path() / "kfab-sandbox-XXXXXX").string();
+  if (::mkdtemp(tmpl.data()) == nullptr) return bad_input(false, "cannot create a folder in " + fs::temp_directory_path().string(), "set TMPDIR");
+  const fs::path dir = tmpl;
+  SpawnOptions so;
+  so.argv = sandbox_argv_;
+  so.cwd = dir;
+  so.env = {{"TMPDIR", dir.string()}};
+  so.output_file = dir / "output.log";
+  so.limits.sandbox = {.enabled = true, .writable_dir = dir, .confine_signals = !sandbox_processes_,
+                       .deny_processes = !sandbox_processes_};
+  auto child = Child::spawn(so);
+  int rc = kExitBadInput;
+  if (!child) {
+    std::cerr << "kfab: " << child.error().to_string() << "\n";
+  } else {
+    const ExitStatus st = child->wait();
+    std::ifstream in(dir / "output.log");
+    std::cout << in.rdbuf();
+    std::cerr << "kfab: the command " << st.describe() << " (its folder was " << dir.string() << ")\n";
+    rc = st.exited ? st.code : 128 + st.signal;
+  }
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  return rc;
+}
 
 int Commands::doctor() {
   json out = probe_system();

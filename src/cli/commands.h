@@ -35,6 +35,7 @@ class Commands {
   int optimize_task();
   int bench();
   int report();
+  int sandbox_command();
   int check_tasks(const std::vector<TaskEntry>& entries);
   EvalOptions eval_options() const;
   int report_verdict(const Task& task, const Verdict& v);
@@ -48,6 +49,9 @@ class Commands {
   CLI::App* optimize_ = nullptr;
   CLI::App* bench_ = nullptr;
   CLI::App* report_ = nullptr;
+  CLI::App* sandbox_ = nullptr;
+  std::vector<std::string> sandbox_argv_;
+  bool sandbox_processes_ = false;
   bool json_ = false;
   std::string path_ = "tasks";
   std::string task_;

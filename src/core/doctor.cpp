@@ -184,7 +184,7 @@ json probe_system() {
   const char* mode = sandbox_mode() == SandboxMode::Off ? "off" : sandbox_mode() == SandboxMode::Require ? "require" : "best effort";
   out["sandbox"] = {{"found", sandbox_mode() != SandboxMode::Off}, {"mode", mode}, {"landlock_abi", sb.landlock_abi},
                     {"net_namespace", sb.net_namespace}, {"mount_namespace", sb.mount_namespace},
-                    {"pid_namespace", sb.pid_namespace}, {"seccomp", sb.seccomp}, {"summary", sb.describe()}};
+                    {"seccomp", sb.seccomp}, {"summary", sb.describe()}};
   if (sandbox_mode() == SandboxMode::Off) out["sandbox"]["why"] = "KFAB_SANDBOX=off";
   return out;
 }

@@ -1,7 +1,6 @@
 #include "core/process.h"
 
 #include <fcntl.h>
-#include <sched.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -118,15 +117,9 @@ Expected<Child> Child::spawn(const SpawnOptions& opt) {
     return make_error(std::string("pipe: ") + std::strerror(errno));
   }
 
-  // The sandbox's paths are gathered now; with a PID namespace the child is cloned into its own.
+  // The sandbox's paths are gathered now: the child may only make async-signal-safe calls.
   const SandboxPlan sandbox(opt.limits.sandbox);
-  bool in_pid_namespace = false;
-  pid_t pid = -1;
-  if (sandbox.wants_pid_namespace()) {
-    pid = static_cast<pid_t>(::syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, nullptr, nullptr, nullptr, nullptr));
-    in_pid_namespace = pid >= 0;
-  }
-  if (!in_pid_namespace) pid = ::fork();
+  const pid_t pid = ::fork();
   if (pid < 0) {
     close_all();
     return make_error(std::string("fork: ") + std::strerror(errno));
@@ -165,7 +158,7 @@ Expected<Child> Child::spawn(const SpawnOptions& opt) {
       (void)!::write(err_pipe[1], &e, sizeof e);
       ::_exit(127);
     }
-    if (const int e = sandbox.apply_in_child(in_pid_namespace); e != 0) {
+    if (const int e = sandbox.apply_in_child(); e != 0) {
       const int marked = -e;  // negative: the sandbox, not exec, failed
       (void)!::write(err_pipe[1], &marked, sizeof marked);
       ::_exit(127);

@@ -168,7 +168,8 @@ int install_seccomp(const SandboxPolicy& p) {
 }
 
 /// Landlock: writes only beneath `writable`, /dev/shm and the device files. Returns 0 or errno.
-int install_landlock(const char* writable, const std::vector<std::string>& devices, int* abi_out) {
+int install_landlock(const char* writable, const std::vector<std::string>& devices, const std::vector<std::string>& extra,
+                     bool scopes, int* abi_out) {
   const int abi = landlock_abi();
   *abi_out = abi;
   if (abi <= 0) return ENOSYS;
@@ -178,8 +179,8 @@ int install_landlock(const char* writable, const std::vector<std::string>& devic
   if (abi >= 3) fs_rights |= kFsTruncate;
   const uint64_t file_rights = kFsWriteFile | (abi >= 3 ? kFsTruncate : 0);
   LandlockRulesetAttr attr{fs_rights, abi >= 4 ? (kNetBindTcp | kNetConnectTcp) : 0,
-                           abi >= 6 ? (kScopeAbstractUnix | kScopeSignal) : 0};
-  const size_t attr_size = abi >= 6 ? sizeof attr : abi >= 4 ? 2 * sizeof(uint64_t) : sizeof(uint64_t);
+                           abi >= 6 && scopes ? (kScopeAbstractUnix | kScopeSignal) : 0};
+  const size_t attr_size = abi >= 6 && scopes ? sizeof attr : abi >= 4 ? 2 * sizeof(uint64_t) : sizeof(uint64_t);
   const int rs = static_cast<int>(::syscall(kSysLandlockCreate, &attr, attr_size, 0));
   if (rs < 0) return errno;
   auto allow = [&](const char* path, uint64_t rights) {
@@ -195,8 +196,13 @@ int install_landlock(const char* writable, const std::vector<std::string>& devic
   };
   int err = allow(writable, fs_rights);
   if (err == 0) (void)allow("/dev/shm", fs_rights);
+  // Its own /proc/PID (resolved now, in the child): the CUDA driver writes there at cuInit (thread
+  // names, its own settings); another process's /proc entries (kfab's mem) stay closed.
+  if (err == 0) (void)allow("/proc/self", fs_rights);
   for (const auto& d : devices)
     if (err == 0) (void)allow(d.c_str(), file_rights);
+  for (const auto& d : extra)
+    if (err == 0) (void)allow(d.c_str(), fs_rights);
   if (err == 0 && ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) err = errno;
   if (err == 0 && ::syscall(kSysLandlockRestrict, rs, 0) != 0) err = errno;
   ::close(rs);
@@ -237,6 +243,25 @@ SandboxPlan::SandboxPlan(const SandboxPolicy& p) : policy_(p) {
   active_ = p.enabled && mode != SandboxMode::Off;
   require_ = mode == SandboxMode::Require;
   if (!active_) return;
+  if (const char* skip = std::getenv("KFAB_SANDBOX_SKIP")) {
+    const std::string list = std::string(",") + skip + ",";
+    auto has = [&](const char* part) { return list.find(std::string(",") + part + ",") != std::string::npos; };
+    skip_net_ = has("net");
+    skip_mounts_ = has("mounts");
+    skip_landlock_ = has("landlock");
+    skip_caps_ = has("caps");
+    skip_seccomp_ = has("seccomp");
+    skip_scopes_ = has("scopes");
+  }
+  if (const char* allow = std::getenv("KFAB_SANDBOX_ALLOW")) {
+    std::string list = allow;
+    for (size_t start = 0; start <= list.size();) {
+      size_t end = list.find(':', start);
+      if (end == std::string::npos) end = list.size();
+      if (end > start) extra_writable_.push_back(list.substr(start, end - start));
+      start = end + 1;
+    }
+  }
   writable_ = p.writable_dir.empty() ? std::string("/nonexistent") : p.writable_dir.string();
   // Device nodes that drivers and the C library open for writing: the NVIDIA driver's (nvidia0,
   // nvidiactl, nvidia-uvm, nvidia-caps/...), the render nodes OpenCL may use, and the byte sinks.
@@ -249,7 +274,7 @@ SandboxPlan::SandboxPlan(const SandboxPolicy& p) : policy_(p) {
   }
 }
 
-int SandboxPlan::apply_in_child(bool in_pid_namespace) const noexcept {
+int SandboxPlan::apply_in_child() const noexcept {
   if (!active_) return 0;
   Line line;
   line.add("kfab sandbox:");
@@ -263,26 +288,24 @@ int SandboxPlan::apply_in_child(bool in_pid_namespace) const noexcept {
     if (require_ && failed == 0) failed = e != 0 ? e : EPERM;
   };
   // Namespaces first: they need the capabilities dropped further down.
-  if (::unshare(CLONE_NEWNET) == 0) line.add(" network namespace;");
+  if (skip_net_) line.add(" (network namespace skipped);");
+  else if (::unshare(CLONE_NEWNET) == 0) line.add(" network namespace;");
   else missing("network namespace", errno);
   bool own_mounts = false;
-  if (::unshare(CLONE_NEWNS) == 0 && ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0) {
+  if (skip_mounts_) {
+    line.add(" (mount namespace skipped);");
+  } else if (::unshare(CLONE_NEWNS) == 0 && ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0) {
     own_mounts = true;
     // A /dev/shm of its own: Python's semaphores live there, and nothing written there is seen outside.
     if (::mount("kfab-shm", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=1g,mode=1777") == 0) line.add(" private /dev/shm;");
-    // A /proc that shows only the PID namespace's processes.
-    if (in_pid_namespace && ::mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) == 0)
-      line.add(" own /proc;");
   } else {
     missing("mount namespace", errno);
   }
   (void)own_mounts;
-  if (policy_.pid_namespace) {
-    if (in_pid_namespace) line.add(" PID namespace;");
-    else missing("PID namespace", EPERM);
-  }
   int abi = 0;
-  if (const int e = install_landlock(writable_.c_str(), device_files_, &abi); e == 0) {
+  if (skip_landlock_) {
+    line.add(" (landlock skipped);");
+  } else if (const int e = install_landlock(writable_.c_str(), device_files_, extra_writable_, !skip_scopes_, &abi); e == 0) {
     line.add(" writes confined (landlock ABI ");
     line.add_int(abi);
     line.add(");");
@@ -290,10 +313,16 @@ int SandboxPlan::apply_in_child(bool in_pid_namespace) const noexcept {
     missing("write confinement (landlock)", e);
   }
   // Root keeps no capability across exec: none stays in the bounding set.
-  for (int cap = 0; cap <= 63; ++cap) (void)::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
-  (void)::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
-  line.add(" no capabilities;");
-  if (const int e = install_seccomp(policy_); e == 0) {
+  if (skip_caps_) {
+    line.add(" (capabilities kept);");
+  } else {
+    for (int cap = 0; cap <= 63; ++cap) (void)::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
+    (void)::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+    line.add(" no capabilities;");
+  }
+  if (skip_seccomp_) {
+    line.add(" (seccomp skipped)");
+  } else if (const int e = install_seccomp(policy_); e == 0) {
     line.add(" seccomp (no sockets but AF_UNIX");
     if (policy_.deny_processes) line.add(policy_.allow_spawn ? ", programs by posix_spawn only" : ", no new processes");
     if (policy_.confine_signals) line.add(", signals to itself");
@@ -312,7 +341,6 @@ std::string SandboxSupport::describe() const {
   add(landlock_abi > 0, "landlock ABI " + std::to_string(landlock_abi) + " (writes confined)", "no landlock (writes NOT confined)");
   add(net_namespace, "network namespace", "no network namespace (seccomp refuses sockets)");
   add(mount_namespace, "mount namespace", "no mount namespace");
-  add(pid_namespace, "PID namespace", "no PID namespace");
   add(seccomp, "seccomp", "no seccomp");
   return s;
 }
@@ -323,10 +351,7 @@ SandboxSupport probe_sandbox() {
   // The rest is tried in a child that exits at once: unshare and seccomp cannot be undone.
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return s;
-  const pid_t pid = static_cast<pid_t>(::syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, nullptr, nullptr, nullptr, nullptr));
-  const bool pid_ns = pid >= 0;
-  pid_t child = pid;
-  if (pid < 0) child = ::fork();
+  const pid_t child = ::fork();
   if (child == 0) {
     uint8_t bits = 0;
     if (::unshare(CLONE_NEWNET) == 0) bits |= 1;
@@ -350,7 +375,6 @@ SandboxSupport probe_sandbox() {
     }
   }
   ::close(fds[0]);
-  s.pid_namespace = pid_ns && child > 0;
   s.net_namespace = bits & 1;
   s.mount_namespace = bits & 2;
   s.seccomp = bits & 4;

@@ -13,15 +13,14 @@
 ///   processes with `deny_processes`, fork, vfork and clone of anything but a thread fail with EPERM
 ///            (a fork bomb stops at its first fork); `allow_spawn` keeps posix_spawn (PoCL runs its
 ///            linker so); with `confine_signals`, setsid and setpgid fail too, so that everything
-///            started stays in the group kfab kills; with `pid_namespace`, the child is the first
-///            process of a PID namespace of its own, sees nothing outside it, and everything it
-///            starts dies with it.
+///            started stays in the group kfab kills.
 ///   privilege capabilities dropped from the bounding set (root keeps none across exec); ptrace,
 ///            process_vm_*, mount, clock and module system calls, reboot and bpf fail with EPERM.
 ///
 /// What the kernel refuses is skipped (a container without namespaces, a kernel without Landlock) and
 /// said on the child's stderr; with KFAB_SANDBOX=require, a missing part fails the start instead, and
-/// KFAB_SANDBOX=off turns the sandbox off (for debugging a candidate).
+/// KFAB_SANDBOX=off turns the sandbox off (for debugging a candidate). KFAB_SANDBOX_SKIP leaves parts
+/// out, by name, comma-separated: net, mounts, landlock, caps, seccomp.
 
 #include <sys/types.h>
 
@@ -37,7 +36,6 @@ struct SandboxPolicy {
   bool confine_signals = false;
   bool deny_processes = false;
   bool allow_spawn = false;  ///< with deny_processes: posix_spawn (clone with CLONE_VM | CLONE_VFORK) stays
-  bool pid_namespace = false;
 };
 
 /// What this kernel and these privileges allow, found by trying each part in a throwaway child.
@@ -46,8 +44,7 @@ struct SandboxSupport {
   bool seccomp = false;
   bool net_namespace = false;
   bool mount_namespace = false;
-  bool pid_namespace = false;
-  /// "landlock ABI 7, network namespace, mount namespace, PID namespace, seccomp"; or what is missing
+  /// "landlock ABI 7, network namespace, mount namespace, seccomp"; or what is missing
   std::string describe() const;
 };
 SandboxSupport probe_sandbox();
@@ -62,15 +59,16 @@ class SandboxPlan {
   SandboxPlan() = default;
   explicit SandboxPlan(const SandboxPolicy& p);
   bool active() const { return active_; }
-  /// Clone flags for the child (CLONE_NEWPID or 0).
-  bool wants_pid_namespace() const { return active_ && policy_.pid_namespace; }
   /// In the child, after fork and before exec. Writes one line on fd 2 saying what applied. Returns 0,
   /// or (with KFAB_SANDBOX=require) the errno of the part that could not be applied.
-  int apply_in_child(bool in_pid_namespace) const noexcept;
+  int apply_in_child() const noexcept;
 
  private:
   bool active_ = false;
   bool require_ = false;
+  /// KFAB_SANDBOX_SKIP: parts left out, for finding which one a driver or library cannot live with.
+  bool skip_net_ = false, skip_mounts_ = false, skip_landlock_ = false, skip_caps_ = false, skip_seccomp_ = false, skip_scopes_ = false;
+  std::vector<std::string> extra_writable_;  ///< KFAB_SANDBOX_ALLOW: more folders it may write in
   SandboxPolicy policy_;
   std::string writable_;
   std::vector<std::string> device_files_;  ///< /dev nodes opened for writing by drivers and libc

@@ -105,9 +105,8 @@ RunnerOptions KbEvaluator::worker_options(double timeout_s) const {
   RunnerOptions ro = opt_.runner;
   ro.timeout_s = timeout_s;
   ro.limit_address_space = false;  // torch maps far more address space than it uses
-  ro.confine_signals = false;      // torch.compile starts workers and signals them: a PID namespace instead
-  ro.deny_processes = false;
-  ro.pid_namespace = true;
+  ro.confine_signals = false;      // torch.compile starts workers and signals them; Landlock's signal
+  ro.deny_processes = false;       // scope still keeps kfab out of reach
   ro.argv = {python_interpreter(), "-m", "kfab_worker"};
   std::string path = python_worker_dir().string();
   if (const char* pp = std::getenv("PYTHONPATH"); pp && *pp) path += std::string(":") + pp;

@@ -30,12 +30,11 @@ struct RunnerOptions {
   /// The sandbox (core/sandbox.h): writes confined to the runner's folder, no network, no privilege.
   bool sandbox = true;
   /// Seccomp rules: signals only to itself and its group (a candidate cannot signal kfab), and no new
-  /// processes. Off for the Python worker, whose torch starts and signals compile workers: it gets a
-  /// PID namespace of its own instead, where kfab is out of reach and its children die with it.
+  /// processes. Off for the Python worker, whose torch starts and signals compile workers: there
+  /// Landlock's signal scope (Linux 6.12+) keeps kfab out of reach.
   bool confine_signals = true;
   bool deny_processes = true;
   bool allow_spawn = false;
-  bool pid_namespace = false;
 
   /// Settings that follow from the target the runner serves: the address-space limit for the CPU
   /// only (drivers reserve far more than they use); for OpenCL, whose PoCL runs a linker for every
