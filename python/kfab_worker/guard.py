@@ -153,3 +153,84 @@ class Watch:
         if check_threads and _threads() > threads0:
             return result, f"left {_threads() - threads0} new thread(s) running after the call"
         return result, None
+
+
+# What the harness times and judges with: a candidate that replaces one of these (through vars(), a
+# module's __dict__, a class's attribute) changes the measurement or the verdict, not the work.
+_TIMERS = [("time", n) for n in ("perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time", "sleep")]
+_TORCH_ATTRS = [("torch", n) for n in ("allclose", "isclose", "equal", "isnan", "isfinite", "where", "abs", "empty_like",
+                                        "zeros", "ones", "full", "randn", "rand", "no_grad", "as_tensor", "tensor")]
+_CUDA_ATTRS = [("torch.cuda", n) for n in ("synchronize", "Event", "current_stream", "Stream", "is_available",
+                                             "get_device_name", "default_stream")]
+_CLASS_ATTRS = [(torch.Tensor, n) for n in ("clone", "copy_", "fill_", "float", "double", "to", "cpu", "detach",
+                                             "__eq__", "__sub__", "abs", "isnan", "isfinite", "all", "any", "max", "item",
+                                             "numel", "view", "reshape", "contiguous", "is_floating_point")]
+_CLASS_ATTRS += [(torch.cuda.Event, n) for n in ("record", "elapsed_time", "synchronize", "query", "wait")]
+_BUILTINS = ("float", "int", "max", "min", "abs", "len", "isinstance", "sorted", "sum", "range", "zip", "enumerate")
+
+
+def _fingerprint(obj) -> tuple:
+    code = getattr(obj, "__code__", None)
+    return (id(obj), id(code) if code is not None else 0)
+
+
+class Integrity:
+    """A record of the harness's functions and the timers, taken when the worker starts (before any
+    candidate is loaded), and checked after candidate calls: `quick` (the timers, cheap enough for
+    every timed call) and `full` (every function of the harness's modules too)."""
+
+    def __init__(self, harness_modules: list[str]):
+        import builtins  # noqa: PLC0415
+        import sys  # noqa: PLC0415
+
+        self._sys = sys
+        self._builtins = builtins
+        self.quick_items = self._module_items(_TIMERS + _CUDA_ATTRS[:1]) + self._class_items(_CLASS_ATTRS[-5:])
+        self.full_items = (self.quick_items + self._module_items(_TORCH_ATTRS + _CUDA_ATTRS) +
+                           self._class_items(_CLASS_ATTRS) +
+                           [("builtins." + n, (lambda n=n: getattr(builtins, n)), _fingerprint(getattr(builtins, n)))
+                            for n in _BUILTINS])
+        for m in harness_modules:
+            mod = sys.modules.get(m)
+            if mod is None:
+                continue
+            for name, value in list(vars(mod).items()):
+                if callable(value) and not name.startswith("__"):
+                    self.full_items.append((f"{m}.{name}", (lambda mod=mod, name=name: vars(mod).get(name)), _fingerprint(value)))
+                    if isinstance(value, type):  # the harness's classes: their methods too
+                        for attr, member in list(vars(value).items()):
+                            if callable(member) and not attr.startswith("__"):
+                                self.full_items.append((f"{m}.{name}.{attr}",
+                                                        (lambda value=value, attr=attr: vars(value).get(attr)),
+                                                        _fingerprint(member)))
+
+    def _module_items(self, pairs):
+        items = []
+        for mod_name, attr in pairs:
+            mod = self._sys.modules.get(mod_name)
+            if mod is None or not hasattr(mod, attr):
+                continue
+            items.append((f"{mod_name}.{attr}", (lambda mod=mod, attr=attr: vars(mod).get(attr)), _fingerprint(getattr(mod, attr))))
+        return items
+
+    def _class_items(self, pairs):
+        items = []
+        for cls, attr in pairs:
+            if attr not in vars(cls) and not hasattr(cls, attr):
+                continue
+            items.append((f"{cls.__module__}.{cls.__name__}.{attr}", (lambda cls=cls, attr=attr: getattr(cls, attr, None)),
+                          _fingerprint(getattr(cls, attr))))
+        return items
+
+    @staticmethod
+    def _changed(items) -> str | None:
+        for name, get, fp in items:
+            if _fingerprint(get()) != fp:
+                return f"replaced {name}, which the harness times or judges with"
+        return None
+
+    def quick(self) -> str | None:
+        return self._changed(self.quick_items)
+
+    def full(self) -> str | None:
+        return self._changed(self.full_items)

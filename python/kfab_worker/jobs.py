@@ -21,6 +21,10 @@ from .compare import Stats, compare
 torch.backends.cudnn.allow_tf32 = False
 torch.backends.cuda.matmul.allow_tf32 = False
 
+# Taken before any candidate is loaded: see guard.Integrity. Filled in at the end of this module, once
+# every harness function exists.
+_integrity: guard.Integrity | None = None
+
 _tasks: dict[str, taskmod.KbTask] = {}
 _candidates: dict[str, candmod.Candidate] = {}
 
@@ -108,7 +112,17 @@ def _candidate(req, task: taskmod.KbTask, device: str) -> candmod.Candidate:
             raise JobFailure(e.kind, e.detail) from e
         except Exception as e:  # noqa: BLE001 - a candidate module that fails to import
             raise JobFailure("compile_failed", f"importing the candidate raised {type(e).__name__}: {e}{_where(e, path)}") from e
+        _tampered()
     return _candidates[key]
+
+
+def _tampered(quick: bool = False) -> None:
+    """Rejects a candidate that replaced a timer or a harness function (guard.Integrity)."""
+    if _integrity is None:
+        return
+    why = _integrity.quick() if quick else _integrity.full()
+    if why:
+        raise JobFailure("rejected", f"the candidate {why}")
 
 
 def _poison(outs: list, pattern: int) -> None:
@@ -187,6 +201,7 @@ class _Setup:
         self.calls += 1
         if why:
             raise JobFailure("rejected", why)
+        _tampered()
         return result
 
 
@@ -447,6 +462,8 @@ def time_job(req) -> dict:
                     if name == "candidate":
                         raise _call_failure(e, "the candidate", s.path) from e
                     raise JobFailure("reference_failed", f"the {name} baseline raised {type(e).__name__}: {e}") from e
+                if name == "candidate":
+                    _tampered(quick=True)
                 times[name].append(ms)
                 hosts[name].append(host)
                 late[name] += was_late
@@ -457,6 +474,7 @@ def time_job(req) -> dict:
         if clocks is not None:
             clocks.sample()
         _check_timed(s, last["outs"], ref, len(times["candidate"]) - 1)
+        _tampered()
     reply = {"ok": True, "candidate": summarize(times["candidate"]),
              "baselines": {k: summarize(v) for k, v in times.items() if k != "candidate"},
              "timer": ((f"CUDA events on torch's current stream after a hold kernel filling the device ({timer.hold_ms:.2f} ms) "
@@ -586,3 +604,7 @@ def handle(req: dict) -> dict:
         return {"ok": False, "kind": "protocol_error", "detail": f"malformed request: missing {e}"}
     except taskmod.TaskError as e:
         return {"ok": False, "kind": "task_error", "detail": str(e)}
+
+
+_integrity = guard.Integrity(["kfab_worker.jobs", "kfab_worker.compare", "kfab_worker.guard", "kfab_worker.hold",
+                              "kfab_worker.clocks", "kfab_worker.candidate", "kfab_worker.protocol", "kfab_worker.task"])

@@ -3,7 +3,13 @@
 // KFAB_REQUIRE_TORCH is set (as `make test` does), when they fail.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <set>
 
@@ -14,6 +20,8 @@
 #include "../integration/harness.h"
 
 namespace kfab::test {
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -86,6 +94,10 @@ TEST_F(KbEval, BrokenPythonCandidatesGetTheirDispositionAndKfabGoesOn) {
       {"forbidden_hidden.py", "rejected", "called torch.rms_norm, which this task forbids"},
       {"times_itself.py", "rejected", "imports time"},
       {"skips_when_timed.py", "incorrect", "work was skipped while timed"},
+      // past the import check, at run time (issue 8)
+      {"patches_timer.py", "rejected", "replaced time.perf_counter"},
+      {"patches_harness.py", "rejected", "replaced kfab_worker.jobs.compare"},
+      {"forks.py", "rejected", "started 1 process(es)"},
   };
   for (const auto& c : cases) {
     CliResult r = eval(kb_fixture(c.file), {"--no-compile", "--timeout", "20"});
@@ -97,6 +109,35 @@ TEST_F(KbEval, BrokenPythonCandidatesGetTheirDispositionAndKfabGoesOn) {
   // And the next evaluation is normal.
   CliResult ok = eval(kb_fixture("plain_torch.py"), {"--no-compile"});
   EXPECT_EQ(ok.json().value("disposition", ""), "passed") << ok.out << ok.err;
+}
+
+// Probes of the sandbox from Python: each computes the right answer and tells on itself (outputs off by
+// one) when its escape worked; signals_kfab would kill kfab itself.
+TEST_F(KbEval, PythonCandidatesCannotWriteOutsideReachTheNetworkOrSignalKfab) {
+  const fs::path probe = fs::temp_directory_path() / ("kfab-escape-probe-py-" + std::to_string(::getpid()));
+  std::error_code ec;
+  fs::remove(probe, ec);
+  const int srv = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  ASSERT_GE(srv, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(srv, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(srv, 8), 0);
+  socklen_t len = sizeof a;
+  ::getsockname(srv, reinterpret_cast<sockaddr*>(&a), &len);
+  ::setenv("KFAB_ESCAPE_PROBE", probe.c_str(), 1);
+  ::setenv("KFAB_ESCAPE_PORT", std::to_string(ntohs(a.sin_port)).c_str(), 1);
+  for (const char* c : {"writes_outside.py", "network.py", "signals_kfab.py"}) {
+    CliResult r = eval(kb_fixture(c), {"--no-compile", "--timeout", "30"});
+    ASSERT_TRUE(r.status.exited) << c << ": kfab " << r.status.describe();
+    EXPECT_EQ(r.status.code, 0) << c << "\n" << r.out << r.err;
+    EXPECT_EQ(r.json().value("disposition", ""), "passed") << c << ": " << r.json().value("detail", "");
+  }
+  EXPECT_FALSE(fs::exists(probe));
+  EXPECT_FALSE(fs::exists("/tmp/kfab-escape-writes_outside"));
+  EXPECT_LT(::accept(srv, nullptr, nullptr), 0) << "a Python candidate connected to loopback";
+  ::close(srv);
 }
 
 TEST_F(KbEval, ExportedModelNewPassesAPlainAllcloseScript) {
