@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Any command on the GPU machine that may outlast one device call (10 minutes): `start` runs it in a
+# process session of its own, its output in a log, and waits as `wait` does; `wait` waits for it up to
+# a deadline, then copies the log and everything the command wrote in its folder into OUTDIR.
+#
+#   scripts/gpu_bg.sh start OUTDIR SECONDS CMD...   start CMD (with $KFAB_BG_DIR, its folder, exported)
+#   scripts/gpu_bg.sh wait OUTDIR SECONDS           wait at most SECONDS, then copy
+#
+# Example: the test tiers, then the conformance suite's GPU classes alone:
+#   scripts/gpu_bg.sh start "$OUT" 560 bash -c 'KFAB_GPU_STAGES=tests scripts/gpu_machine.sh "$KFAB_BG_DIR"'
+set -uo pipefail
+cd "$(dirname "$0")/.."
+work=/tmp/kfab_bg
+verb=${1:?usage: scripts/gpu_bg.sh start|wait OUTDIR SECONDS [CMD...]}
+out=${2:?OUTDIR}
+secs=${3:?SECONDS}
+shift 3
+deadline=$(( $(date +%s) + secs ))
+mkdir -p "$out"
+
+if [ "$verb" = start ]; then
+  [ $# -gt 0 ] || { echo "usage: scripts/gpu_bg.sh start OUTDIR SECONDS CMD..." >&2; exit 2; }
+  rm -rf "$work" && mkdir -p "$work/files"
+  export KFAB_BG_DIR=$work/files
+  setsid bash -c '"$@"; echo "exit $?" >"'"$work"'/done"' bash "$@" </dev/null >"$work/log.txt" 2>&1 &
+elif [ "$verb" = wait ] && [ ! -d "$work" ]; then
+  echo "nothing to wait for: no command was started on this machine (a fresh machine after the last one went back?)"
+  exit 3
+elif [ "$verb" != wait ]; then
+  echo "usage: scripts/gpu_bg.sh start|wait OUTDIR SECONDS [CMD...]" >&2
+  exit 2
+fi
+
+while [ ! -f "$work/done" ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
+cp "$work/log.txt" "$out/" 2>/dev/null
+cp -r "$work/files/." "$out/" 2>/dev/null
+if [ -f "$work/done" ]; then echo "done: $(cat "$work/done")"; else echo "still running"; fi
+tail -30 "$work/log.txt"
