@@ -52,7 +52,7 @@ test-deps:
 # perf tests are not run here. KFAB_REQUIRE_TORCH, KFAB_REQUIRE_CHROMIUM: a test fails, rather than
 # skips, when torch or chromium is missing.
 test: build venv test-deps
-	KFAB_REQUIRE_TORCH=1 KFAB_REQUIRE_CHROMIUM=1 ctest --test-dir $(BUILD) -L 'unit|integration|python' --output-on-failure -j $(JOBS)
+	KFAB_REQUIRE_TORCH=1 KFAB_REQUIRE_CHROMIUM=1 ctest --test-dir $(BUILD) -L 'unit|integration|python|fault' --output-on-failure -j $(JOBS)
 	$(MAKE) fuzz
 
 # The fuzzers (libFuzzer under clang, with ASan and UBSan) of the manifest parser, the runner

@@ -23,6 +23,9 @@ struct BuildResult {
 struct BuildFailure {
   std::string message;
   bool timed_out = false;
+  /// The disk under the compile cache (or the compiler's temporary folder) is full: no fault of the
+  /// source's, so an error for the user (exit 2), never a compile_failed verdict.
+  bool no_space = false;
 };
 
 template <typename T>

@@ -1,12 +1,15 @@
 #include "backends/compile_cache.h"
 
 #include <elf.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+
+#include <fmt/format.h>
 
 #include "core/hash.h"
 #include "core/paths.h"
@@ -32,6 +35,29 @@ bool whole_elf(const fs::path& p) {
   return h.e_phoff + uint64_t{h.e_phnum} * h.e_phentsize <= size && h.e_shoff + uint64_t{h.e_shnum} * h.e_shentsize <= size;
 }
 constexpr size_t kMaxCompilerMessage = 16000;
+
+/// Bytes an unprivileged process may still write on the file system holding `p`.
+uint64_t free_bytes(const fs::path& p) {
+  struct statvfs st {};
+  if (::statvfs(p.c_str(), &st) != 0) return UINT64_MAX;
+  return static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
+}
+
+/// A failed build that a full disk explains: the compiler or linker said so, or the cache's file
+/// system (or the temporary folder's) has almost nothing left.
+BuildFailure failure_or_no_space(const fs::path& dir, std::string msg) {
+  constexpr uint64_t kLow = 4u << 20;
+  const fs::path tmp = fs::temp_directory_path();
+  const bool said = msg.find("No space left on device") != std::string::npos;
+  if (said || free_bytes(dir) < kLow || free_bytes(tmp) < kLow) {
+    BuildFailure f{fmt::format("no space left on the disk under the compile cache ({}, {} KiB free) or the temporary "
+                               "folder ({}, {} KiB free): the source was not judged\n{}",
+                               dir.string(), free_bytes(dir) / 1024, tmp.string(), free_bytes(tmp) / 1024, msg)};
+    f.no_space = true;
+    return f;
+  }
+  return BuildFailure{std::move(msg)};
+}
 }
 
 const std::string& system_cxx() {
@@ -74,7 +100,7 @@ BuildOutcome<BuildResult> compile_cached(const CompileSpec& spec, const fs::path
     fs::remove(r.artifact, ec);  // damaged: built again below
   }
   fs::create_directories(dir, ec);
-  if (ec) return BuildFailure{"cannot create the compile cache " + dir.string() + ": " + ec.message()};
+  if (ec) return failure_or_no_space(dir.parent_path(), "cannot create the compile cache " + dir.string() + ": " + ec.message());
   const fs::path tmp = dir / (r.key + ".tmp." + std::to_string(::getpid()) + ".so");
   std::vector<std::string> argv = {spec.compiler};
   argv.insert(argv.end(), spec.flags.begin(), spec.flags.end());
@@ -89,10 +115,10 @@ BuildOutcome<BuildResult> compile_cached(const CompileSpec& spec, const fs::path
     if (run->timed_out)
       return BuildFailure{"the compiler ran past " + std::to_string(static_cast<int>(spec.timeout_s)) + " s\n" + msg, true};
     if (msg.empty()) msg = "the compiler " + run->status.describe();
-    return BuildFailure{msg};
+    return failure_or_no_space(dir, msg);
   }
   fs::rename(tmp, r.artifact, ec);
-  if (ec) return BuildFailure{"cannot move the build into the cache: " + ec.message()};
+  if (ec) return failure_or_no_space(dir, "cannot move the build into the cache: " + ec.message());
   r.seconds = seconds();
   return r;
 }

@@ -314,9 +314,26 @@ int Commands::check_tasks(const std::vector<TaskEntry>& entries) {
 
 int Commands::optimize_task() {
   if (resume_.empty() && task_.empty()) return bad_input(json_, "optimize needs a TASK (or --resume RUN)");
-  if (resume_.empty() && (llm_.empty() || llm_ == "none")) {
+  // A run of the built-in tuner resumes in the tuner, with the run's own settings.
+  TuneOptions t;
+  bool tuner = resume_.empty() && (llm_.empty() || llm_ == "none");
+  if (!resume_.empty()) {
+    auto store = Store::open(Store::default_path());
+    if (!store) return bad_input(json_, store.error().message, store.error().hint);
+    auto info = (*store)->run_info(resume_);
+    if (!info) return bad_input(json_, info.error().message, info.error().hint);
+    if ((*info).value("llm", std::string()) == "tuner") {
+      tuner = true;
+      t.resume = resume_;
+      task_ = (*info).value("task_path", std::string());
+      target_ = (*info).value("target", std::string());
+      const json& c = (*info)["config"];
+      budget_tuner_ = c.value("budget", budget_tuner_);
+      out_ = c.value("out_dir", out_);
+    }
+  }
+  if (tuner) {
     // No LLM: the built-in tuner.
-    TuneOptions t;
     t.task = task_;
     t.target = target_;
     if (t.target.empty() && std::filesystem::path(task_).extension() == ".py") {
@@ -509,10 +526,16 @@ int Commands::report_verdict(const Task& task, const Verdict& v) {
     const fs::path db = db_.empty() ? Store::default_path() : fs::path(db_);
     auto store = Store::open(db);
     auto source = read_file(candidate_);
+    // The verdict stands either way; a store that cannot take it (a full disk, a damaged file) is said
+    // on stderr and, under --json, in "store": {"db", "error"}.
+    auto not_recorded = [&](const Error& e) {
+      std::cerr << "kfab: warning: the evaluation was not recorded: " << e.to_string() << "\n";
+      out["store"] = {{"db", db.string()}, {"error", e.to_string()}};
+    };
     if (!store) {
-      std::cerr << "kfab: warning: the evaluation was not recorded: " << store.error().to_string() << "\n";
+      not_recorded(store.error());
     } else if (auto id = (*store)->record_evaluation(task, source ? *source : "", v); !id) {
-      std::cerr << "kfab: warning: the evaluation was not recorded: " << id.error().to_string() << "\n";
+      not_recorded(id.error());
     } else {
       out["store"] = {{"db", db.string()}, {"evaluation", *id}};
     }

@@ -94,11 +94,15 @@ Expected<Verdict> Evaluator::evaluate_unguarded(const Task& task, const fs::path
 
   say("build reference " + task.reference.filename().string());
   auto ref = backend_.build(task.reference);
+  if (!ref.ok() && ref.failure().no_space)
+    return make_error(ref.failure().message, "free some space, or set KFAB_CACHE_DIR (and TMPDIR) to a folder on another disk");
   if (!ref.ok())
     return make_error(task.reference.string() + ": the task's reference does not build:\n" + ref.failure().message,
                       "fix the reference of task " + task.name);
   say("build " + candidate.filename().string());
   auto cand = backend_.build(candidate);
+  if (!cand.ok() && cand.failure().no_space)
+    return make_error(cand.failure().message, "free some space, or set KFAB_CACHE_DIR (and TMPDIR) to a folder on another disk");
   if (!cand.ok()) {
     v.disposition = Disposition::CompileFailed;
     v.detail = cand.failure().message;

@@ -178,6 +178,8 @@ Expected<Verdict> KbEvaluator::evaluate_unguarded(const fs::path& task_file, con
                         "choose the target with --target");
     say("build " + candidate.filename().string());
     auto b = native_->build(candidate);
+    if (!b.ok() && b.failure().no_space)
+      return make_error(b.failure().message, "free some space, or set KFAB_CACHE_DIR (and TMPDIR) to a folder on another disk");
     if (!b.ok()) {
       v.disposition = Disposition::CompileFailed;
       v.detail = b.failure().message;

@@ -62,7 +62,11 @@ std::optional<MachinePeaks> cpu_peaks(RunnerClient& runner, bool remeasure) {
   if (auto text = read_file(file)) {
     try {
       auto j = nlohmann::json::parse(*text);
-      cached = j.at("copy_bandwidth_bytes_per_s").get<double>();
+      // A damaged entry can hold a number too: one no machine has (zero, negative, not finite, or
+      // above 1 PB/s, which would switch the bound off) is measured again.
+      const double bw = j.at("copy_bandwidth_bytes_per_s").get<double>();
+      if (!(bw > 0.0 && bw < 1e15)) throw nlohmann::json::other_error::create(501, "implausible bandwidth", nullptr);
+      cached = bw;
       p.bandwidth_Bps = cached;
       p.copy_Bps = cached;
       p.source = "cached " + file.string();
@@ -113,7 +117,15 @@ std::optional<MachinePeaks> device_peaks(RunnerClient& runner, const std::string
     }
   }
   MachinePeaks p;
-  if (!j.is_object() || !j.contains("copy_bandwidth_bytes_per_s")) {
+  // A damaged entry (not JSON, fields of the wrong type, a bandwidth no machine has) is measured again.
+  const auto plausible = [](const nlohmann::json& e) {
+    if (!e.is_object() || !e.contains("copy_bandwidth_bytes_per_s") || !e["copy_bandwidth_bytes_per_s"].is_number()) return false;
+    if (e.contains("device") && !e["device"].is_string()) return false;
+    if (e.contains("type") && !e["type"].is_string()) return false;
+    const double bw = e["copy_bandwidth_bytes_per_s"].get<double>();
+    return bw > 0.0 && bw < 1e15;
+  };
+  if (!plausible(j)) {
     JobReply r = runner.run({{"op", "machine"}, {"target", target}});
     if (r.kind != JobReply::Kind::Ok || !r.body.value("ok", false)) return std::nullopt;
     j = r.body;

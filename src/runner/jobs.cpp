@@ -481,6 +481,10 @@ std::string record(Setup& s, RunFn fn, bool is_candidate, Replay& out) {
   }
   out.dev = &dev;
   out.handle = handle;
+  // Work the call started off the recorded stream ran anyway and is not in the graph: it must be done
+  // before the outputs are poisoned, or it would fill them in behind the replay and an empty graph
+  // would pass for the call (found with tests/fixtures/broken/side_stream.cu).
+  dev_check(s, dev.synchronize(), "after recording a call");
   for (size_t i = 0; i < s.ref_out.size(); ++i)
     dev_check(s, dev.fill(handles[i], dtype_is_float(s.ref_out[i].dtype()) ? 0xff : 0x5a, s.ref_out[i].nbytes()),
               "poison of an output");

@@ -1,6 +1,7 @@
 #include "store/store.h"
 
 #include <sqlite3.h>
+#include <sys/statvfs.h>
 
 #include "core/hash.h"
 #include "core/paths.h"
@@ -50,8 +51,23 @@ class Stmt {
   int rc_ = SQLITE_ERROR;
 };
 
+/// Where a write failed for want of disk space (SQLite says "disk is full", or an I/O error with the
+/// store's file system all but full): what to do about it, which is never "the store is damaged".
+std::string space_note(sqlite3* db) {
+  const int rc = sqlite3_errcode(db);
+  if (rc != SQLITE_FULL && rc != SQLITE_IOERR) return "";
+  const char* file = sqlite3_db_filename(db, "main");
+  const fs::path dir = file && *file ? fs::path(file).parent_path() : fs::path(".");
+  struct statvfs st {};
+  if (::statvfs(dir.c_str(), &st) != 0) return "";
+  const uint64_t free_kib = static_cast<uint64_t>(st.f_bavail) * st.f_frsize / 1024;
+  if (rc == SQLITE_IOERR && free_kib >= 4096) return "";
+  return "no space left on the disk under the store (" + dir.string() + ", " + std::to_string(free_kib) +
+         " KiB free); what it holds is intact: free some space, then go on (kfab optimize --resume RUN continues a run)";
+}
+
 Unexpected db_error(sqlite3* db, const std::string& what) {
-  return make_error("store: " + what + ": " + sqlite3_errmsg(db), "");
+  return make_error("store: " + what + ": " + sqlite3_errmsg(db), space_note(db));
 }
 
 }  // namespace
@@ -71,10 +87,12 @@ Expected<std::unique_ptr<Store>> Store::open(const fs::path& file) {
   sqlite3_busy_timeout(db, kBusyTimeoutMs);
   std::unique_ptr<Store> s(new Store(db));
   for (const char* pragma : {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL", "PRAGMA foreign_keys=ON"}) {
-    if (auto ok = s->exec(pragma); !ok)
-      return make_error(file.string() + ": " + ok.error().message, "is it a kfab store? --db PATH chooses another");
+    if (auto ok = s->exec(pragma); !ok) {
+      const std::string space = space_note(db);
+      return make_error(file.string() + ": " + ok.error().message, space.empty() ? "is it a kfab store? --db PATH chooses another" : space);
+    }
   }
-  if (auto ok = s->migrate(); !ok) return make_error(file.string() + ": " + ok.error().message);
+  if (auto ok = s->migrate(); !ok) return make_error(file.string() + ": " + ok.error().message, ok.error().hint);
   return s;
 }
 
@@ -85,7 +103,7 @@ Expected<void> Store::exec(const std::string& sql) {
   if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
     std::string m = err ? err : sqlite3_errmsg(db_);
     sqlite3_free(err);
-    return make_error("store: " + m);
+    return make_error("store: " + m, space_note(db_));
   }
   return {};
 }

@@ -188,20 +188,34 @@ Expected<json> tune(const TuneOptions& in) {
   Store& store = **store_r;
   const fs::path cache_file = cache_dir() / "tuner" / (hash_hex(material).substr(0, 24) + ".json");
 
-  const std::string run = new_run_id();
+  const std::string run = opt.resume.empty() ? new_run_id() : opt.resume;
   const std::string stamp = run.substr(0, run.rfind('-'));  // the run's UTC time, for the cache entry
   if (opt.out_dir.empty()) opt.out_dir = fs::path("kfab-runs") / run;
   std::error_code ec;
   fs::create_directories(opt.out_dir, ec);
-  if (auto ok = store.create_run(run, task.name, fs::absolute(opt.task).string(), opt.target, "tuner", "tune",
-                                 json{{"budget", opt.budget}, {"out_dir", fs::absolute(opt.out_dir).string()}}.dump());
-      !ok)
-    return Unexpected{ok.error()};
-  say(fmt::format("run {} (built-in tuner, no LLM): {} parameter point(s) for {}", run, points.size(),
-                  kb ? "a traced KernelBench Model" : "op class " + task.op_class));
-
   int64_t seq = 0;
-  int evaluated = 0;
+  // On --resume: the points the run evaluated before it stopped, by their source's hash (the same
+  // template and point generate the same source), with the step that recorded each.
+  std::map<std::string, Store::Step> done;
+  if (opt.resume.empty()) {
+    if (auto ok = store.create_run(run, task.name, fs::absolute(opt.task).string(), opt.target, "tuner", "tune",
+                                   json{{"budget", opt.budget}, {"out_dir", fs::absolute(opt.out_dir).string()}}.dump());
+        !ok)
+      return Unexpected{ok.error()};
+  } else {
+    auto steps = store.run_steps(run);
+    if (!steps) return Unexpected{steps.error()};
+    for (const auto& st : *steps) {
+      seq = std::max(seq, st.seq);
+      if (st.role == "tuner" && !st.candidate_hash.empty()) done.emplace(st.candidate_hash, st);
+    }
+    (void)store.set_run_status(run, "running");
+  }
+  say(fmt::format("run {} (built-in tuner, no LLM): {} parameter point(s) for {}{}", run, points.size(),
+                  kb ? "a traced KernelBench Model" : "op class " + task.op_class,
+                  opt.resume.empty() ? "" : fmt::format("; resumed, {} evaluated before it stopped", done.size())));
+
+  int evaluated = 0, resumed = 0;
   auto record = [&](const fs::path& file, const Verdict& v, const std::string& role, const std::string& detail) -> Expected<void> {
     auto src = read_file(file);
     auto id = store.record_evaluation(task, src ? *src : "", v);
@@ -221,7 +235,7 @@ Expected<json> tune(const TuneOptions& in) {
   // final check.
   std::vector<std::pair<double, Point>> ranked;
   bool cached = false;
-  if (!opt.fresh)
+  if (!opt.fresh && opt.resume.empty())
     if (auto text = read_file(cache_file)) {
       try {
         const json c = json::parse(*text);
@@ -251,20 +265,24 @@ Expected<json> tune(const TuneOptions& in) {
     // Every point's source is written and compiled first, several compilers at once (the builds
     // land in the compile cache, so the evaluations below find them there).
     std::map<std::string, int> per_template;
-    std::vector<fs::path> files;
+    std::vector<fs::path> files, to_build;
+    std::vector<std::string> hashes;
     for (const auto& pt : points) {
       if (static_cast<int>(files.size()) >= opt.budget) break;
       files.push_back(opt.out_dir / fmt::format("{}_{:02d}{}", pt.tmpl, per_template[pt.tmpl]++, ext));
-      if (auto ok = write_file_atomic(files.back(), source(pt)); !ok) return Unexpected{ok.error()};
+      const std::string src = source(pt);
+      hashes.push_back(hash_hex(src));
+      if (auto ok = write_file_atomic(files.back(), src); !ok) return Unexpected{ok.error()};
+      if (!done.count(hashes.back())) to_build.push_back(files.back());
     }
     {
       const size_t workers = std::clamp<size_t>(std::thread::hardware_concurrency() / 2, 1, 8);
-      say(fmt::format("compiling {} parameter point(s), {} at a time", files.size(), std::min(workers, files.size())));
+      say(fmt::format("compiling {} parameter point(s), {} at a time", to_build.size(), std::min(workers, to_build.size())));
       std::atomic<size_t> next{0};
       std::vector<std::thread> pool;
-      for (size_t w = 0; w < std::min(workers, files.size()); ++w)
+      for (size_t w = 0; w < std::min(workers, to_build.size()); ++w)
         pool.emplace_back([&] {
-          for (size_t k = next++; k < files.size(); k = next++) (void)backend->build(files[k]);  // failures resurface in evaluate()
+          for (size_t k = next++; k < to_build.size(); k = next++) (void)backend->build(to_build[k]);  // failures resurface in evaluate()
         });
       for (auto& t : pool) t.join();
     }
@@ -275,6 +293,28 @@ Expected<json> tune(const TuneOptions& in) {
         break;
       }
       const fs::path& file = files[k];
+      if (auto d = done.find(hashes[k]); d != done.end()) {  // evaluated before the run stopped
+        const Store::Step& st = d->second;
+        ++evaluated;
+        ++resumed;
+        say(fmt::format("{} ({}): {}{} (evaluated before the run stopped)", pt.tmpl, format_params(pt.params), st.disposition,
+                        st.speedup ? fmt::format(" {:.2f}x", *st.speedup) : ""));
+        if (st.disposition == "passed" && st.speedup) ranked.push_back({*st.speedup, pt});
+        json copy = json::array();
+        double wall = 0.0;
+        if (st.evaluation_id)
+          if (auto vj = store.evaluation_verdict(*st.evaluation_id)) {
+            wall = vj->value("wall_s", 0.0);
+            if (vj->contains("shapes") && (*vj)["shapes"].is_array())
+              for (const auto& sh : (*vj)["shapes"])
+                if (sh.contains("percent_of_copy_bandwidth") && sh["percent_of_copy_bandwidth"].is_number() && !sh.value("heldout", false))
+                  copy.push_back(sh["percent_of_copy_bandwidth"]);
+          }
+        searched.push_back({{"template", pt.tmpl}, {"params", pt.params}, {"disposition", st.disposition},
+                            {"speedup", st.speedup ? json(*st.speedup) : json()}, {"percent_of_copy_bandwidth", copy}, {"wall_s", wall},
+                            {"detail", st.disposition == "passed" ? std::string() : st.detail.substr(0, 300)}, {"resumed", true}});
+        continue;
+      }
       auto v = evaluate(file, quick);
       if (!v) return Unexpected{v.error()};
       ++evaluated;
@@ -294,6 +334,7 @@ Expected<json> tune(const TuneOptions& in) {
   }
   json result = {{"run", run}, {"out_dir", fs::absolute(opt.out_dir).string()}, {"candidates", evaluated}, {"stopped_because", stopped},
                  {"points", searched}};
+  if (!opt.resume.empty()) result["resumed_points"] = resumed;  // taken from the store, not evaluated again
   if (ranked.empty()) {
     (void)store.set_run_status(run, "failed");
     result["best"] = {{"candidate", nullptr}, {"disposition", "none"}, {"speedup", nullptr}};

@@ -21,6 +21,9 @@ struct TuneOptions {
   int budget = 64;                ///< parameter points to evaluate, at most
   bool fresh = false;             ///< search again even when a cached result exists
   std::filesystem::path out_dir;  ///< default kfab-runs/RUN
+  /// A stopped tuner run to go on with (kfab optimize --resume): the points it evaluated are taken from
+  /// the store, not evaluated again; task, target, budget and out_dir must be the run's.
+  std::string resume;
   EvalOptions eval;               ///< the final evaluation's protocol (the search uses 2 seeds and short timing)
   std::function<void(const std::string&)> progress;
 };
