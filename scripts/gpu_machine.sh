@@ -64,8 +64,8 @@ want() { [[ " $stages " == *" $1 "* ]]; }
 export KFAB_CACHE_DIR=$PWD/build-gpu/cache KFAB_DATA_DIR=$PWD/build-gpu/data
 rc=0
 if want tests; then
-  log "tests (unit, integration, gpu)"
-  labels='unit|integration|python|gpu'
+  log "tests (unit, integration, python, fault, gpu)"
+  labels='unit|integration|python|fault|gpu'
   [ -n "${KFAB_GPU_QUICK:-}" ] && labels='gpu'
   ctest --test-dir build-gpu -L "$labels" --output-on-failure -j 8 >"$out/ctest.log" 2>&1
   rc=$?

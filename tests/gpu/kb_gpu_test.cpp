@@ -72,6 +72,32 @@ TEST_F(KbGpu, ACandidateMadeOfTorchKernelsIsRejected) {
   EXPECT_NE(j["detail"].get<std::string>().find("own kernels take"), std::string::npos) << j["detail"];
 }
 
+// The adversarial classes of the Python worker that need a GPU (issue 8): work left on a side stream
+// is counted (40 launches on a stream of its own take some 40 times the honest candidate's time, not
+// the nothing the events on torch's stream see), and a replaced torch.cuda.Event.elapsed_time is
+// rejected.
+TEST_F(KbGpu, PythonCheatsOfTheGpuTimerGetTheirVerdicts) {
+  auto eval = [&](const std::string& file) {
+    CliResult r = kfab_cli({"eval", task_, file, "--target", "cuda", "--json", "--no-compile"}, 900);
+    EXPECT_TRUE(r.status.exited) << file << ": " << r.status.describe();
+    return r;
+  };
+  CliResult honest = eval(cands_ + "rowwise_triton.py");
+  ASSERT_EQ(honest.status.code, 0) << honest.out << honest.err;
+  const double t = honest.json()["shapes"][0]["time_ms"]["median"].get<double>();
+
+  CliResult side = eval(fixture("kb/candidates/side_stream_triton.py"));
+  ASSERT_EQ(side.status.code, 0) << side.out << side.err;
+  const nlohmann::json s = side.json()["shapes"][0];
+  EXPECT_GE(s["time_ms"]["median"].get<double>(), 20.0 * t) << "side-stream work escaped the timer: " << s.dump();
+  std::cout << "honest " << t << " ms; side stream x40 " << s["time_ms"]["median"] << " ms (" << s.value("timer", "") << ")\n";
+
+  CliResult patched = eval(fixture("kb/candidates/patches_event.py"));
+  EXPECT_EQ(patched.status.code, 1) << patched.out << patched.err;
+  EXPECT_EQ(patched.json().value("disposition", ""), "rejected") << patched.out;
+  EXPECT_NE(patched.json().value("detail", "").find("Event.elapsed_time"), std::string::npos) << patched.out;
+}
+
 TEST_F(KbGpu, ExportedModelNewOfTheTritonCandidatePassesAllclose) {
   const auto out = scratch() / "modelnew_triton.py";
   CliResult r = kfab_cli({"export", cands_ + "rowwise_triton.py", "--task", task_, "--modelnew", out.string()});
