@@ -259,3 +259,51 @@ TEST(Optimize, AnthropicMessagesProviderWithItsKeyFromTheEnvironment) {
 }
 
 }  // namespace kfab::test
+
+namespace kfab::test {
+
+// The LLM server goes away for good in the middle of a run (every connection dropped): the run ends
+// after its retries with a message naming the provider, exit 2, and what it stored stays. With a
+// server back (a new one, on another port, under the same config file), --resume finishes the run.
+TEST(Optimize, AnLlmServerThatGoesAwayEndsTheRunAndItResumesWhenItIsBack) {
+  const fs::path dir = scratch() / "opt-gone";
+  const fs::path data = dir / "data";
+  fs::create_directories(data);
+  const auto session = nlohmann::json::parse(*read_file(fixture("llm/affine_session.json")));
+  // entries: planner, 429, dropped, coder, malformed, fixer, analyst, coder
+  nlohmann::json first = nlohmann::json::array({session[0], session[3], {{"drop", true}}});  // the last repeats
+  nlohmann::json second = nlohmann::json::array({session[5], session[6], session[7]});
+  ASSERT_TRUE(write_file_atomic(dir / "first.json", first.dump()).has_value());
+  ASSERT_TRUE(write_file_atomic(dir / "second.json", second.dump()).has_value());
+  std::string run;
+  {
+    MockLlm llm(dir / "first.json", dir / "mock");
+    CliResult r = kfab_in(data, {"optimize", fixture("tasks/affine"), "--target", "cpu", "--llm", "mock:m1", "--config", llm.config(),
+                                 "--budget", "3", "--out", (dir / "out").string(), "--json", "--quiet"});
+    ASSERT_TRUE(r.status.exited) << r.status.describe();
+    EXPECT_EQ(r.status.code, 2) << r.out << r.err;
+    EXPECT_NE((r.out + r.err).find("no answer after 4 attempts"), std::string::npos) << r.out << r.err;
+    auto store = Store::open(data / "kfab.db");
+    ASSERT_TRUE(store.has_value());
+    auto latest = (*store)->latest_run();
+    ASSERT_TRUE(latest.has_value());
+    run = *latest;
+  }
+  const auto before = steps_of(data, run);
+  ASSERT_EQ(before.size(), 2u);  // the planner's and the coder's steps
+  EXPECT_EQ(before[1].disposition, "incorrect");
+
+  MockLlm back(dir / "second.json", dir / "mock");  // rewrites the config the run names, with its port
+  CliResult r = kfab_in(data, {"optimize", "--resume", run, "--json", "--quiet"});
+  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  const auto after = steps_of(data, run);
+  ASSERT_GE(after.size(), 5u);
+  for (size_t i = 0; i < before.size(); ++i) {
+    EXPECT_EQ(after[i].role, before[i].role);
+    EXPECT_EQ(after[i].candidate_hash, before[i].candidate_hash);
+  }
+  EXPECT_EQ(after.back().role, "final");
+  EXPECT_EQ(after.back().disposition, "passed");
+}
+
+}  // namespace kfab::test
