@@ -31,9 +31,11 @@ using namespace std::chrono_literals;
 
 namespace {
 
-/// The tuner's task here: log_softmax on the cpu searches 10 parameter points in about 10 s.
+/// The tuner's task here: log_softmax on the cpu, its search cut to 6 parameter points (about a
+/// second each), enough to be killed in the middle of.
 constexpr const char* kTuneTask = "tasks/core/log_softmax";
-constexpr int kTunePoints = 10;
+constexpr int kTunePoints = 6;
+const std::string kPoints = std::to_string(kTunePoints);
 
 struct Kfab {
   fs::path data;  ///< KFAB_DATA_DIR: the store
@@ -135,7 +137,7 @@ TEST(Fault, KillNineOfARunnerMidSearchCostsOnlyThePointInFlight) {
   const fs::path dir = scratch() / "fault-runner";
   Kfab k{dir / "data"};
   fs::create_directories(k.data);
-  Child kfab = k.start({"optimize", kTuneTask, "--target", "cpu", "--fresh", "--json", "--quiet", "--out", (dir / "out").string()},
+  Child kfab = k.start({"optimize", kTuneTask, "--target", "cpu", "--fresh", "--points", kPoints, "--json", "--quiet", "--out", (dir / "out").string()},
                        dir / "log");
   ASSERT_FALSE(wait_for_steps(k.data, 2).empty()) << "the search did not get going";
   std::vector<pid_t> killed;
@@ -169,15 +171,15 @@ TEST(Fault, KillNineOfKfabMidSearchThenResumeLosesAtMostThePointInFlight) {
   const fs::path dir = scratch() / "fault-resume";
   Kfab k{dir / "data"};
   fs::create_directories(k.data);
-  Child kfab = k.start({"optimize", kTuneTask, "--target", "cpu", "--fresh", "--json", "--quiet", "--out", (dir / "out").string()},
+  Child kfab = k.start({"optimize", kTuneTask, "--target", "cpu", "--fresh", "--points", kPoints, "--json", "--quiet", "--out", (dir / "out").string()},
                        dir / "first.log");
-  const std::string run = wait_for_steps(k.data, 3);
+  const std::string run = wait_for_steps(k.data, 2);
   ASSERT_FALSE(run.empty()) << "the search did not get going";
   const std::vector<pid_t> runners = children_named(kfab.pid(), "kfab-runner");
   kfab.kill_group();  // SIGKILL, mid-search
   EXPECT_EQ(kfab.wait().signal, SIGKILL);
   const auto before = steps_of(k.data, run);
-  ASSERT_GE(before.size(), 3u);
+  ASSERT_GE(before.size(), 2u);
   ASSERT_LT(before.size(), static_cast<size_t>(kTunePoints)) << "the search ended before the kill";
   // A runner whose kfab is gone finds its protocol pipe closed and leaves.
   for (pid_t p : runners) {
@@ -241,7 +243,7 @@ TEST(Fault, AFullDiskUnderTheStoreLosesNothingStored) {
   ASSERT_TRUE(first.json().contains("store")) << first.out;
   ASSERT_EQ(first.json()["store"].value("error", ""), "");
 
-  Child tuner = k.start({"optimize", kTuneTask, "--target", "cpu", "--fresh", "--json", "--quiet", "--out", (dir / "out").string()},
+  Child tuner = k.start({"optimize", kTuneTask, "--target", "cpu", "--fresh", "--points", kPoints, "--json", "--quiet", "--out", (dir / "out").string()},
                         dir / "tune.log");
   const std::string run = wait_for_steps(k.data, 2);
   ASSERT_FALSE(run.empty()) << text_or(dir / "tune.log", "");
@@ -259,8 +261,7 @@ TEST(Fault, AFullDiskUnderTheStoreLosesNothingStored) {
   const ExitStatus st = tuner.wait(std::chrono::steady_clock::now() + 300s);
   const std::string log = text_or(dir / "tune.log", "");
   ASSERT_TRUE(st.exited) << st.describe() << "\n" << log;
-  // Either the disk filled before the search ended (the run stops, saying why) or it did not need
-  // the space; the first is what the test is for, and with 10 points to go it is what happens.
+  // The disk filled with points still to search: the run stops, saying why.
   EXPECT_EQ(st.code, 2) << log;
   EXPECT_NE(log.find("no space left on the disk under the store"), std::string::npos) << log;
 
@@ -350,14 +351,14 @@ TEST(Fault, AStoreThatIsNotADatabaseIsNamedAndLeftAlone) {
   EXPECT_EQ(text_or(k.data / "kfab.db", ""), junk) << "kfab wrote into a file that is not its store";
 }
 
-// Damaged entries of the tuner's cache and of the machine cache (cut short, not JSON, the wrong types,
-// a bandwidth no machine has) are searched or measured again, never trusted and never fatal.
+// Damaged entries of the tuner's cache and of the machine cache (cut short, the wrong types, a bandwidth
+// no machine has) are searched or measured again, never trusted and never fatal.
 TEST(Fault, DamagedTunerAndMachineCacheEntriesAreMadeAgain) {
   const fs::path dir = scratch() / "fault-caches";
   Kfab k{dir / "data", dir / "cache"};
   fs::create_directories(k.data);
   // A first run fills both caches (the compile cache too).
-  const std::string points = "4";  // a short search: what is tested is the caches, not the search
+  const std::string points = "3";  // a short search: what is tested is the caches, not the search
   CliResult r0 = k.run({"optimize", kTuneTask, "--target", "cpu", "--points", points, "--json", "--quiet", "--out", (dir / "out0").string()});
   ASSERT_EQ(r0.status.code, 0) << r0.out << r0.err;
   std::vector<fs::path> tuner_entries, machine_entries;
@@ -370,8 +371,7 @@ TEST(Fault, DamagedTunerAndMachineCacheEntriesAreMadeAgain) {
 
   const std::vector<std::pair<std::string, std::string>> damage = {
       {good_tuner.substr(0, good_tuner.size() / 2), "{\"copy_bandwidth_bytes_per_s\": 1e300}"},
-      {"{\"template\": 7, \"params\": \"x\"}", "{\"copy_bandwidth_bytes_per_s\": \"fast\"}"},
-      {std::string("\0\0\0\xff", 4), "{\"copy_bandwidth_bytes_per_s\": -1}"},
+      {"{\"template\": 7, \"params\": \"x\"}", "{\"copy_bandwidth_bytes_per_s\": -1}"},
   };
   int n = 0;
   for (const auto& [tuner, machine] : damage) {
