@@ -39,7 +39,7 @@ const std::string kPoints = std::to_string(kTunePoints);
 
 struct Kfab {
   fs::path data;  ///< KFAB_DATA_DIR: the store
-  fs::path cache = std::string(KFAB_BINARY) + ".test-cache";
+  fs::path cache = shared_test_cache();
 
   std::vector<std::pair<std::string, std::string>> env() const {
     return {{"KFAB_DATA_DIR", data.string()}, {"KFAB_CACHE_DIR", cache.string()}};
@@ -56,21 +56,8 @@ struct Kfab {
     EXPECT_TRUE(c.has_value());
     return std::move(*c);
   }
-  /// kfab ARGS to the end: stdout and stderr apart.
-  CliResult run(const std::vector<std::string>& args) const {
-    std::string cmd;
-    for (const auto& [k, v] : env()) cmd += k + "=" + quote(v) + " ";
-    cmd += "exec " + quote(KFAB_BINARY);
-    for (const auto& a : args) cmd += " " + quote(a);
-    const auto out = data.parent_path() / "stdout", err = data.parent_path() / "stderr";
-    cmd += " >" + quote(out.string()) + " 2>" + quote(err.string());
-    auto r = run_command({"/bin/sh", "-c", cmd}, 600, KFAB_SOURCE_DIR);
-    CliResult c;
-    if (r) c.status = r->status;
-    if (auto o = read_file(out)) c.out = *o;
-    if (auto e = read_file(err)) c.err = *e;
-    return c;
-  }
+  /// kfab ARGS to the end: stdout and stderr apart, beside the store's folder (not in it).
+  CliResult run(const std::vector<std::string>& args) const { return kfab_with(data, cache, data.parent_path() / "std", args); }
 };
 
 std::string latest_run(const fs::path& data) {
@@ -127,6 +114,21 @@ bool alive(pid_t pid) {
   if (!stat) return false;
   const size_t close = stat->rfind(')');
   return close != std::string::npos && close + 2 < stat->size() && (*stat)[close + 2] != 'Z';
+}
+
+/// Moves this test process (and what it starts from now on) into a mount namespace of its own, where
+/// a small tmpfs is seen by it alone: as root, or else in a user namespace (this user mapped to
+/// root inside it). False, with errno, where neither is allowed.
+bool own_mount_namespace() {
+  if (::unshare(CLONE_NEWNS) != 0) {
+    const uid_t uid = ::getuid();
+    const gid_t gid = ::getgid();
+    if (::unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) return false;
+    std::ofstream("/proc/self/setgroups") << "deny";
+    std::ofstream("/proc/self/uid_map") << "0 " << uid << " 1";
+    std::ofstream("/proc/self/gid_map") << "0 " << gid << " 1";
+  }
+  return ::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0;
 }
 
 }  // namespace
@@ -221,17 +223,7 @@ TEST(Fault, KillNineOfKfabMidSearchThenResumeLosesAtMostThePointInFlight) {
 // says that it was not recorded; once space is freed, the store is whole, holds everything it held,
 // and the run resumes to its end.
 TEST(Fault, AFullDiskUnderTheStoreLosesNothingStored) {
-  // A mount namespace of our own (as root; otherwise in a user namespace), so that the tmpfs is seen
-  // by this test and its children only.
-  if (::unshare(CLONE_NEWNS) != 0) {
-    const uid_t uid = ::getuid();
-    const gid_t gid = ::getgid();
-    if (::unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) GTEST_SKIP() << "no mount namespace here: " << std::strerror(errno);
-    (void)write_file_atomic("/proc/self/setgroups", "deny");
-    std::ofstream("/proc/self/uid_map") << "0 " << uid << " 1";
-    std::ofstream("/proc/self/gid_map") << "0 " << gid << " 1";
-  }
-  ASSERT_EQ(::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr), 0) << std::strerror(errno);
+  if (!own_mount_namespace()) GTEST_SKIP() << "no mount namespace here: " << std::strerror(errno);
   const fs::path dir = scratch() / "fault-disk";
   Kfab k{dir / "data"};
   fs::create_directories(k.data);
@@ -298,15 +290,7 @@ TEST(Fault, AFullDiskUnderTheStoreLosesNothingStored) {
 // The compile cache's disk full: no candidate is blamed (compile_failed) for it; kfab says what is
 // wrong and exits 2.
 TEST(Fault, AFullDiskUnderTheCompileCacheIsNotTheCandidatesFault) {
-  if (::unshare(CLONE_NEWNS) != 0) {
-    const uid_t uid = ::getuid();
-    const gid_t gid = ::getgid();
-    if (::unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) GTEST_SKIP() << "no mount namespace here: " << std::strerror(errno);
-    (void)write_file_atomic("/proc/self/setgroups", "deny");
-    std::ofstream("/proc/self/uid_map") << "0 " << uid << " 1";
-    std::ofstream("/proc/self/gid_map") << "0 " << gid << " 1";
-  }
-  ASSERT_EQ(::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr), 0) << std::strerror(errno);
+  if (!own_mount_namespace()) GTEST_SKIP() << "no mount namespace here: " << std::strerror(errno);
   const fs::path dir = scratch() / "fault-cache-disk";
   Kfab k{dir / "data", dir / "cache"};
   fs::create_directories(k.cache);

@@ -44,23 +44,32 @@ inline std::string quote(const std::string& s) {
   return q + "'";
 }
 
-/// Runs `kfab ARGS` with a private store and a compile cache shared by the test run.
-inline CliResult kfab_cli(const std::vector<std::string>& args, double timeout_s = 300) {
-  static int counter = 0;
-  const auto out = scratch() / ("out" + std::to_string(++counter));
-  const auto err = scratch() / ("err" + std::to_string(counter));
-  std::string cmd = "KFAB_CACHE_DIR=" + quote(std::string(KFAB_BINARY) + ".test-cache") + " KFAB_DATA_DIR=" +
-                    quote((scratch() / "data").string()) + " exec " + quote(KFAB_BINARY);
+/// The compile cache the tests share (one per build of kfab).
+inline std::filesystem::path shared_test_cache() { return std::string(KFAB_BINARY) + ".test-cache"; }
+
+/// Runs `kfab ARGS` to the end with its store in `data` and its caches in `cache`; its stdout and
+/// stderr pass through files named `io` + ".out" and ".err" (kept apart from `data`, which a test may
+/// fill up).
+inline CliResult kfab_with(const std::filesystem::path& data, const std::filesystem::path& cache, const std::filesystem::path& io,
+                           const std::vector<std::string>& args, double timeout_s = 600) {
+  const auto out = io.string() + ".out", err = io.string() + ".err";
+  std::string cmd = "KFAB_CACHE_DIR=" + quote(cache.string()) + " KFAB_DATA_DIR=" + quote(data.string()) + " exec " + quote(KFAB_BINARY);
   for (const auto& a : args) cmd += " " + quote(a);
-  cmd += " >" + quote(out.string()) + " 2>" + quote(err.string());
+  cmd += " >" + quote(out) + " 2>" + quote(err);
   const auto start = std::chrono::steady_clock::now();
   auto r = run_command({"/bin/sh", "-c", cmd}, timeout_s, KFAB_SOURCE_DIR);
   CliResult c;
   c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (r) c.status = r->status;
-  c.out = read_file(out).has_value() ? *read_file(out) : "";
-  c.err = read_file(err).has_value() ? *read_file(err) : "";
+  if (auto o = read_file(out)) c.out = *o;
+  if (auto e = read_file(err)) c.err = *e;
   return c;
+}
+
+/// Runs `kfab ARGS` with a private store and a compile cache shared by the test run.
+inline CliResult kfab_cli(const std::vector<std::string>& args, double timeout_s = 300) {
+  static int counter = 0;
+  return kfab_with(scratch() / "data", shared_test_cache(), scratch() / ("io" + std::to_string(++counter)), args, timeout_s);
 }
 
 inline std::string fixture(const std::string& rel) { return std::string(KFAB_TEST_FIXTURES) + "/" + rel; }

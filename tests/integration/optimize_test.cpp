@@ -62,17 +62,7 @@ std::vector<Store::Step> steps_of(const fs::path& data, const std::string& run) 
 
 /// kfab with its own store in `data`.
 CliResult kfab_in(const fs::path& data, const std::vector<std::string>& args) {
-  std::string cmd = "KFAB_CACHE_DIR=" + quote(std::string(KFAB_BINARY) + ".test-cache") + " KFAB_DATA_DIR=" + quote(data.string()) +
-                    " exec " + quote(KFAB_BINARY);
-  for (const auto& a : args) cmd += " " + quote(a);
-  const auto out = data / "stdout", err = data / "stderr";
-  cmd += " >" + quote(out.string()) + " 2>" + quote(err.string());
-  auto r = run_command({"/bin/sh", "-c", cmd}, 600, KFAB_SOURCE_DIR);
-  CliResult c;
-  if (r) c.status = r->status;
-  if (auto o = read_file(out)) c.out = *o;
-  if (auto e = read_file(err)) c.err = *e;
-  return c;
+  return kfab_with(data, shared_test_cache(), data / "std", args);
 }
 
 }  // namespace
