@@ -48,7 +48,7 @@ test-deps:
 	@command -v chromium >/dev/null 2>&1 || { echo "kfab: installing chromium (the report test renders in it)"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core; }
 
-# Every CPU test (labels unit, integration and python), then a short run of each fuzzer; gpu and
+# Every CPU test (labels unit, integration, python and fault), then a short run of each fuzzer; gpu and
 # perf tests are not run here. KFAB_REQUIRE_TORCH, KFAB_REQUIRE_CHROMIUM: a test fails, rather than
 # skips, when torch or chromium is missing.
 test: build venv test-deps
