@@ -56,6 +56,13 @@ struct Kfab {
     EXPECT_TRUE(c.has_value());
     return std::move(*c);
   }
+  /// The tuner's search of kTuneTask in the background (kPoints points, fresh), its candidates in
+  /// dir/out and what it prints in dir/LOG.
+  Child search(const fs::path& dir, const std::string& log) const {
+    return start({"optimize", kTuneTask, "--target", "cpu", "--fresh", "--points", kPoints, "--json", "--quiet", "--out",
+                  (dir / "out").string()},
+                 dir / log);
+  }
   /// kfab ARGS to the end: stdout and stderr apart, beside the store's folder (not in it).
   CliResult run(const std::vector<std::string>& args) const { return kfab_with(data, cache, data.parent_path() / "std", args); }
 };
@@ -139,8 +146,7 @@ TEST(Fault, KillNineOfARunnerMidSearchCostsOnlyThePointInFlight) {
   const fs::path dir = scratch() / "fault-runner";
   Kfab k{dir / "data"};
   fs::create_directories(k.data);
-  Child kfab = k.start({"optimize", kTuneTask, "--target", "cpu", "--fresh", "--points", kPoints, "--json", "--quiet", "--out", (dir / "out").string()},
-                       dir / "log");
+  Child kfab = k.search(dir, "log");
   ASSERT_FALSE(wait_for_steps(k.data, 2).empty()) << "the search did not get going";
   std::vector<pid_t> killed;
   for (int i = 0; i < 100 && killed.empty(); ++i) {
@@ -173,8 +179,7 @@ TEST(Fault, KillNineOfKfabMidSearchThenResumeLosesAtMostThePointInFlight) {
   const fs::path dir = scratch() / "fault-resume";
   Kfab k{dir / "data"};
   fs::create_directories(k.data);
-  Child kfab = k.start({"optimize", kTuneTask, "--target", "cpu", "--fresh", "--points", kPoints, "--json", "--quiet", "--out", (dir / "out").string()},
-                       dir / "first.log");
+  Child kfab = k.search(dir, "first.log");
   const std::string run = wait_for_steps(k.data, 2);
   ASSERT_FALSE(run.empty()) << "the search did not get going";
   const std::vector<pid_t> runners = children_named(kfab.pid(), "kfab-runner");
@@ -235,8 +240,7 @@ TEST(Fault, AFullDiskUnderTheStoreLosesNothingStored) {
   ASSERT_TRUE(first.json().contains("store")) << first.out;
   ASSERT_EQ(first.json()["store"].value("error", ""), "");
 
-  Child tuner = k.start({"optimize", kTuneTask, "--target", "cpu", "--fresh", "--points", kPoints, "--json", "--quiet", "--out", (dir / "out").string()},
-                        dir / "tune.log");
+  Child tuner = k.search(dir, "tune.log");
   const std::string run = wait_for_steps(k.data, 2);
   ASSERT_FALSE(run.empty()) << text_or(dir / "tune.log", "");
   // Fill the disk to its last byte.

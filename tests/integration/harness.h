@@ -3,6 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <filesystem>
 #include <string>
@@ -71,6 +76,34 @@ inline CliResult kfab_cli(const std::vector<std::string>& args, double timeout_s
   static int counter = 0;
   return kfab_with(scratch() / "data", shared_test_cache(), scratch() / ("io" + std::to_string(++counter)), args, timeout_s);
 }
+
+/// A TCP listener on loopback for the network probes: counts the connections that reach it.
+class Listener {
+ public:
+  Listener() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd_, 16) != 0) return;
+    socklen_t len = sizeof a;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+  }
+  ~Listener() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int port() const { return port_; }
+  int accepted() {
+    int n = 0;
+    for (int c; (c = ::accept(fd_, nullptr, nullptr)) >= 0; ++n) ::close(c);
+    return n;
+  }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
 
 inline std::string fixture(const std::string& rel) { return std::string(KFAB_TEST_FIXTURES) + "/" + rel; }
 

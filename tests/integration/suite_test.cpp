@@ -2,9 +2,6 @@
 // cuda: *.cu, opencl: *.cl.cpp); targets not present here are skipped. Speedups are for `make bench`.
 #include <gtest/gtest.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -118,34 +115,6 @@ static std::vector<ConformanceCase> conformance_cases() {
 }
 
 class Conformance : public ::testing::TestWithParam<ConformanceCase> {};
-
-/// A TCP listener on loopback for the network probe: counts the connections that reach it.
-class Listener {
- public:
-  Listener() {
-    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd_, 16) != 0) return;
-    socklen_t len = sizeof a;
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
-  }
-  ~Listener() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int port() const { return port_; }
-  int accepted() {
-    int n = 0;
-    for (int c; (c = ::accept(fd_, nullptr, nullptr)) >= 0; ++n) ::close(c);
-    return n;
-  }
-
- private:
-  int fd_ = -1;
-  int port_ = 0;
-};
 
 TEST_P(Conformance, SameDispositionOnEveryTarget) {
   const ConformanceCase& c = GetParam();

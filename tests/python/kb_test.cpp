@@ -3,9 +3,6 @@
 // KFAB_REQUIRE_TORCH is set (as `make test` does), when they fail.
 #include <gtest/gtest.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -117,17 +114,10 @@ TEST_F(KbEval, PythonCandidatesCannotWriteOutsideReachTheNetworkOrSignalKfab) {
   const fs::path probe = fs::temp_directory_path() / ("kfab-escape-probe-py-" + std::to_string(::getpid()));
   std::error_code ec;
   fs::remove(probe, ec);
-  const int srv = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-  ASSERT_GE(srv, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(srv, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  ASSERT_EQ(::listen(srv, 8), 0);
-  socklen_t len = sizeof a;
-  ::getsockname(srv, reinterpret_cast<sockaddr*>(&a), &len);
+  Listener listener;
+  ASSERT_GT(listener.port(), 0) << "no listener on loopback";
   ::setenv("KFAB_ESCAPE_PROBE", probe.c_str(), 1);
-  ::setenv("KFAB_ESCAPE_PORT", std::to_string(ntohs(a.sin_port)).c_str(), 1);
+  ::setenv("KFAB_ESCAPE_PORT", std::to_string(listener.port()).c_str(), 1);
   for (const char* c : {"writes_outside.py", "network.py", "signals_kfab.py"}) {
     CliResult r = eval(kb_fixture(c), {"--no-compile", "--timeout", "30"});
     ASSERT_TRUE(r.status.exited) << c << ": kfab " << r.status.describe();
@@ -136,8 +126,7 @@ TEST_F(KbEval, PythonCandidatesCannotWriteOutsideReachTheNetworkOrSignalKfab) {
   }
   EXPECT_FALSE(fs::exists(probe));
   EXPECT_FALSE(fs::exists("/tmp/kfab-escape-writes_outside"));
-  EXPECT_LT(::accept(srv, nullptr, nullptr), 0) << "a Python candidate connected to loopback";
-  ::close(srv);
+  EXPECT_EQ(listener.accepted(), 0) << "a Python candidate connected to loopback";
 }
 
 TEST_F(KbEval, ExportedModelNewPassesAPlainAllcloseScript) {
