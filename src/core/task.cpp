@@ -1,6 +1,7 @@
 #include "core/task.h"
 
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -63,6 +64,35 @@ static std::optional<double> eval_cost(const std::string& e, const ShapeBinding&
 
 std::optional<double> Task::flops(const ShapeBinding& b) const { return eval_cost(cost_flops, b); }
 std::optional<double> Task::bytes(const ShapeBinding& b) const { return eval_cost(cost_bytes, b); }
+
+namespace {
+
+/// One evaluation of a shape at most (inputs and their snapshot, both outputs): more than any machine
+/// kfab runs on holds, so a shape past it is a typo or a trap, whatever the target.
+constexpr uint64_t kMaxEvaluationBytes = 1ull << 40;
+
+/// "4.0 GiB"
+std::string fmt_bytes(uint64_t n) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024.0 && u < 6) {
+    v /= 1024.0;
+    ++u;
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
+  return buf;
+}
+
+/// An element count or dimension, exact below 10^15, else as 1e+18.
+std::string fmt_count(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, v < 1e15 ? "%.0f" : "%.3g", v);
+  return buf;
+}
+
+}  // namespace
 
 std::string format_binding(const ShapeBinding& b) {
   std::string s;
@@ -390,26 +420,58 @@ Expected<Task> load_task(const fs::path& path) {
     }
   }
 
-  // Every expression must evaluate in every shape set, to a positive integer for dimensions.
-  auto check_set = [&](const ShapeBinding& b, const std::string& set_name) -> Expected<void> {
+  // Every expression must evaluate in every shape set, to a positive integer for dimensions, and every
+  // shape must be one a machine could hold: element counts and bytes that overflow 64 bits, or an
+  // evaluation past kMaxEvaluationBytes, are the task's fault, never a candidate's crash.
+  auto check_set = [&](const ShapeBinding& b, const std::string& set_name, size_t entry) -> Expected<void> {
+    const std::string where = "shapes." + set_name + "[" + std::to_string(entry) + "] {" + format_binding(b) + "}";
+    uint64_t held = 0;  // bytes one evaluation of this shape holds at once
+    std::string largest_field;
+    uint64_t largest = 0;
+    const toml::node* largest_at = nullptr;
     for (const bool is_input : {true, false}) {
       const auto& list = is_input ? task.inputs : task.outputs;
       const char* key = is_input ? "input" : "output";
       for (size_t i = 0; i < list.size(); ++i) {
         const auto& t = list[i];
         const toml::node* at = root[key][i]["shape"].node();
-        for (const auto& e : t.shape) {
+        const std::string field = std::string(key) + "(" + t.name + ").shape";
+        int64_t elements = 1;
+        for (size_t d = 0; d < t.shape.size(); ++d) {
+          const auto& e = t.shape[d];
           auto v = eval_expr(e, b);
-          const std::string field = std::string(key) + "(" + t.name + ").shape";
           if (!v)
             return r.fail(at, field, v.error().message + " in shapes." + set_name + " {" + format_binding(b) + "}",
                           "bind every shape symbol in every entry of shapes.tune and shapes.heldout");
           if (*v < 1.0 || std::floor(*v) != *v)
             return r.fail(at, field, "\"" + e + "\" is " + std::to_string(*v) + " in shapes." + set_name + " {" + format_binding(b) + "}",
                           "a positive integer");
+          if (*v >= 0x1p63)
+            return r.fail(at, field + "[" + std::to_string(d) + "]", "\"" + e + "\" is " + fmt_count(*v) + " in " + where +
+                              ", past a 64-bit integer", "dimensions below 2^63 whose tensors fit a machine's memory");
+          if (__builtin_mul_overflow(elements, static_cast<int64_t>(*v), &elements))
+            return r.fail(at, field, "the element count overflows a 64-bit integer in " + where + " (at dimension " +
+                              std::to_string(d) + ", \"" + e + "\")",
+                          "shapes whose tensors fit a machine's memory (at most " + fmt_bytes(kMaxEvaluationBytes) + " an evaluation)");
+        }
+        uint64_t bytes = 0;
+        if (__builtin_mul_overflow(static_cast<uint64_t>(elements), static_cast<uint64_t>(dtype_size(t.dtype)), &bytes) ||
+            __builtin_add_overflow(held, bytes, &held) || __builtin_add_overflow(held, bytes, &held))
+          return r.fail(at, field, fmt_count(static_cast<double>(elements)) + " elements in " + where + ": the bytes overflow 64 bits",
+                        "shapes whose tensors fit a machine's memory (at most " + fmt_bytes(kMaxEvaluationBytes) + " an evaluation)");
+        if (bytes > largest) {
+          largest = bytes;
+          largest_field = field;
+          largest_at = at;
         }
       }
     }
+    if (held > kMaxEvaluationBytes)
+      return r.fail(largest_at, largest_field,
+                    fmt_bytes(largest) + " in " + where + "; one evaluation of the shape holds " + fmt_bytes(held) +
+                        " (the inputs and their snapshot, the candidate's and the reference's outputs), past kfab's limit of " +
+                        fmt_bytes(kMaxEvaluationBytes),
+                    "shapes whose tensors fit a machine's memory");
     for (const auto& [key, text] : {std::pair<std::string, std::string>{"flops", task.cost_flops}, {"bytes", task.cost_bytes}}) {
       if (text.empty()) continue;
       auto v = eval_expr(text, b);
@@ -419,13 +481,59 @@ Expected<Task> load_task(const fs::path& path) {
     }
     return {};
   };
-  for (const auto& b : task.tune)
-    if (auto ok = check_set(b, "tune"); !ok) return Unexpected{ok.error()};
-  for (const auto& b : task.heldout)
-    if (auto ok = check_set(b, "heldout"); !ok) return Unexpected{ok.error()};
-  for (const auto& b : task.tune_gpu)
-    if (auto ok = check_set(b, "gpu.tune"); !ok) return Unexpected{ok.error()};
+  for (size_t i = 0; i < task.tune.size(); ++i)
+    if (auto ok = check_set(task.tune[i], "tune", i); !ok) return Unexpected{ok.error()};
+  for (size_t i = 0; i < task.heldout.size(); ++i)
+    if (auto ok = check_set(task.heldout[i], "heldout", i); !ok) return Unexpected{ok.error()};
+  for (size_t i = 0; i < task.tune_gpu.size(); ++i)
+    if (auto ok = check_set(task.tune_gpu[i], "gpu.tune", i); !ok) return Unexpected{ok.error()};
   return task;
+}
+
+uint64_t evaluation_bytes(const Task& task, const ShapeBinding& b) {
+  uint64_t held = 0;
+  for (const auto* list : {&task.inputs, &task.outputs})
+    for (const auto& t : *list) {
+      uint64_t bytes = dtype_size(t.dtype);
+      for (int64_t d : task.dims(t, b)) bytes *= static_cast<uint64_t>(d);  // no overflow: checked at load time
+      held += 2 * bytes;
+    }
+  return held;
+}
+
+Expected<void> check_fits(const Task& task, uint64_t bytes_available, const FitScope& scope) {
+  struct Set {
+    const char* name;
+    const std::vector<ShapeBinding>* shapes;
+  };
+  std::vector<Set> sets = {{scope.gpu && !task.tune_gpu.empty() ? "gpu.tune" : "tune", &task.tune_for(scope.gpu)}};
+  if (scope.heldout) sets.push_back({"heldout", &task.heldout});
+  for (const auto& set : sets) {
+    for (size_t i = 0; i < set.shapes->size(); ++i) {
+      const ShapeBinding& b = (*set.shapes)[i];
+      const uint64_t held = evaluation_bytes(task, b);
+      if (held <= bytes_available) continue;
+      std::string largest;
+      uint64_t largest_bytes = 0;
+      for (const bool is_input : {true, false})
+        for (const auto& t : is_input ? task.inputs : task.outputs) {
+          uint64_t bytes = dtype_size(t.dtype);
+          for (int64_t d : task.dims(t, b)) bytes *= static_cast<uint64_t>(d);
+          if (bytes <= largest_bytes) continue;
+          largest_bytes = bytes;
+          largest = std::string(is_input ? "input" : "output") + "(" + t.name + ").shape";
+        }
+      // Held-out shapes are never shown to a proposer: their entry is named, not their sizes.
+      const std::string entry = std::string("shapes.") + set.name + "[" + std::to_string(i) + "]" +
+                                (std::string_view(set.name) == "heldout" ? "" : " {" + format_binding(b) + "}");
+      return make_error(task.manifest.string() + ": " + largest + ": " + fmt_bytes(largest_bytes) + " in " + entry +
+                            "; one evaluation of the shape holds " + fmt_bytes(held) +
+                            " (the inputs and their snapshot, the candidate's and the reference's outputs), more than the " +
+                            fmt_bytes(bytes_available) + " " + scope.limit,
+                        "shapes that fit " + fmt_bytes(bytes_available) + scope.remedy);
+    }
+  }
+  return {};
 }
 
 }  // namespace kfab

@@ -84,6 +84,23 @@ Tolerance default_tolerance(DType t);
 /// message names the file, the line, the field and what would be accepted.
 Expected<Task> load_task(const std::filesystem::path& path);
 
+/// Bytes of memory one evaluation of a shape holds at once: the inputs and their snapshot (checked
+/// unchanged after each call), the candidate's outputs and the reference's. Overflow is ruled out at
+/// load time (load_task refuses a shape past 1 TiB).
+uint64_t evaluation_bytes(const Task& task, const ShapeBinding& b);
+
+/// Which shapes check_fits looks at, and how its message names the limit.
+struct FitScope {
+  bool gpu = false;      ///< the tuning shapes of a GPU (Task::tune_for)
+  bool heldout = true;   ///< the held-out shapes too (named by their entry only, never their sizes)
+  std::string limit = "the runner may use";  ///< "more than 8.0 GiB <limit>"
+  std::string remedy;    ///< appended to the hint, e.g. ", or raise --memory-limit"
+};
+
+/// Refuses a task one of whose shapes cannot fit `bytes_available` (evaluation_bytes), before anything
+/// runs: the message names the manifest, the largest tensor, the shape entry and the limit.
+Expected<void> check_fits(const Task& task, uint64_t bytes_available, const FitScope& scope = {});
+
 /// "M=4096, N=8192"
 std::string format_binding(const ShapeBinding& b);
 

@@ -217,4 +217,46 @@ TEST_F(Manifest, GpuTuningShapesAreCheckedLikeTheOthers) {
   EXPECT_NE(empty.find("shapes.gpu.tune: must be a non-empty array"), std::string::npos) << empty;
 }
 
+// Issue 20: shapes no machine could hold are the task's fault, refused at load with the file, the line,
+// the tensor and the shape entry: never a candidate's crash.
+TEST_F(Manifest, TenToTheTwelveElementsAreRefusedAtLoad) {
+  const std::string e = error_of(edit("tune = [ { M = 4, N = 8 } ]", "tune = [ { M = 1000000, N = 1000000 } ]"));
+  EXPECT_NE(e.find("task.toml:24: output(y).shape: 7.3 TiB in shapes.tune[0] {M=1000000, N=1000000}; one evaluation of the shape holds"),
+            std::string::npos) << e;
+  EXPECT_NE(e.find("past kfab's limit of 1.0 TiB"), std::string::npos) << e;
+}
+
+TEST_F(Manifest, ElementCountsThatOverflowAreRefusedAtLoad) {
+  const std::string e = error_of(edit("heldout = [ { M = 3, N = 5 } ]", "heldout = [ { M = 3, N = 5 }, { M = 4294967296, N = 4294967296 } ]"));
+  EXPECT_NE(e.find("task.toml:8: input(x).shape: the element count overflows a 64-bit integer in shapes.heldout[1] "
+                   "{M=4294967296, N=4294967296} (at dimension 1, \"N\")"),
+            std::string::npos) << e;
+  // A dimension past 2^63 (an expression's value), and bytes that overflow although the count does not.
+  const std::string dim = error_of(edit("shape = [\"M\", \"2*N\"]", "shape = [\"M\", \"N*N*N*N*N*N*N*N*N*N*N*N*N*N*N*N*N*N*N*N*N*N\"]"));
+  EXPECT_NE(dim.find("output(y).shape[1]"), std::string::npos) << dim;
+  EXPECT_NE(dim.find("past a 64-bit integer"), std::string::npos) << dim;
+  const std::string bytes = error_of(edit("tune = [ { M = 4, N = 8 } ]", "tune = [ { M = 4, N = 576460752303423488 } ]"));
+  EXPECT_NE(bytes.find("input(x).shape"), std::string::npos) << bytes;
+  EXPECT_NE(bytes.find("overflow"), std::string::npos) << bytes;
+}
+
+TEST_F(Manifest, CheckFitsNamesTheShapeEntryTheTensorAndTheLimit) {
+  auto t = load(edit("heldout = [ { M = 3, N = 5 } ]", "heldout = [ { M = 30, N = 50 } ]"));
+  ASSERT_TRUE(t.has_value()) << t.error().to_string();
+  // x 4x8 f32, idx 4 i64, y 4x16 f32: each held twice (inputs and their snapshot, both outputs).
+  EXPECT_EQ(evaluation_bytes(*t, t->tune[0]), 2u * (128 + 32 + 256));
+  EXPECT_TRUE(check_fits(*t, 1u << 20).has_value());
+  auto tune = check_fits(*t, 831, {.heldout = false, .limit = "the test allows", .remedy = ", or else"});
+  ASSERT_FALSE(tune.has_value());
+  EXPECT_EQ(tune.error().message, t->manifest.string() + ": output(y).shape: 256 bytes in shapes.tune[0] {M=4, N=8}; one evaluation of the "
+                                  "shape holds 832 bytes (the inputs and their snapshot, the candidate's and the reference's outputs), "
+                                  "more than the 831 bytes the test allows");
+  EXPECT_EQ(tune.error().hint, "shapes that fit 831 bytes, or else");
+  EXPECT_TRUE(check_fits(*t, 832, {.heldout = false}).has_value());
+  auto held = check_fits(*t, 832);
+  ASSERT_FALSE(held.has_value());
+  EXPECT_NE(held.error().message.find("output(y).shape: 11.7 KiB in shapes.heldout[0];"), std::string::npos) << held.error().message;
+  EXPECT_EQ(held.error().message.find("M=30"), std::string::npos) << "a held-out shape's sizes were shown";
+}
+
 }  // namespace kfab
