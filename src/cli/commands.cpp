@@ -158,6 +158,35 @@ std::string fmt_num(const json& j, const char* spec = "{:.3g}") {
   return "-";
 }
 
+/// Refuses a native task with a shape that cannot fit where it would run (DESIGN.md 3: what cannot fit
+/// is refused with the figures), before anything runs: on the cpu, the runner's address-space limit;
+/// on a device, the machine's memory, which holds the host copies of the tensors.
+Expected<void> fits_target(const Task& task, const std::string& target, const EvalOptions& opt, const std::string& remedy = {}) {
+  RunnerOptions ro = opt.runner;
+  ro.for_target(target);
+  FitScope scope;
+  scope.heldout = opt.heldout;
+  if (ro.limit_address_space) {
+    scope.limit = "the " + target + " runner may use (its address-space limit)";
+    scope.remedy = remedy;
+    return check_fits(task, ro.memory_bytes > 0 ? ro.memory_bytes : default_memory_limit(), scope);
+  }
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return {};
+  scope.gpu = true;
+  scope.limit = "of memory this machine has, which holds the " + target + " runner's host copies of the tensors";
+  return check_fits(task, static_cast<uint64_t>(pages) * static_cast<uint64_t>(page), scope);
+}
+
+/// fits_target for a native task given by its path; a KernelBench file, or one that does not load (the
+/// command's own loading reports that), passes.
+Expected<void> native_task_fits(const std::string& path, const std::string& target, const EvalOptions& opt) {
+  if (path.empty() || fs::path(path).extension() == ".py") return {};
+  auto task = load_task(path);
+  if (!task) return {};
+  return fits_target(*task, target, opt);
+}
+
 std::string shape_list(const std::vector<ShapeBinding>& v) {
   std::string s;
   for (const auto& b : v) s += (s.empty() ? "" : "; ") + format_binding(b);
@@ -355,6 +384,7 @@ int Commands::optimize_task() {
     t.fresh = fresh_;
     t.out_dir = out_;
     t.eval = eval_options();
+    if (auto fits = native_task_fits(task_, t.target, t.eval); !fits) return bad_input(json_, fits.error().message, fits.error().hint);
     t.progress = t.eval.progress;
     t.eval.progress = nullptr;
     if (!json_ && !quiet_) std::cerr << "kfab: no --llm: the built-in tuner searches its kernel templates by measurement\n";
@@ -390,6 +420,8 @@ int Commands::optimize_task() {
   o.out_dir = out_;
   o.resume = resume_;
   o.eval = eval_options();
+  if (!task_.empty())
+    if (auto fits = native_task_fits(task_, o.target, o.eval); !fits) return bad_input(json_, fits.error().message, fits.error().hint);
   o.progress = o.eval.progress;
   o.eval.progress = nullptr;
   auto r = optimize(o);
@@ -473,6 +505,8 @@ int Commands::eval() {
   }
 
   const EvalOptions opt = eval_options();
+  if (auto fits = fits_target(*task, std::string(backend->target()), opt, ", or a larger --memory-limit GIB"); !fits)
+    return bad_input(json_, fits.error().message, fits.error().hint);
   Evaluator evaluator(*backend, opt);
   auto verdict = evaluator.evaluate(*task, candidate_);
   if (!verdict) return bad_input(json_, verdict.error().message, verdict.error().hint);
@@ -625,6 +659,14 @@ int Commands::bench() {
   o.report = html_;
   o.eval = eval_options();
   o.eval.progress = nullptr;
+  {
+    std::error_code ec;
+    const std::string target = target_.empty() ? default_device_target() : target_;
+    if (fs::exists(path_, ec))
+      for (const auto& e : discover_tasks(path_))
+        if (e.task)
+          if (auto fits = fits_target(*e.task, target, o.eval); !fits) return bad_input(json_, fits.error().message, fits.error().hint);
+  }
   const bool tty = ::isatty(2) != 0;
   // On a terminal: the tuner's lines scroll above a status line that is redrawn in place; otherwise
   // plain lines, one when a task starts and one when it ends.

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <tuple>
 
 #include "harness.h"
 #include "store/store.h"
@@ -174,6 +175,66 @@ TEST(Eval, MalformedManifestExitsTwoNamingTheFile) {
   EXPECT_EQ(r.status.code, 2);
   EXPECT_NE(r.err.find((dir / "task.toml").string() + ":4: output(y).dtype: unknown dtype \"f33\""), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("accepted: f32"), std::string::npos) << r.err;
+}
+
+namespace {
+/// A copy of tests/fixtures/tasks/affine named `name`, with its `key` shapes (tune or heldout) replaced.
+std::filesystem::path affine_with(const std::string& name, const std::string& key, const std::string& shapes) {
+  const auto dir = scratch() / name;
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(fixture("tasks/affine/reference.cpp"), dir / "reference.cpp", std::filesystem::copy_options::overwrite_existing);
+  std::string m = *read_file(fixture("tasks/affine/task.toml"));
+  m.replace(m.find("name = \"affine\""), 15, "name = \"" + name + "\"");
+  const auto at = m.find(key + " = ");
+  m.replace(at, m.find('\n', at) - at, key + " = " + shapes);
+  EXPECT_TRUE(write_file_atomic(dir / "task.toml", m).has_value());
+  return dir;
+}
+}  // namespace
+
+// Issue 20: a task whose shapes no machine could hold (10^12 elements; an element count past 64 bits)
+// is the task's fault: exit 2 naming the file, the tensor and the shape entry, and nothing is stored
+// against the candidate, which never runs.
+TEST(Eval, AShapeNoMachineCouldHoldIsRefusedAtLoad) {
+  const auto db = scratch() / "huge.db";
+  for (const auto& [name, shapes, says] :
+       {std::tuple<std::string, std::string, std::string>{"huge_affine", "[ { M = 1000000, N = 1000000 } ]", "past kfab's limit of 1.0 TiB"},
+        {"overflowing_affine", "[ { M = 4294967296, N = 4294967296 } ]", "the element count overflows a 64-bit integer"}}) {
+    const auto dir = affine_with(name, "tune", shapes);
+    CliResult r = kfab_cli({"eval", dir.string(), fixture("tasks/affine/candidates/good.cpp"), "--json", "--db", db.string()});
+    ASSERT_TRUE(r.status.exited) << r.status.describe();
+    EXPECT_EQ(r.status.code, 2) << r.out << r.err;
+    const std::string error = r.json().value("error", "");
+    EXPECT_NE(error.find((dir / "task.toml").string() + ":9: input(x).shape: "), std::string::npos) << error;
+    EXPECT_NE(error.find("shapes.tune[0]"), std::string::npos) << error;
+    EXPECT_NE(error.find(says), std::string::npos) << error;
+  }
+  if (std::filesystem::exists(db)) {
+    auto s = Store::open(db);
+    ASSERT_TRUE(s.has_value());
+    EXPECT_EQ(*(*s)->count("evaluations"), 0) << "a task's fault was stored against the candidate";
+  }
+}
+
+// Issue 20: a task that loads but cannot fit the cpu runner's memory is refused before anything runs,
+// with the figures; a held-out entry is named by its place only, never its sizes.
+TEST(Eval, AShapeBeyondTheRunnersMemoryIsRefusedBeforeItRuns) {
+  const auto db = scratch() / "too-big.db";
+  const auto dir = affine_with("too_big_affine", "heldout", "[ { M = 16384, N = 16385 } ]");
+  CliResult r = kfab_cli({"eval", dir.string(), fixture("tasks/affine/candidates/good.cpp"), "--json", "--memory-limit", "1", "--db", db.string()});
+  ASSERT_TRUE(r.status.exited) << r.status.describe();
+  EXPECT_EQ(r.status.code, 2) << r.out << r.err;
+  const nlohmann::json j = r.json();
+  const std::string error = j.value("error", "");
+  EXPECT_NE(error.find((dir / "task.toml").string() + ": input(x).shape: 1.0 GiB in shapes.heldout[0]; one evaluation of the shape holds 4.0 GiB"),
+            std::string::npos) << error;
+  EXPECT_NE(error.find("more than the 1.0 GiB the cpu runner may use"), std::string::npos) << error;
+  EXPECT_NE(j.value("hint", "").find("--memory-limit"), std::string::npos) << j.dump();
+  EXPECT_EQ(error.find("16385"), std::string::npos) << "a held-out size was shown: " << error;
+  EXPECT_FALSE(std::filesystem::exists(db) && *(*Store::open(db))->count("evaluations") > 0);
+  // Without the held-out shapes, what is left fits.
+  CliResult tuning = kfab_cli(eval_args(dir.string(), fixture("tasks/affine/candidates/good.cpp"), {"--memory-limit", "1", "--no-heldout"}));
+  EXPECT_EQ(tuning.status.code, 0) << tuning.out << tuning.err;
 }
 
 TEST(Eval, BadUsageExitsTwo) {
