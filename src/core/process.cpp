@@ -67,6 +67,25 @@ extern "C" void reap_and_reraise(int sig) {
 
 }  // namespace
 
+bool sandbox_env_allowed(std::string_view name) {
+  // Exact names: the search paths, the locale, the user's name (getpass, pwd-less containers), the
+  // compilers torch.compile may call, and the settings the runner and the worker read themselves.
+  static constexpr std::string_view kNames[] = {
+      "PATH", "LD_LIBRARY_PATH", "LANG", "LANGUAGE", "TZ", "USER", "LOGNAME", "CC", "CXX", "PYTHONPATH",
+      "KFAB_OPENCL_PLATFORM", "KFAB_LAUNCH_HOLD",
+      // The adversarial suite's probe targets (tests/integration/suite_test.cpp): where an escape
+      // would write or connect. Not secrets: they exist to be found by candidates.
+      "KFAB_ESCAPE_PROBE", "KFAB_ESCAPE_PORT"};
+  // Prefixes: device selection, thread pools, the OpenCL loader and PoCL, torch's and Triton's settings.
+  static constexpr std::string_view kPrefixes[] = {"LC_",     "CUDA_",  "NVIDIA_", "OMP_",         "KMP_",    "GOMP_",
+                                                   "POCL_",   "OCL_ICD_", "TORCH_", "TORCHINDUCTOR_", "TRITON_", "KFAB_SANDBOX"};
+  for (auto n : kNames)
+    if (name == n) return true;
+  for (auto p : kPrefixes)
+    if (name.substr(0, p.size()) == p) return true;
+  return false;
+}
+
 void install_child_reaper() {
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
     struct sigaction sa {};
@@ -86,7 +105,8 @@ Expected<Child> Child::spawn(const SpawnOptions& opt) {
   for (char** e = environ; *e != nullptr; ++e) {
     std::string kv(*e);
     auto eq = kv.find('=');
-    if (eq != std::string::npos) env_map[kv.substr(0, eq)] = kv.substr(eq + 1);
+    if (eq == std::string::npos || (opt.clean_env && !sandbox_env_allowed(std::string_view(kv).substr(0, eq)))) continue;
+    env_map[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
   for (const auto& [k, v] : opt.env) env_map[k] = v;
   std::vector<std::string> env_strings;

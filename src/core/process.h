@@ -31,6 +31,9 @@ struct SpawnOptions {
   std::vector<std::string> argv;
   std::filesystem::path cwd;                              ///< empty: inherit
   std::vector<std::pair<std::string, std::string>> env;   ///< set on top of the parent's environment
+  /// Starts from the allow-listed part of the parent's environment (sandbox_env_allowed) rather than
+  /// all of it: for runners, whose candidates must not see kfab's secrets (API keys, tokens).
+  bool clean_env = false;
   ProcessLimits limits;
   /// Where the child's stdout and stderr go; empty: a pipe read back by the parent (capture()).
   std::filesystem::path output_file;
@@ -99,6 +102,12 @@ Expected<CommandResult> run_command(const std::vector<std::string>& argv, double
 /// On SIGINT, SIGTERM or SIGHUP, kills the process group of every child still running, then lets the
 /// signal take its default course, so that an interrupted kfab leaves no candidate running behind it.
 void install_child_reaper();
+
+/// Whether a variable of kfab's environment reaches a child started with SpawnOptions::clean_env: what
+/// toolchains, drivers and the runner need (PATH, LD_LIBRARY_PATH, locale, CUDA_* and NVIDIA_* device
+/// selection, OMP_* and KMP_* threads, POCL_* and OCL_ICD_*, TORCH_*, TORCHINDUCTOR_*, TRITON_*,
+/// PYTHONPATH, KFAB_SANDBOX*, the runner's and worker's own KFAB_* settings). Nothing else: no secret.
+bool sandbox_env_allowed(std::string_view name);
 
 /// Looks a program up on PATH; empty when absent.
 std::string find_program(const std::string& name);

@@ -100,11 +100,14 @@ std::optional<std::string> RunnerClient::ensure_started() {
   if (!opt_.argv.empty()) so.argv = opt_.argv;
   so.cwd = dir_;
   // Caches that libraries keep under $HOME by default are kept in the folder, the one place the
-  // sandbox lets the runner write: PoCL's kernels, CUDA's JIT, Triton's and torch.compile's.
+  // sandbox lets the runner write: PoCL's kernels, CUDA's JIT, Triton's and torch.compile's. Of kfab's
+  // own environment only the allow-listed part comes along (sandbox_env_allowed): no secret of kfab's
+  // (an API key) reaches a candidate.
   const std::string d = dir_.string();
+  so.clean_env = true;
   so.env = {{"TMPDIR", d},           {"POCL_CACHE_DIR", d + "/pocl"},   {"CUDA_CACHE_PATH", d + "/nv"},
             {"TRITON_HOME", d},      {"TRITON_CACHE_DIR", d + "/triton"}, {"TORCHINDUCTOR_CACHE_DIR", d + "/inductor"},
-            {"XDG_CACHE_HOME", d + "/cache"}, {"MPLCONFIGDIR", d + "/mpl"}};
+            {"XDG_CACHE_HOME", d + "/cache"}, {"MPLCONFIGDIR", d + "/mpl"}, {"HOME", d + "/home"}};
   for (const auto& [k, v] : opt_.env) so.env.emplace_back(k, v);
   so.output_file = dir_ / "runner.log";
   so.protocol_pipes = true;

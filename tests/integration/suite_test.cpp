@@ -95,6 +95,8 @@ static std::vector<ConformanceCase> conformance_cases() {
       {"late_thread", "incorrect"},        {"sleeps", "timeout"},               {"aborts", "crashed"},
       {"stack_overflow", "crashed"},       {"kills_itself", "crashed"},         {"closes_protocol", "crashed"},
       {"forges_reply", "rejected"},        {"signals_kfab", "incorrect"},       {"caches_by_value", "incorrect"},
+      // kfab's secrets (set for kfab below) must not reach a runner's environment (issue 20)
+      {"reads_secret", "passed"},
       // Probes of the sandbox and of the runner's memory: each computes the right answer and tells on
       // itself (outputs off by one) when its escape worked, so "passed" means it was held.
       {"writes_outside", "passed"},        {"network", "passed"},               {"fork_bomb", "passed"},
@@ -128,15 +130,22 @@ TEST_P(Conformance, SameDispositionOnEveryTarget) {
   Listener listener;
   ::setenv("KFAB_ESCAPE_PROBE", probe.c_str(), 1);
   ::setenv("KFAB_ESCAPE_PORT", std::to_string(listener.port()).c_str(), 1);
+  // Secrets of kfab's, which runners must not inherit (reads_secret prints any it finds and crashes).
+  const std::string secret = "kfab-test-secret-" + std::to_string(::getpid());
+  ::setenv("KFAB_TEST_SECRET", secret.c_str(), 1);
+  ::setenv("OPENAI_API_KEY", secret.c_str(), 1);
   // The classes that must time out get a short timeout (they would reach any); the rest a generous one.
   const std::string timeout = c.disposition == "timeout" ? "4" : "10";
   CliResult r = kfab_cli({"eval", fixture("tasks/affine"), fixture("broken/" + c.file), "--target", target, "--json",
                           "--timeout", timeout, "--min-calls", "10", "--min-time", "0.05", "--memory-limit", "1"});
+  ::unsetenv("KFAB_TEST_SECRET");
+  ::unsetenv("OPENAI_API_KEY");
   ASSERT_TRUE(r.status.exited) << "kfab " << r.status.describe();
   EXPECT_EQ(r.status.code, c.disposition == "passed" ? 0 : 1) << r.out << r.err;
   EXPECT_FALSE(fs::exists(probe)) << "a candidate wrote " << probe;
   EXPECT_FALSE(fs::exists("/tmp/kfab-escape-writes_outside")) << "a candidate wrote /tmp/kfab-escape-writes_outside";
   EXPECT_EQ(listener.accepted(), 0) << "a candidate connected to 127.0.0.1:" << listener.port();
+  EXPECT_EQ((r.out + r.err).find(secret), std::string::npos) << "kfab's secret reached the candidate: " << r.out << r.err;
   nlohmann::json j = r.json();
   EXPECT_EQ(j.value("disposition", ""), c.disposition) << j.value("detail", "");
   EXPECT_EQ(j.value("target", ""), target);
