@@ -196,9 +196,9 @@ std::string shape_list(const std::vector<ShapeBinding>& v) {
 }  // namespace
 
 int Commands::sandbox_command() {
-  std::string tmpl = (fs::temp_directory_path() / "kfab-sandbox-XXXXXX").string();
-  if (::mkdtemp(tmpl.data()) == nullptr) return bad_input(false, "cannot create a folder in " + fs::temp_directory_path().string(), "set TMPDIR");
-  const fs::path dir = tmpl;
+  auto made = make_owned_temp_dir("kfab-sandbox");
+  if (!made) return bad_input(false, made.error().message, made.error().hint);
+  const fs::path dir = *made;
   SpawnOptions so;
   so.argv = sandbox_argv_;
   so.cwd = dir;

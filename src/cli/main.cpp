@@ -7,10 +7,13 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "core/paths.h"
 #include "core/process.h"
 
 int main(int argc, char** argv) {
   kfab::install_child_reaper();
+  // Folders of an earlier kfab that was killed before it could remove them (kill -9).
+  kfab::sweep_orphaned_temp_dirs();
   CLI::App app{"kfab: fast, verified compute kernels from a reference computation"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string(kfab::cli::kVersion));

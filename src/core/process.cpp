@@ -15,6 +15,8 @@
 #include <map>
 #include <thread>
 
+#include "core/paths.h"
+
 extern char** environ;
 
 namespace kfab {
@@ -61,6 +63,9 @@ extern "C" void reap_and_reraise(int sig) {
     const pid_t p = slot.load();
     if (p > 0) ::kill(-p, SIGKILL);
   }
+  // The runners' folders go with them (system calls only); what a dying runner still adds is left to
+  // the next kfab's sweep_orphaned_temp_dirs.
+  remove_owned_temp_dirs();
   ::signal(sig, SIG_DFL);
   ::raise(sig);
 }

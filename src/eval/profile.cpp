@@ -138,9 +138,9 @@ Expected<json> ncu_profile(const Task& task, const fs::path& artifact, const fs:
   std::string ncu = find_program("ncu");
   if (ncu.empty() && fs::exists("/usr/local/cuda/bin/ncu")) ncu = "/usr/local/cuda/bin/ncu";
   if (ncu.empty()) return make_error("ncu is not installed (it comes with the CUDA toolkit); the rest of the verdict stands");
-  std::string tmpl = (fs::temp_directory_path() / "kfab-ncu-XXXXXX").string();
-  if (::mkdtemp(tmpl.data()) == nullptr) return make_error("cannot create a folder for ncu");
-  const fs::path dir = tmpl;
+  auto made = make_owned_temp_dir("kfab-ncu");
+  if (!made) return make_error("cannot create a folder for ncu: " + made.error().message, made.error().hint);
+  const fs::path dir = *made;
   const json req = {{"op", "run"},       {"task", task.manifest.string()}, {"candidate", artifact.string()},
                     {"reference", reference.string()},   {"target", target},               {"shape", shape},
                     {"base_seed", base_seed}, {"seed", 0},                 {"calls", 3}};

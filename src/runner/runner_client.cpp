@@ -91,9 +91,10 @@ std::optional<std::string> RunnerClient::ensure_started() {
   if (child_ && child_->running()) return std::nullopt;
   reap_detached();
   discard();
-  std::string tmpl = (fs::temp_directory_path() / "kfab-runner-XXXXXX").string();
-  if (::mkdtemp(tmpl.data()) == nullptr) return "cannot create a runner folder in " + fs::temp_directory_path().string();
-  dir_ = tmpl;
+  // Named after kfab's pid and start time: removed on a signal, or by the next kfab once kfab is gone.
+  auto made = make_owned_temp_dir("kfab-runner");
+  if (!made) return "cannot create a runner folder: " + made.error().to_string();
+  dir_ = *made;
   SpawnOptions so;
   so.argv = {runner_path().string()};
   if (!opt_.preopen.empty()) so.argv.insert(so.argv.end(), {"--open", opt_.preopen});

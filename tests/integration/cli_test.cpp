@@ -1,8 +1,10 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <thread>
 #include <tuple>
 
+#include "core/paths.h"
 #include "harness.h"
 #include "store/store.h"
 
@@ -235,6 +237,81 @@ TEST(Eval, AShapeBeyondTheRunnersMemoryIsRefusedBeforeItRuns) {
   // Without the held-out shapes, what is left fits.
   CliResult tuning = kfab_cli(eval_args(dir.string(), fixture("tasks/affine/candidates/good.cpp"), {"--memory-limit", "1", "--no-heldout"}));
   EXPECT_EQ(tuning.status.code, 0) << tuning.out << tuning.err;
+}
+
+namespace {
+/// The kfab-runner-* folders under `dir`.
+std::vector<std::string> runner_folders(const std::filesystem::path& dir) {
+  std::vector<std::string> v;
+  std::error_code ec;
+  for (const auto& f : std::filesystem::directory_iterator(dir, ec))
+    if (f.path().filename().string().rfind("kfab-runner-", 0) == 0) v.push_back(f.path().filename().string());
+  return v;
+}
+}  // namespace
+
+// Issue 20: kfab ended by SIGTERM, SIGINT or SIGHUP mid-job leaves no runner folder behind (its own
+// TMPDIR here, so that other tests' runners do not count).
+TEST(Eval, NoRunnerFolderOutlivesASignal) {
+  for (const int sig : {SIGTERM, SIGINT, SIGHUP}) {
+    const auto tmp = scratch() / ("signal-tmp-" + std::to_string(sig));
+    std::filesystem::create_directories(tmp);
+    SpawnOptions so;
+    so.argv = {"/bin/sh", "-c",
+               "TMPDIR=" + quote(tmp.string()) + " KFAB_CACHE_DIR=" + quote(shared_test_cache().string()) + " KFAB_DATA_DIR=" +
+                   quote((scratch() / "data").string()) + " exec " + quote(KFAB_BINARY) + " eval " + quote(fixture("tasks/affine")) + " " +
+                   quote(fixture("broken/hang.cpp")) + " --timeout 120 --json >/dev/null 2>&1"};
+    so.cwd = KFAB_SOURCE_DIR;
+    auto kfab = Child::spawn(so);
+    ASSERT_TRUE(kfab.has_value()) << kfab.error().message;
+    // The runner is up and at work (its log exists) before the signal.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    bool working = false;
+    while (!working && std::chrono::steady_clock::now() < deadline) {
+      for (const auto& f : runner_folders(tmp)) working = working || std::filesystem::exists(tmp / f / "runner.log");
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ASSERT_TRUE(working) << "no runner started under " << tmp;
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    ::kill(kfab->pid(), sig);
+    const ExitStatus st = kfab->wait(std::chrono::steady_clock::now() + std::chrono::seconds(30));
+    EXPECT_EQ(st.signal, sig) << st.describe();
+    EXPECT_EQ(runner_folders(tmp), std::vector<std::string>{}) << "after " << signal_name(sig);
+  }
+}
+
+// Issue 20: folders whose owner is gone (kfab killed outright, which no handler sees) are swept when
+// kfab next starts; a live owner's folder, and anything not named by an owner, is left alone.
+TEST(Eval, ANextStartSweepsTheFoldersOfAKfabThatIsGone) {
+  const auto tmp = scratch() / "sweep-tmp";
+  std::filesystem::create_directories(tmp);
+  const char* old = std::getenv("TMPDIR");
+  const std::string saved = old ? old : "";
+  ::setenv("TMPDIR", tmp.c_str(), 1);
+  auto live = make_owned_temp_dir("kfab-runner");  // this test's own: its owner is alive
+  old ? ::setenv("TMPDIR", saved.c_str(), 1) : ::unsetenv("TMPDIR");
+  ASSERT_TRUE(live.has_value()) << live.error().message;
+  // A pid no process has (past any pid_max), and this process at another start time (its pid reused).
+  const std::string name = live->filename().string();  // kfab-runner-PID.START-XXXXXX
+  const auto dash = name.rfind('-', name.size() - 8), dot = name.rfind('.');
+  const std::string pid = name.substr(dash + 1, dot - dash - 1), start = name.substr(dot + 1, name.size() - 7 - dot - 1);
+  std::vector<std::filesystem::path> orphans = {
+      tmp / ("kfab-runner-999999999." + start + "-abcdef"),
+      tmp / ("kfab-runner-" + pid + "." + std::to_string(std::stoull(start) + 1) + "-ghijkl"),
+      tmp / ("kfab-ncu-999999999." + start + "-mnopqr")};
+  for (const auto& o : orphans) {
+    std::filesystem::create_directories(o / "inductor/deep");
+    ASSERT_TRUE(write_file_atomic(o / "inductor/deep/file", "x").has_value());
+  }
+  std::filesystem::create_directories(tmp / "kfab-runner-notours");
+  const std::string cmd = "TMPDIR=" + quote(tmp.string()) + " exec " + quote(KFAB_BINARY) + " tasks " + quote(fixture("tasks/affine")) + " >/dev/null";
+  auto r = run_command({"/bin/sh", "-c", cmd}, 60);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_TRUE(r->status.ok()) << r->output;
+  for (const auto& o : orphans) EXPECT_FALSE(std::filesystem::exists(o)) << o << " was not swept";
+  EXPECT_TRUE(std::filesystem::exists(*live)) << "a live kfab's folder was swept";
+  EXPECT_TRUE(std::filesystem::exists(tmp / "kfab-runner-notours"));
+  std::filesystem::remove_all(*live);
 }
 
 TEST(Eval, BadUsageExitsTwo) {
