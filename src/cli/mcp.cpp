@@ -201,8 +201,29 @@ json history(const json& a, bool best_only) {
                     {"source", src ? *src : ""}}}};
 }
 
+/// `kfab tasks --json` without the held-out shapes.
+json list_tasks(const json& a) {
+  json out = run_kfab({"tasks", a.contains("path") ? arg(a, "path") : "tasks"}, 120);
+  if (out.contains("tasks") && out["tasks"].is_array())
+    for (auto& t : out["tasks"])
+      if (t.is_object()) t.erase("heldout");
+  return out;
+}
+
+/// Held-out shapes are never shown to an agent: every string of a tool's result (a broken manifest's
+/// message included, which names the shape entry it is about) has a held-out binding's sizes withheld.
+json withhold_heldout(json j) {
+  if (j.is_string()) {
+    static const std::regex binding(R"((shapes\.heldout(\[\d+\])?) \{[^}]*\})");
+    return std::regex_replace(j.get<std::string>(), binding, "$1 {withheld}");
+  }
+  if (j.is_object() || j.is_array())
+    for (auto& v : j) v = withhold_heldout(std::move(v));
+  return j;
+}
+
 json call_tool(const std::string& name, const json& a) {
-  if (name == "list_tasks") return run_kfab({"tasks", a.contains("path") ? arg(a, "path") : "tasks"}, 120);
+  if (name == "list_tasks") return list_tasks(a);
   if (name == "describe_task") return describe(a);
   if (name == "evaluate") return evaluate(a, false);
   if (name == "profile") return evaluate(a, true);
@@ -263,11 +284,11 @@ int serve_mcp(std::istream& in, std::ostream& out) {
         continue;
       }
       try {
-        send({{"jsonrpc", "2.0"}, {"id", id}, {"result", text_result(call_tool(params["name"], args))}});
+        send({{"jsonrpc", "2.0"}, {"id", id}, {"result", text_result(withhold_heldout(call_tool(params["name"], args)))}});
       } catch (const ToolError& e) {
-        send({{"jsonrpc", "2.0"}, {"id", id}, {"result", text_result(json{{"error", e.message}}, true)}});
+        send({{"jsonrpc", "2.0"}, {"id", id}, {"result", text_result(withhold_heldout(json{{"error", e.message}}), true)}});
       } catch (const std::exception& e) {
-        send({{"jsonrpc", "2.0"}, {"id", id}, {"result", text_result(json{{"error", e.what()}}, true)}});
+        send({{"jsonrpc", "2.0"}, {"id", id}, {"result", text_result(withhold_heldout(json{{"error", e.what()}}), true)}});
       }
     } else {
       send(error_reply(id, kMethodNotFound, "method not found: " + method));

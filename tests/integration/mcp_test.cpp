@@ -2,6 +2,7 @@
 // best, describe_task), with the errors a client can cause.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <sstream>
 
 #include "harness.h"
@@ -85,6 +86,65 @@ TEST(Mcp, AWholeSessionEvaluatesACandidateAndReadsItBack) {
   EXPECT_TRUE(replies[7]["result"]["isError"].get<bool>());  // neither candidate nor source
   EXPECT_EQ(replies[8]["error"]["code"], -32601);
   EXPECT_EQ(replies[9]["error"]["code"], -32700);
+}
+
+// Issue 20: no tool's result shows a held-out shape. Every tool the server lists is called, on a task
+// whose held-out sizes are distinctive, and on one whose held-out entry is broken (its message quotes
+// the entry); none of the replies may contain the sizes.
+TEST(Mcp, NoToolResultContainsAHeldOutShape) {
+  const std::string kHeldOut = "3141593";
+  const auto suite = scratch() / "mcp-heldout";
+  const auto task = suite / "heldout_affine", broken = suite / "heldout_broken";
+  std::filesystem::create_directories(task);
+  std::filesystem::create_directories(broken);
+  for (const auto& dir : {task, broken}) std::filesystem::copy_file(fixture("tasks/affine/reference.cpp"), dir / "reference.cpp",
+                                                                    std::filesystem::copy_options::overwrite_existing);
+  auto manifest = read_file(fixture("tasks/affine/task.toml"));
+  ASSERT_TRUE(manifest.has_value());
+  auto with = [&](const std::string& name, const std::string& heldout) {
+    std::string m = *manifest;
+    m.replace(m.find("name = \"affine\""), 15, "name = \"" + name + "\"");
+    const auto at = m.find("heldout = ");
+    return m.replace(at, m.find('\n', at) - at, "heldout = " + heldout);
+  };
+  ASSERT_TRUE(write_file_atomic(task / "task.toml", with("heldout_affine", "[ { M = 1, N = " + kHeldOut + " } ]")).has_value());
+  ASSERT_TRUE(write_file_atomic(broken / "task.toml", with("heldout_broken", "[ { M = " + kHeldOut + " } ]")).has_value());
+
+  const auto listed = session({request(1, "tools/list")});
+  ASSERT_EQ(listed.size(), 1u);
+  const std::string good = fixture("tasks/affine/candidates/good.cpp");
+  // The arguments of each tool; a tool this map lacks fails the test, so a new tool is checked too.
+  const std::map<std::string, std::vector<nlohmann::json>> calls = {
+      {"list_tasks", {{{"path", suite.string()}}}},
+      {"describe_task", {{{"task", task.string()}}, {{"task", broken.string()}}}},
+      {"evaluate", {{{"task", task.string()}, {"candidate", good}, {"target", "cpu"}},
+                    {{"task", broken.string()}, {"candidate", good}, {"target", "cpu"}}}},
+      {"profile", {{{"task", task.string()}, {"candidate", good}, {"target", "cpu"}}}},
+      {"history", {{{"task", "heldout_affine"}}}},
+      {"best", {{{"task", "heldout_affine"}}}},
+  };
+  std::vector<nlohmann::json> messages;
+  int id = 0;
+  for (const auto& tool : listed[0]["result"]["tools"]) {
+    const std::string name = tool["name"];
+    const auto it = calls.find(name);
+    if (it == calls.end()) {
+      ADD_FAILURE() << "tool " << name << " has no call in this test: add one";
+      continue;
+    }
+    for (const auto& args : it->second) messages.push_back(call(++id, name, args));
+  }
+  const auto replies = session(messages);
+  ASSERT_EQ(replies.size(), messages.size());
+  for (size_t i = 0; i < replies.size(); ++i) {
+    const std::string text = replies[i].dump();
+    EXPECT_EQ(text.find(kHeldOut), std::string::npos) << messages[i].dump() << " showed a held-out shape: " << text;
+  }
+  // The calls did what they were for: the listing has the task, the evaluation passed.
+  EXPECT_NE(replies[0].dump().find("heldout_affine"), std::string::npos) << replies[0].dump();
+  bool passed = false;
+  for (const auto& r : replies) passed = passed || r["result"]["structuredContent"].value("disposition", "") == "passed";
+  EXPECT_TRUE(passed);
 }
 
 }  // namespace kfab::test
