@@ -246,13 +246,17 @@ TEST_F(Manifest, CheckFitsNamesTheShapeEntryTheTensorAndTheLimit) {
   // x 4x8 f32, idx 4 i64, y 4x16 f32: each held twice (inputs and their snapshot, both outputs).
   EXPECT_EQ(evaluation_bytes(*t, t->tune[0]), 2u * (128 + 32 + 256));
   EXPECT_TRUE(check_fits(*t, 1u << 20).has_value());
-  auto tune = check_fits(*t, 831, {.heldout = false, .limit = "the test allows", .remedy = ", or else"});
+  FitScope tuning;
+  tuning.heldout = false;
+  tuning.limit = "the test allows";
+  tuning.remedy = ", or else";
+  auto tune = check_fits(*t, 831, tuning);
   ASSERT_FALSE(tune.has_value());
   EXPECT_EQ(tune.error().message, t->manifest.string() + ": output(y).shape: 256 bytes in shapes.tune[0] {M=4, N=8}; one evaluation of the "
                                   "shape holds 832 bytes (the inputs and their snapshot, the candidate's and the reference's outputs), "
                                   "more than the 831 bytes the test allows");
   EXPECT_EQ(tune.error().hint, "shapes that fit 831 bytes, or else");
-  EXPECT_TRUE(check_fits(*t, 832, {.heldout = false}).has_value());
+  EXPECT_TRUE(check_fits(*t, 832, tuning).has_value());
   auto held = check_fits(*t, 832);
   ASSERT_FALSE(held.has_value());
   EXPECT_NE(held.error().message.find("output(y).shape: 11.7 KiB in shapes.heldout[0];"), std::string::npos) << held.error().message;
