@@ -12,6 +12,7 @@
 #include <toml++/toml.h>
 
 #include "core/paths.h"
+#include "core/text.h"
 
 #ifdef KFAB_HAVE_CURL
 #include <curl/curl.h>
@@ -162,7 +163,7 @@ class HttpLlm final : public LlmClient {
   std::string describe() const override { return p_.name + ":" + p_.model + " (" + p_.kind + ", " + p_.base_url + ")"; }
 
   Expected<ChatReply> chat(const std::vector<ChatMessage>& messages) override {
-    const std::string body = chat_request(p_, messages).dump();
+    const std::string body = dump_json(chat_request(p_, messages));
     const std::string url = p_.base_url + (p_.kind == "anthropic" ? "/messages" : "/chat/completions");
     std::string key;
     if (!p_.api_key_env.empty())
@@ -200,15 +201,18 @@ class HttpLlm final : public LlmClient {
       curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
       curl_slist_free_all(headers);
       curl_easy_cleanup(h);
+      // A provider's body is any bytes; JSON is UTF-8 (RFC 8259), so a bad byte becomes U+FFFD here
+      // rather than failing the parse and costing a retry.
+      response = printable(response);
       bool retry = false;
       if (rc != CURLE_OK) {
         last_error = std::string("the connection failed: ") + curl_easy_strerror(rc);
         retry = true;
       } else if (status == 429 || status >= 500) {
-        last_error = fmt::format("HTTP {}: {}", status, response.substr(0, 500));
+        last_error = fmt::format("HTTP {}: {}", status, printable(response, 500));
         retry = true;
       } else if (status != 200) {
-        return make_error(fmt::format("{} answered HTTP {}: {}", describe(), status, response.substr(0, 1000)),
+        return make_error(fmt::format("{} answered HTTP {}: {}", describe(), status, printable(response, 1000)),
                           status == 401 || status == 403 ? "check the key in $" + p_.api_key_env : "");
       } else {
         auto parsed = parse(response);

@@ -15,6 +15,7 @@
 #include "core/hash.h"
 #include "core/paths.h"
 #include "core/stamp.h"
+#include "core/text.h"
 #include "eval/kb_evaluator.h"
 #include "eval/roofline.h"
 #include "runner/runner_client.h"
@@ -157,7 +158,7 @@ Expected<json> optimize(const OptimizeOptions& in) {
     json config = {{"dsl", opt.dsl}, {"budget_candidates", opt.budget_candidates}, {"budget_tokens", opt.budget_tokens},
                    {"budget_dollars", opt.budget_dollars}, {"out_dir", fs::absolute(opt.out_dir).string()},
                    {"config_file", opt.config.empty() ? std::string() : fs::absolute(opt.config).string()}};
-    if (auto ok = store.create_run(run, task_name, fs::absolute(opt.task).string(), opt.target, opt.llm, opt.strategy, config.dump()); !ok)
+    if (auto ok = store.create_run(run, task_name, fs::absolute(opt.task).string(), opt.target, opt.llm, opt.strategy, dump_json(config)); !ok)
       return Unexpected{ok.error()};
   }
   std::error_code ec;
@@ -228,7 +229,7 @@ Expected<json> optimize(const OptimizeOptions& in) {
     s.seq = ++seq;
     json req = json::array();
     for (const auto& m : msgs) req.push_back({{"role", m.role}, {"content", m.content}});
-    const std::string req_text = req.dump();
+    const std::string req_text = dump_json(req);
     s.call_hash = hash_hex(client->describe() + '\0' + req_text + '\0' + r->text);
     if (auto ok = store.put_llm_call(s.call_hash, client->describe(), req_text, r->text, r->tokens_in, r->tokens_out, r->cost); !ok)
       return Unexpected{ok.error()};
@@ -341,7 +342,7 @@ Expected<json> optimize(const OptimizeOptions& in) {
       step.detail = code.error().message;
       last_disposition = "no_code";
       last_verdict = code.error().message;
-      last_code = r.first.substr(0, 4000);
+      last_code = printable(r.first, 4000);
       history += fmt::format("- step {} ({}): no code\n", step.seq, role);
       return store.add_step(run, step);
     }
@@ -410,7 +411,7 @@ Expected<json> optimize(const OptimizeOptions& in) {
     c->second.detail = c->first;
     if (auto ok = store.add_step(run, c->second); !ok) return Unexpected{ok.error()};
     if (c->first.substr(0, c->first.find('\n')).find("STOP") != std::string::npos) {
-      stopped = "the conductor: " + c->first.substr(0, 300);
+      stopped = "the conductor: " + printable(c->first, 300);
       return false;
     }
     return true;

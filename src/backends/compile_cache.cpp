@@ -14,6 +14,7 @@
 #include "core/hash.h"
 #include "core/paths.h"
 #include "core/process.h"
+#include "core/text.h"
 
 namespace kfab {
 
@@ -110,8 +111,8 @@ BuildOutcome<BuildResult> compile_cached(const CompileSpec& spec, const fs::path
   if (!run) return BuildFailure{run.error().to_string()};
   if (run->timed_out || !run->status.ok()) {
     fs::remove(tmp, ec);
-    std::string msg = run->output;
-    if (msg.size() > kMaxCompilerMessage) msg = msg.substr(0, kMaxCompilerMessage) + "\n[... compiler output truncated]";
+    // The compiler quotes the source, whatever bytes it holds: its message is kept as valid UTF-8.
+    std::string msg = printable(run->output, kMaxCompilerMessage);
     if (run->timed_out)
       return BuildFailure{"the compiler ran past " + std::to_string(static_cast<int>(spec.timeout_s)) + " s\n" + msg, true};
     if (msg.empty()) msg = "the compiler " + run->status.describe();

@@ -14,6 +14,7 @@
 #include "core/hash.h"
 #include "core/paths.h"
 #include "core/process.h"
+#include "core/text.h"
 #include "eval/evaluator.h"
 #include "eval/kb_evaluator.h"
 #include "cli/mcp.h"
@@ -144,7 +145,7 @@ std::string default_device_target() { return make_backend("cuda")->probe() > 0 ?
 
 int bad_input(bool as_json, const std::string& message, const std::string& hint = {}) {
   if (as_json) {
-    std::cout << json{{"error", message}, {"hint", hint}}.dump(2) << "\n";
+    std::cout << dump_json(json{{"error", message}, {"hint", hint}}, 2) << "\n";
   } else {
     std::cerr << "kfab: " << message << "\n";
     if (!hint.empty()) std::cerr << "  " << hint << "\n";
@@ -231,7 +232,7 @@ int Commands::doctor() {
                   {"runner", runner_path().string()}, {"abi_include", abi_include_dir().string()}};
   out["cpu_cores"] = std::thread::hardware_concurrency();
   if (json_) {
-    std::cout << out.dump(2) << "\n";
+    std::cout << dump_json(out, 2) << "\n";
     return kExitOk;
   }
   auto line = [](const std::string& what, const json& j, const std::string& value) {
@@ -298,7 +299,7 @@ int Commands::tasks() {
     arr.push_back(j);
   }
   if (json_) {
-    std::cout << json{{"path", path_}, {"tasks", arr}, {"broken", broken}}.dump(2) << "\n";
+    std::cout << dump_json(json{{"path", path_}, {"tasks", arr}, {"broken", broken}}, 2) << "\n";
   } else if (entries.empty()) {
     std::cout << "no tasks under " << path_ << "\n";
   } else {
@@ -335,7 +336,7 @@ int Commands::check_tasks(const std::vector<TaskEntry>& entries) {
       std::cout << e.path.stem().string() << ": " << (j.value("degenerate", false) ? "DEGENERATE" + findings : "ok") << "\n";
     }
   }
-  if (json_) std::cout << json{{"checked", checked}, {"degenerate", degenerate}, {"errors", failed}, {"tasks", arr}}.dump(2) << "\n";
+  if (json_) std::cout << dump_json(json{{"checked", checked}, {"degenerate", degenerate}, {"errors", failed}, {"tasks", arr}}, 2) << "\n";
   else std::cout << fmt::format("{} KernelBench-format tasks checked: {} degenerate, {} errors\n", checked, degenerate, failed);
   if (failed > 0) return kExitBadInput;
   return degenerate > 0 ? kExitFailed : kExitOk;
@@ -391,7 +392,7 @@ int Commands::optimize_task() {
     auto r = tune(t);
     if (!r) return bad_input(json_, r.error().message, r.error().hint);
     if (json_) {
-      std::cout << r->dump(2) << "\n";
+      std::cout << dump_json(*r, 2) << "\n";
     } else {
       const json& b = (*r)["best"];
       std::cout << fmt::format("run {} (built-in tuner): {} parameter points evaluated; {}\n", (*r)["run"].get<std::string>(),
@@ -427,7 +428,7 @@ int Commands::optimize_task() {
   auto r = optimize(o);
   if (!r) return bad_input(json_, r.error().message, r.error().hint);
   if (json_) {
-    std::cout << r->dump(2) << "\n";
+    std::cout << dump_json(*r, 2) << "\n";
   } else {
     const json& b = (*r)["best"];
     std::cout << fmt::format("run {}: {} steps, {} candidates, {} + {} tokens, ${:.4f}; stopped: {}\n", (*r)["run"].get<std::string>(),
@@ -453,11 +454,11 @@ int Commands::export_modelnew() {
                        60.0);
   if (!r) return bad_input(json_, r.error().message);
   if (!r->status.ok()) {
-    std::string msg = r->output;
+    std::string msg = printable(r->output, 4000);
     while (!msg.empty() && msg.back() == '\n') msg.pop_back();
     return bad_input(json_, msg.empty() ? "the export failed: " + r->status.describe() : msg);
   }
-  if (json_) std::cout << json{{"modelnew", out_}, {"task", task_}, {"candidate", candidate_}}.dump(2) << "\n";
+  if (json_) std::cout << dump_json(json{{"modelnew", out_}, {"task", task_}, {"candidate", candidate_}}, 2) << "\n";
   else std::cout << "wrote " << out_ << ": ModelNew for " << fs::path(task_).stem().string() << " from " << candidate_ << "\n";
   return kExitOk;
 }
@@ -576,7 +577,7 @@ int Commands::report_verdict(const Task& task, const Verdict& v) {
   }
 
   if (json_) {
-    std::cout << out.dump(2) << "\n";
+    std::cout << dump_json(out, 2) << "\n";
   } else {
     Table t({"shape", "set", "status", "max abs err", "max rel err", "median ms", "iqr ms", "n", "baseline ms", "speedup", "% of bound"});
     for (const auto& s : out["shapes"]) {
@@ -699,7 +700,7 @@ int Commands::bench() {
   if (json_) {
     json out = *r;
     for (auto& t : out["tasks"]) t.erase("report");  // the runs are in bench.json and the HTML page
-    std::cout << out.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+    std::cout << dump_json(out, 2) << "\n";
   } else {
     Table t({"task", "result", "speedup", "vs compile", "SOL score", "% of bound", "held-out", "wall s"});
     for (const auto& row : (*r)["tasks"]) {
@@ -741,7 +742,7 @@ int Commands::report() {
     if (!b.is_object() || !b.contains("tasks")) return bad_input(json_, as_bench.string() + ": not a bench file (no \"tasks\")");
     const fs::path out = html_.empty() ? as_bench.parent_path() / "report.html" : fs::path(html_);
     if (auto ok = write_file_atomic(out, render_bench_html(b)); !ok) return bad_input(json_, ok.error().message);
-    if (json_) std::cout << json{{"bench", b.value("bench", "")}, {"html", fs::absolute(out).string()}, {"scores", b.value("scores", json())}}.dump(2) << "\n";
+    if (json_) std::cout << dump_json(json{{"bench", b.value("bench", "")}, {"html", fs::absolute(out).string()}, {"scores", b.value("scores", json())}}, 2) << "\n";
     else std::cout << "report: " << fs::absolute(out).string() << "\n";
     return kExitOk;
   }
@@ -760,7 +761,7 @@ int Commands::report() {
   if (json_) {
     json out = *rep;
     if (!html_.empty()) out["html"] = fs::absolute(html_).string();
-    std::cout << out.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+    std::cout << dump_json(out, 2) << "\n";
     return kExitOk;
   }
   std::cout << fmt::format("run {}: {} on {} ({}, {}), {}\n", run, rep->value("task", ""), rep->value("target", ""), rep->value("llm", ""),

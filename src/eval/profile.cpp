@@ -10,6 +10,7 @@
 #include "core/hash.h"
 #include "core/paths.h"
 #include "core/process.h"
+#include "core/text.h"
 
 namespace kfab {
 
@@ -144,7 +145,7 @@ Expected<json> ncu_profile(const Task& task, const fs::path& artifact, const fs:
   const json req = {{"op", "run"},       {"task", task.manifest.string()}, {"candidate", artifact.string()},
                     {"reference", reference.string()},   {"target", target},               {"shape", shape},
                     {"base_seed", base_seed}, {"seed", 0},                 {"calls", 3}};
-  (void)write_file_atomic(dir / "job.json", req.dump());
+  (void)write_file_atomic(dir / "job.json", dump_json(req));
   std::string metrics;
   for (const auto& [m, _] : profile_metrics()) metrics += (metrics.empty() ? "" : ",") + m;
   auto r = run_command({ncu, "--clock-control", "none", "--target-processes", "all", "--csv", "--metrics", metrics,
@@ -160,9 +161,10 @@ Expected<json> ncu_profile(const Task& task, const fs::path& artifact, const fs:
   const std::string all = (csv ? *csv : "") + "\n" + output;
   if (all.find("ERR_NVGPUCTRPERM") != std::string::npos)
     return make_error("ncu may not read the GPU's performance counters here (ERR_NVGPUCTRPERM); the rest of the verdict stands");
-  if (!csv) return make_error("ncu wrote no results: " + output.substr(0, 2000));
+  // ncu passes on what the candidate printed: any bytes at all.
+  if (!csv) return make_error("ncu wrote no results: " + printable(output, 2000));
   auto parsed = parse_ncu_csv(*csv);
-  if (!parsed) return make_error(parsed.error().message + ": " + output.substr(0, 2000));
+  if (!parsed) return make_error(parsed.error().message + ": " + printable(output, 2000));
   return parsed;
 }
 

@@ -12,6 +12,7 @@
 #include "core/discover.h"
 #include "core/hash.h"
 #include "core/stamp.h"
+#include "core/text.h"
 #include "eval/kb_evaluator.h"
 #include "report/html.h"
 #include "tuner/tuner.h"
@@ -42,7 +43,7 @@ std::string csv_cell(const json& v) {
   if (v.is_null()) return "";
   if (v.is_number_float()) return fmt::format("{:.6g}", v.get<double>());
   if (v.is_number() || v.is_boolean()) return v.dump();
-  std::string s = v.is_string() ? v.get<std::string>() : v.dump(-1, ' ', false, json::error_handler_t::replace);
+  std::string s = v.is_string() ? v.get<std::string>() : dump_json(v);
   if (s.find_first_of(",\"\n") == std::string::npos) return s;
   std::string q = "\"";
   for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
@@ -327,7 +328,7 @@ Expected<json> run_bench(const BenchOptions& opt_in) {
     bench["wall_s"] = elapsed();
     bench["finished"] = final_;
     bench["scores"] = bench_scores(bench["tasks"]);
-    if (auto ok = write_file_atomic(opt.out_dir / "bench.json", bench.dump(1, ' ', false, json::error_handler_t::replace)); !ok) return ok;
+    if (auto ok = write_file_atomic(opt.out_dir / "bench.json", dump_json(bench, 1)); !ok) return ok;
     if (auto ok = write_file_atomic(opt.out_dir / "tasks.csv", tasks_csv(bench["tasks"])); !ok) return ok;
     if (auto ok = write_file_atomic(opt.out_dir / "scores.csv", scores_csv(bench["scores"])); !ok) return ok;
     return write_file_atomic(opt.report, render_bench_html(bench));
@@ -407,7 +408,7 @@ Expected<json> run_bench(const BenchOptions& opt_in) {
     if (opt.say)
       opt.say(fmt::format("{}: {}{}", name, row["disposition"].get<std::string>(),
                           std::isfinite(num(row, "speedup")) ? fmt::format(" {:.2f}x", num(row, "speedup"))
-                                                             : (row.contains("error") ? ": " + row["error"].get<std::string>().substr(0, 200) : "")));
+                                                             : (row.contains("error") ? ": " + printable(row["error"].get<std::string>(), 200) : "")));
     bench["tasks"].push_back(std::move(row));
     ++st.done;
     st.elapsed_s = elapsed();

@@ -13,6 +13,8 @@
 
 #include <fmt/format.h>
 
+#include "core/text.h"
+
 namespace kfab {
 
 using json = nlohmann::json;
@@ -85,7 +87,7 @@ const json& list(const json& j, const char* key) {
   return v.is_array() ? v : empty;
 }
 
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string dump(const json& j) { return dump_json(j); }
 
 std::optional<double> number(const json& j) {
   if (!j.is_number()) return std::nullopt;

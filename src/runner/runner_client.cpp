@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/paths.h"
+#include "core/text.h"
 #include "runner/protocol.h"
 
 namespace kfab {
@@ -135,10 +136,10 @@ std::string RunnerClient::log_tail() const {
   std::string s = ss.str();
   // The sandbox's own line (what applied) says nothing about a crash.
   if (s.rfind("kfab sandbox:", 0) == 0) s.erase(0, s.find('\n') == std::string::npos ? s.size() : s.find('\n') + 1);
-  constexpr size_t kTail = 2000;
-  if (s.size() > kTail) s = "..." + s.substr(s.size() - kTail);
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
+  // What the candidate printed is any bytes at all: the tail is kept, as valid UTF-8.
+  constexpr size_t kTail = 2000;
+  return printable(s, kTail, Keep::Tail);
 }
 
 JobReply RunnerClient::run(const nlohmann::json& request) {

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <string>
 
+#include "core/text.h"
 #include "runner/accelerator.h"
 #include "runner/jobs.h"
 #include "runner/protocol.h"
@@ -21,7 +22,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     const nlohmann::json reply = kfab::runner::handle(req);
-    std::printf("%s\n", reply.dump().c_str());
+    std::printf("%s\n", kfab::dump_json(reply).c_str());
     return reply.value("ok", false) ? 0 : 1;
   }
   // --open TARGET: the device is opened before the first job arrives. A failure is not reported

@@ -5,6 +5,7 @@
 
 #include "core/hash.h"
 #include "core/paths.h"
+#include "core/text.h"
 
 namespace kfab {
 
@@ -242,7 +243,7 @@ Expected<int64_t> Store::record_evaluation(const Task& task, const std::string& 
                             .bind(4, std::string(disposition_name(v.disposition)))
                             .bind(5, v.detail)
                             .bind(6, v.speedup)
-                            .bind(7, v.to_json().dump())
+                            .bind(7, dump_json(v.to_json()))
                             .step() != SQLITE_DONE)
       return fail("recording the evaluation");
     id = sqlite3_last_insert_rowid(db_);

@@ -14,6 +14,7 @@
 #include "core/hash.h"
 #include "core/paths.h"
 #include "core/stamp.h"
+#include "core/text.h"
 #include "store/store.h"
 #include "eval/kb_evaluator.h"
 #include "tuner/fused.h"
@@ -199,7 +200,7 @@ Expected<json> tune(const TuneOptions& in) {
   std::map<std::string, Store::Step> done;
   if (opt.resume.empty()) {
     if (auto ok = store.create_run(run, task.name, fs::absolute(opt.task).string(), opt.target, "tuner", "tune",
-                                   json{{"budget", opt.budget}, {"out_dir", fs::absolute(opt.out_dir).string()}}.dump());
+                                   dump_json(json{{"budget", opt.budget}, {"out_dir", fs::absolute(opt.out_dir).string()}}));
         !ok)
       return Unexpected{ok.error()};
   } else {
@@ -312,14 +313,14 @@ Expected<json> tune(const TuneOptions& in) {
           }
         searched.push_back({{"template", pt.tmpl}, {"params", pt.params}, {"disposition", st.disposition},
                             {"speedup", st.speedup ? json(*st.speedup) : json()}, {"percent_of_copy_bandwidth", copy}, {"wall_s", wall},
-                            {"detail", st.disposition == "passed" ? std::string() : st.detail.substr(0, 300)}, {"resumed", true}});
+                            {"detail", st.disposition == "passed" ? std::string() : printable(st.detail, 300)}, {"resumed", true}});
         continue;
       }
       auto v = evaluate(file, quick);
       if (!v) return Unexpected{v.error()};
       ++evaluated;
       say(fmt::format("{} ({}): {}{}", pt.tmpl, format_params(pt.params), disposition_name(v->disposition),
-                      v->speedup ? fmt::format(" {:.2f}x", *v->speedup) : (v->passed() ? "" : ": " + v->detail.substr(0, 300))));
+                      v->speedup ? fmt::format(" {:.2f}x", *v->speedup) : (v->passed() ? "" : ": " + printable(v->detail, 300))));
       if (auto ok = record(file, *v, "tuner", pt.tmpl + " (" + format_params(pt.params) + "): " + v->detail); !ok)
         return Unexpected{ok.error()};
       if (v->passed() && v->speedup) ranked.push_back({*v->speedup, pt});
@@ -328,7 +329,7 @@ Expected<json> tune(const TuneOptions& in) {
         if (auto it = sh.extra.find("percent_of_copy_bandwidth"); it != sh.extra.end() && it->is_number()) copy.push_back(*it);
       searched.push_back({{"template", pt.tmpl}, {"params", pt.params}, {"disposition", disposition_name(v->disposition)},
                           {"speedup", v->speedup ? json(*v->speedup) : json()}, {"percent_of_copy_bandwidth", copy}, {"wall_s", v->wall_s},
-                          {"detail", v->passed() ? std::string() : v->detail.substr(0, 300)}});
+                          {"detail", v->passed() ? std::string() : printable(v->detail, 300)}});
     }
     std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   }
@@ -365,11 +366,11 @@ Expected<json> tune(const TuneOptions& in) {
         json entry = {{"template", pt.tmpl}, {"params", pt.params}, {"speedup", ranked[k].first},
                       {"measured_at", stamp}, {"device", backend->describe()}};
         if (kb) entry["program"] = program_json;
-        (void)write_file_atomic(cache_file, entry.dump(2));
+        (void)write_file_atomic(cache_file, dump_json(entry, 2));
       }
       break;
     }
-    say(fmt::format("  {}: {}", disposition_name(v->disposition), v->detail.substr(0, 300)));
+    say(fmt::format("  {}: {}", disposition_name(v->disposition), printable(v->detail, 300)));
   }
   const Verdict& v = *final_v;
   (void)store.set_run_status(run, v.passed() ? "finished" : "failed");
