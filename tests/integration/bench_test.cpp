@@ -173,6 +173,33 @@ TEST(Bench, EvalModeEvaluatesEveryBundledCandidateTheTargetTakes) {
   EXPECT_EQ(steps[0]["disposition"], "passed");
 }
 
+// Issue 20: bytes that are not UTF-8 in a crashing candidate's output ended kfab with exit 3 at the
+// first task, and no bench.json was written. Now the bench goes on to its last task.
+TEST(Bench, EvalModeGoesOnPastACandidateThatPrintsBytesThatAreNotUtf8AndCrashes) {
+  const fs::path suite = scratch() / "garbled-suite";
+  fs::create_directories(suite / "1_garbled" / "candidates");
+  for (const char* f : {"task.toml", "reference.cpp"}) fs::copy_file(fixture("tasks/affine/") + f, suite / "1_garbled" / f);
+  fs::copy_file(fixture("broken/garbled_crash.cpp"), suite / "1_garbled/candidates/garbled_crash.cpp");
+  fs::create_directories(suite / "2_affine" / "candidates");
+  for (const char* f : {"task.toml", "reference.cpp"}) fs::copy_file(fixture("tasks/affine/") + f, suite / "2_affine" / f);
+  fs::copy_file(fixture("tasks/affine/candidates/good.cpp"), suite / "2_affine/candidates/good.cpp");
+  const fs::path out = scratch() / "bench-garbled";
+  CliResult r = kfab_cli({"bench", suite.string(), "--target", "cpu", "--eval", "--seeds", "2", "--out", out.string(), "--json", "--quiet"});
+  EXPECT_EQ(r.status.code, 1) << "one task of two passed: 1, as for any failed task; 3 was kfab's own failure\n" << r.out << r.err;
+  const json j = r.json();
+  ASSERT_EQ(j["tasks"].size(), 2u) << r.out;
+  EXPECT_NE(j["tasks"][0]["disposition"], "passed");
+  EXPECT_EQ(j["tasks"][1]["disposition"], "passed");
+  auto bench = read_file(out / "bench.json");
+  ASSERT_TRUE(bench.has_value()) << "no bench.json";
+  const json b = json::parse(*bench);  // throws, and fails the test, on bytes that are not UTF-8
+  EXPECT_EQ(b["finished"], true);
+  ASSERT_EQ(b["tasks"].size(), 2u);
+  const json step = b["tasks"][0]["report"]["steps"][0];
+  EXPECT_EQ(step["disposition"], "crashed");
+  EXPECT_NE(step.value("detail", "").find("garbled: \xEF\xBF\xBD\xEF\xBF\xBD before the crash"), std::string::npos) << step.dump();
+}
+
 TEST(Bench, ASuiteThatDoesNotExistIsBadInput) {
   CliResult r = kfab_cli({"bench", "no/such/suite", "--target", "cpu"});
   EXPECT_EQ(r.status.code, 2);

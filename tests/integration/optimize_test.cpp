@@ -297,3 +297,47 @@ TEST(Optimize, AnLlmServerThatGoesAwayEndsTheRunAndItResumesWhenItIsBack) {
 }
 
 }  // namespace kfab::test
+
+namespace kfab::test {
+
+// Issue 20: bytes that are not UTF-8, in an LLM's reply (raw 0xFF 0xFE in the HTTP body) and in what
+// the candidate it wrote prints before it crashes, ended kfab with exit 3 and lost the coder's step.
+// Now the reply is kept with U+FFFD for the bad bytes, the crash is the coder's verdict, and the
+// fixer gets the next turn.
+TEST(Optimize, BytesThatAreNotUtf8FromTheLlmAndFromACrashingCandidateAreStoredAndTheRunGoesOn) {
+  const fs::path dir = scratch() / "opt-garbled";
+  const fs::path data = dir / "data";
+  fs::create_directories(data);
+  const auto session = nlohmann::json::parse(*read_file(fixture("llm/affine_session.json")));
+  const std::string crash = *read_file(fixture("broken/garbled_crash.cpp"));
+  const nlohmann::json script = {
+      session[0],  // planner
+      {{"content", "Here it is.\n```cpp\n// the model said: @BAD_BYTES@\n" + crash + "```\n"}, {"bad_bytes", "@BAD_BYTES@"}},
+      session[5]};  // the fixer's correct candidate
+  ASSERT_TRUE(write_file_atomic(dir / "script.json", script.dump()).has_value());
+  MockLlm llm(dir / "script.json", dir / "mock");
+  CliResult r = kfab_in(data, {"optimize", fixture("tasks/affine"), "--target", "cpu", "--llm", "mock:m1", "--config", llm.config(),
+                               "--budget", "2", "--out", (dir / "out").string(), "--json", "--quiet"});
+  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["best"]["disposition"], "passed");
+  const auto steps = steps_of(data, j["run"]);
+  ASSERT_EQ(steps.size(), 4u);
+  EXPECT_EQ(steps[1].role, "coder");
+  EXPECT_EQ(steps[1].disposition, "crashed");
+  const std::string bad = "\xEF\xBF\xBD\xEF\xBF\xBD";  // U+FFFD twice
+  EXPECT_NE(steps[1].detail.find("garbled: " + bad + " before the crash"), std::string::npos) << steps[1].detail;
+  auto store = Store::open(data / "kfab.db");
+  ASSERT_TRUE(store.has_value());
+  auto reply = (*store)->llm_response(steps[1].call_hash);
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_NE(reply->find("the model said: " + bad), std::string::npos) << *reply;
+  EXPECT_EQ(steps[2].role, "fixer");
+  EXPECT_EQ(steps[2].disposition, "passed");
+  // the fixer was told how the coder's candidate crashed, in a request the server could read as JSON
+  auto log = read_file(dir / "mock" / "requests.jsonl");
+  ASSERT_TRUE(log.has_value());
+  EXPECT_NE(log->find("garbled: \\ufffd\\ufffd before the crash"), std::string::npos) << *log;
+}
+
+}  // namespace kfab::test
