@@ -20,14 +20,15 @@ class CudaBuild : public ::testing::Test {
 };
 
 // Every .cu file of the repository (bundled baselines and candidates, test fixtures) is compiled,
-// the one meant not to compile excepted; a second build comes from the cache.
+// the ones meant not to compile excepted; a second build comes from the cache.
 static std::vector<std::string> cuda_sources() {
   std::vector<std::string> v;
   for (const auto* root : {KFAB_SOURCE_DIR "/tasks", KFAB_TEST_FIXTURES}) {
     std::error_code ec;
     for (auto it = std::filesystem::recursive_directory_iterator(root, ec); it != std::filesystem::recursive_directory_iterator();
          it.increment(ec)) {
-      if (it->path().extension() == ".cu" && it->path().filename() != "no_compile.cu")
+      if (it->path().extension() == ".cu" && it->path().filename() != "no_compile.cu" &&
+          it->path().filename() != "garbled_compile_error.cu")
         v.push_back(std::filesystem::relative(it->path(), KFAB_SOURCE_DIR).string());
     }
   }
@@ -63,6 +64,15 @@ TEST_F(CudaBuild, ACompileErrorCarriesNvccsMessage) {
   auto r = backend_.build(f);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.failure().message.find("undefined_name"), std::string::npos) << r.failure().message;
+}
+
+// Issue 20: nvcc quotes the raw 0xFF 0xFE of an #error; the message keeps them as U+FFFD, valid UTF-8.
+TEST_F(CudaBuild, ACompileErrorWithBytesThatAreNotUtf8IsKeptAsValidUtf8) {
+  auto r = backend_.build(fixture("broken/garbled_compile_error.cu"));
+  ASSERT_FALSE(r.ok());
+  const std::string& m = r.failure().message;
+  EXPECT_NE(m.find("garbled: \xEF\xBF\xBD\xEF\xBF\xBD quoted by the compiler"), std::string::npos) << m;
+  EXPECT_NO_THROW((void)nlohmann::json(m).dump()) << "the strict dump throws on bytes that are not UTF-8";
 }
 
 // The tuner's generated kernels compile for every bundled task with a formula, at both ends of the
