@@ -199,7 +199,6 @@ Expected<Verdict> Evaluator::evaluate_unguarded(const Task& task, const fs::path
   }
   double log_sum = 0.0;
   int timed = 0;
-  bool remeasured = false;
   for (auto& sr : v.shapes) {
     if (sr.heldout) continue;
     say("time " + format_binding(sr.shape));
@@ -229,26 +228,24 @@ Expected<Verdict> Evaluator::evaluate_unguarded(const Task& task, const fs::path
     take_clocks(o.body, sr);
     if (o.body.contains("candidate_wall")) sr.extra["timer"] = "device timestamps around the call on the runner's stream";
     take_wall_clock(o.body, sr, "the runner's stream");
-    if (peaks) sr.bound_ms = bound_ms(task, sr.shape, *peaks);
-    if (sr.bound_ms && peaks && !peaks->enforce && sr.time->median < *sr.bound_ms)
-      sr.extra["warning"] = "below the roofline bound, which is not enforced on this device: its caches cannot be flushed";
-    if (sr.bound_ms && peaks && peaks->enforce && sr.time->median < *sr.bound_ms && !remeasured) {
-      // Before rejecting, make sure the bound does not rest on a measurement taken on a busy machine.
-      say("machine peaks, measured again before a rejection");
-      remeasured = true;
-      if (auto again = measure_peaks(true)) {
-        peaks = again;
-        v.machine = peaks->to_json();
-        sr.bound_ms = bound_ms(task, sr.shape, *peaks);
+    if (peaks) {
+      // Before rejecting, the peaks are measured again: the bound must not rest on a measurement
+      // taken on a busy machine (the decision keeps the higher figures, with a margin on top).
+      const RooflineDecision rd = decide_roofline(sr.time->median, task.flops(sr.shape), task.bytes(sr.shape), *peaks, peaks->enforce, [&] {
+        say("machine peaks, measured again before a rejection");
+        return measure_peaks(true);
+      });
+      v.machine = peaks->to_json();
+      sr.bound_ms = rd.bound_ms;
+      if (rd.bound_ms) sr.extra["roofline"] = rd.compared_with;
+      if (rd.below_bound && !peaks->enforce)
+        sr.extra["warning"] = "below the roofline bound, which is not enforced on this device: its caches cannot be flushed";
+      if (rd.reject) {
+        v.disposition = Disposition::Rejected;
+        v.detail = fmt::format("shape {{{}}}: {}", format_binding(sr.shape), rd.text);
+        sr.status = "rejected";
+        return finish();
       }
-    }
-    if (sr.bound_ms && peaks->enforce && sr.time->median < *sr.bound_ms) {
-      v.disposition = Disposition::Rejected;
-      v.detail = fmt::format("shape {{{}}}: median time {:.6g} ms is below the roofline bound {:.6g} ms: the work "
-                             "the task's cost describes cannot be done that fast here",
-                             format_binding(sr.shape), sr.time->median, *sr.bound_ms);
-      sr.status = "rejected";
-      return finish();
     }
     take_cost(sr, task.flops(sr.shape), task.bytes(sr.shape));
     if (peaks) take_bandwidth(sr, task.bytes(sr.shape), *peaks);
