@@ -146,7 +146,9 @@ std::optional<MachinePeaks> cpu_peaks(RunnerClient& runner, bool remeasure) {
   for (int i = 0; i < runs; ++i)
     if (auto bw = measure_copy(runner)) best = std::max(best, *bw);
   if (best == 0.0 && cached.bandwidth_Bps == 0.0) return std::nullopt;
-  if (runs > 0) {
+  if (runs > 0 && best == 0.0) {
+    p.source += fmt::format("; measuring it again failed {} times", runs);
+  } else if (runs > 0) {
     p.source = cached.bandwidth_Bps == 0.0
                    ? (runs > 1 ? fmt::format("the best of {} runs measured here", runs) : std::string("measured here"))
                    : fmt::format("the higher of {:.4g} GB/s cached in {} and {:.4g} GB/s, the best of {} runs measured again",
