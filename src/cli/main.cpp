@@ -1,4 +1,5 @@
 // kfab's command line: parses arguments and calls the library (DESIGN.md section 2.3).
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -14,6 +15,9 @@ int main(int argc, char** argv) {
   kfab::install_child_reaper();
   // Folders of an earlier kfab that was killed before it could remove them (kill -9).
   kfab::sweep_orphaned_temp_dirs();
+  // The reference's answers live in kfab's memory while candidates run: no process of this user (a
+  // candidate's runner) may read it through /proc/PID/mem or take kfab's descriptors.
+  ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   CLI::App app{"kfab: fast, verified compute kernels from a reference computation"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string(kfab::cli::kVersion));

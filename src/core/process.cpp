@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -122,13 +123,14 @@ Expected<Child> Child::spawn(const SpawnOptions& opt) {
   const std::string cwd = opt.cwd.string();
   const std::string out_path = opt.output_file.string();
 
-  int req[2] = {-1, -1}, rep[2] = {-1, -1}, out[2] = {-1, -1}, err_pipe[2] = {-1, -1};
+  int req[2] = {-1, -1}, rep[2] = {-1, -1}, out[2] = {-1, -1}, err_pipe[2] = {-1, -1}, chan[2] = {-1, -1};
   auto close_all = [&] {
-    for (int* p : {req, rep, out, err_pipe})
+    for (int* p : {req, rep, out, err_pipe, chan})
       for (int i = 0; i < 2; ++i)
         if (p[i] >= 0) ::close(p[i]);
   };
-  if (opt.protocol_pipes && (::pipe2(req, O_CLOEXEC) != 0 || ::pipe2(rep, O_CLOEXEC) != 0)) {
+  if (opt.protocol_pipes && (::pipe2(req, O_CLOEXEC) != 0 || ::pipe2(rep, O_CLOEXEC) != 0 ||
+                             ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, chan) != 0)) {
     close_all();
     return make_error(std::string("pipe: ") + std::strerror(errno));
   }
@@ -175,8 +177,10 @@ Expected<Child> Child::spawn(const SpawnOptions& opt) {
       // would keep its close-on-exec flag.
       const int in = ::fcntl(req[0], F_DUPFD_CLOEXEC, 10);
       const int out_fd = ::fcntl(rep[1], F_DUPFD_CLOEXEC, 10);
+      const int chan_fd = ::fcntl(chan[1], F_DUPFD_CLOEXEC, 10);
       ::dup2(in, 3);
       ::dup2(out_fd, 4);
+      ::dup2(chan_fd, 5);
     }
     if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) {
       int e = errno;
@@ -210,9 +214,11 @@ Expected<Child> Child::spawn(const SpawnOptions& opt) {
   if (opt.protocol_pipes) {
     ::close(req[0]);
     ::close(rep[1]);
+    ::close(chan[1]);
     c.to_child_ = req[1];
     c.from_child_ = rep[0];
-    req[0] = req[1] = rep[0] = rep[1] = -1;
+    c.channel_ = chan[0];
+    req[0] = req[1] = rep[0] = rep[1] = chan[0] = chan[1] = -1;
   }
   if (out_path.empty()) {
     ::close(out[1]);
@@ -241,7 +247,9 @@ Child& Child::operator=(Child&& o) noexcept {
     to_child_ = std::exchange(o.to_child_, -1);
     from_child_ = std::exchange(o.from_child_, -1);
     output_ = std::exchange(o.output_, -1);
+    channel_ = std::exchange(o.channel_, -1);
     reaped_ = std::exchange(o.reaped_, false);
+    frozen_ = std::exchange(o.frozen_, false);
     status_ = o.status_;
   }
   return *this;
@@ -264,7 +272,7 @@ pid_t Child::release() {
 }
 
 void Child::close_fds() {
-  for (int* fd : {&to_child_, &from_child_, &output_}) {
+  for (int* fd : {&to_child_, &from_child_, &output_, &channel_}) {
     if (*fd >= 0) ::close(*fd);
     *fd = -1;
   }
@@ -275,6 +283,30 @@ void Child::kill_group() {
     ::kill(-pid_, SIGKILL);
     ::kill(pid_, SIGKILL);
   }
+}
+
+bool Child::freeze(Clock::time_point deadline) {
+  if (pid_ <= 0 || reaped_) return false;
+  // A stop the child reported earlier (its own SIGSTOP) is taken first: only this one counts.
+  siginfo_t si{};
+  while (::waitid(P_PID, static_cast<id_t>(pid_), &si, WSTOPPED | WNOHANG) == 0 && si.si_pid == pid_) si = {};
+  frozen_ = true;
+  ::kill(-pid_, SIGSTOP);
+  // The stop is reported once every thread of the child has stopped (a group stop).
+  for (int spins = 0;; ++spins) {
+    si = {};
+    if (::waitid(P_PID, static_cast<id_t>(pid_), &si, WSTOPPED | WNOHANG) == 0 && si.si_pid == pid_) return true;
+    si = {};
+    if (::waitid(P_PID, static_cast<id_t>(pid_), &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid_) return false;
+    if (Clock::now() >= deadline) return false;
+    if (spins < 200) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+void Child::thaw() {
+  if (pid_ > 0 && !reaped_ && frozen_) ::kill(-pid_, SIGCONT);
+  frozen_ = false;
 }
 
 std::string Child::capture(Clock::time_point deadline, bool* timed_out) {

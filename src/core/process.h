@@ -37,7 +37,8 @@ struct SpawnOptions {
   ProcessLimits limits;
   /// Where the child's stdout and stderr go; empty: a pipe read back by the parent (capture()).
   std::filesystem::path output_file;
-  /// Gives the child a request pipe on fd 3 and a reply pipe on fd 4.
+  /// Gives the child a request pipe on fd 3 and a reply pipe on fd 4, and one end of a Unix socket
+  /// pair on fd 5 over which it may pass file descriptors (shared memory) to the parent.
   bool protocol_pipes = false;
 };
 
@@ -66,10 +67,18 @@ class Child {
   pid_t pid() const { return pid_; }
   int request_fd() const { return to_child_; }
   int reply_fd() const { return from_child_; }
+  /// The parent's end of the descriptor channel (fd 5 in the child); -1 without protocol pipes.
+  int channel_fd() const { return channel_; }
   /// Reads the merged stdout/stderr pipe until EOF or the deadline (only without output_file).
   std::string capture(std::chrono::steady_clock::time_point deadline, bool* timed_out);
   /// Sends SIGKILL to the whole process group.
   void kill_group();
+  /// Stops every thread of the child (SIGSTOP to its group) and waits until the child reports itself
+  /// stopped: then nothing of it runs until thaw(). False when it died or did not stop by the deadline.
+  bool freeze(std::chrono::steady_clock::time_point deadline);
+  /// Lets a frozen child go on (SIGCONT to its group).
+  void thaw();
+  bool frozen() const { return frozen_; }
   /// Waits for the child; kills the group first if it is still running at the deadline.
   ExitStatus wait(std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
   bool running() const { return pid_ > 0 && !reaped_; }
@@ -84,7 +93,9 @@ class Child {
   int to_child_ = -1;
   int from_child_ = -1;
   int output_ = -1;
+  int channel_ = -1;
   bool reaped_ = false;
+  bool frozen_ = false;
   ExitStatus status_;
 };
 

@@ -13,13 +13,28 @@ namespace {
 constexpr size_t kAlign = 64;
 }
 
-void HostTensor::Free::operator()(void* p) const { std::free(p); }
+void HostTensor::Free::operator()(void* p) const {
+  if (owned) std::free(p);
+}
 
-HostTensor::HostTensor(DType dtype, std::vector<int64_t> shape) : dtype_(dtype), shape_(std::move(shape)) {
+void HostTensor::set_shape(std::vector<int64_t> shape) {
+  shape_ = std::move(shape);
   numel_ = 1;
   for (int64_t d : shape_) numel_ *= static_cast<size_t>(d);
   strides_.assign(shape_.size(), 1);
   for (size_t i = shape_.size(); i-- > 1;) strides_[i - 1] = strides_[i] * shape_[i];
+}
+
+HostTensor HostTensor::borrow(DType dtype, std::vector<int64_t> shape, void* data) {
+  HostTensor t;
+  t.dtype_ = dtype;
+  t.set_shape(std::move(shape));
+  t.data_ = std::unique_ptr<void, Free>(data, Free{false});
+  return t;
+}
+
+HostTensor::HostTensor(DType dtype, std::vector<int64_t> shape) : dtype_(dtype) {
+  set_shape(std::move(shape));
   size_t bytes = (nbytes() + kAlign - 1) / kAlign * kAlign;
   if (bytes == 0) bytes = kAlign;
   void* p = std::aligned_alloc(kAlign, bytes);

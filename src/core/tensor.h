@@ -16,6 +16,8 @@ class HostTensor {
  public:
   HostTensor() = default;
   HostTensor(DType dtype, std::vector<int64_t> shape);
+  /// A tensor over memory it does not own (shared memory): valid while that memory is.
+  static HostTensor borrow(DType dtype, std::vector<int64_t> shape, void* data);
 
   DType dtype() const { return dtype_; }
   const std::vector<int64_t>& shape() const { return shape_; }
@@ -34,8 +36,12 @@ class HostTensor {
 
  private:
   struct Free {
+    Free() : owned(true) {}
+    explicit Free(bool own) : owned(own) {}
+    bool owned;
     void operator()(void* p) const;
   };
+  void set_shape(std::vector<int64_t> shape);
   DType dtype_ = DType::F32;
   std::vector<int64_t> shape_;
   std::vector<int64_t> strides_;

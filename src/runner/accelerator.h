@@ -22,7 +22,8 @@ class Accelerator {
   /// A buffer; its handle is what kfab_tensor.data holds (a device pointer, a cl_mem).
   virtual int alloc(void** handle, size_t bytes) = 0;
   virtual int release(void* handle) = 0;
-  virtual int upload(void* handle, const void* src, size_t bytes) = 0;
+  /// Copies `bytes` from the host into the buffer, starting `offset` bytes into it.
+  virtual int upload(void* handle, const void* src, size_t bytes, size_t offset = 0) = 0;
   virtual int download(void* dst, void* handle, size_t bytes) = 0;
   /// Sets every byte of a buffer to `byte`, on the stream (poisoning outputs without a host copy).
   virtual int fill(void* handle, unsigned char byte, size_t bytes) = 0;

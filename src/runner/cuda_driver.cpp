@@ -130,7 +130,9 @@ int CudaDevice::alloc(void** handle, size_t bytes) {
   return rc;
 }
 int CudaDevice::release(void* handle) { return g_api.cuMemFree(ptr(handle)); }
-int CudaDevice::upload(void* handle, const void* src, size_t bytes) { return g_api.cuMemcpyHtoD(ptr(handle), src, bytes); }
+int CudaDevice::upload(void* handle, const void* src, size_t bytes, size_t offset) {
+  return g_api.cuMemcpyHtoD(ptr(handle) + offset, src, bytes);
+}
 int CudaDevice::download(void* dst, void* handle, size_t bytes) { return g_api.cuMemcpyDtoH(dst, ptr(handle), bytes); }
 int CudaDevice::fill(void* handle, unsigned char byte, size_t bytes) {
   return g_api.cuMemsetD8Async(ptr(handle), byte, bytes, stream_);

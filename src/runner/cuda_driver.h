@@ -23,7 +23,7 @@ class CudaDevice final : public Accelerator {
   void* stream() const override { return stream_; }
   int alloc(void** handle, size_t bytes) override;
   int release(void* handle) override;
-  int upload(void* handle, const void* src, size_t bytes) override;
+  int upload(void* handle, const void* src, size_t bytes, size_t offset = 0) override;
   int download(void* dst, void* handle, size_t bytes) override;
   int fill(void* handle, unsigned char byte, size_t bytes) override;
   int synchronize() override;

@@ -111,9 +111,9 @@ int OpenClDevice::alloc(void** handle, size_t bytes) {
   return rc;
 }
 int OpenClDevice::release(void* handle) { return cl.ReleaseMemObject(static_cast<cl_mem>(handle)); }
-int OpenClDevice::upload(void* handle, const void* src, size_t bytes) {
+int OpenClDevice::upload(void* handle, const void* src, size_t bytes, size_t offset) {
   if (bytes == 0) return CL_SUCCESS;
-  return cl.EnqueueWriteBuffer(static_cast<cl_command_queue>(queue_), static_cast<cl_mem>(handle), CL_TRUE, 0, bytes, src,
+  return cl.EnqueueWriteBuffer(static_cast<cl_command_queue>(queue_), static_cast<cl_mem>(handle), CL_TRUE, offset, bytes, src,
                                0, nullptr, nullptr);
 }
 int OpenClDevice::download(void* dst, void* handle, size_t bytes) {

@@ -17,7 +17,7 @@ class OpenClDevice final : public Accelerator {
   void* stream() const override { return queue_; }
   int alloc(void** handle, size_t bytes) override;
   int release(void* handle) override;
-  int upload(void* handle, const void* src, size_t bytes) override;
+  int upload(void* handle, const void* src, size_t bytes, size_t offset = 0) override;
   int fill(void* handle, unsigned char byte, size_t bytes) override;
   int download(void* dst, void* handle, size_t bytes) override;
   int synchronize() override;

@@ -15,6 +15,7 @@
 #include "core/paths.h"
 #include "core/text.h"
 #include "runner/protocol.h"
+#include "runner/shared_region.h"
 
 namespace kfab {
 
@@ -56,8 +57,19 @@ void reap_detached() {
 }
 }  // namespace
 
+JobReply::~JobReply() {
+  for (int fd : fds)
+    if (fd >= 0) ::close(fd);
+}
+
+int JobReply::take_fd(size_t i) {
+  if (i >= fds.size()) return -1;
+  return std::exchange(fds[i], -1);
+}
+
 RunnerClient::~RunnerClient() {
   if (child_ && child_->running()) {
+    child_->thaw();
     write_message(child_->request_fd(), {{"op", "quit"}});
     if (!opt_.preopen.empty()) {
       // A device runner takes a tenth of a second to tear its context down: it is not waited for.
@@ -98,6 +110,7 @@ std::optional<std::string> RunnerClient::ensure_started() {
   dir_ = *made;
   SpawnOptions so;
   so.argv = {runner_path().string()};
+  if (opt_.trusted) so.argv.push_back("--trusted");
   if (!opt_.preopen.empty()) so.argv.insert(so.argv.end(), {"--open", opt_.preopen});
   if (!opt_.argv.empty()) so.argv = opt_.argv;
   so.cwd = dir_;
@@ -142,7 +155,7 @@ std::string RunnerClient::log_tail() const {
   return printable(s, kTail, Keep::Tail);
 }
 
-JobReply RunnerClient::run(const nlohmann::json& request) {
+JobReply RunnerClient::run(const nlohmann::json& request, const std::vector<int>& pass) {
   JobReply r;
   if (auto err = ensure_started()) {
     r.kind = JobReply::Kind::Broken;
@@ -157,8 +170,19 @@ JobReply RunnerClient::run(const nlohmann::json& request) {
   std::snprintf(nonce, sizeof nonce, "%016llx", static_cast<unsigned long long>(rng()));
   nlohmann::json job = request;
   job["nonce"] = nonce;
-  const bool sent = write_message(child_->request_fd(), job);
+  child_->thaw();
+  const bool sent = send_fds(child_->channel_fd(), pass) && write_message(child_->request_fd(), job);
   ReadResult in = sent ? read_message(child_->reply_fd(), deadline) : ReadResult{ReadStatus::Eof, {}, {}};
+  // Nothing of a candidate's runs between its jobs: not while the reference works, baselines are
+  // timed or its outputs are compared.
+  if (in.status == ReadStatus::Ok && opt_.freeze_between_jobs && !child_->freeze(deadline + std::chrono::seconds(5))) {
+    child_->kill_group();
+    child_->wait(Clock::now() + std::chrono::seconds(5));
+    r.kind = JobReply::Kind::Crashed;
+    r.detail = "the runner could not be stopped after its reply";
+    discard();
+    return r;
+  }
   if (in.status == ReadStatus::Ok && (!in.message.is_object() || !in.message.contains("nonce") || in.message["nonce"] != nonce)) {
     child_->kill_group();
     child_->wait(Clock::now() + std::chrono::seconds(5));
@@ -170,6 +194,20 @@ JobReply RunnerClient::run(const nlohmann::json& request) {
   }
   if (in.status == ReadStatus::Ok) {
     in.message.erase("nonce");
+    // Shared memory comes over the descriptor channel, one descriptor per entry of "fds".
+    const auto want = in.message.contains("fds") && in.message["fds"].is_number_unsigned() ? in.message["fds"].get<size_t>() : size_t{0};
+    for (size_t i = 0; i < std::min<size_t>(want, 16); ++i) {
+      auto fd = receive_fd(child_->channel_fd(), deadline);
+      if (!fd) {
+        child_->kill_group();
+        child_->wait(Clock::now() + std::chrono::seconds(5));
+        r.kind = JobReply::Kind::Broken;
+        r.detail = "the runner announced shared memory it did not pass";
+        discard();
+        return r;
+      }
+      r.fds.push_back(*fd);
+    }
     r.body = std::move(in.message);
     // A runner that says it cannot go on (a lost CUDA context) is replaced before the next job.
     if (r.body.value("fatal", false)) discard();

@@ -35,6 +35,12 @@ struct RunnerOptions {
   bool confine_signals = true;
   bool deny_processes = true;
   bool allow_spawn = false;
+  /// The runner serves candidate code: it is frozen (SIGSTOP to its group) whenever kfab is not
+  /// waiting for one of its jobs, so that nothing of the candidate runs while the reference works,
+  /// baselines are timed or its outputs are compared.
+  bool freeze_between_jobs = false;
+  /// The runner serves the reference only (kfab-runner --trusted): it refuses candidate code.
+  bool trusted = false;
 
   /// Settings that follow from the target the runner serves: the address-space limit for the CPU
   /// only (drivers reserve far more than they use); for OpenCL, whose PoCL runs a linker for every
@@ -56,6 +62,16 @@ struct JobReply {
   Kind kind = Kind::Ok;
   nlohmann::json body;
   std::string detail;
+  /// Descriptors the runner passed with its reply (the reply's "fds": shared memory); owned here.
+  std::vector<int> fds;
+  JobReply() = default;
+  JobReply(JobReply&& o) noexcept : kind(o.kind), body(std::move(o.body)), detail(std::move(o.detail)), fds(std::move(o.fds)) { o.fds.clear(); }
+  JobReply& operator=(JobReply&&) = delete;
+  JobReply(const JobReply&) = delete;
+  JobReply& operator=(const JobReply&) = delete;
+  ~JobReply();
+  /// Takes descriptor i out (the caller closes it).
+  int take_fd(size_t i);
 };
 
 class RunnerClient {
@@ -67,12 +83,15 @@ class RunnerClient {
 
   /// Spawns the runner now rather than at the first job (it then starts up while kfab works).
   std::optional<std::string> start() { return ensure_started(); }
-  /// Runs one job; spawns a runner if none is alive.
-  JobReply run(const nlohmann::json& request);
+  /// Runs one job; spawns a runner if none is alive. `pass` are descriptors handed to the runner over
+  /// its descriptor channel before the request (a candidate's shared outputs, for the trusted worker).
+  JobReply run(const nlohmann::json& request, const std::vector<int>& pass = {});
   /// The deadline of later jobs.
   void set_timeout(double seconds) { opt_.timeout_s = seconds; }
   /// How many runners this client has started.
   int spawned() const { return spawned_; }
+  /// The runner's process id (0 when none is alive).
+  pid_t pid() const { return child_ && child_->running() ? child_->pid() : 0; }
 
  private:
   std::optional<std::string> ensure_started();

@@ -1,5 +1,7 @@
 // kfab-runner: executes jobs for kfab in a process of its own (docs/runner-protocol.md). Generated
 // code is only ever loaded here, never in kfab itself.
+#include <sys/prctl.h>
+
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -25,10 +27,20 @@ int main(int argc, char** argv) {
     std::printf("%s\n", kfab::dump_json(reply).c_str());
     return reply.value("ok", false) ? 0 : 1;
   }
+  // --trusted: this runner serves the reference and the baselines, never candidate code. No process
+  // of the same user may read its memory or its descriptors (not dumpable), so a candidate's runner
+  // cannot reach the reference's answers here.
   // --open TARGET: the device is opened before the first job arrives. A failure is not reported
   // here: the first job that needs the device reports it.
-  if (argc == 3 && std::string(argv[1]) == "--open")
-    if (kfab::Accelerator* dev = kfab::accelerator(argv[2])) (void)dev->open();
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--trusted") {
+      ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+      kfab::runner::set_trusted();
+    } else if (a == "--open" && i + 1 < argc) {
+      if (kfab::Accelerator* dev = kfab::accelerator(argv[++i])) (void)dev->open();
+    }
+  }
   for (;;) {
     kfab::ReadResult in = kfab::read_message(kfab::kRunnerRequestFd);
     if (in.status == kfab::ReadStatus::Eof) return 0;

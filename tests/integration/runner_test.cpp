@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 
 #include "backends/cpu_cpp/cpu_backend.h"
 #include "core/task.h"
@@ -24,9 +26,8 @@ class RunnerTest : public ::testing::Test {
     return r.value().artifact.string();
   }
   nlohmann::json verify_job(const std::string& cand) {
-    return {{"op", "verify"},         {"task", fixture("tasks/affine/task.toml")}, {"candidate", cand},
-            {"reference", ref_},      {"base_seed", 1},                            {"shape", {{"M", 8}, {"N", 16}}},
-            {"seeds", {0, 1}}};
+    return {{"op", "call"},   {"task", fixture("tasks/affine/task.toml")}, {"candidate", cand},
+            {"base_seed", 1}, {"shape", {{"M", 8}, {"N", 16}}},           {"seed", 0}};
   }
   void SetUp() override { ref_ = build("tasks/affine/reference.cpp"); }
   CpuBackend backend_;
@@ -42,7 +43,9 @@ TEST_F(RunnerTest, ACrashedRunnerIsReplacedAndTheNextJobRuns) {
   EXPECT_NE(crash.detail.find("SIGSEGV"), std::string::npos) << crash.detail;
   JobReply good = client.run(verify_job(build("tasks/affine/candidates/good.cpp")));
   ASSERT_EQ(good.kind, JobReply::Kind::Ok) << good.detail;
-  EXPECT_TRUE(good.body.value("correct", false)) << good.body.dump();
+  EXPECT_TRUE(good.body.value("ok", false)) << good.body.dump();
+  // Its outputs came as one shared-memory descriptor.
+  EXPECT_EQ(good.fds.size(), 1u);
   EXPECT_EQ(client.spawned(), 2);
 }
 
@@ -88,12 +91,59 @@ TEST_F(RunnerTest, TheRunnerLivesInItsOwnFolderWithLimits) {
 }
 
 TEST_F(RunnerTest, ReferenceFailureIsATaskErrorNotTheCandidates) {
-  RunnerClient client(RunnerOptions{});
-  nlohmann::json job = verify_job(build("tasks/affine/candidates/good.cpp"));
+  RunnerOptions opt;
+  opt.trusted = true;
+  RunnerClient client(opt);
+  nlohmann::json job = verify_job("");
+  job.erase("candidate");
+  job["op"] = "reference";
   job["reference"] = build("broken/returns_nonzero.cpp");
   JobReply r = client.run(job);
   ASSERT_EQ(r.kind, JobReply::Kind::Ok);
   EXPECT_EQ(r.body.value("kind", ""), "reference_failed");
+}
+
+// The trusted runner computes the reference's answers: it never loads a candidate, and a candidate's
+// runner does not compute answers.
+TEST_F(RunnerTest, TheTrustedRunnerRefusesCandidatesAndACandidatesRunnerRefusesTheReference) {
+  RunnerOptions opt;
+  opt.trusted = true;
+  RunnerClient trusted(opt);
+  JobReply r = trusted.run(verify_job(build("tasks/affine/candidates/good.cpp")));
+  ASSERT_EQ(r.kind, JobReply::Kind::Ok) << r.detail;
+  EXPECT_EQ(r.body.value("kind", ""), "protocol_error");
+  EXPECT_NE(r.body.value("detail", "").find("loads no candidate"), std::string::npos) << r.body.dump();
+  nlohmann::json ref = verify_job("");
+  ref.erase("candidate");
+  ref["op"] = "reference";
+  ref["reference"] = ref_;
+  JobReply answer = trusted.run(ref);
+  ASSERT_EQ(answer.kind, JobReply::Kind::Ok) << answer.detail;
+  EXPECT_TRUE(answer.body.value("ok", false)) << answer.body.dump();
+  EXPECT_EQ(answer.fds.size(), 1u);
+  RunnerClient plain(RunnerOptions{});
+  JobReply refused = plain.run(ref);
+  ASSERT_EQ(refused.kind, JobReply::Kind::Ok) << refused.detail;
+  EXPECT_EQ(refused.body.value("kind", ""), "protocol_error");
+}
+
+// A candidate's runner is stopped between its jobs: a thread it left running makes no progress.
+TEST_F(RunnerTest, ACandidatesRunnerIsFrozenBetweenJobs) {
+  RunnerOptions opt;
+  opt.freeze_between_jobs = true;
+  RunnerClient client(opt);
+  JobReply r = client.run(verify_job(build("tasks/affine/candidates/good.cpp")));
+  ASSERT_EQ(r.kind, JobReply::Kind::Ok) << r.detail;
+  const pid_t pid = client.pid();
+  ASSERT_GT(pid, 0);
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const auto close = text.rfind(')');
+  ASSERT_NE(close, std::string::npos);
+  EXPECT_EQ(text.substr(close + 2, 1), "T") << text;  // stopped
+  JobReply again = client.run(verify_job(build("tasks/affine/candidates/good.cpp")));
+  EXPECT_EQ(again.kind, JobReply::Kind::Ok) << again.detail;
+  EXPECT_EQ(client.spawned(), 1);
 }
 
 }  // namespace kfab::test

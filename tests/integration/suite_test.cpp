@@ -103,6 +103,13 @@ static std::vector<ConformanceCase> conformance_cases() {
       {"sets_clock", "passed"},            {"ptraces_kfab", "passed"},          {"reads_reference", "passed"},
       // right, on a stream of its own, and each call spins 2 ms first: timed at 2 ms or more
       {"side_stream", "passed"},
+      // the reference in a process of its own, timed calls on inputs changed anew (issue 20): a candidate
+      // that patches the reference's code to agree with its wrong answer, and answers kept from earlier
+      // calls served when timed, keyed on the call count, the time, a sample of the values with the
+      // last element, or a cold output; slows_reference is honest work that slows whatever runs
+      // between its calls (its speedup against the honest twin's is in bench/adversarial_speedups.sh)
+      {"patches_reference", "incorrect"},  {"stashes_by_count", "incorrect"},   {"stashes_by_time", "incorrect"},
+      {"stashes_by_value", "incorrect"},   {"stashes_when_cold", "incorrect"},  {"slows_reference", "passed"},
       // bytes that are not UTF-8 in what a candidate or its compiler prints (issue 20)
       {"garbled_crash", "crashed"},        {"garbled_compile_error", "compile_failed"}};
   std::vector<ConformanceCase> v;
