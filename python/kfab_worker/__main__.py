@@ -12,6 +12,9 @@ def main() -> int:
     # The candidate's prints must not reach the protocol: fds 3 and 4 carry it, stdout goes to the log.
     from . import jobs  # imports torch: seconds, after the process is up
 
+    if "--trusted" in sys.argv[1:]:
+        jobs.set_trusted()
+
     while True:
         try:
             req = read_message()

@@ -1,6 +1,14 @@
-"""The worker's jobs: hello, describe, verify, time, check (docs/runner-protocol.md, "Python worker")."""
+"""The worker's jobs (docs/runner-protocol.md, "Python worker"). A worker plays one of two roles:
+
+- a candidate's worker (kfab stops it between jobs) loads the candidate: `call` (one call on a seed's
+  inputs; its outputs exported for the trusted worker), `time_prepare`, `time_call` (one timed call on
+  inputs changed anew), `export` (the last timed call's outputs), `time_end`;
+- the trusted worker (`--trusted`) never loads candidate code: `reference` (the Model's answer, kept
+  here), `compare` (a candidate's exported outputs against it), the same timing jobs for torch eager
+  and torch.compile, and `describe`, `check`, `trace`."""
 from __future__ import annotations
 
+import json
 import os
 import random
 import time
@@ -13,6 +21,7 @@ from . import candidate as candmod
 from . import clocks as clockmod
 from . import guard
 from . import hold as holdmod
+from . import share
 from . import task as taskmod
 from . import trace as tracemod
 from .compare import Stats, compare
@@ -27,6 +36,15 @@ _integrity: guard.Integrity | None = None
 
 _tasks: dict[str, taskmod.KbTask] = {}
 _candidates: dict[str, candmod.Candidate] = {}
+
+# The trusted worker never loads a candidate (set by __main__ from --trusted).
+TRUSTED = False
+
+
+def set_trusted() -> None:
+    global TRUSTED
+    TRUSTED = True
+    share.not_dumpable()
 
 
 class JobFailure(Exception):
@@ -142,10 +160,45 @@ def _reference(model, inputs, device):
     return [o.detach().clone() if isinstance(o, torch.Tensor) else o for o in out]
 
 
+def _perturb(xs: list, p: int, last: bool) -> list:
+    """Changes four elements of every float input tensor in place, drawn from `p`: each takes the value
+    of another element of the same tensor (the inputs' own distribution and domain). With `last`, the
+    last element is one of them (verification's check of answers cached under a sample of the values);
+    timed calls change four places no sample can foresee. Returns what undoes it."""
+    undo = []
+    if not p:
+        return undo
+    g = random.Random(p)
+    for i, x in enumerate(xs):
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.numel() == 0:
+            continue
+        flat = x.view(-1)
+        n = flat.numel()
+        for k in range(4):
+            at = n - 1 if (k == 0 and last) else g.randrange(n)
+            src = g.randrange(n)
+            undo.append((flat, at, flat[at].clone()))
+            flat[at] = flat[src].clone()
+    return undo
+
+
+def _restore(undo: list) -> None:
+    for flat, at, old in reversed(undo):
+        flat[at] = old
+
+
+def _key(req) -> str:
+    return json.dumps([req["task"], req.get("candidate", {}).get("path"), req.get("shape", {}), req.get("target", "cpu"),
+                       req.get("dtype", "f32")], sort_keys=True)
+
+
 class _Setup:
-    """Task, model, candidate and the reference's outputs for one shape."""
+    """What the jobs of one task, shape and side share, kept from one job to the next: the model (the
+    trusted worker's reference; in a candidate's worker only the source of the candidate's weights),
+    the candidate (not in the trusted worker) and the current inputs."""
 
     def __init__(self, req):
+        self.key = _key(req)
         self.task = _task(req)
         self.device = _device(req)
         self.dtype = _dtype(req)
@@ -154,6 +207,18 @@ class _Setup:
             self.model = self.task.model(self.shape, self.device, self.dtype)
         except taskmod.TaskError as e:
             raise JobFailure("task_error", str(e)) from e
+        self.atol, self.rtol = self.task.tol(self.dtype)
+        self.calls = 0
+        self.xs = None
+        self.xs_id = None
+        self.undo: list = []
+        self.outs = None
+        self.last = None
+        self.answer = None
+        self.answer_id = None
+        self.cand = None
+        if TRUSTED:
+            return
         self.cand = _candidate(req, self.task, self.device)
         self.path = req["candidate"]["path"]
         try:
@@ -164,30 +229,29 @@ class _Setup:
         except taskmod.TaskError as e:
             raise JobFailure("task_error", str(e)) from e
         self.watch = guard.Watch(self.task.forbidden + list(req.get("forbidden", [])))
-        self.atol, self.rtol = self.task.tol(self.dtype)
-        self.calls = 0
 
-    def inputs(self, seed: int, index: int):
-        scale = self.task.scale_for(index)
-        try:
-            xs = self.task.inputs(self.shape, seed, self.device, self.dtype, scale)
-            ref = _reference(self.model, xs, self.device)
-            if scale != 1.0 and any(isinstance(r, torch.Tensor) and r.is_floating_point() and not torch.isfinite(r).all()
-                                    for r in ref):
-                self.task.reject_scale(scale)
-                xs = self.task.inputs(self.shape, seed, self.device, self.dtype, 1.0)
-                ref = _reference(self.model, xs, self.device)
-        except taskmod.TaskError as e:
-            raise JobFailure("task_error", str(e)) from e
-        except Exception as e:  # noqa: BLE001
-            raise JobFailure("reference_failed", f"the task's Model raised {type(e).__name__}: {e}") from e
-        return xs, ref
+    def inputs(self, seed: int, scale: float, perturb: int = 0, last: bool = True):
+        """The inputs of (seed, scale), changed by `perturb`; made once per (seed, scale)."""
+        ident = (seed, scale)
+        if self.xs_id != ident:
+            self.undo = []
+            try:
+                self.xs = self.task.inputs(self.shape, seed, self.device, self.dtype, scale)
+            except taskmod.TaskError as e:
+                raise JobFailure("task_error", str(e)) from e
+            self.xs_id = ident
+        _restore(self.undo)
+        self.undo = _perturb(self.xs, perturb, last)
+        return self.xs
 
-    def call(self, xs, ref, pattern: int, check_threads: bool):
+    def call(self, xs, pattern: int, check_threads: bool):
         """One candidate call on fresh (poisoned) outputs; returns its outputs."""
         outs = None
         if self.cand.preallocated:
-            outs = [torch.empty_like(r) for r in ref]
+            if self.outs is None:
+                ref_like = self.answer_like()
+                self.outs = [torch.empty_like(r) if isinstance(r, torch.Tensor) else r for r in ref_like]
+            outs = self.outs
             _poison(outs, pattern)
         try:
             result, why = self.watch.call(lambda: self.cand(xs, outs), check_threads)
@@ -204,9 +268,136 @@ class _Setup:
         _tampered()
         return result
 
+    def answer_like(self) -> list:
+        """Outputs shaped like the Model's (for preallocated candidates): the Model's forward at the
+        current inputs' shapes with meta tensors, no real computation and no answer."""
+        if self.last_shapes is None:
+            raise JobFailure("protocol_error", "the output shapes are unknown: kfab sends them with the first call")
+        return [torch.empty(s, dtype=taskmod.DTYPES_BY_NAME[d], device=self.device) for s, d in self.last_shapes]
+
+    last_shapes = None
+
+
+_setup: _Setup | None = None
+
+
+def _setup_for(req) -> _Setup:
+    global _setup
+    if _setup is None or _setup.key != _key(req):
+        _setup = None
+        _setup = _Setup(req)
+    return _setup
+
+
+def _export_reply(s: _Setup, outputs: list) -> dict:
+    try:
+        e = share.export(outputs, s.device)
+    except OSError as err:
+        raise JobFailure("crashed", f"the candidate's outputs cannot be exported: {err}") from err
+    s.exported = e  # alive until the next export: the trusted worker reads the memory it names
+    reply = {"ok": True, "outputs": e.meta}
+    if e.fd is not None:
+        share.send_fd(e.fd)
+        os.close(e.fd)
+        reply["fds"] = 1
+    return reply
+
+
+def call_job(req) -> dict:
+    """One candidate call on a seed's inputs (changed by `perturb`), outputs poisoned with `pattern`."""
+    s = _setup_for(req)
+    if "output_shapes" in req:
+        s.last_shapes = [(list(o[0]), str(o[1])) for o in req["output_shapes"]]
+    xs = s.inputs(int(req["seed"]), float(req.get("scale", 1.0)), int(req.get("perturb", 0)),
+                  bool(req.get("perturb_last", True)))
+    snapshot = [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
+    out = s.call(xs, int(req.get("pattern", 0x5a)), check_threads=s.calls > 0)
+    for i, (x, y) in enumerate(zip(xs, snapshot)):
+        if isinstance(x, torch.Tensor) and not torch.equal(x, y) and not (x.is_floating_point() and torch.equal(x.isnan(), y.isnan()) and torch.equal(x.nan_to_num(), y.nan_to_num())):
+            raise JobFailure("rejected", f"input {i} was modified by the candidate")
+    return _export_reply(s, list(out) if isinstance(out, (list, tuple)) else [out])
+
+
+def reference_job(req) -> dict:
+    """The Model's answer on a seed's inputs (changed by `perturb`), kept here for `compare`. The seed's
+    index picks the input scale; a scale that makes the answer NaN or Inf is dropped for the task."""
+    s = _setup_for(req)
+    seed = int(req["seed"])
+    index = int(req.get("index", 0))
+    scale = s.task.scale_for(index) if req.get("scaled", True) else 1.0
+    try:
+        xs = s.inputs(seed, scale, int(req.get("perturb", 0)), bool(req.get("perturb_last", True)))
+        ref = _reference(s.model, xs, s.device)
+        if scale != 1.0 and any(isinstance(r, torch.Tensor) and r.is_floating_point() and not torch.isfinite(r).all()
+                                for r in ref):
+            s.task.reject_scale(scale)
+            scale = 1.0
+            xs = s.inputs(seed, scale, int(req.get("perturb", 0)), bool(req.get("perturb_last", True)))
+            ref = _reference(s.model, xs, s.device)
+    except JobFailure:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise JobFailure("reference_failed", f"the task's Model raised {type(e).__name__}: {e}") from e
+    s.answer = ref
+    s.answer_id = (seed, scale, int(req.get("perturb", 0)))
+    shapes = [[list(r.shape), taskmod.DTYPE_NAMES.get(r.dtype, "f32")] if isinstance(r, torch.Tensor) else [[], "f32"]
+              for r in ref]
+    return {"ok": True, "scale": scale, "outputs": len(ref), "output_shapes": shapes,
+            "shape": s.task.shape_symbols(s.shape)}
+
+
+def compare_job(req) -> dict:
+    """A candidate's exported outputs against the answer `reference` kept, while kfab holds the
+    candidate's worker stopped."""
+    if _setup is None or _setup.answer is None:
+        raise JobFailure("protocol_error", "compare before reference")
+    s = _setup
+    fd = share.receive_fd() if int(req.get("fds", 0)) > 0 else None
+    try:
+        imp = share.import_outputs(list(req.get("outputs", [])), fd, s.device)
+    except (ValueError, OSError) as e:
+        raise JobFailure("crashed", f"the candidate's outputs cannot be read: {e}") from e
+    try:
+        ref = s.answer
+        got = imp.tensors
+        names = [f"output{i}" if len(ref) > 1 else "output" for i in range(len(ref))]
+        seed, call = int(req.get("seed", 0)), int(req.get("call", 1))
+        stats = [Stats() for _ in ref]
+        if len(got) != len(ref):
+            st = stats[0] if stats else Stats()
+            st.problem = f"the candidate returned {len(got)} outputs, the reference {len(ref)}"
+            st.mismatches += 1
+        else:
+            for i, r in enumerate(ref):
+                g = got[i]
+                if not isinstance(g, torch.Tensor):
+                    stats[i].problem = f"{names[i]}: the candidate returned {g}, not a tensor"
+                    stats[i].mismatches += 1
+                    continue
+                compare(g, r, s.atol, s.rtol, names[i], seed, call, stats[i])
+        _sync(s.device)
+    finally:
+        imp.close()
+    total = Stats()
+    outputs = []
+    for i, st in enumerate(stats):
+        o = st.to_json()
+        o["name"] = names[i] if i < len(names) else f"output{i}"
+        outputs.append(o)
+        total.max_abs = max(total.max_abs, st.max_abs)
+        total.max_rel = max(total.max_rel, st.max_rel)
+        total.checked += st.checked
+        total.mismatches += st.mismatches
+        total.nonfinite += st.nonfinite
+        total.first = total.first or st.first
+        total.problem = total.problem or st.problem
+    r = total.to_json()
+    r.update({"ok": True, "correct": total.ok(), "outputs": outputs})
+    return r
+
 
 def hello(req) -> dict:
-    j = {"ok": True, "protocol": PROTOCOL, "worker": "python", "torch": torch.__version__,
+    j = {"ok": True, "protocol": PROTOCOL, "worker": "python", "trusted": TRUSTED, "torch": torch.__version__,
          "cuda": torch.cuda.is_available(), "timer": TIMER_VERSION}
     if torch.cuda.is_available():
         j["device"] = torch.cuda.get_device_name(0)
@@ -225,47 +416,6 @@ def describe(req) -> dict:
     d["ok"] = True
     d["reference_params"] = []
     return d
-
-
-def verify(req) -> dict:
-    s = _Setup(req)
-    base_seed = int(req.get("base_seed", 0))
-    stats = None
-    names = None
-    for index, seed in enumerate(req.get("seeds", [0])):
-        xs, ref = s.inputs(base_seed * 1000003 + int(seed), index)
-        names = names or [f"output{i}" if len(ref) > 1 else "output" for i in range(len(ref))]
-        stats = stats or [Stats() for _ in ref]
-        snapshot = [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
-        first = s.call(xs, ref, 0x5a, check_threads=s.calls > 0)
-        first = [o.clone() if isinstance(o, torch.Tensor) else o for o in first]
-        for i, (x, y) in enumerate(zip(xs, snapshot)):
-            if isinstance(x, torch.Tensor) and not torch.equal(x, y) and not (x.is_floating_point() and torch.equal(x.isnan(), y.isnan()) and torch.equal(x.nan_to_num(), y.nan_to_num())):
-                raise JobFailure("rejected", f"input {i} was modified by the candidate")
-        ref2 = _reference(s.model, xs, s.device)  # the reference after the candidate: stale-memory tricks show
-        second = s.call(xs, ref2, 0xa5, check_threads=True)
-        if len(first) != len(ref) or len(second) != len(ref):
-            raise JobFailure("incorrect", f"the candidate returned {len(second)} outputs, the reference {len(ref)}")
-        for i, r in enumerate(ref):
-            compare(first[i], r, s.atol, s.rtol, names[i], int(seed), 1, stats[i])
-            compare(second[i], r, s.atol, s.rtol, names[i], int(seed), 2, stats[i])
-    total = Stats()
-    outputs = []
-    for i, st in enumerate(stats or []):
-        o = st.to_json()
-        o["name"] = names[i]
-        outputs.append(o)
-        total.max_abs = max(total.max_abs, st.max_abs)
-        total.max_rel = max(total.max_rel, st.max_rel)
-        total.checked += st.checked
-        total.mismatches += st.mismatches
-        total.nonfinite += st.nonfinite
-        total.first = total.first or st.first
-        total.problem = total.problem or st.problem
-    r = total.to_json()
-    r.update({"ok": True, "correct": total.ok(), "outputs": outputs, "shape": s.task.shape_symbols(s.shape),
-              "calls": s.calls})
-    return r
 
 
 def _quantile(s: list[float], q: float) -> float:
@@ -376,43 +526,42 @@ class _Timer:
         return (max(span, host) if host_counts and _HOLD else span), wall, host, late
 
 
-def time_job(req) -> dict:
-    s = _Setup(req)
-    xs, ref = s.inputs(int(req.get("base_seed", 0)) * 1000003 + int(req.get("seed", 0)), 0)
-    min_calls = int(req.get("min_calls", 50))
-    max_calls = int(req.get("max_calls", 10000))
-    min_ms = float(req.get("min_time_s", 0.5)) * 1e3
-    max_ms = float(req.get("max_time_s", 30.0)) * 1e3
+def time_prepare_job(req) -> dict:
+    """Before timed calls, on the timing inputs (a seed never verified): the candidate (a candidate's
+    worker) or the baselines (the trusted worker: torch eager, and torch.compile when asked) warmed up,
+    the hold kernel sized from their host times, what an empty timed call costs. A candidate's worker
+    also checks that most of its GPU time is in its own kernels."""
+    s = _setup_for(req)
+    if "output_shapes" in req:
+        s.last_shapes = [(list(o[0]), str(o[1])) for o in req["output_shapes"]]
+    s.inputs(int(req["seed"]), 1.0)
     warmup = int(req.get("warmup", 3))
-    baselines = list(req.get("baselines", ["eager"]))
-    timer = _Timer(s.device)
+    s.timer = _Timer(s.device)
+    fns: dict = {}
+    if TRUSTED:
+        baselines = list(req.get("baselines", ["eager"]))
+        with torch.no_grad():
+            if "eager" in baselines:
+                fns["eager"] = lambda: s.model(*s.xs)
+            if "compile" in baselines:
+                mode = req.get("compile_mode", "default")
+                compiled = torch.compile(s.model, mode=None if mode == "default" else mode)
+                fns["compile"] = lambda: compiled(*s.xs)
+    else:
+        s.cand_outs = s.answer_like() if s.cand.preallocated else None
 
-    outs = [torch.empty_like(r) for r in ref] if s.cand.preallocated else None
-    last = {"outs": None}
-
-    def poison():
-        if outs is not None:
-            _poison(outs, 0x5a)
-
-    def cand():
-        last["outs"] = s.cand(xs, outs)
-
-    fns = {"candidate": cand}
+        def cand():
+            s.last = s.cand(s.xs, s.cand_outs)
+        fns["candidate"] = cand
+    s.fns = fns
+    issue: dict[str, list[float]] = {k: [] for k in fns}  # host time to issue each warm-up call
+    t_start = time.perf_counter()
     with torch.no_grad():
-        if "eager" in baselines:
-            fns["eager"] = lambda: s.model(*xs)
-        if "compile" in baselines:
-            mode = req.get("compile_mode", "default")
-            compiled = torch.compile(s.model, mode=None if mode == "default" else mode)
-            fns["compile"] = lambda: compiled(*xs)
-        t_start = time.perf_counter()
-        issue: dict[str, list[float]] = {k: [] for k in fns}  # host time to issue each warm-up call
-        for name, fn in fns.items():
+        for pos, (name, fn) in enumerate(fns.items()):
             n = 0
-            while n < warmup or (time.perf_counter() - t_start) * 1e3 < 20.0 * (list(fns).index(name) + 1):
+            while n < warmup or (time.perf_counter() - t_start) * 1e3 < 20.0 * (pos + 1):
                 try:
-                    if name == "candidate":
-                        poison()
+                    _poison_timed(s)
                     _sync(s.device)
                     h0 = time.perf_counter()
                     fn()
@@ -425,77 +574,93 @@ def time_job(req) -> dict:
                 n += 1
                 if n > 1000:
                     break
-        kernels = None
-        if s.device == "cuda" and s.cand.kind in ("run", "modelnew"):
+        reply: dict = {"ok": True}
+        if not TRUSTED and s.device == "cuda" and s.cand.kind in ("run", "modelnew"):
             try:
-                poison()
-                kernels = own_kernel_share(cand)
+                _poison_timed(s)
+                kernels = own_kernel_share(fns["candidate"])
             except Exception as e:  # noqa: BLE001 - a profiler that cannot run leaves the rest standing
                 kernels = {"checked": False, "why": f"torch.profiler: {type(e).__name__}: {e}"}
             if kernels.get("checked") and kernels["own_share"] < 0.5:
                 raise JobFailure("rejected", f"the candidate's own kernels take {100 * kernels['own_share']:.0f}% of its GPU "
                                  f"time: most of the work is torch's ({kernels['kernels'][0]['name']})")
+            reply["own_kernels"] = kernels
         # The first calls compile and fill caches: the later half of the warm-up says what a call costs.
-        timer.set_hold(max(summarize(v[len(v) // 2:])["q3"] for v in issue.values()))
-        empty = [timer(lambda: None)[1] for _ in range(20)] if s.device == "cuda" else []
-        times = {k: [] for k in fns}
-        hosts = {k: [] for k in fns}
-        late = {k: 0 for k in fns}
-        walls: list[float] = []
-        clocks = clockmod.ClockLog() if s.device == "cuda" else None
-        order = list(fns)
-        start = time.perf_counter()
-        rng = random.Random()
-        while True:
-            n = len(times["candidate"])
-            elapsed = (time.perf_counter() - start) * 1e3
-            if n >= max_calls or (n >= min_calls and elapsed >= min_ms) or (n >= 1 and elapsed >= max_ms):
-                break
-            if clocks is not None and n % 10 == 0:
-                clocks.sample()
-            rot = n % len(order)
-            for name in order[rot:] + order[:rot]:
-                try:
-                    ms, wall, host, was_late = timer(fns[name], poison if name == "candidate" else None,
-                                                     host_counts=name == "candidate")
-                except BaseException as e:  # noqa: BLE001
-                    if name == "candidate":
-                        raise _call_failure(e, "the candidate", s.path) from e
-                    raise JobFailure("reference_failed", f"the {name} baseline raised {type(e).__name__}: {e}") from e
-                if name == "candidate":
-                    _tampered(quick=True)
-                times[name].append(ms)
-                hosts[name].append(host)
-                late[name] += was_late
-                if name == "candidate":
-                    walls.append(wall)
-            if rng.random() < 0.125:
-                _check_timed(s, last["outs"], ref, n)
-        if clocks is not None:
-            clocks.sample()
-        _check_timed(s, last["outs"], ref, len(times["candidate"]) - 1)
-        _tampered()
-    reply = {"ok": True, "candidate": summarize(times["candidate"]),
-             "baselines": {k: summarize(v) for k, v in times.items() if k != "candidate"},
-             "timer": ((f"CUDA events on torch's current stream after a hold kernel filling the device ({timer.hold_ms:.2f} ms) "
-                        "and a read of 2x L2, the candidate's time the longer of their span and the host's time to issue "
-                        "the call; device synchronized after each") if _HOLD and timer.hold_cycles else
-                       f"CUDA events on torch's current stream; a read of 2x L2 before each call; device synchronized "
-                       f"after each (no hold kernel: {timer.hold_why})" if _HOLD else
-                       "CUDA events on torch's current stream; a read of 2x L2 before each call; device synchronized "
-                       "after each (KFAB_LAUNCH_HOLD=0: no hold kernel)")
-             if s.device == "cuda" else "perf_counter around the call; no cache flush"}
-    if kernels is not None:
-        reply["own_kernels"] = kernels
-    if s.device == "cuda":
-        reply["candidate_wall"] = summarize(walls)
-        reply["empty_call_wall"] = summarize(empty)
-        reply["device"] = torch.cuda.get_device_name(0)
-        reply["clocks"] = clocks.to_json()
-        reply["launch"] = {"hold_ms": timer.hold_ms, "timer_version": TIMER_VERSION if timer.hold_cycles else 1,
-                           "host_ms": {k: summarize(v)["median"] for k, v in hosts.items()},
-                           "late_starts": late, "calls": {k: len(v) for k, v in times.items()}}
+        s.timer.set_hold(max(summarize(v[len(v) // 2:])["q3"] for v in issue.values()))
+        if s.device == "cuda":
+            reply["empty_call_wall"] = summarize([s.timer(lambda: None)[1] for _ in range(20)])
+            s.clocks = clockmod.ClockLog()
+    reply["timer"] = _timer_text(s.timer) if s.device == "cuda" else "perf_counter around the call; no cache flush"
     return reply
+
+
+def _poison_timed(s: _Setup) -> None:
+    if not TRUSTED and s.cand_outs is not None:
+        _poison(s.cand_outs, 0x5a)
+
+
+def time_call_job(req) -> dict:
+    """One timed call: a candidate's on the timing inputs changed anew by `perturb`; the trusted
+    worker's of the baseline named by `which`."""
+    s = _setup
+    if s is None or not hasattr(s, "fns"):
+        raise JobFailure("protocol_error", "time_call before time_prepare")
+    which = "candidate" if not TRUSTED else str(req.get("which", "eager"))
+    if which not in s.fns:
+        raise JobFailure("protocol_error", f"no timed function {which}")
+    if not TRUSTED:
+        s.inputs(s.xs_id[0], s.xs_id[1], int(req.get("perturb", 0)), False)
+        if s.device == "cuda" and req.get("clocks"):
+            s.clocks.sample()
+    try:
+        with torch.no_grad():
+            ms, wall, host, late = s.timer(s.fns[which], (lambda: _poison_timed(s)) if not TRUSTED else None,
+                                           host_counts=not TRUSTED)
+    except BaseException as e:  # noqa: BLE001
+        if not TRUSTED:
+            raise _call_failure(e, "the candidate", s.path) from e
+        raise JobFailure("reference_failed", f"the {which} baseline raised {type(e).__name__}: {e}") from e
+    if not TRUSTED:
+        _tampered(quick=True)
+    return {"ok": True, "ms": ms, "wall_ms": wall, "host_ms": host, "late": bool(late)}
+
+
+def export_job(req) -> dict:
+    """The outputs of the candidate's last timed call, for the trusted worker to compare."""
+    s = _setup
+    if s is None or TRUSTED or not hasattr(s, "fns"):
+        raise JobFailure("protocol_error", "export without a candidate's timed call")
+    out = s.last
+    return _export_reply(s, list(out) if isinstance(out, (list, tuple)) else [out])
+
+
+def time_end_job(req) -> dict:
+    s = _setup
+    if s is None or not hasattr(s, "fns"):
+        raise JobFailure("protocol_error", "time_end before time_prepare")
+    reply: dict = {"ok": True}
+    if not TRUSTED:
+        _tampered()
+        if s.device == "cuda":
+            s.clocks.sample()
+            reply["clocks"] = s.clocks.to_json()
+            reply["device"] = torch.cuda.get_device_name(0)
+    if s.device == "cuda":
+        reply["hold_ms"] = s.timer.hold_ms
+        reply["timer_version"] = TIMER_VERSION if s.timer.hold_cycles else 1
+    return reply
+
+
+def _timer_text(timer) -> str:
+    if _HOLD and timer.hold_cycles:
+        return (f"CUDA events on torch's current stream after a hold kernel filling the device ({timer.hold_ms:.2f} ms) "
+                "and a read of 2x L2, the candidate's time the longer of their span and the host's time to issue "
+                "the call; device synchronized after each")
+    if _HOLD:
+        return (f"CUDA events on torch's current stream; a read of 2x L2 before each call; device synchronized "
+                f"after each (no hold kernel: {timer.hold_why})")
+    return ("CUDA events on torch's current stream; a read of 2x L2 before each call; device synchronized "
+            "after each (KFAB_LAUNCH_HOLD=0: no hold kernel)")
 
 
 # Kernels that are torch's own (aten, cuBLAS, CUTLASS, cuDNN, inductor), not a candidate's.
@@ -530,17 +695,6 @@ def own_kernel_share(fn) -> dict:
     top = sorted(names.items(), key=lambda kv: -kv[1])[:5]
     return {"checked": True, "own_share": own / total if total > 0 else 1.0,
             "kernels": [{"name": n[:120], "us": t} for n, t in top]}
-
-
-def _check_timed(s: _Setup, got, ref, n: int) -> None:
-    if got is None:
-        return
-    st = Stats()
-    for i, r in enumerate(ref):
-        compare(got[i], r, s.atol, s.rtol, f"output{i}", 0, 3, st)
-    if not st.ok():
-        raise JobFailure("incorrect", f"the output of timed call {n + 1} does not match the reference: work was skipped "
-                         "while timed", evidence=st.to_json())
 
 
 def check(req) -> dict:
@@ -583,10 +737,26 @@ def handle(req: dict) -> dict:
             return hello(req)
         if op == "describe":
             return describe(req)
-        if op == "verify":
-            return verify(req)
-        if op == "time":
-            return time_job(req)
+        if TRUSTED:
+            # This process never loads candidate code: the reference's answers are safe here.
+            if "candidate" in req:
+                return {"ok": False, "kind": "protocol_error",
+                        "detail": "the trusted worker serves the reference only; it loads no candidate"}
+            if op == "reference":
+                return reference_job(req)
+            if op == "compare":
+                return compare_job(req)
+        else:
+            if op == "call":
+                return call_job(req)
+            if op == "export":
+                return export_job(req)
+        if op == "time_prepare":
+            return time_prepare_job(req)
+        if op == "time_call":
+            return time_call_job(req)
+        if op == "time_end":
+            return time_end_job(req)
         if op == "check":
             return check(req)
         if op == "trace":

@@ -15,6 +15,7 @@ WEIGHT_SEED = 42  # the model's parameters are drawn once, with this seed, for e
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "f64": torch.float64}
 DTYPE_NAMES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.float64: "f64",
                torch.int32: "i32", torch.int64: "i64", torch.int8: "i8", torch.uint8: "u8", torch.bool: "bool"}
+DTYPES_BY_NAME = {v: k for k, v in DTYPE_NAMES.items()}
 DEFAULT_TOL = {torch.float32: (1e-5, 1e-4), torch.float64: (1e-5, 1e-4), torch.float16: (1e-2, 1e-2),
                torch.bfloat16: (1e-2, 1e-2)}
 

@@ -2,9 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <ctime>
+#include <limits>
+#include <map>
+#include <random>
 
 #include "core/expr.h"
 #include "core/hash.h"
@@ -12,6 +16,7 @@
 #include "core/stamp.h"
 #include "eval/job_evidence.h"
 #include "eval/roofline.h"
+#include "eval/stats.h"
 
 namespace kfab {
 
@@ -99,15 +104,190 @@ std::string mismatch_text(const json& errors) {
                      m.value("seed", 0), m.value("call", 0), m["got"].dump(), m["want"].dump());
 }
 
+/// The comparisons of one shape, summed: the largest errors, the counts added, the first mismatch
+/// and the first problem kept; per output and in all.
+json merge_stats(const json& acc, const json& m) {
+  if (!acc.is_object()) return m;
+  json out = acc;
+  const auto num = [](const json& j) { return j.is_number() ? j.get<double>() : std::numeric_limits<double>::infinity(); };
+  const auto merge_one = [&](json& a, const json& b) {
+    for (const char* k : {"max_abs_err", "max_rel_err"})
+      if (b.contains(k) && (!a.contains(k) || num(b[k]) > num(a[k]))) a[k] = b[k];
+    for (const char* k : {"checked", "mismatches", "nonfinite"}) a[k] = a.value(k, int64_t{0}) + b.value(k, int64_t{0});
+    for (const char* k : {"first_mismatch", "problem"})
+      if (!a.contains(k) && b.contains(k)) a[k] = b[k];
+  };
+  merge_one(out, m);
+  if (out.contains("outputs") && m.contains("outputs") && out["outputs"].size() == m["outputs"].size())
+    for (size_t i = 0; i < out["outputs"].size(); ++i) merge_one(out["outputs"][i], m["outputs"][i]);
+  out["correct"] = out.value("mismatches", int64_t{0}) == 0 && !out.contains("problem");
+  return out;
+}
+
+/// The candidate's outputs of its last job (shared memory on the CPU, CUDA IPC handles on a GPU)
+/// compared in the trusted worker with the answer it holds, while the candidate's worker is stopped.
+JobOutcome compare_in(RunnerClient& trusted, JobReply& from, int64_t seed, int call) {
+  json q = {{"op", "compare"}, {"seed", seed}, {"call", call}, {"outputs", from.body.value("outputs", json::array())}};
+  std::vector<int> pass;
+  if (!from.fds.empty()) {
+    q["fds"] = 1;
+    pass.push_back(from.fds[0]);
+  }
+  return interpret(trusted.run(q, pass));
+}
+
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+/// Times one shape, one call per job: the candidate in its worker, torch eager (and torch.compile) in
+/// the trusted worker, the order rotating. Every timed call of the candidate gets inputs it has not
+/// seen: the timing seed's (never verified) changed in four places drawn anew; some calls, chosen once
+/// they are done, and the last are compared with the Model's answer for exactly those inputs.
+JobOutcome time_shape(RunnerClient& worker, RunnerClient& trusted, const json& base, const json& over,
+                      const json& output_shapes, bool time_compile, int min_calls, double min_time_s, int warmup,
+                      std::mt19937_64& rng) {
+  const int64_t seed = static_cast<int64_t>(rng() >> 12) + 7;
+  json prep = base;
+  prep.update({{"op", "time_prepare"}, {"shape", over}, {"seed", seed}, {"warmup", warmup}, {"output_shapes", output_shapes}});
+  JobOutcome c = interpret(worker.run(prep));
+  if (!c.ok) return c;
+  const json cand_prep = c.body;
+  prep.erase("candidate");
+  const json baselines = time_compile ? json::array({"eager", "compile"}) : json::array({"eager"});
+  prep["baselines"] = baselines;
+  prep["compile_mode"] = base.value("compile_mode", "default");
+  JobOutcome t = interpret(trusted.run(prep));
+  if (!t.ok) {
+    t.task_error = true;
+    return t;
+  }
+  const bool cuda = base.value("target", "cpu") == "cuda";
+  std::vector<std::string> order = {"candidate"};
+  for (const auto& b : baselines) order.push_back(b.get<std::string>());
+  std::map<std::string, std::vector<double>> times, hosts;
+  std::map<std::string, int> late;
+  std::vector<double> walls;
+  const int max_checks = cuda ? 4 : 8;
+  int checks = 0;
+  int64_t last_perturb = 0;
+  bool last_checked = false;
+  JobOutcome fail;
+  auto check = [&](int64_t perturb, int n) -> bool {
+    JobReply e = worker.run({{"op", "export"}});
+    JobOutcome eo = interpret(e);
+    if (!eo.ok) {
+      fail = eo;
+      return false;
+    }
+    json rq = base;
+    rq.erase("candidate");
+    rq.update({{"op", "reference"}, {"shape", over}, {"seed", seed}, {"index", 0}, {"perturb", perturb},
+               {"perturb_last", false}, {"scaled", false}});
+    JobOutcome r = interpret(trusted.run(rq));
+    if (!r.ok) {
+      r.task_error = true;
+      fail = r;
+      return false;
+    }
+    JobOutcome m = compare_in(trusted, e, seed, 3);
+    if (!m.ok) {
+      fail = m;
+      return false;
+    }
+    ++checks;
+    if (m.body.value("correct", false)) return true;
+    fail = JobOutcome{};
+    fail.failure = Disposition::Incorrect;
+    fail.detail = "the output of timed call " + std::to_string(n + 1) +
+                  " does not match the reference for its inputs: work was skipped while timed, or an answer computed "
+                  "for other inputs was served";
+    fail.body = {{"evidence", m.body}};
+    return false;
+  };
+  const auto start = std::chrono::steady_clock::now();
+  const double max_ms = base.value("max_time_s", 30.0) * 1e3;
+  const int max_calls = base.value("max_calls", 10000);
+  for (;;) {
+    const int n = static_cast<int>(times["candidate"].size());
+    const double elapsed = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (n >= max_calls || (n >= min_calls && elapsed >= min_time_s * 1e3) || (n >= 1 && elapsed >= max_ms)) break;
+    const size_t rot = static_cast<size_t>(n) % order.size();
+    for (size_t k = 0; k < order.size(); ++k) {
+      const std::string& name = order[(rot + k) % order.size()];
+      if (name == "candidate") {
+        const int64_t perturb = static_cast<int64_t>(rng() >> 12) | 1;
+        JobOutcome o = interpret(worker.run({{"op", "time_call"}, {"perturb", perturb}, {"clocks", n % 10 == 0}}));
+        if (!o.ok) return o;
+        times[name].push_back(o.body.value("ms", 0.0));
+        hosts[name].push_back(o.body.value("host_ms", 0.0));
+        late[name] += o.body.value("late", false) ? 1 : 0;
+        walls.push_back(o.body.value("wall_ms", 0.0));
+        last_perturb = perturb;
+        last_checked = checks < max_checks && rng() % 8 == 0;
+        if (last_checked && !check(perturb, n)) return fail;
+        continue;
+      }
+      JobOutcome o = interpret(trusted.run({{"op", "time_call"}, {"which", name}}));
+      if (!o.ok) {
+        o.task_error = true;
+        return o;
+      }
+      times[name].push_back(o.body.value("ms", 0.0));
+      hosts[name].push_back(o.body.value("host_ms", 0.0));
+      late[name] += o.body.value("late", false) ? 1 : 0;
+    }
+  }
+  if (!last_checked && !check(last_perturb, static_cast<int>(times["candidate"].size()) - 1)) return fail;
+  JobOutcome end = interpret(worker.run({{"op", "time_end"}}));
+  if (!end.ok) return end;
+  JobOutcome tend = interpret(trusted.run({{"op", "time_end"}}));
+  if (!tend.ok) {
+    tend.task_error = true;
+    return tend;
+  }
+  JobOutcome out;
+  out.ok = true;
+  json& b = out.body;
+  b["candidate"] = summarize(times["candidate"]).to_json();
+  b["baselines"] = json::object();
+  for (size_t k = 1; k < order.size(); ++k) b["baselines"][order[k]] = summarize(times[order[k]]).to_json();
+  b["timer"] = cand_prep.value("timer", "");
+  b["inputs"] = {{"seed", seed},
+                 {"perturbed", "four elements of every float input, at places drawn anew, changed before each timed call"},
+                 {"checked_calls", checks}};
+  if (cand_prep.contains("own_kernels")) b["own_kernels"] = cand_prep["own_kernels"];
+  if (cuda) {
+    b["candidate_wall"] = summarize(walls).to_json();
+    b["empty_call_wall"] = cand_prep.value("empty_call_wall", json::object());
+    b["device"] = end.body.value("device", "");
+    if (end.body.contains("clocks")) b["clocks"] = end.body["clocks"];
+    json host_ms = json::object(), calls = json::object();
+    for (const auto& name : order) {
+      host_ms[name] = median_of(hosts[name]);
+      calls[name] = times[name].size();
+    }
+    b["launch"] = {{"hold_ms", end.body.value("hold_ms", 0.0)}, {"timer_version", end.body.value("timer_version", 1)},
+                   {"host_ms", host_ms}, {"late_starts", late}, {"calls", calls},
+                   {"baseline_hold_ms", tend.body.value("hold_ms", 0.0)}};
+  }
+  return out;
+}
+
 }  // namespace
 
-RunnerOptions KbEvaluator::worker_options(double timeout_s) const {
+RunnerOptions KbEvaluator::worker_options(double timeout_s, bool trusted) const {
   RunnerOptions ro = opt_.runner;
   ro.timeout_s = timeout_s;
   ro.limit_address_space = false;  // torch maps far more address space than it uses
   ro.confine_signals = false;      // torch.compile starts workers and signals them; Landlock's signal
   ro.deny_processes = false;       // scope still keeps kfab out of reach
   ro.argv = {python_interpreter(), "-m", "kfab_worker"};
+  if (trusted) ro.argv.push_back("--trusted");
+  ro.trusted = trusted;
+  ro.freeze_between_jobs = !trusted;
   std::string path = python_worker_dir().string();
   if (const char* pp = std::getenv("PYTHONPATH"); pp && *pp) path += std::string(":") + pp;
   ro.env = {{"PYTHONPATH", path}, {"PYTHONDONTWRITEBYTECODE", "1"}};
@@ -157,18 +337,29 @@ Expected<Verdict> KbEvaluator::evaluate_unguarded(const fs::path& task_file, con
 
   // The worker starts (and imports torch: seconds) while a native candidate builds; a kept one is
   // reused (a fresh one replaces it when it died).
-  std::unique_ptr<RunnerClient> own;
+  // Two workers: the candidate's, and the trusted one, which runs the Model, times torch eager and
+  // torch.compile and compares; it never loads a candidate.
+  std::unique_ptr<RunnerClient> own, own_trusted;
   RunnerClient* wp = nullptr;
+  RunnerClient* tp = nullptr;
+  const double first_timeout = std::max(opt_.runner.timeout_s, 120.0);
   if (keep_worker_) {
-    if (!kept_worker_) kept_worker_ = std::make_unique<RunnerClient>(worker_options(std::max(opt_.runner.timeout_s, 120.0)));
-    kept_worker_->set_timeout(std::max(opt_.runner.timeout_s, 120.0));
+    if (!kept_worker_) kept_worker_ = std::make_unique<RunnerClient>(worker_options(first_timeout));
+    if (!kept_trusted_) kept_trusted_ = std::make_unique<RunnerClient>(worker_options(first_timeout, true));
+    kept_worker_->set_timeout(first_timeout);
+    kept_trusted_->set_timeout(first_timeout);
     wp = kept_worker_.get();
+    tp = kept_trusted_.get();
   } else {
-    own = std::make_unique<RunnerClient>(worker_options(std::max(opt_.runner.timeout_s, 120.0)));
+    own = std::make_unique<RunnerClient>(worker_options(first_timeout));
+    own_trusted = std::make_unique<RunnerClient>(worker_options(first_timeout, true));
     wp = own.get();
+    tp = own_trusted.get();
   }
   RunnerClient& worker = *wp;
+  RunnerClient& trusted = *tp;
   (void)worker.start();
+  (void)trusted.start();
 
   std::string artifact = fs::absolute(candidate).string();
   if (v.dsl == "cpp" || v.dsl == "cuda") {
@@ -190,11 +381,14 @@ Expected<Verdict> KbEvaluator::evaluate_unguarded(const fs::path& task_file, con
   }
 
   say("start the Python worker (torch)");
-  JobReply hello = worker.run({{"op", "hello"}});
-  if (hello.kind != JobReply::Kind::Ok || !hello.body.value("ok", false))
-    return make_error("the Python worker did not start: " + (hello.detail.empty() ? hello.body.dump() : hello.detail),
-                      "it needs python3 with torch: `make test` installs torch into .venv; KFAB_PYTHON names another "
-                      "interpreter");
+  for (RunnerClient* w : {&trusted, &worker}) {
+    JobReply hello = w->run({{"op", "hello"}});
+    if (hello.kind != JobReply::Kind::Ok || !hello.body.value("ok", false))
+      return make_error("the Python worker did not start: " + (hello.detail.empty() ? hello.body.dump() : hello.detail),
+                        "it needs python3 with torch: `make test` installs torch into .venv; KFAB_PYTHON names another "
+                        "interpreter");
+  }
+  JobReply hello = trusted.run({{"op", "hello"}});
   const json info = hello.body;
   if (target_ == "cuda" && !info.value("cuda", false))
     return make_error("torch sees no CUDA device here (torch " + info.value("torch", std::string("?")) + ")",
@@ -202,10 +396,11 @@ Expected<Verdict> KbEvaluator::evaluate_unguarded(const fs::path& task_file, con
   if (v.dsl == "triton" && info["triton"].is_null())
     return make_error("the candidate uses Triton, which the worker's Python lacks", "install triton");
   const std::string abs_task = fs::absolute(task_file).string();
-  JobOutcome d = interpret(worker.run({{"op", "describe"}, {"task", abs_task}}));
+  JobOutcome d = interpret(trusted.run({{"op", "describe"}, {"task", abs_task}}));
   if (!d.ok) return make_error(d.detail.empty() ? "the task did not load" : d.detail, "fix the task file");
   const json desc = d.body;
   worker.set_timeout(opt_.runner.timeout_s);  // the first job's deadline covered torch's import
+  trusted.set_timeout(opt_.runner.timeout_s);
   v.baseline = "torch eager " + info.value("torch", std::string());
   v.protocol = {{"seeds", opt_.seeds},
                 {"base_seed", opt_.base_seed},
@@ -213,7 +408,12 @@ Expected<Verdict> KbEvaluator::evaluate_unguarded(const fs::path& task_file, con
                 {"min_time_s", min_time_s},
                 {"warmup", warmup},
                 {"dtype", opt_.dtype},
-                {"order", "candidate, reference, candidate"},
+                {"order", "reference (trusted worker), candidate, candidate; then the last seed's inputs changed in four places"},
+                {"isolation", "the Model runs, and the baselines are timed, in a trusted worker that never loads candidate "
+                              "code; it compares the candidate's outputs (shared memory, CUDA IPC) while the candidate's "
+                              "worker is stopped"},
+                {"timed_inputs", "the timing seed's inputs (never verified), four elements changed anew before each "
+                                 "timed call; sampled calls and the last checked against the Model"},
                 {"inputs", "get_inputs() after torch.manual_seed(seed); float inputs scaled by 1, 1, 2, 0.5, 1 by seed"},
                 {"weights", "Model(*get_init_inputs()) after torch.manual_seed(42)"},
                 {"worker", "python " + python_interpreter() + ", torch " + info.value("torch", std::string())}};
@@ -229,18 +429,54 @@ Expected<Verdict> KbEvaluator::evaluate_unguarded(const fs::path& task_file, con
   shapes.emplace_back(tune, false);
   if (opt_.heldout)
     for (const auto& h : desc.value("heldout", json::array())) shapes.emplace_back(h, true);
-  json seeds = json::array();
-  for (int i = 0; i < opt_.seeds; ++i) seeds.push_back(i);
+  std::mt19937_64 rng(std::random_device{}());
+  auto fresh = [&] { return static_cast<int64_t>(rng() >> 12) | 1; };
+  // One step of verification: the Model's answer on (seed, perturb) in the trusted worker, then the
+  // candidate's calls (call number, poison pattern), each compared there while the candidate's worker
+  // is stopped. `acc` gathers the comparisons of a shape.
+  json output_shapes;
+  auto step = [&](const json& over, int64_t seed, int index, int64_t perturb, bool last, bool scaled,
+                  std::initializer_list<std::pair<int, int>> calls, json& acc) -> JobOutcome {
+    json rq = json_base;
+    rq.erase("candidate");
+    rq.update({{"op", "reference"}, {"shape", over}, {"seed", seed}, {"index", index}, {"perturb", perturb},
+               {"perturb_last", last}, {"scaled", scaled}});
+    JobOutcome r = interpret(trusted.run(rq));
+    if (!r.ok) {
+      r.task_error = true;
+      return r;
+    }
+    output_shapes = r.body.value("output_shapes", json::array());
+    for (const auto& [call, pattern] : calls) {
+      json cq = json_base;
+      cq.update({{"op", "call"}, {"shape", over}, {"seed", seed}, {"scale", r.body.value("scale", 1.0)}, {"perturb", perturb},
+                 {"perturb_last", last}, {"pattern", pattern}, {"output_shapes", output_shapes}});
+      JobReply cr = worker.run(cq);
+      JobOutcome c = interpret(cr);
+      if (!c.ok) return c;
+      JobOutcome m = compare_in(trusted, cr, seed, call);
+      if (!m.ok) return m;
+      acc = merge_stats(acc, m.body);
+    }
+    r.body["compared"] = acc;
+    return r;
+  };
   std::string incorrect;
+  std::vector<json> shape_outputs;  // the Model's output shapes and dtypes at each shape
   for (auto& [over, held] : shapes) {
     ShapeResult sr;
     sr.heldout = held;
     say(fmt::format("verify {}{}", over.dump(), held ? " (held out)" : ""));
-    json req = json_base;
-    req["op"] = "verify";
-    req["shape"] = over;
-    req["seeds"] = seeds;
-    JobOutcome o = interpret(worker.run(req));
+    json acc;
+    JobOutcome o;
+    o.ok = true;
+    for (int i = 0; i < opt_.seeds && o.ok; ++i)
+      o = step(over, static_cast<int64_t>(opt_.base_seed) * 1000003 + i, i, 0, true, true, {{1, 0x5a}, {2, 0xa5}}, acc);
+    // The last seed's inputs changed in four places (the last element among them): a candidate that
+    // caches its answer under a sample of the input values replays a stale one here.
+    const int last = std::max(0, opt_.seeds - 1);
+    if (o.ok && opt_.seeds > 0)
+      o = step(over, static_cast<int64_t>(opt_.base_seed) * 1000003 + last, last, fresh(), true, true, {{5, 0x5a}}, acc);
     if (o.task_error) return make_error(v.task + ": " + o.detail, "the task file (or the device) is at fault");
     if (o.failure) {
       sr.status = std::string(disposition_name(*o.failure));
@@ -250,14 +486,13 @@ Expected<Verdict> KbEvaluator::evaluate_unguarded(const fs::path& task_file, con
       return finish();
     }
     sr.shape = binding(o.body.value("shape", json::object()));
-    sr.errors = o.body;
-    sr.errors.erase("shape");
-    sr.errors.erase("ok");
-    sr.correct = o.body.value("correct", false);
+    shape_outputs.push_back(output_shapes);
+    sr.errors = acc;
+    sr.correct = acc.value("correct", false);
     sr.status = sr.correct ? "passed" : "incorrect";
     sr.extra["overrides"] = over;
     if (!sr.correct && incorrect.empty())
-      incorrect = fmt::format("shape {}{}: {}", format_binding(sr.shape), held ? " (held out)" : "", mismatch_text(o.body));
+      incorrect = fmt::format("shape {}{}: {}", format_binding(sr.shape), held ? " (held out)" : "", mismatch_text(acc));
     v.shapes.push_back(sr);
   }
   if (!incorrect.empty()) {
@@ -304,25 +539,12 @@ Expected<Verdict> KbEvaluator::evaluate_unguarded(const fs::path& task_file, con
       }
     const bool time_compile = opt_.compile_baseline && !cached.is_object();
     say(fmt::format("time {}{}", format_binding(sr.shape), time_compile ? " (and torch.compile: it compiles first)" : ""));
-    json req = json_base;
-    req["op"] = "time";
-    req["shape"] = over;
-    req["seed"] = 0;
-    req["min_calls"] = min_calls;
-    req["min_time_s"] = min_time_s;
-    req["max_calls"] = opt_.max_calls;
-    req["max_time_s"] = opt_.max_time_s;
-    req["warmup"] = warmup;
-    req["baselines"] = time_compile ? json::array({"eager", "compile"}) : json::array({"eager"});
-    req["compile_mode"] = opt_.compile_mode;
-    RunnerClient* w = &worker;
-    std::optional<RunnerClient> slow;
-    if (time_compile) {
-      // Compiling takes minutes on a slow machine: this job gets a longer deadline.
-      slow.emplace(worker_options(std::max(opt_.runner.timeout_s, 900.0)));
-      w = &*slow;
-    }
-    JobOutcome o = interpret(w->run(req));
+    // Compiling takes minutes on a slow machine: the trusted worker's warm-up gets a longer deadline.
+    if (time_compile) trusted.set_timeout(std::max(opt_.runner.timeout_s, 900.0));
+    json timing = json_base;
+    timing.update({{"max_time_s", opt_.max_time_s}, {"max_calls", opt_.max_calls}, {"compile_mode", opt_.compile_mode}});
+    JobOutcome o = time_shape(worker, trusted, timing, over, shape_outputs[i], time_compile, min_calls, min_time_s, warmup, rng);
+    trusted.set_timeout(opt_.runner.timeout_s);
     if (o.task_error) return make_error(v.task + ": " + o.detail, "the task's Model or torch.compile failed");
     if (o.failure) {
       v.disposition = *o.failure;

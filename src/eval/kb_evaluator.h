@@ -52,7 +52,9 @@ class KbEvaluator {
 
  private:
   Expected<Verdict> evaluate_unguarded(const std::filesystem::path& task_file, const std::filesystem::path& candidate);
-  RunnerOptions worker_options(double timeout_s) const;
+  /// A candidate's worker (stopped between its jobs) or, `trusted`, the worker that runs the Model, times
+  /// the baselines and compares (python -m kfab_worker --trusted: it never loads a candidate).
+  RunnerOptions worker_options(double timeout_s, bool trusted = false) const;
 
   std::string target_;
   Backend* native_;
@@ -60,6 +62,7 @@ class KbEvaluator {
   std::unique_ptr<RunnerClient> check_worker_;  ///< one worker for every check() (torch imports once)
   bool keep_worker_ = false;
   std::unique_ptr<RunnerClient> kept_worker_;
+  std::unique_ptr<RunnerClient> kept_trusted_;
 };
 
 }  // namespace kfab

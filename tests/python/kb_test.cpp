@@ -95,6 +95,12 @@ TEST_F(KbEval, BrokenPythonCandidatesGetTheirDispositionAndKfabGoesOn) {
       {"patches_timer.py", "rejected", "replaced time.perf_counter"},
       {"patches_harness.py", "rejected", "replaced kfab_worker.jobs.compare"},
       {"forks.py", "rejected", "started 1 process(es)"},
+      // the Model in a trusted worker of its own, timed calls on inputs changed anew (issue 20): a native
+      // candidate that rewrites Model.forward through the interpreter's C API to agree with its wrong
+      // answer, and answers kept from earlier calls served when timed
+      {"patches_model.cpp", "incorrect", "values differ"},
+      {"stashes_by_count.py", "incorrect", "does not match the reference for its inputs"},
+      {"stashes_by_value.py", "incorrect", "does not match the reference for its inputs"},
   };
   for (const auto& c : cases) {
     CliResult r = eval(kb_fixture(c.file), {"--no-compile", "--timeout", "20"});
@@ -103,6 +109,11 @@ TEST_F(KbEval, BrokenPythonCandidatesGetTheirDispositionAndKfabGoesOn) {
     EXPECT_EQ(j.value("disposition", ""), c.disposition) << c.file << ": " << j.value("detail", "");
     EXPECT_NE(j.value("detail", "").find(c.detail), std::string::npos) << c.file << ": " << j.value("detail", "");
   }
+  // Honest work that slows whatever runs in its process between its calls: torch eager is timed in the
+  // trusted worker, so the verdict is an honest pass (its speedup against its honest twin's is in
+  // bench/adversarial_speedups.sh).
+  CliResult slows = eval(kb_fixture("slows_reference.cpp"), {"--no-compile", "--timeout", "20"});
+  EXPECT_EQ(slows.json().value("disposition", ""), "passed") << slows.out << slows.err;
   // And the next evaluation is normal.
   CliResult ok = eval(kb_fixture("plain_torch.py"), {"--no-compile"});
   EXPECT_EQ(ok.json().value("disposition", ""), "passed") << ok.out << ok.err;
