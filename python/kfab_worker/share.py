@@ -60,13 +60,19 @@ def receive_fd() -> int:
 
 
 # -- CUDA driver (IPC) --------------------------------------------------------------------------
+class _IpcHandle(ctypes.Structure):
+    """CUipcMemHandle: 64 opaque bytes, passed by value."""
+
+    _fields_ = [("reserved", ctypes.c_char * 64)]
+
+
 class _Cuda:
     def __init__(self) -> None:
         self.lib = ctypes.CDLL("libcuda.so.1")
         self.lib.cuMemGetAddressRange_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_size_t),
                                                      ctypes.c_uint64]
         self.lib.cuIpcGetMemHandle.argtypes = [ctypes.c_char_p, ctypes.c_uint64]
-        self.lib.cuIpcOpenMemHandle_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_char * 64, ctypes.c_uint]
+        self.lib.cuIpcOpenMemHandle_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), _IpcHandle, ctypes.c_uint]
         self.lib.cuIpcCloseMemHandle.argtypes = [ctypes.c_uint64]
 
     def check(self, rc: int, what: str) -> None:
@@ -205,7 +211,7 @@ def import_outputs(meta: list, fd: int | None, device: str) -> Imported:
                 if len(raw) != 64:
                     raise ValueError("an output's CUDA IPC handle is not 64 bytes")
                 ptr = ctypes.c_uint64()
-                drv.check(drv.lib.cuIpcOpenMemHandle_v2(ctypes.byref(ptr), (ctypes.c_char * 64).from_buffer_copy(raw), 1),
+                drv.check(drv.lib.cuIpcOpenMemHandle_v2(ctypes.byref(ptr), _IpcHandle.from_buffer_copy(raw), 1),
                           "cuIpcOpenMemHandle")
                 opened[h] = ptr.value
                 imp._ipc.append(ptr.value)

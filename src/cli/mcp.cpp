@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "core/hash.h"
 #include "core/paths.h"
+#include "core/text.h"
 #include "core/process.h"
 #include "core/task.h"
 #include "eval/kb_evaluator.h"
@@ -105,7 +106,7 @@ json run_kfab(const std::vector<std::string>& args, double timeout_s) {
   try {
     return json::parse(r->output);
   } catch (const json::exception&) {
-    throw ToolError{"kfab printed no JSON (" + r->status.describe() + "): " + r->output.substr(0, 2000)};
+    throw ToolError{"kfab printed no JSON (" + r->status.describe() + "): " + printable(r->output, 2000)};
   }
 }
 
@@ -240,7 +241,7 @@ json error_reply(const json& id, int code, const std::string& message) {
 
 int serve_mcp(std::istream& in, std::ostream& out) {
   std::string line;
-  auto send = [&](const json& j) { out << j.dump() << "\n" << std::flush; };
+  auto send = [&](const json& j) { out << dump_json(j) << "\n" << std::flush; };
   while (std::getline(in, line)) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     json msg;

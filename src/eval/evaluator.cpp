@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <future>
 #include <random>
 
 #include "core/hash.h"
@@ -77,14 +78,26 @@ TimedShape time_shape(NativeHarness& h, const Task& task, const ShapeBinding& sh
   TimedShape t;
   const int64_t seed = static_cast<int64_t>(rng() >> 2) + 1000;
   json settings = {{"warmup", warmup}, {"flush", true}, {"replay", true}};
+  json base_settings = settings;
+  // A C++ reference baseline warms up beside the candidate (nothing is timed yet); a GPU baseline is
+  // replayed as a CUDA graph exactly when the candidate is, so it waits for the candidate's decision.
+  std::future<JobOutcome> early;
+  const bool overlapped = !h.has_gpu_baseline();
+  if (overlapped) {
+    base_settings["replay"] = false;
+    early = std::async(std::launch::async, [&] { return h.prepare_timing(false, shape, seed, base_settings); });
+  }
   t.outcome = h.prepare_timing(true, shape, seed, settings);
+  JobOutcome base_outcome = overlapped ? early.get() : JobOutcome{};
   if (!t.outcome.ok) return t;
   const json cand_prep = t.outcome.body;
-  json base_settings = settings;
   const bool replayed = cand_prep.contains("replay") && cand_prep["replay"].value("used", false);
-  if (replayed) base_settings["force_replay"] = true;
-  else base_settings["replay"] = false;
-  t.outcome = h.prepare_timing(false, shape, seed, base_settings);
+  if (!overlapped) {
+    if (replayed) base_settings["force_replay"] = true;
+    else base_settings["replay"] = false;
+    base_outcome = h.prepare_timing(false, shape, seed, base_settings);
+  }
+  t.outcome = base_outcome;
   if (!t.outcome.ok) return t;
   const json base_prep = t.outcome.body;
 
@@ -229,15 +242,22 @@ Expected<Verdict> Evaluator::evaluate_unguarded(const Task& task, const fs::path
   NativeHarness h(task, target, opt_.runner, base);
   h.start();
 
-  say("build reference " + task.reference.filename().string());
-  auto ref = backend_.build(task.reference);
+  // The reference, the candidate and (on a GPU) the task's GPU baseline build at once: a cold
+  // evaluation waits for the slowest compiler, not for their sum.
+  say("build reference " + task.reference.filename().string() + " and " + candidate.filename().string());
+  const auto build_start = std::chrono::steady_clock::now();
+  auto ref_build = std::async(std::launch::async, [&] { return backend_.build(task.reference); });
+  const bool gpu_target = target == "cuda";
+  std::future<decltype(backend_.build(task.reference))> baseline_build;
+  if (gpu_target && !task.reference_cuda.empty() && opt_.time)
+    baseline_build = std::async(std::launch::async, [&] { return backend_.build(task.reference_cuda); });
+  auto cand = backend_.build(candidate);
+  auto ref = ref_build.get();
   if (!ref.ok() && ref.failure().no_space)
     return make_error(ref.failure().message, "free some space, or set KFAB_CACHE_DIR (and TMPDIR) to a folder on another disk");
   if (!ref.ok())
     return make_error(task.reference.string() + ": the task's reference does not build:\n" + ref.failure().message,
                       "fix the reference of task " + task.name);
-  say("build " + candidate.filename().string());
-  auto cand = backend_.build(candidate);
   if (!cand.ok() && cand.failure().no_space)
     return make_error(cand.failure().message, "free some space, or set KFAB_CACHE_DIR (and TMPDIR) to a folder on another disk");
   if (!cand.ok()) {
@@ -245,7 +265,8 @@ Expected<Verdict> Evaluator::evaluate_unguarded(const Task& task, const fs::path
     v.detail = cand.failure().message;
     return finish();
   }
-  v.build = {{"cached", cand.value().cached}, {"seconds", cand.value().seconds}, {"key", cand.value().key}};
+  v.build = {{"cached", cand.value().cached}, {"seconds", cand.value().seconds}, {"key", cand.value().key},
+             {"wall_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - build_start).count()}};
   h.set_artifacts(cand.value().artifact.string(), ref.value().artifact.string());
 
   // The device's peaks come first on a device: whether it is a GPU picks the tuning shapes.
@@ -283,6 +304,10 @@ Expected<Verdict> Evaluator::evaluate_unguarded(const Task& task, const fs::path
 
   std::optional<Disposition> stop;
   std::string incorrect_detail;
+  const auto verify_start = std::chrono::steady_clock::now();
+  auto since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
   for (auto& sr : v.shapes) {
     say(fmt::format("verify {}{}", format_binding(sr.shape), sr.heldout ? " (held out)" : ""));
     std::vector<CompareStats> stats(task.outputs.size());
@@ -324,6 +349,7 @@ Expected<Verdict> Evaluator::evaluate_unguarded(const Task& task, const fs::path
       incorrect_detail = fmt::format("shape {{{}}}{}: {}", format_binding(sr.shape), sr.heldout ? " (held out)" : "",
                                      mismatch_text(sr.errors, task));
   }
+  v.extra["phases_s"] = {{"build", v.build.value("wall_s", 0.0)}, {"verify", since(verify_start)}};
   if (stop) {
     v.disposition = *stop;
     return finish();
@@ -351,7 +377,7 @@ Expected<Verdict> Evaluator::evaluate_unguarded(const Task& task, const fs::path
   }
   if (gpu && !task.reference_cuda.empty()) {
     say("build GPU baseline " + task.reference_cuda.filename().string());
-    auto b = backend_.build(task.reference_cuda);
+    auto b = baseline_build.valid() ? baseline_build.get() : backend_.build(task.reference_cuda);
     if (!b.ok())
       return make_error(task.reference_cuda.string() + ": the task's GPU baseline does not build:\n" + b.failure().message,
                         "fix reference.cu of task " + task.name);
@@ -360,6 +386,7 @@ Expected<Verdict> Evaluator::evaluate_unguarded(const Task& task, const fs::path
   }
   double log_sum = 0.0;
   int timed = 0;
+  const auto time_start = std::chrono::steady_clock::now();
   for (auto& sr : v.shapes) {
     if (sr.heldout) continue;
     say("time " + format_binding(sr.shape));
@@ -407,6 +434,7 @@ Expected<Verdict> Evaluator::evaluate_unguarded(const Task& task, const fs::path
     ++timed;
   }
   if (timed > 0) v.speedup = std::exp(log_sum / timed);
+  v.extra["phases_s"]["time"] = since(time_start);
   if (opt_.profile) {
     if (!gpu) {
       v.profile = {{"error", "profiling is for the cuda target (ncu)"}};

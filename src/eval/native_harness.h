@@ -42,6 +42,7 @@ class NativeHarness {
   }
   /// The task's GPU baseline (reference.cu, built): timed in place of the C++ reference.
   void set_gpu_baseline(const std::string& artifact) { base_["gpu_baseline"] = artifact; }
+  bool has_gpu_baseline() const { return base_.contains("gpu_baseline"); }
   RunnerClient& trusted() { return trusted_; }
   RunnerClient& candidate_runner() { return candidate_; }
 
