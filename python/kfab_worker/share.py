@@ -101,7 +101,7 @@ class _Cai:
             dtype = torch.int16
         else:
             self.bf16 = False
-        self.__cuda_array_interface__ = {"shape": tuple(shape), "typestr": typestr[dtype], "data": (ptr, True),
+        self.__cuda_array_interface__ = {"shape": tuple(shape), "typestr": typestr[dtype], "data": (ptr, False),
                                          "version": 3, "strides": None}
 
 
