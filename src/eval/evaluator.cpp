@@ -21,21 +21,12 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string mismatch_text(const json& errors, const Task& task) {
-  if (!errors.contains("first_mismatch")) return "outputs differ from the reference";
-  const json& m = errors["first_mismatch"];
-  std::string coord;
-  for (const auto& c : m["coord"]) coord += (coord.empty() ? "" : ", ") + std::to_string(c.get<int64_t>());
-  const std::string name = m.value("output", "");
-  Tolerance tol;
+/// The tolerance of the output a mismatch names.
+std::optional<Tolerance> tolerance_of(const json& errors, const Task& task) {
+  const std::string name = errors.contains("first_mismatch") ? errors["first_mismatch"].value("output", "") : "";
   for (const auto& o : task.outputs)
-    if (o.name == name) tol = task.tolerance_for(o);
-  std::string text = fmt::format("{} of {} values differ; first at {}[{}] (seed {}, call {}): got {}, want {} (atol {:g}, rtol {:g})",
-                                 errors.value("mismatches", 0), errors.value("checked", 0), name, coord,
-                                 m.value("seed", 0), m.value("call", 0), m["got"].dump(), m["want"].dump(), tol.atol, tol.rtol);
-  if (m.value("call", 0) == kPerturbedCall)
-    text += "; call 5 had the last seed's inputs changed in four places only: an answer cached under a sample of the input values";
-  return text;
+    if (o.name == name) return task.tolerance_for(o);
+  return std::nullopt;
 }
 
 /// The verify evidence of a shape: every output's comparison and their sum.
@@ -184,19 +175,8 @@ TimedShape time_shape(NativeHarness& h, const Task& task, const ShapeBinding& sh
 
 }  // namespace
 
-// A reply the evaluation cannot read (a field missing or of the wrong type) is the runner's failure,
-// never kfab's: the candidate shares the runner's process and may have written it.
 Expected<Verdict> Evaluator::evaluate(const Task& task, const fs::path& candidate) {
-  try {
-    return evaluate_unguarded(task, candidate);
-  } catch (const nlohmann::json::exception& e) {
-    Verdict v;
-    v.task = task.name;
-    v.candidate = candidate.string();
-    v.disposition = Disposition::Crashed;
-    v.detail = std::string("the runner's reply could not be read (") + e.what() + "): a candidate may have written to the protocol";
-    return v;
-  }
+  return guarded_evaluation(task.name, candidate.string(), [&] { return evaluate_unguarded(task, candidate); });
 }
 
 Expected<Verdict> Evaluator::evaluate_unguarded(const Task& task, const fs::path& candidate) {
@@ -212,9 +192,7 @@ Expected<Verdict> Evaluator::evaluate_unguarded(const Task& task, const fs::path
   if (backend_.target() != "cpu") v.baseline = "cpu reference (the task's oracle, timed on the host)";
   // Defaults depend on the target: a device call is cheap to repeat and noisier one by one.
   const bool device = backend_.target() != "cpu";
-  const int min_calls = opt_.min_calls > 0 ? opt_.min_calls : (device ? 100 : 50);
-  const double min_time_s = opt_.min_time_s >= 0 ? opt_.min_time_s : (device ? 0.05 : 0.5);
-  const int warmup = opt_.warmup > 0 ? opt_.warmup : (device ? 10 : 3);
+  const auto [min_calls, min_time_s, warmup] = timing_defaults(opt_.min_calls, opt_.min_time_s, opt_.warmup, device);
   v.protocol = {{"seeds", opt_.seeds},         {"base_seed", opt_.base_seed}, {"min_calls", min_calls},
                 {"min_time_s", min_time_s},     {"warmup", warmup},            {"timeout_s", opt_.runner.timeout_s},
                 {"order", "reference (trusted runner), candidate, candidate"},
@@ -347,7 +325,7 @@ Expected<Verdict> Evaluator::evaluate_unguarded(const Task& task, const fs::path
     sr.status = sr.correct ? "passed" : "incorrect";
     if (!sr.correct && incorrect_detail.empty())
       incorrect_detail = fmt::format("shape {{{}}}{}: {}", format_binding(sr.shape), sr.heldout ? " (held out)" : "",
-                                     mismatch_text(sr.errors, task));
+                                     mismatch_text(sr.errors, tolerance_of(sr.errors, task)));
   }
   v.extra["phases_s"] = {{"build", v.build.value("wall_s", 0.0)}, {"verify", since(verify_start)}};
   if (stop) {

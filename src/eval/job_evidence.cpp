@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "eval/compare.h"
+
 namespace kfab {
 
 using json = nlohmann::json;
@@ -42,6 +44,27 @@ JobOutcome interpret(const JobReply& r) {
     o.detail = "unexpected reply: " + r.body.dump();
   }
   return o;
+}
+
+TimingDefaults timing_defaults(int min_calls, double min_time_s, int warmup, bool device) {
+  return {min_calls > 0 ? min_calls : (device ? 100 : 50), min_time_s >= 0 ? min_time_s : (device ? 0.05 : 0.5),
+          warmup > 0 ? warmup : (device ? 10 : 3)};
+}
+
+std::string mismatch_text(const json& errors, std::optional<Tolerance> tol) {
+  if (errors.contains("problem") && errors["problem"].is_string()) return errors["problem"].get<std::string>();
+  if (!errors.contains("first_mismatch")) return "outputs differ from the reference";
+  const json& m = errors["first_mismatch"];
+  std::string coord;
+  for (const auto& c : m.value("coord", json::array())) coord += (coord.empty() ? "" : ", ") + c.dump();
+  std::string text = fmt::format("{} of {} values differ; first at {}[{}] (seed {}, call {}): got {}, want {}",
+                                 errors.value("mismatches", 0), errors.value("checked", 0), m.value("output", ""), coord,
+                                 m.value("seed", int64_t{0}), m.value("call", 0), m.value("got", json()).dump(),
+                                 m.value("want", json()).dump());
+  if (tol) text += fmt::format(" (atol {:g}, rtol {:g})", tol->atol, tol->rtol);
+  if (m.value("call", 0) == kPerturbedCall)
+    text += "; call 5 had the last seed's inputs changed in four places only: an answer cached under a sample of the input values";
+  return text;
 }
 
 namespace {

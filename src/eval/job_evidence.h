@@ -25,6 +25,36 @@ struct JobOutcome {
 
 JobOutcome interpret(const JobReply& r);
 
+/// The calls, time and warm-up of a timing, where the options leave them to the target: a device call
+/// is cheap to repeat and noisier one by one (100 calls, 0.05 s, 10 warm-ups; the CPU 50, 0.5 s, 3).
+struct TimingDefaults {
+  int min_calls;
+  double min_time_s;
+  int warmup;
+};
+TimingDefaults timing_defaults(int min_calls, double min_time_s, int warmup, bool device);
+
+/// The first mismatch of a comparison in words: how many values differ, where, got and want, and (with
+/// `tol`) the tolerance; a problem (an output of the wrong shape or kind) as it was said.
+std::string mismatch_text(const nlohmann::json& errors, std::optional<Tolerance> tol = std::nullopt);
+
+/// Runs an evaluation whose replies may be malformed: a reply kfab cannot read (a field missing or of
+/// the wrong type) is the runner's failure, never kfab's (a candidate may have written it), and ends as
+/// a `crashed` verdict.
+template <typename Fn>
+Expected<Verdict> guarded_evaluation(const std::string& task, const std::string& candidate, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const nlohmann::json::exception& e) {
+    Verdict v;
+    v.task = task;
+    v.candidate = candidate;
+    v.disposition = Disposition::Crashed;
+    v.detail = std::string("the runner's reply could not be read (") + e.what() + "): a candidate may have written to the protocol";
+    return v;
+  }
+}
+
 /// Work a call leaves on other streams (or on the host) escapes the events but not the device-wide
 /// sync: when the wall clock says much more than the events, the wall clock is the shape's time.
 /// Reads candidate_wall and empty_call_wall from a time job's reply; `stream` names the stream the

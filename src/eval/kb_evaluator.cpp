@@ -93,17 +93,6 @@ std::optional<double> cost(const json& desc, const char* key, const ShapeBinding
   return *v;
 }
 
-std::string mismatch_text(const json& errors) {
-  if (errors.contains("problem")) return errors["problem"].get<std::string>();
-  if (!errors.contains("first_mismatch")) return "outputs differ from the reference";
-  const json& m = errors["first_mismatch"];
-  std::string coord;
-  for (const auto& c : m["coord"]) coord += (coord.empty() ? "" : ", ") + std::to_string(c.get<int64_t>());
-  return fmt::format("{} of {} values differ; first at {}[{}] (seed {}, call {}): got {}, want {}",
-                     errors.value("mismatches", 0), errors.value("checked", 0), m.value("output", ""), coord,
-                     m.value("seed", 0), m.value("call", 0), m["got"].dump(), m["want"].dump());
-}
-
 /// The comparisons of one shape, summed: the largest errors, the counts added, the first mismatch
 /// and the first problem kept; per output and in all.
 json merge_stats(const json& acc, const json& m) {
@@ -294,19 +283,9 @@ RunnerOptions KbEvaluator::worker_options(double timeout_s, bool trusted) const 
   return ro;
 }
 
-// A reply the evaluation cannot read (a field missing or of the wrong type) is the runner's failure,
-// never kfab's: the candidate shares the runner's process and may have written it.
 Expected<Verdict> KbEvaluator::evaluate(const fs::path& task_file, const fs::path& candidate) {
-  try {
-    return evaluate_unguarded(task_file, candidate);
-  } catch (const nlohmann::json::exception& e) {
-    Verdict v;
-    v.task = task_file.stem().string();
-    v.candidate = candidate.string();
-    v.disposition = Disposition::Crashed;
-    v.detail = std::string("the runner's reply could not be read (") + e.what() + "): a candidate may have written to the protocol";
-    return v;
-  }
+  return guarded_evaluation(task_file.stem().string(), candidate.string(),
+                            [&] { return evaluate_unguarded(task_file, candidate); });
 }
 
 Expected<Verdict> KbEvaluator::evaluate_unguarded(const fs::path& task_file, const fs::path& candidate) {
@@ -320,9 +299,7 @@ Expected<Verdict> KbEvaluator::evaluate_unguarded(const fs::path& task_file, con
   v.dsl = kb_candidate_dsl(candidate);
   v.candidate = candidate.string();
   const bool device = target_ != "cpu";
-  const int min_calls = opt_.min_calls > 0 ? opt_.min_calls : (device ? 100 : 50);
-  const double min_time_s = opt_.min_time_s >= 0 ? opt_.min_time_s : (device ? 0.05 : 0.5);
-  const int warmup = opt_.warmup > 0 ? opt_.warmup : (device ? 10 : 3);
+  const auto [min_calls, min_time_s, warmup] = timing_defaults(opt_.min_calls, opt_.min_time_s, opt_.warmup, device);
   auto finish = [&]() -> Expected<Verdict> {
     v.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return v;
