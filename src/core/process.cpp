@@ -304,6 +304,12 @@ bool Child::freeze(Clock::time_point deadline) {
   }
 }
 
+bool Child::has_exited() const {
+  if (pid_ <= 0 || reaped_) return true;
+  siginfo_t si{};
+  return ::waitid(P_PID, static_cast<id_t>(pid_), &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid_;
+}
+
 void Child::thaw() {
   if (pid_ > 0 && !reaped_ && frozen_) ::kill(-pid_, SIGCONT);
   frozen_ = false;

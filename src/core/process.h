@@ -79,6 +79,8 @@ class Child {
   /// Lets a frozen child go on (SIGCONT to its group).
   void thaw();
   bool frozen() const { return frozen_; }
+  /// True once the child has ended (its status is left to wait() to collect).
+  bool has_exited() const;
   /// Waits for the child; kills the group first if it is still running at the deadline.
   ExitStatus wait(std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
   bool running() const { return pid_ > 0 && !reaped_; }

@@ -175,7 +175,11 @@ JobReply RunnerClient::run(const nlohmann::json& request, const std::vector<int>
   ReadResult in = sent ? read_message(child_->reply_fd(), deadline) : ReadResult{ReadStatus::Eof, {}, {}};
   // Nothing of a candidate's runs between its jobs: not while the reference works, baselines are
   // timed or its outputs are compared.
-  if (in.status == ReadStatus::Ok && opt_.freeze_between_jobs && !child_->freeze(deadline + std::chrono::seconds(5))) {
+  const bool stopped = in.status != ReadStatus::Ok || !opt_.freeze_between_jobs || child_->freeze(deadline + std::chrono::seconds(5));
+  // A runner that died between its reply and the stop (killed from outside, or it exited) is said as
+  // any death is, with its signal or exit code.
+  if (!stopped && child_->has_exited()) in.status = ReadStatus::Eof;
+  if (in.status == ReadStatus::Ok && !stopped) {
     child_->kill_group();
     child_->wait(Clock::now() + std::chrono::seconds(5));
     r.kind = JobReply::Kind::Crashed;
