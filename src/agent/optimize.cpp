@@ -16,7 +16,7 @@
 #include "core/paths.h"
 #include "core/stamp.h"
 #include "core/text.h"
-#include "eval/kb_evaluator.h"
+#include "eval/torch_harness.h"
 #include "eval/roofline.h"
 #include "runner/runner_client.h"
 #include "store/store.h"
@@ -53,18 +53,17 @@ std::string fill(std::string text, const std::map<std::string, std::string>& var
 }
 
 /// What a proposer may know of the task: held-out shapes withheld.
-Expected<std::string> task_text(const fs::path& task) {
-  if (task.extension() == ".py") {
-    auto src = read_file(task);
+Expected<std::string> task_text(const LoadedTask& lt) {
+  if (lt.kernelbench()) {
+    auto src = read_file(lt.path);
     if (!src) return Unexpected{src.error()};
     return "The task, a KernelBench-format PyTorch module (inputs are get_inputs(), then the model's parameters and buffers):\n```python\n" +
            withhold(*src, "KFAB_HELDOUT") + "\n```";
   }
-  auto t = load_task(task);
-  if (!t) return Unexpected{t.error()};
-  auto manifest = read_file(t->manifest);
-  auto reference = read_file(t->reference);
-  return "The task " + t->name + ": " + t->summary + "\nManifest (tensors, shapes, tolerance, cost):\n```toml\n" +
+  const Task& t = lt.task;
+  auto manifest = read_file(t.manifest);
+  auto reference = read_file(t.reference);
+  return "The task " + t.name + ": " + t.summary + "\nManifest (tensors, shapes, tolerance, cost):\n```toml\n" +
          withhold(manifest ? *manifest : "", "heldout") +
          "\n```\nThe reference (the correctness oracle):\n```cpp\n" + (reference ? *reference : "") + "\n```";
 }
@@ -121,10 +120,12 @@ Expected<json> optimize(const OptimizeOptions& in) {
   if (opt.strategy != "refine" && opt.strategy != "evolve")
     return make_error("unknown strategy " + opt.strategy, "refine (one trajectory) or evolve (a population)");
   if (opt.dsl.empty()) opt.dsl = opt.target == "cpu" ? "cpp" : opt.target;
-  auto text = task_text(opt.task);
+  // The task is opened once: its format decides how candidates are evaluated and what a proposer sees.
+  auto loaded = open_task(opt.task);
+  if (!loaded) return Unexpected{loaded.error()};
+  auto text = task_text(*loaded);
   if (!text) return Unexpected{text.error()};
-  const bool kb = opt.task.extension() == ".py";
-  const std::string task_name = kb ? opt.task.stem().string() : [&] { auto t = load_task(opt.task); return t ? t->name : opt.task.filename().string(); }();
+  const std::string task_name = loaded->task.name;
 
   // The model: a provider, or the exchanges of a recorded run, in order.
   std::unique_ptr<LlmClient> client;
@@ -277,28 +278,12 @@ Expected<json> optimize(const OptimizeOptions& in) {
   auto evaluate = [&](const fs::path& file, bool heldout) -> Expected<Verdict> {
     EvalOptions eo = opt.eval;
     eo.heldout = heldout;
-    if (kb) {
-      std::unique_ptr<Backend> native;
-      if (opt.dsl == "cpp" || opt.dsl == "cuda") native = make_backend(opt.dsl == "cuda" ? "cuda" : "cpu");
-      KbEvaluator ev(opt.target, native.get(), eo);
-      return ev.evaluate(opt.task, file);
-    }
-    auto t = load_task(opt.task);
-    if (!t) return Unexpected{t.error()};
-    auto backend = make_backend(opt.target);
-    if (!backend) return make_error("unknown target " + opt.target);
-    Evaluator ev(*backend, eo);
-    return ev.evaluate(*t, file);
+    Evaluator ev(*loaded, opt.target, eo);
+    return ev.evaluate(file);
   };
   auto record = [&](const fs::path& file, const Verdict& v) -> std::optional<int64_t> {
-    Task t;
-    if (kb) {
-      t = kb_store_task(opt.task);
-    } else if (auto lt = load_task(opt.task)) {
-      t = *lt;
-    }
     auto src = read_file(file);
-    auto id = store.record_evaluation(t, src ? *src : "", v);
+    auto id = store.record_evaluation(loaded->task, src ? *src : "", v);
     return id ? std::optional<int64_t>(*id) : std::nullopt;
   };
 

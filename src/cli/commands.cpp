@@ -16,7 +16,7 @@
 #include "core/process.h"
 #include "core/text.h"
 #include "eval/evaluator.h"
-#include "eval/kb_evaluator.h"
+#include "eval/torch_harness.h"
 #include "cli/mcp.h"
 #include "agent/optimize.h"
 #include "tuner/templates.h"
@@ -179,13 +179,13 @@ Expected<void> fits_target(const Task& task, const std::string& target, const Ev
   return check_fits(task, static_cast<uint64_t>(pages) * static_cast<uint64_t>(page), scope);
 }
 
-/// fits_target for a native task given by its path; a KernelBench file, or one that does not load (the
-/// command's own loading reports that), passes.
+/// fits_target for a task given by its path: a native task; a KernelBench file, or a task that does
+/// not open (the command's own loading reports that), passes.
 Expected<void> native_task_fits(const std::string& path, const std::string& target, const EvalOptions& opt) {
-  if (path.empty() || fs::path(path).extension() == ".py") return {};
-  auto task = load_task(path);
-  if (!task) return {};
-  return fits_target(*task, target, opt);
+  if (path.empty()) return {};
+  auto task = open_task(path);
+  if (!task || task->kernelbench()) return {};
+  return fits_target(task->task, target, opt);
 }
 
 std::string shape_list(const std::vector<ShapeBinding>& v) {
@@ -311,7 +311,7 @@ int Commands::tasks() {
 
 int Commands::check_tasks(const std::vector<TaskEntry>& entries) {
   EvalOptions opt = eval_options();
-  KbEvaluator kb(target_.empty() ? "cpu" : target_, nullptr, opt);
+  TorchInspector kb(target_.empty() ? "cpu" : target_, opt);
   json arr = json::array();
   int degenerate = 0, failed = 0, checked = 0;
   for (const auto& e : entries) {
@@ -366,15 +366,15 @@ int Commands::optimize_task() {
     // No LLM: the built-in tuner.
     t.task = task_;
     t.target = target_;
-    if (t.target.empty() && std::filesystem::path(task_).extension() == ".py") {
+    auto task = open_task(task_);
+    if (!task) return bad_input(json_, task.error().message, task.error().hint);
+    if (t.target.empty() && task->kernelbench()) {
       t.target = make_backend("cuda")->probe() == 0 ? "cpu" : "cuda";  // KernelBench tasks: the GPU where there is one
       if (!json_ && !quiet_) std::cerr << "kfab: target " << t.target << "\n";
     } else if (t.target.empty()) {
       // The best target present for which the tuner has a template for this task.
-      auto task = load_task(task_);
-      if (!task) return bad_input(json_, task.error().message, task.error().hint);
       for (const char* cand : {"cuda", "cpu"}) {
-        if (make_backend(cand)->probe() == 0 || templates_for(*task, cand).empty()) continue;
+        if (make_backend(cand)->probe() == 0 || templates_for(task->task, cand).empty()) continue;
         t.target = cand;
         break;
       }
@@ -444,7 +444,8 @@ int Commands::optimize_task() {
 int Commands::export_modelnew() {
   std::error_code ec;
   if (!fs::is_regular_file(candidate_, ec)) return bad_input(json_, candidate_ + ": no such candidate file");
-  if (fs::path(task_).extension() != ".py" || !fs::is_regular_file(task_, ec))
+  auto task = open_task(task_);
+  if (!task || !task->kernelbench())
     return bad_input(json_, task_ + ": not a KernelBench-format task file", "export is for .py tasks (Model, get_inputs, get_init_inputs)");
   if (fs::path(out_).extension() != ".py") return bad_input(json_, out_ + ": the ModelNew file must end in .py");
   const std::string pythonpath = python_worker_dir().string();
@@ -464,18 +465,36 @@ int Commands::export_modelnew() {
 }
 
 int Commands::eval() {
-  if (fs::path(task_).extension() == ".py") return eval_kb();
-  auto task = load_task(task_);
+  // The task is opened once; its format picks how the candidate runs (eval/harness.h).
+  auto task = open_task(task_);
   if (!task) return bad_input(json_, task.error().message, task.error().hint);
   std::error_code ec;
   if (!fs::is_regular_file(candidate_, ec)) return bad_input(json_, candidate_ + ": no such candidate file");
+  const EvalOptions opt = eval_options();
+  std::string target = target_;
+  if (task->kernelbench()) {
+    // A KernelBench file runs where torch runs it: the GPU where there is one.
+    if (target.empty()) target = default_device_target();
+  } else {
+    auto backend = native_backend_for(candidate_);
+    if (!backend) return bad_input(json_, backend.error().message, backend.error().hint);
+    target = std::string((*backend)->target());
+    if (auto fits = fits_target(task->task, target, opt, ", or a larger --memory-limit GIB"); !fits)
+      return bad_input(json_, fits.error().message, fits.error().hint);
+  }
+  Evaluator evaluator(*task, target, opt);
+  auto verdict = evaluator.evaluate(candidate_);
+  if (!verdict) return bad_input(json_, verdict.error().message, verdict.error().hint);
+  return report_verdict(task->task, *verdict);
+}
 
+Expected<std::unique_ptr<Backend>> Commands::native_backend_for(const std::string& candidate) const {
   std::unique_ptr<Backend> backend;
   // How well a backend's extensions fit the file: the longest matching suffix (".cl.cpp" beats ".cpp").
   auto fit = [&](const Backend& b) {
     size_t best = 0;
     for (const auto& e : b.extensions())
-      if (candidate_.size() >= e.size() && candidate_.compare(candidate_.size() - e.size(), e.size(), e) == 0)
+      if (candidate.size() >= e.size() && candidate.compare(candidate.size() - e.size(), e.size(), e) == 0)
         best = std::max(best, e.size());
     return best;
   };
@@ -490,28 +509,20 @@ int Commands::eval() {
       }
     }
     if (!backend)
-      return bad_input(json_, "no target available here takes " + candidate_,
-                       "cpu takes .cpp, cuda .cu (with nvcc and a GPU), opencl .cl.cpp; `kfab doctor` says what is here");
+      return make_error("no target available here takes " + candidate,
+                        "cpu takes .cpp, cuda .cu (with nvcc and a GPU), opencl .cl.cpp; `kfab doctor` says what is here");
   } else {
     backend = make_backend(target_);
-    if (!backend) return bad_input(json_, "unknown target \"" + target_ + "\"", "accepted: cpu, cuda, opencl");
-    if (backend->probe() == 0) return bad_input(json_, "target " + target_ + " is not available here: " + backend->describe());
+    if (!backend) return make_error("unknown target \"" + target_ + "\"", "accepted: cpu, cuda, opencl");
+    if (backend->probe() == 0) return make_error("target " + target_ + " is not available here: " + backend->describe());
   }
-  const auto exts = backend->extensions();
   if (fit(*backend) == 0) {
     std::string list;
-    for (const auto& e : exts) list += (list.empty() ? "" : ", ") + e;
-    return bad_input(json_, candidate_ + ": a " + std::string(backend->target()) + " candidate must be one of " + list,
-                     "the target is chosen with --target");
+    for (const auto& e : backend->extensions()) list += (list.empty() ? "" : ", ") + e;
+    return make_error(candidate + ": a " + std::string(backend->target()) + " candidate must be one of " + list,
+                      "the target is chosen with --target");
   }
-
-  const EvalOptions opt = eval_options();
-  if (auto fits = fits_target(*task, std::string(backend->target()), opt, ", or a larger --memory-limit GIB"); !fits)
-    return bad_input(json_, fits.error().message, fits.error().hint);
-  Evaluator evaluator(*backend, opt);
-  auto verdict = evaluator.evaluate(*task, candidate_);
-  if (!verdict) return bad_input(json_, verdict.error().message, verdict.error().hint);
-  return report_verdict(*task, *verdict);
+  return backend;
 }
 
 EvalOptions Commands::eval_options() const {
@@ -530,29 +541,6 @@ EvalOptions Commands::eval_options() const {
   opt.forbid = forbid_;
   opt.heldout = !no_heldout_;
   return opt;
-}
-
-int Commands::eval_kb() {
-  std::error_code ec;
-  if (!fs::is_regular_file(task_, ec)) return bad_input(json_, task_ + ": no such task file");
-  if (!fs::is_regular_file(candidate_, ec)) return bad_input(json_, candidate_ + ": no such candidate file");
-  std::string target = target_;
-  if (target.empty()) target = default_device_target();
-  if (target != "cpu" && target != "cuda")
-    return bad_input(json_, "a KernelBench-format task runs on cpu or cuda, not " + target, "choose with --target");
-  if (dtype_ != "f32" && dtype_ != "f16" && dtype_ != "bf16" && dtype_ != "f64")
-    return bad_input(json_, "unknown --dtype " + dtype_, "accepted: f32, f16, bf16, f64");
-  const std::string dsl = kb_candidate_dsl(candidate_);
-  std::unique_ptr<Backend> native;
-  if (dsl == "cpp" || dsl == "cuda") {
-    native = make_backend(dsl == "cuda" ? "cuda" : "cpu");
-    if (native->probe() == 0 && !(dsl == "cuda" && target == "cuda"))
-      return bad_input(json_, "the " + std::string(native->target()) + " backend is not available here: " + native->describe());
-  }
-  KbEvaluator evaluator(target, native.get(), eval_options());
-  auto verdict = evaluator.evaluate(task_, candidate_);
-  if (!verdict) return bad_input(json_, verdict.error().message, verdict.error().hint);
-  return report_verdict(kb_store_task(task_), *verdict);
 }
 
 int Commands::report_verdict(const Task& task, const Verdict& v) {

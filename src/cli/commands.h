@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/backend.h"
 #include "core/discover.h"
 #include "core/process.h"
 #include "core/task.h"
@@ -30,7 +31,8 @@ class Commands {
   int doctor();
   int tasks();
   int eval();
-  int eval_kb();
+  /// The backend a native candidate file runs on: --target, or the best present that takes the file.
+  Expected<std::unique_ptr<Backend>> native_backend_for(const std::string& candidate) const;
   int export_modelnew();
   int optimize_task();
   int bench();

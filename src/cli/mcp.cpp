@@ -15,7 +15,7 @@
 #include "core/text.h"
 #include "core/process.h"
 #include "core/task.h"
-#include "eval/kb_evaluator.h"
+#include "eval/torch_harness.h"
 #include "store/store.h"
 
 namespace kfab::cli {
@@ -144,15 +144,16 @@ json describe(const json& a) {
   const fs::path task = arg(a, "task");
   json out;
   std::error_code ec;
-  if (task.extension() == ".py") {
+  auto lt = open_task(task);
+  if (!lt) throw ToolError{lt.error().to_string()};
+  if (lt->kernelbench()) {
     auto text = read_file(task);
     if (!text) throw ToolError{text.error().message};
     // Held-out shapes are never shown to a proposer.
     out = {{"format", "kernelbench"}, {"task", task.string()},
            {"source", withhold(*text, "KFAB_HELDOUT")}};
   } else {
-    auto t = load_task(task);
-    if (!t) throw ToolError{t.error().to_string()};
+    const Task* t = &lt->task;
     auto manifest = read_file(t->manifest);
     auto reference = read_file(t->reference);
     json ins = json::array(), outs = json::array();

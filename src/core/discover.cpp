@@ -15,6 +15,12 @@ static bool is_kernelbench_file(const fs::path& p) {
          text->find("def get_inputs") != std::string::npos;
 }
 
+Expected<LoadedTask> TaskEntry::loaded() const {
+  if (format == "kernelbench") return open_task(path);
+  if (!task) return make_error(error.empty() ? path.string() + ": the task did not load" : error);
+  return loaded_native(*task, path);
+}
+
 static void add(const fs::path& p, std::vector<TaskEntry>& out) {
   if (p.filename() == "task.toml") {
     TaskEntry e{p.parent_path(), "native", std::nullopt, {}};

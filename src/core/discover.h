@@ -16,6 +16,9 @@ struct TaskEntry {
   std::string format;        ///< "native" or "kernelbench"
   std::optional<Task> task;  ///< native tasks that loaded
   std::string error;         ///< why a native task did not load
+
+  /// The task as open_task gives it (a native task that did not load: its error).
+  Expected<LoadedTask> loaded() const;
 };
 
 /// Every task under `root` (or `root` itself), sorted by path.

@@ -536,4 +536,30 @@ Expected<void> check_fits(const Task& task, uint64_t bytes_available, const FitS
   return {};
 }
 
+Expected<LoadedTask> open_task(const fs::path& path) {
+  std::error_code ec;
+  if (path.extension() == ".py") {
+    if (!fs::is_regular_file(path, ec)) return make_error(path.string() + ": no such task file", "give a KernelBench-format .py file");
+    LoadedTask lt;
+    lt.format = TaskFormat::KernelBench;
+    lt.path = path;
+    lt.task.name = path.stem().string();
+    lt.task.dir = fs::absolute(path);
+    lt.task.manifest = lt.task.dir;
+    lt.task.reference = lt.task.dir;
+    return lt;
+  }
+  auto t = load_task(path);
+  if (!t) return Unexpected{t.error()};
+  return loaded_native(std::move(*t), path);
+}
+
+LoadedTask loaded_native(Task task, fs::path path) {
+  LoadedTask lt;
+  lt.format = TaskFormat::Native;
+  lt.path = std::move(path);
+  lt.task = std::move(task);
+  return lt;
+}
+
 }  // namespace kfab

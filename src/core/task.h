@@ -104,4 +104,26 @@ Expected<void> check_fits(const Task& task, uint64_t bytes_available, const FitS
 /// "M=4096, N=8192"
 std::string format_binding(const ShapeBinding& b);
 
+/// The two kinds of task kfab takes: a native task (task.toml, a C++ reference) and a KernelBench-format
+/// file (a Python module with Model, get_inputs and get_init_inputs, torch eager as the reference).
+enum class TaskFormat { Native, KernelBench };
+
+/// A task as kfab opened it, once: its format decides how every evaluation of it runs (eval/harness.h),
+/// what a proposer is shown of it and how the store keys it. For a KernelBench file, `task` carries
+/// only its identity: name (the file's stem), dir, manifest and reference (all the file's absolute path).
+struct LoadedTask {
+  TaskFormat format = TaskFormat::Native;
+  std::filesystem::path path;  ///< as given
+  Task task;
+
+  bool kernelbench() const { return format == TaskFormat::KernelBench; }
+  std::string_view format_name() const { return kernelbench() ? "kernelbench" : "native"; }
+};
+
+/// Opens a task: a KernelBench-format file (a regular file ending in .py) or a native task (its folder
+/// or task.toml, through load_task). The one place kfab tells the two apart by a path.
+Expected<LoadedTask> open_task(const std::filesystem::path& path);
+/// A native task already loaded (a folder walk's), as open_task would give it.
+LoadedTask loaded_native(Task task, std::filesystem::path path);
+
 }  // namespace kfab

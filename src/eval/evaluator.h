@@ -1,14 +1,16 @@
 #pragma once
 /// The evaluation protocol of DESIGN.md section 3 for one candidate: build, verify on every shape
-/// (seeds x tuning and held-out shapes), time against the reference, check the roofline bound.
+/// (seeds x tuning and held-out shapes), time against the baselines, check the roofline bound; for
+/// native tasks and KernelBench-format files alike (eval/harness.h).
 
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include "backends/backend.h"
 #include "core/task.h"
+#include "eval/harness.h"
 #include "eval/verdict.h"
 #include "runner/runner_client.h"
 
@@ -27,7 +29,7 @@ struct EvalOptions {
   RunnerOptions runner;
   /// Profile the first tuning shape with ncu after a pass (cuda target).
   bool profile = false;
-  // KernelBench-format tasks (KbEvaluator):
+  // KernelBench-format tasks (TorchHarness):
   std::string dtype = "f32";            ///< the reference's and the inputs' float dtype
   bool compile_baseline = true;         ///< time torch.compile too
   std::string compile_mode = "default"; ///< torch.compile mode (default, max-autotune, ...)
@@ -37,19 +39,35 @@ struct EvalOptions {
   std::function<void(const std::string&)> progress;
 };
 
+/// The evaluation protocol for one task, whatever its format: verification on every shape (seeds x
+/// tuning and held-out shapes, each seed's candidate called twice with differently poisoned outputs,
+/// then the last seed's inputs changed), timing on inputs never verified (changed anew before each timed
+/// call; sampled calls and the last checked), the roofline decision and the speedup. The harness that
+/// runs the jobs is chosen here, once, from the task's format.
 class Evaluator {
  public:
-  Evaluator(Backend& backend, EvalOptions opt) : backend_(backend), opt_(std::move(opt)) {}
+  /// `target`: cpu, cuda or opencl (a KernelBench file: cpu or cuda).
+  Evaluator(LoadedTask task, std::string target, EvalOptions opt);
+  ~Evaluator();
+  Evaluator(Evaluator&&) noexcept;
 
   /// A verdict for the candidate; an Error only for problems of the task itself (its reference does
-  /// not build or fails), which are the user's to fix, not the candidate's.
-  Expected<Verdict> evaluate(const Task& task, const std::filesystem::path& candidate);
+  /// not build or fails), of the environment or of the command line, which are the user's to fix, not
+  /// the candidate's.
+  Expected<Verdict> evaluate(const std::filesystem::path& candidate);
+
+  void set_options(EvalOptions opt) { opt_ = std::move(opt); }
+  /// Later evaluations reuse the harness's processes (Harness::keep_workers): for kfab's own candidates.
+  void keep_workers();
+  const LoadedTask& task() const { return task_; }
 
  private:
-  Expected<Verdict> evaluate_unguarded(const Task& task, const std::filesystem::path& candidate);
+  Expected<Verdict> evaluate_unguarded(const std::filesystem::path& candidate);
 
-  Backend& backend_;
+  LoadedTask task_;
+  std::string target_;
   EvalOptions opt_;
+  std::unique_ptr<Harness> harness_;
 };
 
 }  // namespace kfab

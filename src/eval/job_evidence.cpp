@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <limits>
+
 #include "eval/compare.h"
 
 namespace kfab {
@@ -44,6 +46,24 @@ JobOutcome interpret(const JobReply& r) {
     o.detail = "unexpected reply: " + r.body.dump();
   }
   return o;
+}
+
+json merge_stats(const json& acc, const json& m) {
+  if (!acc.is_object()) return m;
+  json out = acc;
+  const auto num = [](const json& j) { return j.is_number() ? j.get<double>() : std::numeric_limits<double>::infinity(); };
+  const auto merge_one = [&](json& a, const json& b) {
+    for (const char* k : {"max_abs_err", "max_rel_err"})
+      if (b.contains(k) && (!a.contains(k) || num(b[k]) > num(a[k]))) a[k] = b[k];
+    for (const char* k : {"checked", "mismatches", "nonfinite"}) a[k] = a.value(k, int64_t{0}) + b.value(k, int64_t{0});
+    for (const char* k : {"first_mismatch", "problem"})
+      if (!a.contains(k) && b.contains(k)) a[k] = b[k];
+  };
+  merge_one(out, m);
+  if (out.contains("outputs") && m.contains("outputs") && out["outputs"].size() == m["outputs"].size())
+    for (size_t i = 0; i < out["outputs"].size(); ++i) merge_one(out["outputs"][i], m["outputs"][i]);
+  out["correct"] = out.value("mismatches", int64_t{0}) == 0 && !out.contains("problem");
+  return out;
 }
 
 TimingDefaults timing_defaults(int min_calls, double min_time_s, int warmup, bool device) {

@@ -1,6 +1,6 @@
 #pragma once
-/// What both evaluators (native tasks through kfab-runner, KernelBench-format tasks through the
-/// Python worker) make of a worker's replies: the job's outcome, and the timing evidence of a shape.
+/// What the harnesses (native tasks through kfab-runner, KernelBench-format tasks through the Python
+/// worker) and the Evaluator make of a worker's replies: the job's outcome, and the timing evidence of a shape.
 
 #include <optional>
 #include <string>
@@ -37,6 +37,10 @@ TimingDefaults timing_defaults(int min_calls, double min_time_s, int warmup, boo
 /// The first mismatch of a comparison in words: how many values differ, where, got and want, and (with
 /// `tol`) the tolerance; a problem (an output of the wrong shape or kind) as it was said.
 std::string mismatch_text(const nlohmann::json& errors, std::optional<Tolerance> tol = std::nullopt);
+
+/// Two comparisons summed (a shape's calls): the largest errors, the counts added, the first mismatch
+/// and the first problem kept, per output and in all; `correct` when nothing differs. `acc` may be null.
+nlohmann::json merge_stats(const nlohmann::json& acc, const nlohmann::json& m);
 
 /// Runs an evaluation whose replies may be malformed: a reply kfab cannot read (a field missing or of
 /// the wrong type) is the runner's failure, never kfab's (a candidate may have written it), and ends as

@@ -1,27 +1,20 @@
 #include "eval/native_harness.h"
 
-#include <unistd.h>
+#include <chrono>
+
+#include "eval/compare.h"
+#include "eval/evaluator.h"
+#include "eval/profile.h"
 
 namespace kfab {
 
+namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace {
 
-RunnerOptions candidate_options(RunnerOptions o, const std::string& target) {
-  o.for_target(target);
-  o.freeze_between_jobs = true;
-  o.trusted = false;
-  o.preopen = target != "cpu" ? target : std::string();
-  return o;
-}
-
-RunnerOptions trusted_options(RunnerOptions o, const std::string& target) {
-  o.for_target(target);
-  o.freeze_between_jobs = false;
-  o.trusted = true;
-  o.preopen.clear();
-  return o;
+Error no_space(const BuildFailure& f) {
+  return Error{f.message, "free some space, or set KFAB_CACHE_DIR (and TMPDIR) to a folder on another disk"};
 }
 
 JobOutcome failed(Disposition d, std::string detail) {
@@ -33,151 +26,240 @@ JobOutcome failed(Disposition d, std::string detail) {
 
 }  // namespace
 
-NativeHarness::NativeHarness(const Task& task, const std::string& target, const RunnerOptions& opt, json base)
-    : task_(task), target_(target), base_(std::move(base)), candidate_(candidate_options(opt, target)),
-      trusted_(trusted_options(opt, target)) {}
+NativeHarness::NativeHarness(Task task, std::string target)
+    : task_(std::move(task)), target_(std::move(target)), backend_(make_backend(target_)) {}
 
-void NativeHarness::start() {
-  (void)candidate_.start();
-  (void)trusted_.start();
+void NativeHarness::end() {
+  runners_.reset();
+  want_ = MappedOutputs{};
+  if (baseline_build_.valid()) baseline_build_.wait();
+  baseline_build_ = {};
+  opt_ = nullptr;
 }
 
-JobReply NativeHarness::run_trusted(const json& req) {
-  JobReply r = trusted_.run(req);
-  if (r.kind != JobReply::Kind::Crashed && r.kind != JobReply::Kind::Broken) return r;
-  const std::string op = req.value("op", "");
-  if ((op == "time_call" || op == "time_end") && trusted_prepare_.is_object()) {
-    JobReply p = trusted_.run(trusted_prepare_);
-    if (p.kind != JobReply::Kind::Ok || !p.body.value("ok", false)) return r;
+Expected<std::vector<ShapeCase>> NativeHarness::begin(const fs::path& candidate, const EvalOptions& opt, Verdict& v) {
+  opt_ = &opt;
+  auto say = [&](const std::string& s) {
+    if (opt.progress) opt.progress(s);
+  };
+  if (!backend_) return make_error("unknown target \"" + target_ + "\"", "accepted: cpu, cuda, opencl");
+  v.dsl = std::string(backend_->dsl());
+  if (target_ != "cpu") v.baseline = "cpu reference (the task's oracle, timed on the host)";
+  v.protocol.update({{"order", "reference (trusted runner), candidate, candidate"},
+                     {"isolation", "the reference runs in a trusted runner that never loads candidate code; outputs are "
+                                   "compared by kfab while the candidate's runner is stopped"},
+                     {"timed_inputs", "the timing seed's inputs (never verified), four elements changed anew before each "
+                                      "timed call; sampled calls and the last checked against the reference"},
+                     {"flush", target_ == "cpu" ? "clflushopt of every operand before each timed call"
+                                                : "a read of 2x L2 on the stream before each timed call"},
+                     {"timer", target_ == "cpu" ? "steady_clock around the call"
+                                                : "CUDA events on the runner's stream; context synchronized after each call"}});
+
+  // Both runners start now (a device runner opens its driver: a good part of a warm evaluation) while
+  // the sources are hashed and looked up in the compile cache.
+  json base = {{"task", task_.manifest.string()}, {"base_seed", opt.base_seed}, {"target", target_}};
+  runners_ = std::make_unique<RunnerPair>(task_, target_, opt.runner, base);
+  runners_->start();
+
+  // The reference, the candidate and (on a GPU) the task's GPU baseline build at once: a cold
+  // evaluation waits for the slowest compiler, not for their sum.
+  say("build reference " + task_.reference.filename().string() + " and " + candidate.filename().string());
+  const auto build_start = std::chrono::steady_clock::now();
+  auto ref_build = std::async(std::launch::async, [&] { return backend_->build(task_.reference); });
+  gpu_baseline_error_.clear();
+  if (target_ == "cuda" && !task_.reference_cuda.empty() && opt.time) {
+    baseline_build_ = std::async(std::launch::async, [this] { return backend_->build(task_.reference_cuda); });
+    v.baseline = "gpu baseline " + task_.reference_cuda.filename().string();
   }
-  return trusted_.run(req);
+  auto cand = backend_->build(candidate);
+  auto ref = ref_build.get();
+  if (!ref.ok() && ref.failure().no_space) return Unexpected{no_space(ref.failure())};
+  if (!ref.ok())
+    return make_error(task_.reference.string() + ": the task's reference does not build:\n" + ref.failure().message,
+                      "fix the reference of task " + task_.name);
+  if (!cand.ok() && cand.failure().no_space) return Unexpected{no_space(cand.failure())};
+  if (!cand.ok()) {
+    v.disposition = Disposition::CompileFailed;
+    v.detail = cand.failure().message;
+    return std::vector<ShapeCase>{};
+  }
+  v.build = {{"cached", cand.value().cached}, {"seconds", cand.value().seconds}, {"key", cand.value().key},
+             {"wall_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - build_start).count()}};
+  candidate_artifact_ = cand.value().artifact.string();
+  reference_artifact_ = ref.value().artifact.string();
+  runners_->set_artifacts(candidate_artifact_, reference_artifact_);
+
+  // The device's peaks come first on a device: whether it is a GPU picks the tuning shapes.
+  has_cost_ = !task_.cost_flops.empty() || !task_.cost_bytes.empty();
+  device_peaks_.reset();
+  if (target_ != "cpu") {
+    say("device peaks");
+    device_peaks_ = device_peaks(runners_->trusted(), target_, false);
+    if (device_peaks_ && has_cost_) v.machine = device_peaks_->to_json();
+  }
+  const bool gpu_device = target_ == "cuda" || (device_peaks_ && device_peaks_->enforce);
+  if (gpu_device && !task_.tune_gpu.empty()) v.protocol["tuning_shapes"] = "shapes.gpu.tune (a GPU)";
+  std::vector<ShapeCase> shapes;
+  for (const auto& s : task_.tune_for(gpu_device)) shapes.push_back({s, json(), false});
+  if (opt.heldout)
+    for (const auto& s : task_.heldout) shapes.push_back({s, json(), true});
+  return shapes;
 }
 
-JobOutcome NativeHarness::map(JobReply& r, const ShapeBinding& shape, MappedOutputs& out) {
-  JobOutcome o = interpret(r);
+JobOutcome NativeHarness::reference(ShapeCase& s, int index, uint64_t perturb) {
+  return runners_->reference(s.shape, index, perturb, want_);
+}
+
+JobOutcome NativeHarness::compare_last(const MappedOutputs& want, int64_t seed, int call) {
+  const std::vector<HostTensor>* got = runners_->candidate_outputs();
+  if (got == nullptr) return failed(Disposition::Crashed, "the candidate's runner shrank the shared memory that holds its outputs");
+  CompareStats all;
+  json outputs = json::array();
+  for (size_t i = 0; i < task_.outputs.size(); ++i) {
+    CompareStats st;
+    compare_output((*got)[i], want.tensors[i], task_.tolerance_for(task_.outputs[i]), task_.outputs[i].name, seed, call, st);
+    json o = st.to_json();
+    o["name"] = task_.outputs[i].name;
+    outputs.push_back(o);
+    all.max_abs = std::max(all.max_abs, st.max_abs);
+    all.max_rel = std::max(all.max_rel, st.max_rel);
+    all.checked += st.checked;
+    all.mismatches += st.mismatches;
+    all.nonfinite += st.nonfinite;
+    if (!all.first && st.first) all.first = st.first;
+  }
+  JobOutcome o;
+  o.ok = true;
+  o.body = all.to_json();
+  o.body["correct"] = all.ok();
+  o.body["outputs"] = outputs;
+  return o;
+}
+
+JobOutcome NativeHarness::call(const ShapeCase& s, int index, uint64_t perturb, int call, int pattern) {
+  JobOutcome o = runners_->call(s.shape, index, perturb, pattern);
   if (!o.ok) return o;
-  // The layout is kfab's own, from the task: a runner's account of it is not needed.
-  size_t total = 0;
-  region_layout(output_bytes(task_, shape), &total);
-  const int fd = r.take_fd(0);
-  if (fd < 0) return failed(Disposition::Crashed, "the runner's reply came without its shared memory");
-  if (!out.region.empty() && out.region.same_file(fd) && out.bytes == total && out.region.still_holds(total)) {
-    ::close(fd);
-    return o;
-  }
-  auto region = SharedRegion::map_received(fd, total);
-  if (!region) {
-    out = MappedOutputs{};
-    return failed(Disposition::Crashed, region.error().message);
-  }
-  out.region = std::move(*region);
-  out.bytes = total;
-  out.tensors.clear();
-  const auto at = region_layout(output_bytes(task_, shape), &total);
-  for (size_t i = 0; i < task_.outputs.size(); ++i)
-    out.tensors.push_back(HostTensor::borrow(task_.outputs[i].dtype, task_.dims(task_.outputs[i], shape),
-                                             const_cast<char*>(static_cast<const char*>(out.region.data())) + at[i]));
-  return o;
+  return compare_last(want_, index, call);
 }
 
-JobOutcome NativeHarness::reference(const ShapeBinding& shape, int64_t seed, uint64_t perturb, MappedOutputs& out, bool timed) {
-  json req = {{"op", "reference"}, {"task", base_["task"]}, {"reference", base_["reference"]}, {"target", target_},
-              {"shape", shape}, {"base_seed", base_["base_seed"]}, {"seed", seed}, {"perturb", perturb},
-              {"perturb_last", !timed}};
-  if (base_.contains("gpu_baseline")) req["gpu_baseline"] = base_["gpu_baseline"];
-  JobReply r = run_trusted(req);
-  out = MappedOutputs{};
-  JobOutcome o = map(r, shape, out);
-  // Whatever goes wrong in the trusted runner is the task's or the machine's, not the candidate's.
-  if (!o.ok && !o.task_error) {
-    o.task_error = true;
-    o.detail = "the reference's runner: " + o.detail;
+std::optional<Tolerance> NativeHarness::tolerance_of(const json& errors) const {
+  const std::string name = errors.contains("first_mismatch") ? errors["first_mismatch"].value("output", "") : "";
+  for (const auto& o : task_.outputs)
+    if (o.name == name) return task_.tolerance_for(o);
+  return std::nullopt;
+}
+
+std::vector<std::string> NativeHarness::baselines(const ShapeCase&) {
+  if (target_ == "cuda" && !task_.reference_cuda.empty() && !runners_->has_gpu_baseline()) {
+    // The GPU baseline (built beside the candidate) is timed in place of the C++ reference.
+    if (opt_ && opt_->progress) opt_->progress("build GPU baseline " + task_.reference_cuda.filename().string());
+    auto b = baseline_build_.valid() ? baseline_build_.get() : backend_->build(task_.reference_cuda);
+    if (b.ok()) runners_->set_gpu_baseline(b.value().artifact.string());
+    else gpu_baseline_error_ = b.failure().message;
   }
-  return o;
+  return {"baseline"};
 }
 
-JobOutcome NativeHarness::call(const ShapeBinding& shape, int64_t seed, uint64_t perturb, int pattern) {
-  json req = {{"op", "call"}, {"task", base_["task"]}, {"candidate", base_["candidate"]}, {"target", target_},
-              {"shape", shape}, {"base_seed", base_["base_seed"]}, {"seed", seed}, {"perturb", perturb},
-              {"pattern", pattern}};
-  have_outputs_ = false;
-  shape_ = shape;
-  JobReply r = candidate_.run(req);
-  JobOutcome o = map(r, shape, cand_out_);
-  have_outputs_ = o.ok;
-  return o;
-}
-
-const std::vector<HostTensor>* NativeHarness::candidate_outputs() const {
-  if (!have_outputs_ || !cand_out_.region.still_holds(cand_out_.bytes)) return nullptr;
-  return &cand_out_.tensors;
-}
-
-JobOutcome NativeHarness::prepare_timing(bool candidate_side, const ShapeBinding& shape, int64_t seed, const json& settings) {
-  json req = settings;
-  req["op"] = "time_prepare";
-  req["task"] = base_["task"];
-  req["target"] = target_;
-  req["shape"] = shape;
-  req["base_seed"] = base_["base_seed"];
-  req["seed"] = seed;
-  if (candidate_side) {
-    req["candidate"] = base_["candidate"];
-    shape_ = shape;
-    have_outputs_ = false;
-    return interpret(candidate_.run(req));
-  }
-  req["reference"] = base_["reference"];
-  if (base_.contains("gpu_baseline")) req["gpu_baseline"] = base_["gpu_baseline"];
-  trusted_prepare_ = req;
-  JobOutcome o = interpret(run_trusted(req));
-  if (!o.ok && !o.task_error) {
-    o.task_error = true;
-    o.detail = "the baseline's runner: " + o.detail;
-  }
-  return o;
-}
-
-JobOutcome NativeHarness::timed_call(uint64_t perturb, bool flush, bool clocks) {
-  have_outputs_ = false;
-  JobReply r = candidate_.run({{"op", "time_call"}, {"perturb", perturb}, {"flush", flush}, {"clocks", clocks}});
-  if (r.kind == JobReply::Kind::Ok && r.body.value("fds", 0) > 0) {
-    JobOutcome o = map(r, shape_, cand_out_);
-    have_outputs_ = o.ok;
-    return o;
-  }
-  return interpret(r);
-}
-
-JobOutcome NativeHarness::timed_baseline_call(bool flush) {
-  JobOutcome o = interpret(run_trusted({{"op", "time_call"}, {"flush", flush}}));
-  if (!o.ok && !o.task_error) {
-    o.task_error = true;
-    o.detail = "the baseline's runner: " + o.detail;
-  }
-  return o;
-}
-
-JobOutcome NativeHarness::fetch() {
-  if (have_outputs_) {
+JobOutcome NativeHarness::prepare_timing(const ShapeCase& s, int64_t seed, int warmup) {
+  if (!gpu_baseline_error_.empty()) {
     JobOutcome o;
-    o.ok = true;
+    o.task_error = true;
+    o.detail = task_.reference_cuda.string() + ": the task's GPU baseline does not build:\n" + gpu_baseline_error_;
     return o;
   }
-  JobReply r = candidate_.run({{"op", "fetch"}});
-  JobOutcome o = map(r, shape_, cand_out_);
-  have_outputs_ = o.ok;
+  RunnerPair& h = *runners_;
+  walls_.clear();
+  cand_prep_ = base_prep_ = cand_end_ = json();
+  json settings = {{"warmup", warmup}, {"flush", true}, {"replay", true}};
+  json base_settings = settings;
+  // A C++ reference baseline warms up beside the candidate (nothing is timed yet); a GPU baseline is
+  // replayed as a CUDA graph exactly when the candidate is, so it waits for the candidate's decision.
+  std::future<JobOutcome> early;
+  const bool overlapped = !h.has_gpu_baseline();
+  if (overlapped) {
+    base_settings["replay"] = false;
+    early = std::async(std::launch::async, [&] { return h.prepare_timing(false, s.shape, seed, base_settings); });
+  }
+  JobOutcome c = h.prepare_timing(true, s.shape, seed, settings);
+  JobOutcome b = overlapped ? early.get() : JobOutcome{};
+  if (!c.ok) return c;
+  cand_prep_ = c.body;
+  const bool replayed = cand_prep_.contains("replay") && cand_prep_["replay"].value("used", false);
+  if (!overlapped) {
+    if (replayed) base_settings["force_replay"] = true;
+    else base_settings["replay"] = false;
+    b = h.prepare_timing(false, s.shape, seed, base_settings);
+  }
+  if (!b.ok) return b;
+  base_prep_ = b.body;
+  return c;
+}
+
+JobOutcome NativeHarness::timed_call(uint64_t perturb, bool clocks) {
+  JobOutcome o = runners_->timed_call(perturb, true, clocks);
+  if (o.ok && o.body.contains("wall_ms")) walls_.push_back(o.body.value("wall_ms", 0.0));
   return o;
 }
 
-JobOutcome NativeHarness::end_timing(bool candidate_side) {
-  if (candidate_side) return interpret(candidate_.run({{"op", "time_end"}}));
-  JobOutcome o = interpret(run_trusted({{"op", "time_end"}}));
-  if (!o.ok && !o.task_error) {
-    o.task_error = true;
-    o.detail = "the baseline's runner: " + o.detail;
+JobOutcome NativeHarness::timed_baseline(const std::string&) { return runners_->timed_baseline_call(true); }
+
+JobOutcome NativeHarness::check_timed(const ShapeCase& s, int64_t seed, uint64_t perturb) {
+  JobOutcome o = runners_->fetch();
+  if (!o.ok) return o;
+  MappedOutputs want;
+  o = runners_->reference(s.shape, seed, perturb, want, true);
+  if (!o.ok) return o;
+  return compare_last(want, seed, 3);
+}
+
+JobOutcome NativeHarness::end_timing() {
+  JobOutcome c = runners_->end_timing(true);
+  if (!c.ok) return c;
+  cand_end_ = c.body;
+  return runners_->end_timing(false);
+}
+
+void NativeHarness::describe_timing(const ShapeCase&, ShapeResult& sr, const std::map<std::string, std::vector<double>>&) {
+  json body;
+  const bool on_device = cand_prep_.contains("empty_call_wall");
+  if (on_device) {
+    body["candidate_wall"] = summarize(walls_).to_json();
+    body["empty_call_wall"] = cand_prep_["empty_call_wall"];
   }
-  return o;
+  if (cand_prep_.contains("replay")) {
+    json note = cand_prep_["replay"];
+    const bool replayed = note.value("used", false);
+    if (replayed && runners_->has_gpu_baseline() && base_prep_.contains("replay") && !base_prep_["replay"].value("used", false))
+      note["baseline"] = "not replayed: " + base_prep_["replay"].value("why", std::string());
+    sr.extra["replay"] = note;
+  }
+  if (cand_end_.contains("clocks")) body["clocks"] = cand_end_["clocks"];
+  take_clocks(body, sr);
+  if (on_device) sr.extra["timer"] = "device timestamps around the call on the runner's stream";
+  take_wall_clock(body, sr, "the runner's stream");
+}
+
+std::optional<MachinePeaks> NativeHarness::peaks(bool again) {
+  if (!has_cost_) return std::nullopt;
+  if (target_ != "cpu") {
+    if (again) device_peaks_ = device_peaks(runners_->trusted(), target_, true);
+    return device_peaks_;
+  }
+  if (opt_ && opt_->progress && !again) opt_->progress("machine peaks");
+  return cpu_peaks(runners_->trusted(), again);
+}
+
+void NativeHarness::after_timing(Verdict& v) {
+  if (!opt_ || !opt_->profile) return;
+  if (target_ != "cuda") {
+    v.profile = {{"error", "profiling is for the cuda target (ncu)"}};
+    return;
+  }
+  if (opt_->progress) opt_->progress("profile with ncu");
+  const ShapeBinding& shape = task_.tune_for(true).front();
+  auto p = ncu_profile(task_, candidate_artifact_, reference_artifact_, "cuda", shape, opt_->base_seed,
+                       std::max(120.0, opt_->runner.timeout_s));
+  v.profile = p ? json{{"shape", shape}, {"kernels", *p}} : json{{"error", p.error().message}};
 }
 
 }  // namespace kfab

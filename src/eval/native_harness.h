@@ -1,90 +1,66 @@
 #pragma once
-/// The native harness: a task with a C++ reference (native manifest) evaluated through two
-/// kfab-runner processes. The candidate's runner loads the candidate and nothing else, and is frozen
-/// whenever kfab is not waiting for one of its jobs. The trusted runner (kfab-runner --trusted) never
-/// loads candidate code: it computes the reference's answers, times the baseline and measures the
-/// machine. Answers and outputs travel as shared memory; kfab compares them while the candidate's
-/// runner is frozen, so no late thread or kernel of the candidate changes what is compared.
+/// The harness of a native task (task.toml with a C++ reference): the candidate built by the target's
+/// backend and run in its own kfab-runner, the reference (and a GPU baseline) in a trusted one
+/// (eval/runner_pair.h); outputs compared by kfab from shared memory while the candidate's runner is
+/// stopped.
 
-#include <cstdint>
+#include <future>
+#include <memory>
 #include <optional>
 #include <string>
-#include <vector>
 
-#include <nlohmann/json.hpp>
-
-#include "core/task.h"
-#include "core/tensor.h"
-#include "eval/job_evidence.h"
-#include "runner/runner_client.h"
-#include "runner/shared_region.h"
+#include "backends/backend.h"
+#include "eval/harness.h"
+#include "eval/runner_pair.h"
 
 namespace kfab {
 
-/// Outputs mapped from a runner's shared memory, as tensors kfab can compare.
-struct MappedOutputs {
-  SharedRegion region;
-  std::vector<HostTensor> tensors;
-  size_t bytes = 0;
-};
-
-class NativeHarness {
+class NativeHarness final : public Harness {
  public:
-  /// `base` holds the fields every job carries: task, candidate, reference, gpu_baseline, target.
-  NativeHarness(const Task& task, const std::string& target, const RunnerOptions& opt, nlohmann::json base);
+  NativeHarness(Task task, std::string target);
 
-  /// Starts both runners now (a device runner opens its driver while kfab builds).
-  void start();
-  /// The built candidate and reference (shared objects), once built.
-  void set_artifacts(const std::string& candidate, const std::string& reference) {
-    base_["candidate"] = candidate;
-    base_["reference"] = reference;
+  Expected<std::vector<ShapeCase>> begin(const std::filesystem::path& candidate, const EvalOptions& opt, Verdict& v) override;
+  void end() override;
+
+  JobOutcome reference(ShapeCase& s, int index, uint64_t perturb) override;
+  JobOutcome call(const ShapeCase& s, int index, uint64_t perturb, int call, int pattern) override;
+  std::optional<Tolerance> tolerance_of(const nlohmann::json& errors) const override;
+
+  std::vector<std::string> baselines(const ShapeCase& s) override;
+  JobOutcome prepare_timing(const ShapeCase& s, int64_t seed, int warmup) override;
+  JobOutcome timed_call(uint64_t perturb, bool clocks) override;
+  JobOutcome timed_baseline(const std::string& which) override;
+  JobOutcome check_timed(const ShapeCase& s, int64_t seed, uint64_t perturb) override;
+  JobOutcome end_timing() override;
+  void describe_timing(const ShapeCase& s, ShapeResult& sr, const std::map<std::string, std::vector<double>>& times) override;
+
+  std::optional<MachinePeaks> peaks(bool again) override;
+  std::optional<double> flops(const ShapeCase& s) const override { return task_.flops(s.shape); }
+  std::optional<double> bytes(const ShapeCase& s) const override { return task_.bytes(s.shape); }
+  bool roofline_enforced(const MachinePeaks& p) const override { return p.enforce; }
+  std::string unenforced_warning() const override {
+    return "below the roofline bound, which is not enforced on this device: its caches cannot be flushed";
   }
-  /// The task's GPU baseline (reference.cu, built): timed in place of the C++ reference.
-  void set_gpu_baseline(const std::string& artifact) { base_["gpu_baseline"] = artifact; }
-  bool has_gpu_baseline() const { return base_.contains("gpu_baseline"); }
-  RunnerClient& trusted() { return trusted_; }
-  RunnerClient& candidate_runner() { return candidate_; }
-
-  /// The reference's answer on (shape, seed) with the inputs changed in four places when `perturb`
-  /// is not 0, mapped into `out`. A failure here is the task's (or the machine's), never the candidate's.
-  /// `timed`: the change a timed call had (four places anywhere); otherwise verification's (the last
-  /// element among them).
-  JobOutcome reference(const ShapeBinding& shape, int64_t seed, uint64_t perturb, MappedOutputs& out, bool timed = false);
-  /// One checked call of the candidate on the same inputs, outputs poisoned with `pattern`; its
-  /// outputs are then in candidate_outputs().
-  JobOutcome call(const ShapeBinding& shape, int64_t seed, uint64_t perturb, int pattern);
-  /// The candidate's outputs of its last call (call, or timed_call after fetch), read while its runner
-  /// is frozen; nullptr when the runner's shared memory no longer holds them (it shrank it).
-  const std::vector<HostTensor>* candidate_outputs() const;
-
-  /// Timing: prepares a side on the timing inputs (seed), then one timed call per job.
-  JobOutcome prepare_timing(bool candidate_side, const ShapeBinding& shape, int64_t seed, const nlohmann::json& settings);
-  /// One timed call of the candidate on the timing inputs changed anew by `perturb`.
-  JobOutcome timed_call(uint64_t perturb, bool flush, bool clocks);
-  /// One timed call of the baseline (the C++ reference, or the task's GPU baseline).
-  JobOutcome timed_baseline_call(bool flush);
-  /// Brings the outputs of the candidate's last timed call to candidate_outputs() (on a device they
-  /// stay there until asked for; on the CPU they came with the call).
-  JobOutcome fetch();
-  JobOutcome end_timing(bool candidate_side);
+  void after_timing(Verdict& v) override;
+  std::string task_fault_hint() const override { return "the task's reference or manifest (or the device) is at fault"; }
 
  private:
-  JobOutcome map(JobReply& r, const ShapeBinding& shape, MappedOutputs& out);
-  /// A job of the trusted runner. A runner that dies during it (killed from outside: the reference
-  /// itself failing is a reply, not a death) is replaced and the job sent once more, after the timing
-  /// preparation it depended on; a second death is the task's failure.
-  JobReply run_trusted(const nlohmann::json& req);
+  /// The comparison of the candidate's last outputs with `want`, as the verdict reports it.
+  JobOutcome compare_last(const MappedOutputs& want, int64_t seed, int call);
 
-  const Task& task_;
+  Task task_;
   std::string target_;
-  nlohmann::json base_;
-  RunnerClient candidate_;
-  RunnerClient trusted_;
-  ShapeBinding shape_;         ///< of the candidate's last job
-  MappedOutputs cand_out_;     ///< the candidate's region, mapped once and kept while it is the same
-  bool have_outputs_ = false;
-  nlohmann::json trusted_prepare_;  ///< the trusted runner's last time_prepare, sent again after a death
+  std::unique_ptr<Backend> backend_;
+  const EvalOptions* opt_ = nullptr;
+  std::unique_ptr<RunnerPair> runners_;
+  std::optional<MachinePeaks> device_peaks_;  ///< measured at begin() on a device: they pick the shapes
+  std::string candidate_artifact_, reference_artifact_;
+  std::future<BuildOutcome<BuildResult>> baseline_build_;  ///< the GPU baseline, built beside the candidate
+  std::string gpu_baseline_error_;            ///< why it did not build (the task's fault, said when timing)
+  MappedOutputs want_;                        ///< the trusted answer of the last reference job
+  nlohmann::json cand_prep_, base_prep_, cand_end_;  ///< the timing of the shape in hand
+  std::vector<double> walls_;
+  bool has_cost_ = false;
 };
 
 }  // namespace kfab

@@ -13,7 +13,7 @@
 #include "core/hash.h"
 #include "core/stamp.h"
 #include "core/text.h"
-#include "eval/kb_evaluator.h"
+#include "eval/evaluator.h"
 #include "report/html.h"
 #include "tuner/tuner.h"
 
@@ -256,21 +256,14 @@ json eval_bundled(const TaskEntry& e, const BenchOptions& opt, const std::string
   int seq = 0;
   for (const auto& c : cands) {
     if (opt.detail) opt.detail(fmt::format("{}: {}", r["task"].get<std::string>(), c.filename().string()));
-    Expected<Verdict> v = make_error("not evaluated");
-    Task stored;
-    if (e.format == "native") {
-      auto backend = make_backend(target);
-      Evaluator ev(*backend, opt.eval);
-      v = ev.evaluate(*e.task, c);
-      stored = *e.task;
-    } else {
-      const std::string dsl = kb_candidate_dsl(c);
-      std::unique_ptr<Backend> native;
-      if (dsl == "cpp" || dsl == "cuda") native = make_backend(dsl == "cuda" ? "cuda" : "cpu");
-      KbEvaluator ev(target, native.get(), opt.eval);
-      v = ev.evaluate(e.path, c);
-      stored = kb_store_task(e.path);
+    auto loaded = e.loaded();
+    if (!loaded) {
+      r["error"] = loaded.error().message;
+      return r;
     }
+    Evaluator ev(*loaded, target, opt.eval);
+    Expected<Verdict> v = ev.evaluate(c);
+    const Task& stored = loaded->task;
     json step = {{"seq", ++seq}, {"role", "candidate"}, {"candidate_path", fs::absolute(c).string()}};
     if (!v) {
       step["disposition"] = "error";

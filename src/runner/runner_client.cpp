@@ -62,6 +62,18 @@ JobReply::~JobReply() {
     if (fd >= 0) ::close(fd);
 }
 
+JobReply& JobReply::operator=(JobReply&& o) noexcept {
+  if (this == &o) return *this;
+  for (int fd : fds)
+    if (fd >= 0) ::close(fd);
+  kind = o.kind;
+  body = std::move(o.body);
+  detail = std::move(o.detail);
+  fds = std::move(o.fds);
+  o.fds.clear();
+  return *this;
+}
+
 int JobReply::take_fd(size_t i) {
   if (i >= fds.size()) return -1;
   return std::exchange(fds[i], -1);

@@ -66,7 +66,8 @@ struct JobReply {
   std::vector<int> fds;
   JobReply() = default;
   JobReply(JobReply&& o) noexcept : kind(o.kind), body(std::move(o.body)), detail(std::move(o.detail)), fds(std::move(o.fds)) { o.fds.clear(); }
-  JobReply& operator=(JobReply&&) = delete;
+  /// Closes the descriptors this reply held, then takes the other's.
+  JobReply& operator=(JobReply&& o) noexcept;
   JobReply(const JobReply&) = delete;
   JobReply& operator=(const JobReply&) = delete;
   ~JobReply();

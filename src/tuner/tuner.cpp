@@ -16,7 +16,7 @@
 #include "core/stamp.h"
 #include "core/text.h"
 #include "store/store.h"
-#include "eval/kb_evaluator.h"
+#include "eval/torch_harness.h"
 #include "tuner/fused.h"
 #include "tuner/templates.h"
 
@@ -32,7 +32,9 @@ Expected<json> tune(const TuneOptions& in) {
   };
   auto backend = make_backend(opt.target);
   if (!backend) return make_error("unknown target " + opt.target);
-  const bool kb = opt.task.extension() == ".py";
+  auto loaded = open_task(opt.task);
+  if (!loaded) return Unexpected{loaded.error()};
+  const bool kb = loaded->kernelbench();
 
   // What is searched: (template, parameter point) pairs, each of which generates a source.
   struct Point {
@@ -41,13 +43,19 @@ Expected<json> tune(const TuneOptions& in) {
   };
   std::vector<Point> points;
   std::function<std::string(const Point&)> source;
-  std::function<Expected<Verdict>(const fs::path&, const EvalOptions&)> evaluate;
   Task task;
   std::string material;  // the cache key's material: what the task computes, where, which templates
   json program_json;     // a KernelBench task's traced program (kept in the cache: a rerun needs no trace)
   Program program;
   GemmProgram gemm_program;
-  std::unique_ptr<KbEvaluator> kb_eval;
+  // One evaluator for the whole search; for a KernelBench task its workers are kept (torch imports
+  // once): the candidates are kfab's own.
+  Evaluator evaluator(*loaded, opt.target, opt.eval);
+  evaluator.keep_workers();
+  auto evaluate = [&](const fs::path& file, const EvalOptions& eo) {
+    evaluator.set_options(eo);
+    return evaluator.evaluate(file);
+  };
   const std::string ext = opt.target == "cuda" ? ".cu" : ".cpp";
   if (kb) {
     if (opt.target != "cuda" && opt.target != "cpu")
@@ -56,7 +64,7 @@ Expected<json> tune(const TuneOptions& in) {
     const KernelTemplate& fused = opt.target == "cuda" ? fused_cuda_template() : fused_cpu_template();
     auto text = read_file(opt.task);
     if (!text) return make_error("cannot read " + opt.task.string());
-    task = kb_store_task(opt.task);
+    task = loaded->task;
     const KernelTemplate& gemm = opt.target == "cuda" ? gemm_cuda_template() : gemm_cpu_template();
     material = *text + '\0' + opt.target + '\0' + backend->describe() + '\0' + fused.name + std::to_string(fused.version) + '\0' +
                gemm.name + std::to_string(gemm.version);
@@ -79,7 +87,7 @@ Expected<json> tune(const TuneOptions& in) {
         }
     if (program_json.is_null() || !program_json.is_object()) {
       say("tracing the Model (torch make_fx) to find a fusible program");
-      KbEvaluator tracer(opt.target, backend.get(), opt.eval);
+      TorchInspector tracer(opt.target, opt.eval);
       auto tr = tracer.trace(opt.task);
       if (!tr) return Unexpected{tr.error()};
       if (!tr->value("supported", false))
@@ -88,13 +96,6 @@ Expected<json> tune(const TuneOptions& in) {
                           "rows and mean/sum losses, after one 2-D GEMM or none; use --llm PROVIDER:MODEL for the rest");
       program_json = *tr;
     }
-    // one worker for the whole search: torch imports once (the candidates are kfab's own)
-    kb_eval = std::make_unique<KbEvaluator>(opt.target, backend.get(), opt.eval);
-    kb_eval->keep_worker();
-    evaluate = [&](const fs::path& file, const EvalOptions& eo) {
-      kb_eval->set_options(eo);
-      return kb_eval->evaluate(opt.task, file);
-    };
     if (const std::string kind = program_json.value("kind", std::string()); !kind.empty()) {
       const auto it = by_kind.find(kind);
       const KernelTemplate* dedicated = it == by_kind.end() ? nullptr : template_named(it->second);
@@ -156,9 +157,7 @@ Expected<json> tune(const TuneOptions& in) {
       }
     }
   } else {
-    auto t = load_task(opt.task);
-    if (!t) return Unexpected{t.error()};
-    task = std::move(*t);
+    task = loaded->task;
     const auto templates = templates_for(task, opt.target);
     if (templates.empty())
       return make_error(fmt::format("the built-in tuner has no template for op class \"{}\" on {}", task.op_class, opt.target),
@@ -178,10 +177,6 @@ Expected<json> tune(const TuneOptions& in) {
       for (const auto* t2 : templates)
         if (t2->name == pt.tmpl) return t2->generate(task, pt.params);
       return std::string("#error no template ") + pt.tmpl + "\n";
-    };
-    evaluate = [&](const fs::path& file, const EvalOptions& eo) {
-      Evaluator ev(*backend, eo);
-      return ev.evaluate(task, file);
     };
   }
   auto store_r = Store::open(Store::default_path());

@@ -75,16 +75,16 @@ TEST_F(CudaEval, WorkOnASideStreamIsNotReplayed) {
 }
 
 TEST_F(CudaEval, OutOfBoundsWriteCrashesNamingTheErrorAndTheNextCandidateRuns) {
-  auto task = load_task(fixture("tasks/affine"));
+  auto task = open_task(fixture("tasks/affine"));
   ASSERT_TRUE(task.has_value());
   EvalOptions opt;
   opt.min_time_s = 0.05;
-  Evaluator ev(backend_, opt);
-  auto bad = ev.evaluate(*task, fixture("broken/oob_write.cu"));
+  Evaluator ev(*task, "cuda", opt);
+  auto bad = ev.evaluate(fixture("broken/oob_write.cu"));
   ASSERT_TRUE(bad.has_value()) << bad.error().to_string();
   EXPECT_EQ(bad->disposition, Disposition::Crashed);
   EXPECT_NE(bad->detail.find("CUDA_ERROR_ILLEGAL_ADDRESS"), std::string::npos) << bad->detail;
-  auto good = ev.evaluate(*task, fixture("tasks/affine/candidates/good.cu"));
+  auto good = ev.evaluate(fixture("tasks/affine/candidates/good.cu"));
   ASSERT_TRUE(good.has_value());
   EXPECT_EQ(good->disposition, Disposition::Passed) << good->detail;
 }

@@ -64,18 +64,18 @@ TEST_F(RunnerTest, AHungRunnerIsKilledAtTheDeadlineAndReplaced) {
 }
 
 TEST_F(RunnerTest, OneEvaluatorGoesOnAfterACrashingCandidate) {
-  auto task = load_task(fixture("tasks/affine"));
+  auto task = open_task(fixture("tasks/affine"));
   ASSERT_TRUE(task.has_value());
   EvalOptions opt;
   opt.min_calls = 5;
   opt.min_time_s = 0.01;
-  Evaluator ev(backend_, opt);
-  auto bad = ev.evaluate(*task, fixture("broken/crash.cpp"));
+  Evaluator ev(*task, "cpu", opt);
+  auto bad = ev.evaluate(fixture("broken/crash.cpp"));
   ASSERT_TRUE(bad.has_value());
   EXPECT_EQ(bad->disposition, Disposition::Crashed);
   EXPECT_EQ(bad->shapes[0].status, "crashed");
   EXPECT_EQ(bad->shapes[1].status, "not_run");
-  auto good = ev.evaluate(*task, fixture("tasks/affine/candidates/good.cpp"));
+  auto good = ev.evaluate(fixture("tasks/affine/candidates/good.cpp"));
   ASSERT_TRUE(good.has_value());
   EXPECT_EQ(good->disposition, Disposition::Passed) << good->detail;
 }

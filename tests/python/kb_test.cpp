@@ -12,7 +12,8 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "core/paths.h"
-#include "eval/kb_evaluator.h"
+#include "eval/evaluator.h"
+#include "eval/torch_harness.h"
 #include "tuner/fused.h"
 #include "../integration/harness.h"
 
@@ -190,7 +191,7 @@ TEST_F(KbEval, TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest) {
       {"l1_cumsum", {"scan", "cuda_row_scan"}}, {"l1_sum_dim", {"middle_sum", "cuda_middle_sum"}},
       {"l1_permute", {"transpose", "cuda_tiled_transpose"}}, {"l1_group_norm", {"group_norm", "cuda_group_norm"}}};
   CudaBackend nvcc;
-  KbEvaluator ev("cuda", nullptr, EvalOptions{});
+  TorchInspector ev("cuda", EvalOptions{});
   int seen = 0, compiled = 0;
   for (const auto& e : std::filesystem::directory_iterator(std::string(KFAB_SOURCE_DIR) + "/tasks/kb")) {
     if (e.path().extension() != ".py") continue;
@@ -204,7 +205,7 @@ TEST_F(KbEval, TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest) {
       const KernelTemplate* t = template_named(k->second.second);
       ASSERT_NE(t, nullptr);
       if (!nvcc.has_compiler()) continue;
-      Task store = kb_store_task(e.path());
+      Task store = open_task(e.path())->task;
       if (stem == "l1_group_norm") {
         // num_groups changes with the shape: the kernel gets it from kfab_init (constructor argument 0)
         ASSERT_TRUE(tr->contains("op_params")) << tr->dump();

@@ -49,7 +49,7 @@ TEST(Extract, RepliesWithoutUsableCodeSayWhatIsMissing) {
 
 }  // namespace kfab
 
-#include "eval/kb_evaluator.h"
+#include "eval/torch_harness.h"
 
 namespace kfab {
 

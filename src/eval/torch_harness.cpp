@@ -1,0 +1,442 @@
+#include "eval/torch_harness.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/expr.h"
+#include "core/hash.h"
+#include "core/paths.h"
+#include "core/stamp.h"
+#include "eval/evaluator.h"
+#include "eval/stats.h"
+
+namespace kfab {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::string kb_candidate_dsl(const fs::path& candidate) {
+  const std::string name = candidate.filename().string();
+  auto ends = [&](const std::string& s) { return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0; };
+  if (ends(".cu")) return "cuda";
+  if (ends(".cl.cpp")) return {};
+  if (ends(".cpp")) return "cpp";
+  if (!ends(".py")) return {};
+  auto text = read_file(candidate);
+  if (!text) return {};
+  if (text->find("class ModelNew") != std::string::npos) return "modelnew";
+  if (text->find("def run(") == std::string::npos) return {};
+  return text->find("triton") != std::string::npos ? "triton" : "python";
+}
+
+std::string withhold(const std::string& source, const std::string& key) {
+  std::string out;
+  size_t pos = 0;
+  while (pos < source.size()) {
+    size_t eol = source.find('\n', pos);
+    if (eol == std::string::npos) eol = source.size();
+    const bool match = source.compare(pos, key.size(), key) == 0 && pos + key.size() < source.size() &&
+                       (source[pos + key.size()] == ' ' || source[pos + key.size()] == '=');
+    if (!match) {
+      out.append(source, pos, eol - pos);
+      if (eol < source.size()) out += '\n';
+      pos = eol + 1;
+      continue;
+    }
+    // Skip the statement: up to the end of the line on which its brackets balance.
+    int depth = 0;
+    size_t i = pos;
+    for (; i < source.size(); ++i) {
+      const char c = source[i];
+      if (c == '[' || c == '(' || c == '{') ++depth;
+      else if (c == ']' || c == ')' || c == '}') --depth;
+      else if (c == '\n' && depth <= 0) break;
+    }
+    out += "# (held-out shapes withheld)";
+    if (i < source.size()) out += '\n';
+    pos = i + 1;
+  }
+  return out;
+}
+
+namespace {
+
+ShapeBinding binding(const json& j) {
+  ShapeBinding b;
+  for (const auto& [k, v] : j.items())
+    if (v.is_number_integer()) b[k] = v.get<int64_t>();
+  return b;
+}
+
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+/// The seed of verification input set `index`: the worker seeds torch with it before get_inputs().
+int64_t verify_seed(const EvalOptions& opt, int index) { return static_cast<int64_t>(opt.base_seed) * 1000003 + index; }
+
+}  // namespace
+
+TorchHarness::TorchHarness(fs::path task_file, std::string target)
+    : task_file_(std::move(task_file)), task_abs_(fs::absolute(task_file_).string()), target_(std::move(target)) {}
+
+TorchHarness::~TorchHarness() = default;
+
+RunnerOptions torch_worker_options(const RunnerOptions& base, double timeout_s, bool trusted) {
+  RunnerOptions ro = base;
+  ro.timeout_s = timeout_s;
+  ro.limit_address_space = false;  // torch maps far more address space than it uses
+  ro.confine_signals = false;      // torch.compile starts workers and signals them; Landlock's signal
+  ro.deny_processes = false;       // scope still keeps kfab out of reach
+  ro.argv = {python_interpreter(), "-m", "kfab_worker"};
+  if (trusted) ro.argv.push_back("--trusted");
+  ro.trusted = trusted;
+  ro.freeze_between_jobs = !trusted;
+  std::string path = python_worker_dir().string();
+  if (const char* pp = std::getenv("PYTHONPATH"); pp && *pp) path += std::string(":") + pp;
+  ro.env = {{"PYTHONPATH", path}, {"PYTHONDONTWRITEBYTECODE", "1"}};
+  return ro;
+}
+
+void TorchHarness::end() {
+  if (!keep_workers_) {
+    worker_.reset();
+    trusted_.reset();
+  }
+  last_call_ = JobReply{};
+  opt_ = nullptr;
+}
+
+JobOutcome TorchHarness::trusted_job(const json& req) {
+  JobOutcome o = interpret(trusted_->run(req));
+  if (!o.ok) o.task_error = true;
+  return o;
+}
+
+Expected<std::vector<ShapeCase>> TorchHarness::begin(const fs::path& candidate, const EvalOptions& opt, Verdict& v) {
+  opt_ = &opt;
+  auto say = [&](const std::string& s) {
+    if (opt.progress) opt.progress(s);
+  };
+  if (target_ != "cpu" && target_ != "cuda")
+    return make_error("a KernelBench-format task runs on cpu or cuda, not " + target_, "choose with --target");
+  if (opt.dtype != "f32" && opt.dtype != "f16" && opt.dtype != "bf16" && opt.dtype != "f64")
+    return make_error("unknown --dtype " + opt.dtype, "accepted: f32, f16, bf16, f64");
+  v.dsl = kb_candidate_dsl(candidate);
+  if (v.dsl.empty())
+    return make_error(candidate.string() + ": not a candidate for a KernelBench task",
+                      "give a .cpp (cpu) or .cu (cuda) file exporting kfab_run, a .py defining ModelNew, or a .py "
+                      "defining run(inputs, outputs)");
+  std::unique_ptr<Backend> native;
+  if (v.dsl == "cpp" || v.dsl == "cuda") {
+    if ((v.dsl == "cuda") != (target_ == "cuda"))
+      return make_error(candidate.string() + ": a ." + (v.dsl == "cuda" ? "cu" : "cpp") + " candidate runs on the " +
+                            (v.dsl == "cuda" ? "cuda" : "cpu") + " target, not " + target_,
+                        "choose the target with --target");
+    native = make_backend(v.dsl == "cuda" ? "cuda" : "cpu");
+    // nvcc builds where no GPU is (torch then says there is none); a missing compiler is said here.
+    if (native->probe() == 0 && v.dsl != "cuda")
+      return make_error("the " + std::string(native->target()) + " backend is not available here: " + native->describe());
+  }
+
+  // The workers start (and import torch: seconds) while a native candidate builds; kept ones are
+  // reused (a fresh one replaces one that died). Two workers: the candidate's, and the trusted one,
+  // which runs the Model, times torch eager and torch.compile and compares; it never loads a candidate.
+  const double first_timeout = std::max(opt.runner.timeout_s, 120.0);
+  if (!worker_) worker_ = std::make_unique<RunnerClient>(torch_worker_options(opt.runner, first_timeout));
+  if (!trusted_) trusted_ = std::make_unique<RunnerClient>(torch_worker_options(opt.runner, first_timeout, true));
+  worker_->set_timeout(first_timeout);
+  trusted_->set_timeout(first_timeout);
+  (void)worker_->start();
+  (void)trusted_->start();
+
+  std::string artifact = fs::absolute(candidate).string();
+  if (native) {
+    say("build " + candidate.filename().string());
+    auto b = native->build(candidate);
+    if (!b.ok() && b.failure().no_space)
+      return make_error(b.failure().message, "free some space, or set KFAB_CACHE_DIR (and TMPDIR) to a folder on another disk");
+    if (!b.ok()) {
+      v.disposition = Disposition::CompileFailed;
+      v.detail = b.failure().message;
+      return std::vector<ShapeCase>{};
+    }
+    v.build = {{"cached", b.value().cached}, {"seconds", b.value().seconds}, {"key", b.value().key}};
+    artifact = b.value().artifact.string();
+  }
+
+  say("start the Python worker (torch)");
+  for (RunnerClient* w : {trusted_.get(), worker_.get()}) {
+    JobReply hello = w->run({{"op", "hello"}});
+    if (hello.kind != JobReply::Kind::Ok || !hello.body.value("ok", false))
+      return make_error("the Python worker did not start: " + (hello.detail.empty() ? hello.body.dump() : hello.detail),
+                        "it needs python3 with torch: `make test` installs torch into .venv; KFAB_PYTHON names another "
+                        "interpreter");
+    if (w == trusted_.get()) info_ = hello.body;
+  }
+  if (target_ == "cuda" && !info_.value("cuda", false))
+    return make_error("torch sees no CUDA device here (torch " + info_.value("torch", std::string("?")) + ")",
+                      "use --target cpu, or a torch built with CUDA");
+  if (v.dsl == "triton" && info_["triton"].is_null())
+    return make_error("the candidate uses Triton, which the worker's Python lacks", "install triton");
+  JobOutcome d = interpret(trusted_->run({{"op", "describe"}, {"task", task_abs_}}));
+  if (!d.ok) return make_error(d.detail.empty() ? "the task did not load" : d.detail, "fix the task file");
+  desc_ = d.body;
+  worker_->set_timeout(opt.runner.timeout_s);  // the first job's deadline covered torch's import
+  trusted_->set_timeout(opt.runner.timeout_s);
+  v.baseline = "torch eager " + info_.value("torch", std::string());
+  v.protocol.update(
+      {{"dtype", opt.dtype},
+       {"order", "reference (trusted worker), candidate, candidate; then the last seed's inputs changed in four places"},
+       {"isolation", "the Model runs, and the baselines are timed, in a trusted worker that never loads candidate "
+                     "code; it compares the candidate's outputs (shared memory, CUDA IPC) while the candidate's "
+                     "worker is stopped"},
+       {"timed_inputs", "the timing seed's inputs (never verified), four elements changed anew before each "
+                        "timed call; sampled calls and the last checked against the Model"},
+       {"inputs", "get_inputs() after torch.manual_seed(seed); float inputs scaled by 1, 1, 2, 0.5, 1 by seed"},
+       {"weights", "Model(*get_init_inputs()) after torch.manual_seed(42)"},
+       {"worker", "python " + python_interpreter() + ", torch " + info_.value("torch", std::string())}});
+  v.extra["baselines"] = {{"eager", "torch eager, timed side by side with the candidate"},
+                          {"compile", opt.compile_baseline ? "torch.compile (" + opt.compile_mode + ")" : "not timed"}};
+
+  base_ = {{"task", task_abs_}, {"candidate", {{"path", artifact}}}, {"base_seed", opt.base_seed},
+           {"target", target_}, {"dtype", opt.dtype}, {"forbidden", opt.forbid}};
+  shape_outputs_.clear();
+  std::vector<ShapeCase> shapes;
+  json tune = json::object();
+  if (target_ != "cpu" && desc_.contains("gpu") && !desc_["gpu"].empty()) {
+    tune = desc_["gpu"];
+    v.protocol["tuning_shapes"] = "KFAB_GPU (a GPU)";
+  }
+  shapes.push_back({ShapeBinding{}, tune, false});
+  if (opt.heldout)
+    for (const auto& h : desc_.value("heldout", json::array())) shapes.push_back({ShapeBinding{}, h, true});
+  return shapes;
+}
+
+JobOutcome TorchHarness::reference(ShapeCase& s, int index, uint64_t perturb) {
+  json rq = base_;
+  rq.erase("candidate");
+  rq.update({{"op", "reference"}, {"shape", s.over}, {"seed", verify_seed(*opt_, index)}, {"index", index},
+             {"perturb", perturb}, {"perturb_last", true}, {"scaled", true}});
+  JobOutcome r = trusted_job(rq);
+  if (!r.ok) return r;
+  output_shapes_ = r.body.value("output_shapes", json::array());
+  shape_outputs_[s.over.dump()] = output_shapes_;
+  scale_ = r.body.value("scale", 1.0);
+  if (r.body.contains("shape")) s.shape = binding(r.body["shape"]);
+  return r;
+}
+
+JobOutcome TorchHarness::call(const ShapeCase& s, int index, uint64_t perturb, int call, int pattern) {
+  json cq = base_;
+  cq.update({{"op", "call"}, {"shape", s.over}, {"seed", verify_seed(*opt_, index)}, {"scale", scale_}, {"perturb", perturb},
+             {"perturb_last", true}, {"pattern", pattern}, {"output_shapes", output_shapes_}});
+  last_call_ = worker_->run(cq);
+  JobOutcome c = interpret(last_call_);
+  if (!c.ok) return c;
+  return compare_last(verify_seed(*opt_, index), call);
+}
+
+JobOutcome TorchHarness::compare_last(int64_t seed, int call) {
+  // The candidate's outputs of its last job (shared memory on the CPU, CUDA IPC handles on a GPU),
+  // compared in the trusted worker with the answer it holds, while the candidate's worker is stopped.
+  json q = {{"op", "compare"}, {"seed", seed}, {"call", call}, {"outputs", last_call_.body.value("outputs", json::array())}};
+  std::vector<int> pass;
+  if (!last_call_.fds.empty()) {
+    q["fds"] = 1;
+    pass.push_back(last_call_.fds[0]);
+  }
+  return interpret(trusted_->run(q, pass));
+}
+
+fs::path TorchHarness::compile_cache_file(const ShapeCase& s) const {
+  // compiling costs far more than timing, and its time does not change while these do not
+  const auto task_source = read_file(task_file_);
+  const std::string key = hash_hex((task_source ? *task_source : std::string()) + '\0' + target_ + '\0' +
+                                   info_.value("device", std::string("cpu")) + '\0' + opt_->dtype + '\0' + s.over.dump() + '\0' +
+                                   info_.value("torch", std::string()) + '\0' + opt_->compile_mode + '\0' +
+                                   std::to_string(info_.value("timer", 1)))
+                              .substr(0, 24);
+  return cache_dir() / "baselines" / (key + ".json");
+}
+
+std::vector<std::string> TorchHarness::baselines(const ShapeCase& s) {
+  // torch.compile is timed where no time of it on this shape is cached (or --fresh-baselines).
+  cached_compile_ = json();
+  if (opt_->compile_baseline && !opt_->fresh_baselines)
+    if (auto text = read_file(compile_cache_file(s))) {
+      try {
+        cached_compile_ = json::parse(*text);
+      } catch (const json::exception&) {
+        cached_compile_ = json();  // measured again
+      }
+    }
+  time_compile_ = opt_->compile_baseline && !cached_compile_.is_object();
+  if (time_compile_) return {"eager", "compile"};
+  return {"eager"};
+}
+
+JobOutcome TorchHarness::prepare_timing(const ShapeCase& s, int64_t seed, int warmup) {
+  hosts_.clear();
+  late_.clear();
+  walls_.clear();
+  cand_prep_ = end_body_ = trusted_end_body_ = json();
+  if (time_compile_ && opt_->progress) opt_->progress("and torch.compile (it compiles first)");
+  const json outs = shape_outputs_.count(s.over.dump()) ? shape_outputs_[s.over.dump()] : output_shapes_;
+  json prep = base_;
+  prep.update({{"op", "time_prepare"}, {"shape", s.over}, {"seed", seed}, {"warmup", warmup}, {"output_shapes", outs}});
+  JobOutcome c = interpret(worker_->run(prep));
+  if (!c.ok) return c;
+  cand_prep_ = c.body;
+  prep.erase("candidate");
+  prep["baselines"] = time_compile_ ? json::array({"eager", "compile"}) : json::array({"eager"});
+  prep["compile_mode"] = opt_->compile_mode;
+  // Compiling takes minutes on a slow machine: the trusted worker's warm-up gets a longer deadline.
+  if (time_compile_) trusted_->set_timeout(std::max(opt_->runner.timeout_s, 900.0));
+  JobOutcome t = trusted_job(prep);
+  trusted_->set_timeout(opt_->runner.timeout_s);
+  if (!t.ok) return t;
+  return c;
+}
+
+JobOutcome TorchHarness::timed_call(uint64_t perturb, bool clocks) {
+  JobOutcome o = interpret(worker_->run({{"op", "time_call"}, {"perturb", perturb}, {"clocks", clocks}}));
+  if (!o.ok) return o;
+  hosts_["candidate"].push_back(o.body.value("host_ms", 0.0));
+  late_["candidate"] += o.body.value("late", false) ? 1 : 0;
+  walls_.push_back(o.body.value("wall_ms", 0.0));
+  return o;
+}
+
+JobOutcome TorchHarness::timed_baseline(const std::string& which) {
+  JobOutcome o = trusted_job({{"op", "time_call"}, {"which", which}});
+  if (!o.ok) return o;
+  hosts_[which].push_back(o.body.value("host_ms", 0.0));
+  late_[which] += o.body.value("late", false) ? 1 : 0;
+  return o;
+}
+
+JobOutcome TorchHarness::check_timed(const ShapeCase& s, int64_t seed, uint64_t perturb) {
+  last_call_ = worker_->run({{"op", "export"}});
+  JobOutcome e = interpret(last_call_);
+  if (!e.ok) return e;
+  json rq = base_;
+  rq.erase("candidate");
+  rq.update({{"op", "reference"}, {"shape", s.over}, {"seed", seed}, {"index", 0}, {"perturb", perturb},
+             {"perturb_last", false}, {"scaled", false}});
+  JobOutcome r = trusted_job(rq);
+  if (!r.ok) return r;
+  return compare_last(seed, 3);
+}
+
+JobOutcome TorchHarness::end_timing() {
+  JobOutcome end = interpret(worker_->run({{"op", "time_end"}}));
+  if (!end.ok) return end;
+  end_body_ = end.body;
+  JobOutcome t = trusted_job({{"op", "time_end"}});
+  if (!t.ok) return t;
+  trusted_end_body_ = t.body;
+  return end;
+}
+
+void TorchHarness::describe_timing(const ShapeCase& s, ShapeResult& sr, const std::map<std::string, std::vector<double>>& times) {
+  json b;
+  sr.extra["timer"] = cand_prep_.value("timer", "");
+  if (cand_prep_.contains("own_kernels")) sr.extra["own_kernels"] = cand_prep_["own_kernels"];
+  if (target_ == "cuda") {
+    b["candidate_wall"] = summarize(walls_).to_json();
+    b["empty_call_wall"] = cand_prep_.value("empty_call_wall", json::object());
+    if (end_body_.contains("clocks")) b["clocks"] = end_body_["clocks"];
+    json host_ms = json::object(), calls = json::object();
+    for (const auto& [name, ts] : times) {
+      host_ms[name] = median_of(hosts_[name]);
+      calls[name] = ts.size();
+    }
+    b["launch"] = {{"hold_ms", end_body_.value("hold_ms", 0.0)}, {"timer_version", end_body_.value("timer_version", 1)},
+                   {"host_ms", host_ms}, {"late_starts", late_}, {"calls", calls},
+                   {"baseline_hold_ms", trusted_end_body_.value("hold_ms", 0.0)}};
+  }
+  take_clocks(b, sr);
+  take_launch(b, sr);
+  take_wall_clock(b, sr, "torch's stream");
+
+  // torch.compile: timed in this run (and cached), or its cached time.
+  json compile_stats;
+  const auto compiled = times.find("compile");
+  if (time_compile_ && compiled != times.end()) {
+    compile_stats = summarize(compiled->second).to_json();
+    json entry = {{"compile_ms", compile_stats}, {"measured_at", utc_now_iso()}, {"mode", opt_->compile_mode},
+                  {"torch", info_.value("torch", std::string())}, {"device", info_.value("device", std::string("cpu"))}};
+    (void)write_file_atomic(compile_cache_file(s), entry.dump(2));
+    sr.extra["compile_baseline"] = "torch.compile (" + opt_->compile_mode + "), timed in this run";
+  } else if (cached_compile_.is_object()) {
+    compile_stats = cached_compile_["compile_ms"];
+    sr.extra["compile_baseline"] = "torch.compile (" + opt_->compile_mode + "), timed on " +
+                                   cached_compile_.value("measured_at", std::string("?")) + " with the same protocol and cached (" +
+                                   compile_cache_file(s).string() + "; --fresh-baselines times it again)";
+  }
+  if (compile_stats.is_object() && sr.time) {
+    const TimeStats c = TimeStats::from_json(compile_stats);
+    sr.extra["compile_ms"] = compile_stats;
+    sr.extra["speedup_vs_compile"] = c.median / sr.time->median;
+  }
+}
+
+std::optional<double> TorchHarness::cost(const char* key, const ShapeCase& s) const {
+  const json c = desc_.value("cost", json::object());
+  if (!c.contains(key) || !c[key].is_string()) return std::nullopt;
+  auto v = eval_expr(c[key].get<std::string>(), s.shape);
+  if (!v) return std::nullopt;
+  return *v;
+}
+
+std::optional<MachinePeaks> TorchHarness::peaks(bool again) {
+  // The machine's peaks for the roofline bound come from kfab-runner (cached after the first time).
+  if (desc_.value("cost", json::object()).empty()) return std::nullopt;
+  RunnerOptions ro = opt_->runner;
+  ro.for_target(target_);
+  RunnerClient runner(ro);
+  return target_ != "cpu" ? device_peaks(runner, target_, again) : cpu_peaks(runner, again);
+}
+
+TorchInspector::TorchInspector(std::string target, EvalOptions opt)
+    : target_(std::move(target)), opt_(std::make_unique<EvalOptions>(std::move(opt))) {}
+
+TorchInspector::~TorchInspector() = default;
+
+RunnerClient& TorchInspector::worker() {
+  if (!worker_) worker_ = std::make_unique<RunnerClient>(torch_worker_options(opt_->runner, std::max(opt_->runner.timeout_s, 120.0)));
+  return *worker_;
+}
+
+Expected<json> TorchInspector::check(const fs::path& task_file) {
+  const std::string abs_task = fs::absolute(task_file).string();
+  JobOutcome d = interpret(worker().run({{"op", "describe"}, {"task", abs_task}}));
+  if (!d.ok) return make_error(d.detail.empty() ? "the Python worker did not answer" : d.detail,
+                               "it needs python3 with torch (KFAB_PYTHON names the interpreter)");
+  std::vector<json> sets = {json::object()};
+  for (const auto& h : d.body.value("heldout", json::array())) sets.push_back(h);
+  json shapes = json::array();
+  bool degenerate = false;
+  for (const auto& over : sets) {
+    JobOutcome o = interpret(worker().run({{"op", "check"}, {"task", abs_task}, {"shape", over}, {"target", target_},
+                                           {"dtype", opt_->dtype}, {"seeds", 4}}));
+    if (!o.ok) return make_error(o.detail, "fix the task file");
+    degenerate = degenerate || o.body.value("degenerate", false);
+    shapes.push_back({{"shape", o.body["shape"]}, {"findings", o.body["findings"]}});
+  }
+  return json{{"task", abs_task}, {"degenerate", degenerate}, {"shapes", shapes}};
+}
+
+Expected<json> TorchInspector::trace(const fs::path& task_file) {
+  JobOutcome o = interpret(worker().run({{"op", "trace"}, {"task", fs::absolute(task_file).string()}, {"target", target_}}));
+  if (!o.ok) return make_error(o.detail.empty() ? "the Python worker did not answer" : o.detail,
+                               "it needs python3 with torch (KFAB_PYTHON names the interpreter)");
+  return o.body;
+}
+
+}  // namespace kfab
