@@ -187,6 +187,19 @@ class Imported:
             self._ipc = []
 
 
+def _described(m: dict) -> tuple:
+    """The dtype, shape, element count and byte count an export() entry describes; ValueError when the
+    dtype is unknown or a size negative (a candidate's description is not trusted)."""
+    dtype = _DTYPES.get(str(m.get("dtype")))
+    shape = [int(d) for d in m.get("shape", [])]
+    if dtype is None or any(d < 0 for d in shape):
+        raise ValueError("an output described with an unknown dtype or a negative size")
+    n = 1
+    for d in shape:
+        n *= d
+    return dtype, shape, n, n * torch.empty((), dtype=dtype).element_size()
+
+
 def import_outputs(meta: list, fd: int | None, device: str) -> Imported:
     """Maps what export() described; a field out of range is the candidate's failure (ValueError)."""
     imp = Imported()
@@ -197,14 +210,7 @@ def import_outputs(meta: list, fd: int | None, device: str) -> Imported:
             if m.get("kind") != "tensor":
                 imp.tensors.append(m.get("kind", "nothing"))
                 continue
-            dtype = _DTYPES.get(str(m.get("dtype")))
-            shape = [int(d) for d in m.get("shape", [])]
-            if dtype is None or any(d < 0 for d in shape):
-                raise ValueError("an output described with an unknown dtype or a negative size")
-            n = 1
-            for d in shape:
-                n *= d
-            nbytes = n * torch.empty((), dtype=dtype).element_size()
+            dtype, shape, n, nbytes = _described(m)
             h = str(m.get("handle", ""))
             if h not in opened:
                 raw = base64.b64decode(h)
@@ -235,16 +241,9 @@ def import_outputs(meta: list, fd: int | None, device: str) -> Imported:
         if m.get("kind") != "tensor":
             imp.tensors.append(m.get("kind", "nothing"))
             continue
-        dtype = _DTYPES.get(str(m.get("dtype")))
-        shape = [int(d) for d in m.get("shape", [])]
-        if dtype is None or any(d < 0 for d in shape):
-            raise ValueError("an output described with an unknown dtype or a negative size")
-        n = 1
-        for d in shape:
-            n *= d
-        esize = torch.empty((), dtype=dtype).element_size()
+        dtype, shape, n, nbytes = _described(m)
         off = int(m.get("offset", -1))
-        if off < 0 or off + n * esize > size or imp._map is None and n:
+        if off < 0 or off + nbytes > size or imp._map is None and n:
             raise ValueError("an output lies outside the candidate's shared memory")
         if n == 0:
             imp.tensors.append(torch.empty(shape, dtype=dtype))

@@ -150,6 +150,7 @@ Expected<Verdict> Evaluator::evaluate_unguarded(const fs::path& candidate) {
   if (!shapes) return Unexpected{shapes.error()};
   if (v.disposition != Disposition::Passed) return finish();  // it did not build
   std::vector<ShapeCase>& cases = *shapes;
+  const double build_s = v.build.is_object() ? v.build.value("wall_s", 0.0) : 0.0;  // a Python candidate builds nothing
   for (const auto& sc : cases) {
     ShapeResult r;
     r.shape = sc.shape;
@@ -197,9 +198,10 @@ Expected<Verdict> Evaluator::evaluate_unguarded(const fs::path& candidate) {
       sr.status = std::string(disposition_name(*o.failure));
       v.disposition = *o.failure;
       v.detail = fmt::format("shape {}: {}", sc.label(), o.detail);
-      v.extra["phases_s"] = {{"build", v.build.value("wall_s", 0.0)}, {"verify", since(verify_start)}};
+      v.extra["phases_s"] = {{"build", build_s}, {"verify", since(verify_start)}};
       return finish();
     }
+    if (!acc.is_object()) acc = {{"correct", true}, {"checked", 0}, {"mismatches", 0}};  // no seeds: nothing compared
     sr.errors = acc;
     sr.correct = acc.value("correct", false);
     sr.status = sr.correct ? "passed" : "incorrect";
@@ -207,7 +209,7 @@ Expected<Verdict> Evaluator::evaluate_unguarded(const fs::path& candidate) {
       incorrect_detail = fmt::format("shape {}{}: {}", sc.label(), sc.heldout ? " (held out)" : "",
                                      mismatch_text(sr.errors, h.tolerance_of(sr.errors)));
   }
-  v.extra["phases_s"] = {{"build", v.build.value("wall_s", 0.0)}, {"verify", since(verify_start)}};
+  v.extra["phases_s"] = {{"build", build_s}, {"verify", since(verify_start)}};
   if (!incorrect_detail.empty()) {
     v.disposition = Disposition::Incorrect;
     v.detail = incorrect_detail;

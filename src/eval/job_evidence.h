@@ -21,6 +21,13 @@ struct JobOutcome {
   std::optional<Disposition> failure;
   std::string detail;
   bool task_error = false;  ///< the reference, the task file or the device is at fault, not the candidate
+
+  static JobOutcome failed(Disposition d, std::string why) {
+    JobOutcome o;
+    o.failure = d;
+    o.detail = std::move(why);
+    return o;
+  }
 };
 
 JobOutcome interpret(const JobReply& r);

@@ -17,13 +17,6 @@ Error no_space(const BuildFailure& f) {
   return Error{f.message, "free some space, or set KFAB_CACHE_DIR (and TMPDIR) to a folder on another disk"};
 }
 
-JobOutcome failed(Disposition d, std::string detail) {
-  JobOutcome o;
-  o.failure = d;
-  o.detail = std::move(detail);
-  return o;
-}
-
 }  // namespace
 
 NativeHarness::NativeHarness(Task task, std::string target)
@@ -112,7 +105,7 @@ JobOutcome NativeHarness::reference(ShapeCase& s, int index, uint64_t perturb) {
 
 JobOutcome NativeHarness::compare_last(const MappedOutputs& want, int64_t seed, int call) {
   const std::vector<HostTensor>* got = runners_->candidate_outputs();
-  if (got == nullptr) return failed(Disposition::Crashed, "the candidate's runner shrank the shared memory that holds its outputs");
+  if (got == nullptr) return JobOutcome::failed(Disposition::Crashed, "the candidate's runner shrank the shared memory that holds its outputs");
   CompareStats all;
   json outputs = json::array();
   for (size_t i = 0; i < task_.outputs.size(); ++i) {

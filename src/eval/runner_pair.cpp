@@ -24,13 +24,6 @@ RunnerOptions trusted_options(RunnerOptions o, const std::string& target) {
   return o;
 }
 
-JobOutcome failed(Disposition d, std::string detail) {
-  JobOutcome o;
-  o.failure = d;
-  o.detail = std::move(detail);
-  return o;
-}
-
 }  // namespace
 
 RunnerPair::RunnerPair(const Task& task, const std::string& target, const RunnerOptions& opt, json base)
@@ -60,7 +53,7 @@ JobOutcome RunnerPair::map(JobReply& r, const ShapeBinding& shape, MappedOutputs
   size_t total = 0;
   region_layout(output_bytes(task_, shape), &total);
   const int fd = r.take_fd(0);
-  if (fd < 0) return failed(Disposition::Crashed, "the runner's reply came without its shared memory");
+  if (fd < 0) return JobOutcome::failed(Disposition::Crashed, "the runner's reply came without its shared memory");
   if (!out.region.empty() && out.region.same_file(fd) && out.bytes == total && out.region.still_holds(total)) {
     ::close(fd);
     return o;
@@ -68,7 +61,7 @@ JobOutcome RunnerPair::map(JobReply& r, const ShapeBinding& shape, MappedOutputs
   auto region = SharedRegion::map_received(fd, total);
   if (!region) {
     out = MappedOutputs{};
-    return failed(Disposition::Crashed, region.error().message);
+    return JobOutcome::failed(Disposition::Crashed, region.error().message);
   }
   out.region = std::move(*region);
   out.bytes = total;

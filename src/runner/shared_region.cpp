@@ -88,23 +88,38 @@ void SharedRegion::close_fd() {
   fd_ = -1;
 }
 
-bool send_fds(int sock, const std::vector<int>& fds) {
-  for (int fd : fds) {
-    char byte = 'F';
-    struct iovec iov = {&byte, 1};
-    alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    struct msghdr msg {};
+namespace {
+
+/// One byte and room for one descriptor: a message of the descriptor channel, either way.
+struct FdMessage {
+  char byte = 'F';
+  struct iovec iov {};
+  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  struct msghdr msg {};
+
+  FdMessage() {
+    iov = {&byte, 1};
     msg.msg_iov = &iov;
     msg.msg_iovlen = 1;
     msg.msg_control = control;
     msg.msg_controllen = sizeof control;
-    struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  }
+  FdMessage(const FdMessage&) = delete;
+  FdMessage& operator=(const FdMessage&) = delete;
+};
+
+}  // namespace
+
+bool send_fds(int sock, const std::vector<int>& fds) {
+  for (int fd : fds) {
+    FdMessage m;
+    struct cmsghdr* c = CMSG_FIRSTHDR(&m.msg);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
     c->cmsg_len = CMSG_LEN(sizeof(int));
     std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
     ssize_t n;
-    do n = ::sendmsg(sock, &msg, MSG_NOSIGNAL);
+    do n = ::sendmsg(sock, &m.msg, MSG_NOSIGNAL);
     while (n < 0 && errno == EINTR);
     if (n != 1) return false;
   }
@@ -120,19 +135,12 @@ std::optional<int> receive_fd(int sock, Clock::time_point deadline) {
     if (r < 0 && errno == EINTR) continue;
     if (r == 0) continue;
     if (r < 0) return std::nullopt;
-    char byte = 0;
-    struct iovec iov = {&byte, 1};
-    alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    struct msghdr msg {};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
+    FdMessage m;
     ssize_t n;
-    do n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+    do n = ::recvmsg(sock, &m.msg, MSG_CMSG_CLOEXEC);
     while (n < 0 && errno == EINTR);
     if (n != 1) return std::nullopt;
-    struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    struct cmsghdr* c = CMSG_FIRSTHDR(&m.msg);
     if (c == nullptr || c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS || c->cmsg_len != CMSG_LEN(sizeof(int)))
       continue;  // a byte without a descriptor: not the runner's
     int fd = -1;
