@@ -264,3 +264,35 @@ TEST_F(Manifest, CheckFitsNamesTheShapeEntryTheTensorAndTheLimit) {
 }
 
 }  // namespace kfab
+
+namespace kfab {
+
+// A task is told apart once, when it is opened: a folder or task.toml is native (loaded and checked), a
+// .py file is KernelBench-format and carries its identity for the store; what is neither is said.
+TEST_F(Manifest, OpenTaskTellsTheFormatsApartOnce) {
+  std::ofstream(dir_ / "task.toml") << kGood;
+  auto native = open_task(dir_);
+  ASSERT_TRUE(native.has_value()) << native.error().to_string();
+  EXPECT_FALSE(native->kernelbench());
+  EXPECT_EQ(native->format_name(), "native");
+  EXPECT_EQ(native->task.name, "t");
+  EXPECT_EQ(native->task.tune.size(), 1u);
+
+  std::ofstream(dir_ / "19_ReLU.py") << "class Model:\n    pass\ndef get_inputs():\n    return []\n";
+  auto kb = open_task(dir_ / "19_ReLU.py");
+  ASSERT_TRUE(kb.has_value()) << kb.error().to_string();
+  EXPECT_TRUE(kb->kernelbench());
+  EXPECT_EQ(kb->format_name(), "kernelbench");
+  EXPECT_EQ(kb->task.name, "19_ReLU");
+  EXPECT_EQ(kb->task.manifest, fs::absolute(dir_ / "19_ReLU.py"));
+  EXPECT_TRUE(kb->task.tune.empty());
+
+  auto missing = open_task(dir_ / "absent.py");
+  ASSERT_FALSE(missing.has_value());
+  EXPECT_NE(missing.error().message.find("no such task file"), std::string::npos) << missing.error().message;
+  auto broken = open_task(dir_ / "nothing-here");
+  ASSERT_FALSE(broken.has_value());
+  EXPECT_NE(broken.error().message.find("no such task manifest"), std::string::npos) << broken.error().message;
+}
+
+}  // namespace kfab
