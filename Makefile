@@ -37,10 +37,12 @@ configure: deps
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
+# torch for KernelBench-format tasks, and what KernelBench's own problem files import beside it (einops:
+# two level-3 problems).
 venv:
-	@if .venv/bin/python -c "import torch" 2>/dev/null; then :; else \
-	  echo "kfab: installing $(TORCH_PIN) into .venv (for KernelBench-format tasks)"; \
-	  $(PYTHON) -m venv .venv && .venv/bin/pip install -q --disable-pip-version-check "$(TORCH_PIN)" numpy; \
+	@if .venv/bin/python -c "import torch, einops" 2>/dev/null; then :; else \
+	  echo "kfab: installing $(TORCH_PIN) and einops into .venv (for KernelBench-format tasks)"; \
+	  $(PYTHON) -m venv .venv && .venv/bin/pip install -q --disable-pip-version-check "$(TORCH_PIN)" numpy einops==0.8.1; \
 	fi
 
 # Debian's chromium, which the report test renders kfab's HTML page in (headless).

@@ -88,14 +88,17 @@ class KbTask:
             setattr(self.mod, k, v)
 
     # -- model and inputs -----------------------------------------------------------------------
-    def model(self, overrides: dict, device: str, dtype: torch.dtype) -> torch.nn.Module:
+    def model(self, overrides: dict, device: str | None, dtype: torch.dtype) -> torch.nn.Module:
+        """The Model at `overrides`, its weights drawn after torch.manual_seed(WEIGHT_SEED), on `device`
+        (None: where it was made, as under a FakeTensorMode, whose tensors cannot be moved)."""
         self.apply(overrides)
         torch.manual_seed(WEIGHT_SEED)
         try:
             m = self.mod.Model(*self.mod.get_init_inputs())
         except Exception as e:  # noqa: BLE001
             raise TaskError(f"{self.path}: Model(*get_init_inputs()) raised {type(e).__name__}: {e}") from e
-        m = m.to(device)
+        if device is not None:
+            m = m.to(device)
         if dtype != torch.float32:
             m = m.to(dtype)
         return m.eval()

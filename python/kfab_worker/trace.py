@@ -384,8 +384,24 @@ def _group_norm_kind(gm, example: list):
 
 
 def _trace_at(t: taskmod.KbTask, shape: dict) -> dict:
+    """The Model traced at `shape` on fake tensors: shapes and dtypes only, so a problem of 17 GB traces
+    in no memory at all."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    try:
+        with FakeTensorMode():
+            return _trace_fake(t, shape)
+    except taskmod.TaskError:
+        raise
+    except Exception as e:  # noqa: BLE001 - making the Model or its inputs failed on fake tensors
+        return {"supported": False, "reason": f"tracing failed: {type(e).__name__}: {e}"}
+
+
+def _trace_fake(t: taskmod.KbTask, shape: dict) -> dict:
     from torch.fx.experimental.proxy_tensor import make_fx
-    model = t.model(shape, "cpu", torch.float32)
+    model = t.model(shape, None, torch.float32)
+    for mod in model.modules():
+        if isinstance(mod, torch.nn.RNNBase):  # unrolled over every step, its trace alone takes minutes
+            return {"supported": False, "reason": f"a recurrent layer (nn.{type(mod).__name__}): no template takes one"}
     xs = t.inputs(shape, 1234, "cpu", torch.float32)
     params = taskmod.params_and_buffers(model)
     names = [n for n, _ in model.named_parameters()] + [n for n, _ in model.named_buffers()]
@@ -398,7 +414,8 @@ def _trace_at(t: taskmod.KbTask, shape: dict) -> dict:
     if not all(isinstance(a, torch.Tensor) for a in example):
         return {"supported": False, "reason": "an input is not a tensor"}
     try:
-        gm = make_fx(f, decomposition_table=_decompositions(), tracing_mode="fake")(*example)
+        # the inputs and weights are fake already (the caller's FakeTensorMode): traced as they are
+        gm = make_fx(f, decomposition_table=_decompositions(), tracing_mode="real")(*example)
     except Exception as e:  # noqa: BLE001 - a model make_fx cannot trace is simply not fusible here
         return {"supported": False, "reason": f"tracing failed: {type(e).__name__}: {e}"}
     kind = _single_op_kind(gm, example) or _group_norm_kind(gm, example)

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <fstream>
 #include <iostream>
+#include <map>
+#include <regex>
 #include <thread>
 
 #include "backends/backend.h"
@@ -41,7 +43,9 @@ Commands::Commands(CLI::App& app) : app_(app) {
   tasks_->add_option("PATH", path_, "a task folder, a task.toml or a folder of tasks")->capture_default_str();
   tasks_->add_flag("--json", json_, "print one JSON object on stdout");
   tasks_->add_flag("--check", check_, "KernelBench-format tasks: flag those whose outputs barely vary across seeds (runs each reference)");
-  tasks_->add_option("--target", target_, "--check: cpu or cuda (default cpu)");
+  tasks_->add_flag("--coverage", coverage_, "which tasks the built-in tuner takes (tracing only: nothing is built or run), "
+                                             "and its refusals grouped with counts");
+  tasks_->add_option("--target", target_, "--check: cpu or cuda (default cpu); --coverage: the target whose templates count (default cuda)");
 
   optimize_ = app.add_subcommand("optimize", "search for a faster correct candidate with LLM agents (planner, coder, fixer, analyst)");
   optimize_->add_option("TASK", task_, "task folder, task.toml or KernelBench-format .py (not with --resume)");
@@ -265,6 +269,7 @@ int Commands::tasks() {
   if (!fs::exists(path_, ec)) return bad_input(json_, path_ + ": no such file or folder", "give a task folder or a folder of tasks");
   auto entries = discover_tasks(path_);
   if (check_) return check_tasks(entries);
+  if (coverage_) return coverage_tasks(entries);
   int broken = 0;
   json arr = json::array();
   Table table({"name", "format", "op class", "inputs", "outputs", "tune", "held out"});
@@ -340,6 +345,60 @@ int Commands::check_tasks(const std::vector<TaskEntry>& entries) {
   else std::cout << fmt::format("{} KernelBench-format tasks checked: {} degenerate, {} errors\n", checked, degenerate, failed);
   if (failed > 0) return kExitBadInput;
   return degenerate > 0 ? kExitFailed : kExitOk;
+}
+
+namespace {
+
+/// A refusal reason without what only one problem has (its node names, shapes and numbers), so that
+/// refusals of one kind count together.
+std::string reason_group(const std::string& reason) {
+  static const std::regex node(R"( \(node [^)]*\))"), dims(R"(\[[^\]]*\])"), num(R"(\b\d+(\.\d+)?\b(?!-D))");
+  static const std::regex ops(R"(\((aten\.[^)]*)\))");
+  std::string g = std::regex_replace(reason, node, "");
+  g = std::regex_replace(g, ops, "(...)");
+  g = std::regex_replace(g, dims, "[..]");
+  g = std::regex_replace(g, num, "N");
+  return g.size() > 160 ? g.substr(0, 157) + "..." : g;
+}
+
+}  // namespace
+
+int Commands::coverage_tasks(const std::vector<TaskEntry>& entries) {
+  const std::string target = target_.empty() ? "cuda" : target_;
+  if (target != "cpu" && target != "cuda") return bad_input(json_, "--coverage counts the templates of cpu or cuda, not " + target);
+  TorchInspector tracer(target, eval_options());
+  json problems = json::array();
+  std::map<std::string, int> groups;
+  int taken = 0;
+  const bool tty = !quiet_ && ::isatty(2);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const TaskEntry& e = entries[i];
+    if (tty) std::cerr << fmt::format("kfab: [{}/{}] trace {}\n", i + 1, entries.size(), e.path.string());
+    json row;
+    if (auto lt = e.loaded()) {
+      row = tuner_coverage(*lt, target, tracer);
+    } else {
+      row = {{"path", e.path.string()}, {"format", e.format}, {"taken", false}, {"template", nullptr}, {"reason", lt.error().message}};
+    }
+    if (row.value("taken", false)) ++taken;
+    else ++groups[reason_group(printable(row.value("reason", std::string("?")), 2000))];
+    problems.push_back(row);
+  }
+  std::vector<std::pair<std::string, int>> sorted(groups.begin(), groups.end());
+  std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  json reasons = json::array();
+  for (const auto& [r, n] : sorted) reasons.push_back({{"reason", r}, {"count", n}});
+  if (json_) {
+    std::cout << dump_json(json{{"path", path_}, {"target", target}, {"total", entries.size()}, {"taken", taken},
+                                {"problems", problems}, {"refusals", reasons}}, 2)
+              << "\n";
+    return kExitOk;
+  }
+  Table table({"refused because", "problems"});
+  for (const auto& [r, n] : sorted) table.add({r, std::to_string(n)});
+  if (!sorted.empty()) std::cout << table.render();
+  std::cout << fmt::format("the built-in tuner takes {} of {} tasks under {} on {} (tracing only)\n", taken, entries.size(), path_, target);
+  return kExitOk;
 }
 
 int Commands::optimize_task() {

@@ -39,6 +39,7 @@ class Commands {
   int report();
   int sandbox_command();
   int check_tasks(const std::vector<TaskEntry>& entries);
+  int coverage_tasks(const std::vector<TaskEntry>& entries);
   EvalOptions eval_options() const;
   int report_verdict(const Task& task, const Verdict& v);
 
@@ -74,6 +75,7 @@ class Commands {
   bool fresh_baselines_ = false;
   std::vector<std::string> forbid_;
   bool check_ = false;
+  bool coverage_ = false;
   bool no_heldout_ = false;
   std::string dsl_;
   std::string llm_;

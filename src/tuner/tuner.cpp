@@ -25,6 +25,99 @@ namespace kfab {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
+namespace {
+
+constexpr const char* kNativeTemplatesHint =
+    "templates on cpu and cuda: cumsum, permute (batched transpose), reduction (a sum over the middle "
+    "dimension), group_norm ([op_params] groups, eps), matmul and matmul_epilogue (a GEMM, the formula over acc), "
+    "and any task with a `formula` (a fused row program); on cpu also softmax, log_softmax, rms_norm and "
+    "layer_norm ([op_params] eps); or use --llm";
+constexpr const char* kTracedHint =
+    "fused row programs cover pointwise chains, reductions over the last dimension, softmax/norm-like "
+    "rows and mean/sum losses, after one 2-D GEMM or none; use --llm PROVIDER:MODEL for the rest";
+
+std::string no_native_template(const Task& task, const std::string& target) {
+  return fmt::format("the built-in tuner has no template for op class \"{}\" on {}", task.op_class, target);
+}
+
+/// The dedicated templates of single-op Models a program cannot state, by the trace's kind.
+const std::map<std::string, std::string>& dedicated_templates(const std::string& target) {
+  static const std::map<std::string, std::string> cuda = {
+      {"scan", "cuda_row_scan"}, {"middle_sum", "cuda_middle_sum"}, {"transpose", "cuda_tiled_transpose"}, {"group_norm", "cuda_group_norm"}};
+  static const std::map<std::string, std::string> cpu = {
+      {"scan", "cpu_rowwise_cumsum"}, {"middle_sum", "cpu_middle_sum"}, {"transpose", "cpu_tiled_transpose"}, {"group_norm", "cpu_group_norm"}};
+  return target == "cuda" ? cuda : cpu;
+}
+
+}  // namespace
+
+Expected<TracedPlan> plan_traced(const json& traced, const std::string& target) {
+  if (!traced.value("supported", false)) return make_error(traced.value("reason", std::string("?")), kTracedHint);
+  TracedPlan plan;
+  if (const std::string kind = traced.value("kind", std::string()); !kind.empty()) {
+    const auto& by_kind = dedicated_templates(target);
+    const auto it = by_kind.find(kind);
+    plan.dedicated = it == by_kind.end() ? nullptr : template_named(it->second);
+    if (plan.dedicated == nullptr) return make_error("the traced Model is a \"" + kind + "\", which has no template on " + target);
+    plan.kind = kind;
+    plan.template_name = plan.dedicated->name;
+    try {
+      if (traced.contains("op_params"))
+        for (const auto& [k, v] : traced.at("op_params").items()) plan.op_params[k] = v.get<double>();
+    } catch (const json::exception& e) {
+      return make_error(std::string("the traced program is malformed: ") + e.what());
+    }
+    return plan;
+  }
+  std::vector<PInput> ins;
+  std::vector<std::string> outs;
+  plan.is_gemm = traced.contains("gemm");
+  try {
+    for (const auto& i : traced.at("inputs")) {
+      const std::string c = i.at("cls").get<std::string>();
+      ins.push_back({i.at("name").get<std::string>(), c == "E" ? VClass::E : c == "C" ? VClass::C : c == "R" ? VClass::R : VClass::K,
+                     i.value("integer", false), i.value("i32", false)});
+      plan.gemm.bind.push_back(i.value("tensor", static_cast<int>(plan.gemm.bind.size())));
+    }
+    outs = traced.at("outputs").get<std::vector<std::string>>();
+    if (plan.is_gemm) {
+      const json& g = traced.at("gemm");
+      plan.gemm.a = g.at("a").get<int>();
+      plan.gemm.b = g.at("b").get<int>();
+      plan.gemm.trans_b = g.at("trans_b").get<bool>();
+      plan.gemm.tensors = traced.at("tensors").get<int>();
+    }
+  } catch (const json::exception& e) {
+    return make_error(std::string("the traced program is malformed: ") + e.what());
+  }
+  auto p = parse_program(traced.value("formula", std::string()), ins, outs);
+  if (!p) return make_error("the traced program does not parse: " + p.error().message);
+  if (auto ok = fused_supported(*p); !ok) return make_error("the built-in tuner cannot take this program: " + ok.error().message);
+  plan.program = std::move(*p);
+  plan.template_name = plan.is_gemm ? (target == "cuda" ? gemm_cuda_template() : gemm_cpu_template()).name
+                                    : (target == "cuda" ? fused_cuda_template() : fused_cpu_template()).name;
+  return plan;
+}
+
+json tuner_coverage(const LoadedTask& task, const std::string& target, TorchInspector& tracer) {
+  json row = {{"path", task.path.string()}, {"format", task.format_name()}, {"taken", false}, {"template", nullptr}, {"reason", nullptr}};
+  if (!task.kernelbench()) {
+    const auto templates = templates_for(task.task, target);
+    if (templates.empty()) row["reason"] = no_native_template(task.task, target);
+    else row.update({{"taken", true}, {"template", templates.front()->name}});
+    return row;
+  }
+  auto traced = tracer.trace(task.path);
+  if (!traced) {
+    row["reason"] = traced.error().message;
+    return row;
+  }
+  auto plan = plan_traced(*traced, target);
+  if (!plan) row["reason"] = plan.error().message;
+  else row.update({{"taken", true}, {"template", plan->template_name}});
+  return row;
+}
+
 Expected<json> tune(const TuneOptions& in) {
   TuneOptions opt = in;
   auto say = [&](const std::string& s) {
@@ -69,11 +162,7 @@ Expected<json> tune(const TuneOptions& in) {
     material = *text + '\0' + opt.target + '\0' + backend->describe() + '\0' + fused.name + std::to_string(fused.version) + '\0' +
                gemm.name + std::to_string(gemm.version);
     // single-op tasks a program cannot state go to a dedicated template (the trace's "kind")
-    const std::map<std::string, std::string> by_kind =
-        opt.target == "cuda" ? std::map<std::string, std::string>{{"scan", "cuda_row_scan"}, {"middle_sum", "cuda_middle_sum"},
-                                                                  {"transpose", "cuda_tiled_transpose"}, {"group_norm", "cuda_group_norm"}}
-                             : std::map<std::string, std::string>{{"scan", "cpu_rowwise_cumsum"}, {"middle_sum", "cpu_middle_sum"},
-                                                                  {"transpose", "cpu_tiled_transpose"}, {"group_norm", "cpu_group_norm"}};
+    const auto& by_kind = dedicated_templates(opt.target);
     for (const auto& [kind, name] : by_kind)
       if (const auto* t2 = template_named(name)) material += '\0' + name + std::to_string(t2->version);
     // the cache may hold the traced program; otherwise the Python worker traces the Model
@@ -90,54 +179,25 @@ Expected<json> tune(const TuneOptions& in) {
       TorchInspector tracer(opt.target, opt.eval);
       auto tr = tracer.trace(opt.task);
       if (!tr) return Unexpected{tr.error()};
-      if (!tr->value("supported", false))
-        return make_error("the built-in tuner has no template for " + opt.task.filename().string() + ": " + tr->value("reason", std::string("?")),
-                          "fused row programs cover pointwise chains, reductions over the last dimension, softmax/norm-like "
-                          "rows and mean/sum losses, after one 2-D GEMM or none; use --llm PROVIDER:MODEL for the rest");
       program_json = *tr;
     }
-    if (const std::string kind = program_json.value("kind", std::string()); !kind.empty()) {
-      const auto it = by_kind.find(kind);
-      const KernelTemplate* dedicated = it == by_kind.end() ? nullptr : template_named(it->second);
-      if (dedicated == nullptr) return make_error("the traced Model is a \"" + kind + "\", which has no template on " + opt.target);
-      say("the Model is one " + kind + ": template " + dedicated->name);
+    auto plan = plan_traced(program_json, opt.target);
+    if (!plan) return make_error("the built-in tuner has no template for " + opt.task.filename().string() + ": " + plan.error().message,
+                                 plan.error().hint);
+    if (plan->dedicated != nullptr) {
+      const KernelTemplate* dedicated = plan->dedicated;
+      say("the Model is one " + plan->kind + ": template " + dedicated->name);
       // the numbers the template needs beyond the tensors (a group count, eps), from the trace
-      if (program_json.contains("op_params")) {
-        try {
-          for (const auto& [k, v] : program_json.at("op_params").items()) task.op_params[k] = v.get<double>();
-        } catch (const json::exception& e) {
-          return make_error(std::string("the traced program is malformed: ") + e.what());
-        }
-        task.op_class = kind;
+      if (!plan->op_params.empty()) {
+        for (const auto& [k, v] : plan->op_params) task.op_params[k] = v;
+        task.op_class = plan->kind;
       }
       for (const auto& g : dedicated->grid(task)) points.push_back({dedicated->name, g});
       source = [&, dedicated](const Point& pt) { return dedicated->generate(task, pt.params); };
     } else {
-      std::vector<PInput> ins;
-      std::vector<std::string> outs;
-      const bool is_gemm = program_json.contains("gemm");
-      try {
-        for (const auto& i : program_json.at("inputs")) {
-          const std::string c = i.at("cls").get<std::string>();
-          ins.push_back({i.at("name").get<std::string>(), c == "E" ? VClass::E : c == "C" ? VClass::C : c == "R" ? VClass::R : VClass::K,
-                         i.value("integer", false), i.value("i32", false)});
-          gemm_program.bind.push_back(i.value("tensor", static_cast<int>(gemm_program.bind.size())));
-        }
-        outs = program_json.at("outputs").get<std::vector<std::string>>();
-        if (is_gemm) {
-          const json& g = program_json.at("gemm");
-          gemm_program.a = g.at("a").get<int>();
-          gemm_program.b = g.at("b").get<int>();
-          gemm_program.trans_b = g.at("trans_b").get<bool>();
-          gemm_program.tensors = program_json.at("tensors").get<int>();
-        }
-      } catch (const json::exception& e) {
-        return make_error(std::string("the traced program is malformed: ") + e.what());
-      }
-      auto p = parse_program(program_json.value("formula", std::string()), ins, outs);
-      if (!p) return make_error("the traced program does not parse: " + p.error().message);
-      if (auto ok = fused_supported(*p); !ok) return make_error("the built-in tuner cannot take this program: " + ok.error().message);
-      program = std::move(*p);
+      program = std::move(plan->program);
+      gemm_program = std::move(plan->gemm);
+      const bool is_gemm = plan->is_gemm;
       say(std::string(is_gemm ? "a GEMM (" + gemm.name + "), then the epilogue" : "program") + ":\n" +
           program_json.value("formula", std::string()));
       if (is_gemm) {
@@ -159,12 +219,7 @@ Expected<json> tune(const TuneOptions& in) {
   } else {
     task = loaded->task;
     const auto templates = templates_for(task, opt.target);
-    if (templates.empty())
-      return make_error(fmt::format("the built-in tuner has no template for op class \"{}\" on {}", task.op_class, opt.target),
-                        "templates on cpu and cuda: cumsum, permute (batched transpose), reduction (a sum over the middle "
-                        "dimension), group_norm ([op_params] groups, eps), matmul and matmul_epilogue (a GEMM, the formula over acc), "
-                        "and any task with a `formula` (a fused row program); on cpu also softmax, log_softmax, rms_norm and "
-                        "layer_norm ([op_params] eps); or use --llm");
+    if (templates.empty()) return make_error(no_native_template(task, opt.target), kNativeTemplatesHint);
     const auto manifest = read_file(task.manifest);
     const auto reference = read_file(task.reference);
     if (!manifest || !reference) return make_error("the task's files cannot be read: " + task.manifest.string());

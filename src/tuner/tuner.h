@@ -6,12 +6,16 @@
 
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "core/expected.h"
 #include "eval/evaluator.h"
+#include "eval/torch_harness.h"
+#include "tuner/fused.h"
+#include "tuner/templates.h"
 
 namespace kfab {
 
@@ -27,6 +31,24 @@ struct TuneOptions {
   EvalOptions eval;               ///< the final evaluation's protocol (the search uses 2 seeds and short timing)
   std::function<void(const std::string&)> progress;
 };
+
+/// What the built-in tuner makes of a traced KernelBench Model (python/kfab_worker/trace.py): the
+/// template it searches and what that template needs, or the first thing that did not fit.
+struct TracedPlan {
+  std::string template_name;
+  const KernelTemplate* dedicated = nullptr;  ///< a single-op Model (the trace's "kind"): its own template
+  std::string kind;
+  std::map<std::string, double> op_params;    ///< what a dedicated template needs beyond the tensors
+  bool is_gemm = false;                       ///< a GEMM, then `program` as its epilogue
+  Program program;
+  GemmProgram gemm;
+};
+Expected<TracedPlan> plan_traced(const nlohmann::json& traced, const std::string& target);
+
+/// Whether the built-in tuner takes a task on `target`, by tracing alone (nothing is built or run):
+/// {"path", "format", "taken", "template", "reason"} with `reason` the first thing that did not fit.
+/// `tracer` traces KernelBench files (one worker for every task).
+nlohmann::json tuner_coverage(const LoadedTask& task, const std::string& target, TorchInspector& tracer);
 
 /// {"run", "best": {"candidate", "disposition", "speedup"}, "steps", "candidates", "tuner":
 /// {"template", "params", "cached"}, "stopped_because"}; an Error where no template applies.

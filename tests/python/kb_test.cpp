@@ -329,3 +329,49 @@ TEST_F(KbEval, TheTunerFindsAGemmAndTunesItWithItsEpilogue) {
 }
 
 }  // namespace kfab::test
+
+namespace kfab::test {
+
+// `kfab tasks --coverage`: every task gets a row (taken with its template, or the first thing that did
+// not fit), the refusals are grouped with counts, and tracing uses fake tensors: problems whose inputs
+// or weights would take 256 and 40 GiB are judged in no memory.
+TEST_F(KbEval, CoverageGivesEveryTaskARowByTracingAloneInNoMemory) {
+  CliResult r = kfab_cli({"tasks", "--coverage", std::string(KFAB_SOURCE_DIR) + "/tasks/kb", "--json"});
+  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  const nlohmann::json j = r.json();
+  ASSERT_EQ(j["problems"].size(), j["total"].get<size_t>());
+  int taken = 0, refused = 0;
+  std::map<std::string, nlohmann::json> by_name;
+  for (const auto& p : j["problems"]) {
+    by_name[fs::path(p["path"].get<std::string>()).stem().string()] = p;
+    if (p["taken"].get<bool>()) {
+      ++taken;
+      EXPECT_TRUE(p["template"].is_string()) << p.dump();
+      EXPECT_TRUE(p["reason"].is_null()) << p.dump();
+    } else {
+      ++refused;
+      EXPECT_FALSE(p["reason"].get<std::string>().empty()) << p.dump();
+    }
+  }
+  EXPECT_EQ(j["taken"].get<int>(), taken);
+  int grouped = 0;
+  for (const auto& g : j["refusals"]) grouped += g["count"].get<int>();
+  EXPECT_EQ(grouped, refused);
+  EXPECT_EQ(by_name["rms_norm"]["template"], "cuda_fused_rows") << by_name["rms_norm"].dump();
+  EXPECT_EQ(by_name["l1_cumsum"]["template"], "cuda_row_scan");
+  EXPECT_EQ(by_name["l2_linear_gelu_scale"]["template"], "cuda_gemm_epilogue") << by_name["l2_linear_gelu_scale"].dump();
+  EXPECT_FALSE(by_name["l2_conv_relu_bias"]["taken"].get<bool>());
+  EXPECT_NE(by_name["l2_conv_relu_bias"]["reason"].get<std::string>().find("convolution"), std::string::npos);
+
+  CliResult huge = kfab_cli({"tasks", "--coverage", fixture("kb/coverage"), "--target", "cpu", "--json"});
+  ASSERT_EQ(huge.status.code, 0) << huge.out << huge.err;
+  std::map<std::string, nlohmann::json> rows;
+  const nlohmann::json hj = huge.json();
+  for (const auto& p : hj["problems"]) rows[fs::path(p["path"].get<std::string>()).stem().string()] = p;
+  ASSERT_EQ(rows.size(), 2u) << huge.out;
+  EXPECT_TRUE(rows["huge_relu"]["taken"].get<bool>()) << rows["huge_relu"].dump();
+  EXPECT_FALSE(rows["huge_conv"]["taken"].get<bool>());
+  EXPECT_NE(rows["huge_conv"]["reason"].get<std::string>().find("convolution"), std::string::npos) << rows["huge_conv"].dump();
+}
+
+}  // namespace kfab::test
