@@ -326,7 +326,11 @@ def _find_gemm(gm):
     if not prods:
         return None
     if len(prods) > 1:
-        raise Unsupported(f"{len(prods)} matrix products ({', '.join(str(n.target) for n in prods)}): the GEMM template takes one")
+        counts: dict = {}
+        for n in prods:
+            counts[str(n.target)] = counts.get(str(n.target), 0) + 1
+        kinds = ", ".join(f"{c} {op}" for op, c in sorted(counts.items(), key=lambda kv: -kv[1]))
+        raise Unsupported(f"{len(prods)} matrix products ({kinds}): the GEMM template takes one")
     node = prods[0]
     base = _base(node)
     if base not in ("mm", "addmm"):

@@ -12,10 +12,13 @@
 #include <atomic>
 #include <cerrno>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <thread>
 
+#include "core/hash.h"
 #include "core/paths.h"
 
 extern char** environ;
@@ -285,6 +288,40 @@ void Child::kill_group() {
   }
 }
 
+namespace {
+
+/// Whether no thread of process `pid` can run user code again before it stops, read from /proc: every
+/// thread is stopped (T, t), gone (Z, X) or in uninterruptible sleep (D), and the stop is under way (a
+/// thread has stopped, or SIGSTOP is pending for the process). A thread in D (the parent of a vfork
+/// whose child has not exec'd yet, a page fault on a slow disk) takes the stop only as it leaves the
+/// kernel, and until then the kernel reports no stop for the process, though it runs none of its code.
+bool stopped_per_proc(pid_t pid) {
+  const std::string base = "/proc/" + std::to_string(pid);
+  std::error_code ec;
+  bool any_stopped = false;
+  int threads = 0;
+  for (const auto& t : std::filesystem::directory_iterator(base + "/task", ec)) {
+    const auto stat = read_file(t.path() / "stat");
+    if (!stat) continue;  // gone meanwhile
+    const size_t close = stat->rfind(')');
+    if (close == std::string::npos || close + 2 >= stat->size()) return false;
+    const char state = (*stat)[close + 2];
+    ++threads;
+    if (state == 'T' || state == 't') any_stopped = true;
+    else if (state != 'D' && state != 'Z' && state != 'X') return false;
+  }
+  if (ec || threads == 0) return false;
+  if (any_stopped) return true;
+  const auto status = read_file(base + "/status");
+  if (!status) return false;
+  const size_t at = status->find("ShdPnd:\t");
+  if (at == std::string::npos) return false;
+  const unsigned long long pending = std::strtoull(status->c_str() + at + 8, nullptr, 16);
+  return (pending >> (SIGSTOP - 1)) & 1;
+}
+
+}  // namespace
+
 bool Child::freeze(Clock::time_point deadline) {
   if (pid_ <= 0 || reaped_) return false;
   // A stop the child reported earlier (its own SIGSTOP) is taken first: only this one counts.
@@ -298,6 +335,9 @@ bool Child::freeze(Clock::time_point deadline) {
     if (::waitid(P_PID, static_cast<id_t>(pid_), &si, WSTOPPED | WNOHANG) == 0 && si.si_pid == pid_) return true;
     si = {};
     if (::waitid(P_PID, static_cast<id_t>(pid_), &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid_) return false;
+    // No report yet: a thread may be in uninterruptible sleep, which holds the report back but runs
+    // nothing of the child's (looked at once the common case, a report within a moment, has passed).
+    if (spins >= 200 && spins % 20 == 0 && stopped_per_proc(pid_)) return true;
     if (Clock::now() >= deadline) return false;
     if (spins < 200) std::this_thread::yield();
     else std::this_thread::sleep_for(std::chrono::microseconds(50));
