@@ -189,7 +189,7 @@ def _restore(undo: list) -> None:
 
 def _key(req) -> str:
     return json.dumps([req["task"], req.get("candidate", {}).get("path"), req.get("shape", {}), req.get("target", "cpu"),
-                       req.get("dtype", "f32")], sort_keys=True)
+                       req.get("dtype", "f32"), req.get("tolerance")], sort_keys=True)
 
 
 class _Setup:
@@ -207,7 +207,7 @@ class _Setup:
             self.model = self.task.model(self.shape, self.device, self.dtype)
         except taskmod.TaskError as e:
             raise JobFailure("task_error", str(e)) from e
-        self.atol, self.rtol = self.task.tol(self.dtype)
+        self.atol, self.rtol = self.task.tol(self.dtype, req.get("tolerance"))
         self.calls = 0
         self.xs = None
         self.xs_id = None
@@ -413,6 +413,8 @@ def hello(req) -> dict:
 def describe(req) -> dict:
     t = _task(req)
     d = t.describe()
+    atol, rtol, source = t.tol_with_source(_dtype(req), req.get("tolerance"))
+    d["tolerance_used"] = {"atol": atol, "rtol": rtol, "dtype": req.get("dtype", "f32"), "source": source}
     d["ok"] = True
     d["reference_params"] = []
     return d

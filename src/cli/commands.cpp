@@ -65,6 +65,10 @@ Commands::Commands(CLI::App& app) : app_(app) {
   optimize_->add_flag("--fresh", fresh_, "built-in tuner: search again even when a cached result exists");
   optimize_->add_option("--timeout", timeout_s_, "seconds each runner job may take")->capture_default_str();
   optimize_->add_flag("--quiet,-q", quiet_, "no progress lines on stderr");
+  optimize_->add_option("--atol", atol_, "absolute tolerance of every output (default: the task's; KernelBench tasks: KernelBench's for the dtype)")
+      ->check(CLI::NonNegativeNumber);
+  optimize_->add_option("--rtol", rtol_, "relative tolerance of every output (default: the task's; KernelBench tasks: KernelBench's for the dtype)")
+      ->check(CLI::NonNegativeNumber);
   optimize_->add_flag("--json", json_, "print one JSON object on stdout");
 
   bench_ = app.add_subcommand("bench", "a suite of tasks: each optimized (or its bundled candidates evaluated) with its baselines, then scored; "
@@ -84,6 +88,10 @@ Commands::Commands(CLI::App& app) : app_(app) {
   bench_->add_option("--timeout", timeout_s_, "seconds each runner job may take")->capture_default_str()->check(CLI::PositiveNumber);
   bench_->add_flag("--no-compile", no_compile_, "KernelBench tasks: do not time torch.compile");
   bench_->add_flag("--quiet,-q", quiet_, "no progress on stderr");
+  bench_->add_option("--atol", atol_, "absolute tolerance of every output (default: the task's; KernelBench tasks: KernelBench's for the dtype)")
+      ->check(CLI::NonNegativeNumber);
+  bench_->add_option("--rtol", rtol_, "relative tolerance of every output (default: the task's; KernelBench tasks: KernelBench's for the dtype)")
+      ->check(CLI::NonNegativeNumber);
   bench_->add_flag("--json", json_, "print the bench (scores and task rows) as one JSON object on stdout");
 
   report_ = app.add_subcommand("report", "a stored run (or a bench folder) as a self-contained HTML page, or as text or JSON");
@@ -126,6 +134,10 @@ Commands::Commands(CLI::App& app) : app_(app) {
   eval_->add_flag("--no-compile", no_compile_, "KernelBench tasks: do not time torch.compile");
   eval_->add_flag("--fresh-baselines", fresh_baselines_, "KernelBench tasks: time torch.compile again rather than use its cached time");
   eval_->add_option("--forbid", forbid_, "KernelBench tasks: an operation a Python candidate may not call (torch.xxx or aten.xxx), repeatable");
+  eval_->add_option("--atol", atol_, "absolute tolerance of every output (default: the task's; KernelBench tasks: KernelBench's for the dtype)")
+      ->check(CLI::NonNegativeNumber);
+  eval_->add_option("--rtol", rtol_, "relative tolerance of every output (default: the task's; KernelBench tasks: KernelBench's for the dtype)")
+      ->check(CLI::NonNegativeNumber);
   eval_->add_flag("--json", json_, "print one JSON object on stdout");
 }
 
@@ -599,6 +611,8 @@ EvalOptions Commands::eval_options() const {
   opt.fresh_baselines = fresh_baselines_;
   opt.forbid = forbid_;
   opt.heldout = !no_heldout_;
+  opt.atol = atol_;
+  opt.rtol = rtol_;
   return opt;
 }
 

@@ -2,6 +2,7 @@
 /// The subcommands: each registers its options on the CLI11 app and runs when chosen.
 
 #include <CLI/CLI.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,7 @@ class Commands {
   bool quiet_ = false;
   bool profile_ = false;
   std::string dtype_ = "f32";
+  std::optional<double> atol_, rtol_;
   std::string compile_mode_ = "default";
   bool no_compile_ = false;
   bool fresh_baselines_ = false;

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,9 @@ struct EvalOptions {
   std::string compile_mode = "default"; ///< torch.compile mode (default, max-autotune, ...)
   bool fresh_baselines = false;         ///< measure torch.compile again instead of using the cached time
   std::vector<std::string> forbid;      ///< operations a Python candidate may not call, on top of the task's
+  /// The tolerance of every output, where given (--atol, --rtol): over the task's own, and for a
+  /// KernelBench-format task over KernelBench's default for the dtype.
+  std::optional<double> atol, rtol;
   /// Receives one line per step ("verify M=512, N=2048"), for progress on long evaluations.
   std::function<void(const std::string&)> progress;
 };

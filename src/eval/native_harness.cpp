@@ -48,6 +48,14 @@ Expected<std::vector<ShapeCase>> NativeHarness::begin(const fs::path& candidate,
                      {"timer", target_ == "cpu" ? "steady_clock around the call"
                                                 : "CUDA events on the runner's stream; context synchronized after each call"}});
 
+  json tolerances = json::object();
+  for (const auto& o : task_.outputs) {
+    const Tolerance t = tolerance(o);
+    tolerances[o.name] = {{"atol", t.atol}, {"rtol", t.rtol}};
+  }
+  v.protocol["tolerance"] = {{"outputs", tolerances},
+                             {"source", opt.atol || opt.rtol ? "--atol/--rtol over the task's" : "the task's (per output, else its dtype's default)"}};
+
   // Both runners start now (a device runner opens its driver: a good part of a warm evaluation) while
   // the sources are hashed and looked up in the compile cache.
   json base = {{"task", task_.manifest.string()}, {"base_seed", opt.base_seed}, {"target", target_}};
@@ -110,7 +118,7 @@ JobOutcome NativeHarness::compare_last(const MappedOutputs& want, int64_t seed, 
   json outputs = json::array();
   for (size_t i = 0; i < task_.outputs.size(); ++i) {
     CompareStats st;
-    compare_output((*got)[i], want.tensors[i], task_.tolerance_for(task_.outputs[i]), task_.outputs[i].name, seed, call, st);
+    compare_output((*got)[i], want.tensors[i], tolerance(task_.outputs[i]), task_.outputs[i].name, seed, call, st);
     json o = st.to_json();
     o["name"] = task_.outputs[i].name;
     outputs.push_back(o);
@@ -135,10 +143,17 @@ JobOutcome NativeHarness::call(const ShapeCase& s, int index, uint64_t perturb, 
   return compare_last(want_, index, call);
 }
 
+Tolerance NativeHarness::tolerance(const TensorSpec& out) const {
+  Tolerance t = task_.tolerance_for(out);
+  if (opt_ && opt_->atol) t.atol = *opt_->atol;
+  if (opt_ && opt_->rtol) t.rtol = *opt_->rtol;
+  return t;
+}
+
 std::optional<Tolerance> NativeHarness::tolerance_of(const json& errors) const {
   const std::string name = errors.contains("first_mismatch") ? errors["first_mismatch"].value("output", "") : "";
   for (const auto& o : task_.outputs)
-    if (o.name == name) return task_.tolerance_for(o);
+    if (o.name == name) return tolerance(o);
   return std::nullopt;
 }
 

@@ -45,6 +45,8 @@ class NativeHarness final : public Harness {
   std::string task_fault_hint() const override { return "the task's reference or manifest (or the device) is at fault"; }
 
  private:
+  /// An output's tolerance: the task's, or --atol / --rtol where given.
+  Tolerance tolerance(const TensorSpec& out) const;
   /// The comparison of the candidate's last outputs with `want`, as the verdict reports it.
   JobOutcome compare_last(const MappedOutputs& want, int64_t seed, int call);
 

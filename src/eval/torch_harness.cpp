@@ -182,7 +182,10 @@ Expected<std::vector<ShapeCase>> TorchHarness::begin(const fs::path& candidate, 
                       "use --target cpu, or a torch built with CUDA");
   if (v.dsl == "triton" && info_["triton"].is_null())
     return make_error("the candidate uses Triton, which the worker's Python lacks", "install triton");
-  JobOutcome d = interpret(trusted_->run({{"op", "describe"}, {"task", task_abs_}}));
+  json tolerance = json::object();
+  if (opt.atol) tolerance["atol"] = *opt.atol;
+  if (opt.rtol) tolerance["rtol"] = *opt.rtol;
+  JobOutcome d = interpret(trusted_->run({{"op", "describe"}, {"task", task_abs_}, {"dtype", opt.dtype}, {"tolerance", tolerance}}));
   if (!d.ok) return make_error(d.detail.empty() ? "the task did not load" : d.detail, "fix the task file");
   desc_ = d.body;
   worker_->set_timeout(opt.runner.timeout_s);  // the first job's deadline covered torch's import
@@ -204,6 +207,8 @@ Expected<std::vector<ShapeCase>> TorchHarness::begin(const fs::path& candidate, 
 
   base_ = {{"task", task_abs_}, {"candidate", {{"path", artifact}}}, {"base_seed", opt.base_seed},
            {"target", target_}, {"dtype", opt.dtype}, {"forbidden", opt.forbid}};
+  if (!tolerance.empty()) base_["tolerance"] = tolerance;
+  if (desc_.contains("tolerance_used")) v.protocol["tolerance"] = desc_["tolerance_used"];
   shape_outputs_.clear();
   std::vector<ShapeCase> shapes;
   json tune = json::object();
@@ -251,6 +256,12 @@ JobOutcome TorchHarness::compare_last(int64_t seed, int call) {
     pass.push_back(last_call_.fds[0]);
   }
   return interpret(trusted_->run(q, pass));
+}
+
+std::optional<Tolerance> TorchHarness::tolerance_of(const json&) const {
+  if (!desc_.contains("tolerance_used") || !desc_["tolerance_used"].is_object()) return std::nullopt;
+  const json& t = desc_["tolerance_used"];
+  return Tolerance{t.value("atol", 0.0), t.value("rtol", 0.0)};
 }
 
 fs::path TorchHarness::compile_cache_file(const ShapeCase& s) const {

@@ -63,6 +63,9 @@ class TorchHarness final : public Harness {
   JobOutcome reference(ShapeCase& s, int index, uint64_t perturb) override;
   JobOutcome call(const ShapeCase& s, int index, uint64_t perturb, int call, int pattern) override;
 
+  /// The tolerance every output was held to (the worker's tolerance_used).
+  std::optional<Tolerance> tolerance_of(const nlohmann::json& errors) const override;
+
   std::vector<std::string> baselines(const ShapeCase& s) override;
   JobOutcome prepare_timing(const ShapeCase& s, int64_t seed, int warmup) override;
   JobOutcome timed_call(uint64_t perturb, bool clocks) override;

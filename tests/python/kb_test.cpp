@@ -375,3 +375,27 @@ TEST_F(KbEval, CoverageGivesEveryTaskARowByTracingAloneInNoMemory) {
 }
 
 }  // namespace kfab::test
+
+namespace kfab::test {
+
+// KernelBench-format tasks are held to KernelBench's tolerance for the dtype (fp32: atol = rtol = 1e-4)
+// unless --atol / --rtol say otherwise, and the verdict says which was used and why.
+TEST_F(KbEval, TheToleranceIsKernelBenchsUnlessTheCommandLineSaysOtherwise) {
+  CliResult by_default = eval(std::string(KFAB_SOURCE_DIR) + "/tasks/kb/candidates/rms_norm/rowwise.cpp", {"--no-compile"});
+  ASSERT_EQ(by_default.status.code, 0) << by_default.out << by_default.err;
+  const nlohmann::json d = by_default.json();
+  EXPECT_EQ(d["protocol"]["tolerance"]["atol"].get<double>(), 1e-4) << d["protocol"].dump();
+  EXPECT_EQ(d["protocol"]["tolerance"]["rtol"].get<double>(), 1e-4);
+  EXPECT_NE(d["protocol"]["tolerance"]["source"].get<std::string>().find("KernelBench's default"), std::string::npos);
+  // Exact equality: the C++ candidate sums in another order than torch, so some values differ in the
+  // last bits, and the mismatch names the tolerance it broke.
+  CliResult exact = eval(std::string(KFAB_SOURCE_DIR) + "/tasks/kb/candidates/rms_norm/rowwise.cpp", {"--no-compile", "--atol", "0", "--rtol", "0"});
+  ASSERT_EQ(exact.status.code, 1) << exact.out << exact.err;
+  const nlohmann::json e = exact.json();
+  EXPECT_EQ(e["disposition"], "incorrect") << e.dump();
+  EXPECT_EQ(e["protocol"]["tolerance"]["atol"].get<double>(), 0.0);
+  EXPECT_NE(e["protocol"]["tolerance"]["source"].get<std::string>().find("--atol/--rtol"), std::string::npos);
+  EXPECT_NE(e["detail"].get<std::string>().find("atol"), std::string::npos) << e["detail"];
+}
+
+}  // namespace kfab::test
