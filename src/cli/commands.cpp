@@ -87,6 +87,8 @@ Commands::Commands(CLI::App& app) : app_(app) {
   bench_->add_option("--min-time", min_time_s_, "seconds of timed calls per shape in the final checks, at least")->check(CLI::NonNegativeNumber);
   bench_->add_option("--timeout", timeout_s_, "seconds each runner job may take")->capture_default_str()->check(CLI::PositiveNumber);
   bench_->add_flag("--no-compile", no_compile_, "KernelBench tasks: do not time torch.compile");
+  bench_->add_option("--filter", filter_, "only the tasks whose path matches this regular expression");
+  bench_->add_option("--sample", sample_, "only this many of the tasks, spread evenly over them (after --filter)")->check(CLI::Range(1, 1000000));
   bench_->add_flag("--quiet,-q", quiet_, "no progress on stderr");
   bench_->add_option("--atol", atol_, "absolute tolerance of every output (default: the task's; KernelBench tasks: KernelBench's for the dtype)")
       ->check(CLI::NonNegativeNumber);
@@ -719,15 +721,18 @@ int Commands::bench() {
   o.fresh = fresh_;
   o.out_dir = out_;
   o.report = html_;
+  o.filter = filter_;
+  o.sample = sample_;
   o.eval = eval_options();
   o.eval.progress = nullptr;
   {
     std::error_code ec;
     const std::string target = target_.empty() ? default_device_target() : target_;
-    if (fs::exists(path_, ec))
-      for (const auto& e : discover_tasks(path_))
-        if (e.task)
-          if (auto fits = fits_target(*e.task, target, o.eval); !fits) return bad_input(json_, fits.error().message, fits.error().hint);
+    auto selected = fs::exists(path_, ec) ? select_tasks(discover_tasks(path_), filter_, sample_) : std::vector<TaskEntry>{};
+    if (!selected) return bad_input(json_, selected.error().message, selected.error().hint);
+    for (const auto& e : *selected)
+      if (e.task)
+        if (auto fits = fits_target(*e.task, target, o.eval); !fits) return bad_input(json_, fits.error().message, fits.error().hint);
   }
   const bool tty = ::isatty(2) != 0;
   // On a terminal: the tuner's lines scroll above a status line that is redrawn in place; otherwise

@@ -1,6 +1,7 @@
 #include "core/discover.h"
 
 #include <algorithm>
+#include <cctype>
 
 #include "core/hash.h"
 
@@ -13,6 +14,31 @@ static bool is_kernelbench_file(const fs::path& p) {
   auto text = read_file(p);
   return text && text->find("class Model(") != std::string::npos &&
          text->find("def get_inputs") != std::string::npos;
+}
+
+bool natural_less(const std::string& a, const std::string& b) {
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    const bool da = std::isdigit(static_cast<unsigned char>(a[i])) != 0, db = std::isdigit(static_cast<unsigned char>(b[j])) != 0;
+    if (da && db) {
+      size_t ie = i, je = j;
+      while (ie < a.size() && std::isdigit(static_cast<unsigned char>(a[ie]))) ++ie;
+      while (je < b.size() && std::isdigit(static_cast<unsigned char>(b[je]))) ++je;
+      // compare the runs as numbers: leading zeros off, then by length, then digit by digit
+      size_t is = i, js = j;
+      while (is + 1 < ie && a[is] == '0') ++is;
+      while (js + 1 < je && b[js] == '0') ++js;
+      if (ie - is != je - js) return ie - is < je - js;
+      if (const int c = a.compare(is, ie - is, b, js, je - js); c != 0) return c < 0;
+      i = ie;
+      j = je;
+      continue;
+    }
+    if (a[i] != b[j]) return a[i] < b[j];
+    ++i;
+    ++j;
+  }
+  return a.size() - i < b.size() - j;
 }
 
 Expected<LoadedTask> TaskEntry::loaded() const {
@@ -53,7 +79,7 @@ std::vector<TaskEntry> discover_tasks(const fs::path& root) {
       if (it->is_regular_file()) add(it->path(), out);
     }
   }
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.path < b.path; });
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return natural_less(a.path.string(), b.path.string()); });
   return out;
 }
 

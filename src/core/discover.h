@@ -21,7 +21,10 @@ struct TaskEntry {
   Expected<LoadedTask> loaded() const;
 };
 
-/// Every task under `root` (or `root` itself), sorted by path.
+/// Whether `a` sorts before `b` with runs of digits compared as numbers ("level1/9_x" before "level1/10_x").
+bool natural_less(const std::string& a, const std::string& b);
+
+/// Every task under `root` (or `root` itself), sorted by path, numbers in it as numbers.
 std::vector<TaskEntry> discover_tasks(const std::filesystem::path& root);
 
 }  // namespace kfab

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <regex>
+
 #include <chrono>
 #include <cmath>
 #include <algorithm>
@@ -287,12 +289,38 @@ json eval_bundled(const TaskEntry& e, const BenchOptions& opt, const std::string
 
 }  // namespace
 
+Expected<std::vector<TaskEntry>> select_tasks(std::vector<TaskEntry> entries, const std::string& filter, int sample) {
+  if (!filter.empty()) {
+    std::regex re;
+    try {
+      re = std::regex(filter, std::regex::ECMAScript);
+    } catch (const std::regex_error& e) {
+      return make_error("--filter " + filter + ": not a regular expression (" + e.what() + ")", "an ECMAScript regex, e.g. 'level1/(19|23)_'");
+    }
+    std::vector<TaskEntry> kept;
+    for (auto& e : entries)
+      if (std::regex_search(e.path.string(), re)) kept.push_back(std::move(e));
+    entries = std::move(kept);
+  }
+  if (sample > 0 && static_cast<size_t>(sample) < entries.size()) {
+    std::vector<TaskEntry> spread;
+    const size_t n = entries.size();
+    for (size_t i = 0; i < static_cast<size_t>(sample); ++i) spread.push_back(std::move(entries[i * n / static_cast<size_t>(sample)]));
+    entries = std::move(spread);
+  }
+  return entries;
+}
+
 Expected<json> run_bench(const BenchOptions& opt_in) {
   BenchOptions opt = opt_in;
   std::error_code ec;
   if (!fs::exists(opt.suite, ec)) return make_error(opt.suite.string() + ": no such suite", "a folder of task folders or KernelBench files");
-  const auto entries = discover_tasks(opt.suite);
-  if (entries.empty()) return make_error("no tasks under " + opt.suite.string(), "`kfab tasks PATH` lists what kfab finds there");
+  auto selected = select_tasks(discover_tasks(opt.suite), opt.filter, opt.sample);
+  if (!selected) return Unexpected{selected.error()};
+  const auto entries = std::move(*selected);
+  if (entries.empty())
+    return make_error("no tasks under " + opt.suite.string() + (opt.filter.empty() ? "" : " match " + opt.filter),
+                      "`kfab tasks PATH` lists what kfab finds there");
   if (opt.target.empty()) opt.target = make_backend("cuda")->probe() > 0 ? "cuda" : "cpu";
   auto backend = make_backend(opt.target);
   if (!backend) return make_error("unknown target \"" + opt.target + "\"", "accepted: cpu, cuda, opencl");
@@ -316,6 +344,8 @@ Expected<json> run_bench(const BenchOptions& opt_in) {
                 {"started_at", utc_now_iso()},
                 {"out_dir", fs::absolute(opt.out_dir).string()},
                 {"tasks", json::array()}};
+  if (!opt.filter.empty()) bench["filter"] = opt.filter;
+  if (opt.sample > 0) bench["sample"] = opt.sample;
   // bench.json after every task: a bench killed half-way keeps what it finished
   auto save = [&](bool final_) -> Expected<void> {
     bench["wall_s"] = elapsed();

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/expected.h"
+#include "core/discover.h"
 #include "eval/evaluator.h"
 #include "store/store.h"
 
@@ -36,6 +37,8 @@ struct BenchOptions {
   int points = 64;                 ///< built-in tuner: parameter points per task, at most
   int budget = 8;                  ///< LLM: candidates per task, at most
   bool fresh = false;              ///< built-in tuner: search again
+  std::string filter;              ///< only tasks whose path matches this regular expression (ECMAScript, searched)
+  int sample = 0;                  ///< > 0: this many of the (filtered) tasks, evenly spread over them
   std::filesystem::path out_dir;   ///< default kfab-bench/BENCH
   std::filesystem::path report;    ///< the HTML page (default out_dir/report.html)
   EvalOptions eval;
@@ -43,6 +46,11 @@ struct BenchOptions {
   std::function<void(const std::string&)> detail;    ///< the tuner's or the agents' progress within a task
   std::function<void(const BenchStatus&)> status;    ///< the live status
 };
+
+/// The tasks of a suite a bench runs: those whose path matches `filter` (empty: all), then with
+/// `sample` > 0 that many of them spread evenly (the first, then every size/sample-th). An Error for a
+/// filter that is not a regular expression.
+Expected<std::vector<TaskEntry>> select_tasks(std::vector<TaskEntry> entries, const std::string& filter, int sample);
 
 /// Runs the bench and writes out_dir/{bench.json, tasks.csv, scores.csv} and the report. Returns the
 /// bench object (bench.json). An Error only when nothing can be run (no tasks, bad target); a task

@@ -151,3 +151,47 @@ TEST(BenchScores, ARunReportLinksEachStepToItsParentAndSurvivesBytesThatAreNotUt
 
 }  // namespace
 }  // namespace kfab
+
+namespace kfab {
+
+// --filter keeps the tasks whose path matches; --sample spreads what is left evenly (the first, then
+// every size/N-th); a filter that is not a regular expression is said, not thrown.
+TEST(BenchSelect, FilterThenAnEvenSample) {
+  std::vector<TaskEntry> all;
+  for (int l = 1; l <= 2; ++l)
+    for (int i = 1; i <= 100; ++i) all.push_back(TaskEntry{"KernelBench/level" + std::to_string(l) + "/" + std::to_string(i) + "_P.py", "kernelbench", std::nullopt, {}});
+  auto l1 = select_tasks(all, "level1/", 0);
+  ASSERT_TRUE(l1.has_value());
+  EXPECT_EQ(l1->size(), 100u);
+  auto some = select_tasks(all, "level1/(19|23)_", 0);
+  ASSERT_TRUE(some.has_value());
+  ASSERT_EQ(some->size(), 2u);
+  EXPECT_EQ((*some)[0].path, "KernelBench/level1/19_P.py");
+  auto every5th = select_tasks(all, "", 40);
+  ASSERT_TRUE(every5th.has_value());
+  ASSERT_EQ(every5th->size(), 40u);
+  EXPECT_EQ((*every5th)[0].path, "KernelBench/level1/1_P.py");
+  EXPECT_EQ((*every5th)[1].path, "KernelBench/level1/6_P.py");
+  EXPECT_EQ((*every5th)[20].path, "KernelBench/level2/1_P.py");
+  auto more = select_tasks(all, "level2/", 500);
+  ASSERT_TRUE(more.has_value());
+  EXPECT_EQ(more->size(), 100u);
+  auto bad = select_tasks(all, "level(1", 0);
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_NE(bad.error().message.find("not a regular expression"), std::string::npos) << bad.error().message;
+}
+
+}  // namespace kfab
+
+namespace kfab {
+
+TEST(BenchSelect, TasksSortWithTheirNumbersAsNumbers) {
+  EXPECT_TRUE(natural_less("level1/9_ReLU.py", "level1/10_Tanh.py"));
+  EXPECT_FALSE(natural_less("level1/10_Tanh.py", "level1/9_ReLU.py"));
+  EXPECT_TRUE(natural_less("level1/100_Hinge.py", "level2/1_Conv.py"));
+  EXPECT_TRUE(natural_less("a/b", "a/b/c"));
+  EXPECT_FALSE(natural_less("same", "same"));
+  EXPECT_TRUE(natural_less("x007", "x8"));
+}
+
+}  // namespace kfab
