@@ -245,6 +245,7 @@ Expected<Verdict> Evaluator::evaluate_unguarded(const fs::path& candidate) {
     if (!t.baselines.empty()) sr.baseline = summarize(t.times[t.baselines.front()]);
     sr.extra["inputs"] = t.inputs;
     h.describe_timing(sc, sr, t.times);
+    take_cost(sr, h.flops(sc), h.bytes(sc));
     if (peaks) {
       // Before rejecting, the peaks are measured again: the bound must not rest on a measurement
       // taken on a busy machine (the decision keeps the higher figures, with a margin on top).
@@ -256,7 +257,6 @@ Expected<Verdict> Evaluator::evaluate_unguarded(const fs::path& candidate) {
       v.machine = peaks->to_json();
       sr.bound_ms = rd.bound_ms;
       if (rd.bound_ms) sr.extra["roofline"] = rd.compared_with;
-      take_cost(sr, h.flops(sc), h.bytes(sc));
       take_bandwidth(sr, h.bytes(sc), *peaks);
       if (rd.below_bound && !enforce) sr.extra["warning"] = h.unenforced_warning();
       if (rd.reject) {
@@ -265,8 +265,6 @@ Expected<Verdict> Evaluator::evaluate_unguarded(const fs::path& candidate) {
         sr.status = "rejected";
         return finish();
       }
-    } else {
-      take_cost(sr, h.flops(sc), h.bytes(sc));
     }
     if (sr.baseline) {
       log_base += std::log(sr.baseline->median / sr.time->median);
