@@ -55,6 +55,9 @@ build-gpu/kfab doctor 2>&1 | tee -a "$out/summary.txt"
 #   evals      every bundled CUDA candidate, cold then warm cache, and a table of % of copy bandwidth
 #   tune       kfab optimize (the built-in tuner) of the tasks in KFAB_TUNE_TASKS (default: every
 #              bundled task it has a CUDA template for), then bench/tune_table.py
+#   kbbig      kfab optimize of KernelBench problems at their own sizes (KFAB_KB_DIR, default
+#              kernelbench/KernelBench, git-ignored and carried; KFAB_KB_PROBLEMS picks them), each best
+#              exported as a ModelNew and measured by bench/modelnew_allclose.py
 #   profile    kfab eval --profile of the bundled CUDA softmax
 #   overhead   bench/cuda_overhead.py: kfab against torch load_inline
 #   stability  bench/timing_stability.sh: 5 medians and ncu
@@ -109,6 +112,27 @@ if want tune; then
     echo "$task: exit $? in $(( $(date +%s) - start )) s" | tee -a "$out/summary.txt"
   done
   python3 bench/tune_table.py "$out/tune.jsonl" 2>&1 | tee -a "$out/summary.txt"
+fi
+if want kbbig; then
+  log "kbbig: kfab optimize of KernelBench problems at their own sizes"
+  kb=${KFAB_KB_DIR:-kernelbench/KernelBench}
+  problems=${KFAB_KB_PROBLEMS:-"level1/19_ReLU level1/23_Softmax level1/26_GELU_ level1/40_LayerNorm level1/89_cumsum
+    level1/95_CrossEntropyLoss level1/39_L2Norm_ level1/45_Average_Pooling_2D"}
+  for p in $problems; do
+    f=$kb/$p.py
+    name=$(basename "$p")
+    [ -f "$f" ] || { echo "$p: no $f (carry a KernelBench checkout)" | tee -a "$out/summary.txt"; continue; }
+    start=$(date +%s)
+    timeout 600 build-gpu/kfab optimize "$f" --target cuda --json --quiet --out "build-gpu/kbbig/$name" \
+      ${KFAB_KB_ARGS:-} >"$out/kbbig_$name.json" 2>"$out/kbbig_$name.err"
+    code=$?
+    echo "$p: exit $code in $(( $(date +%s) - start )) s; $(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); v=j.get("verdict") or {}; m=(v.get("device_memory") or {}).get("peak_bytes"); print(v.get("disposition"), "speedup", v.get("speedup"), "peak device GiB", m and round(m / 2**30, 2), "wall", v.get("wall_s"), v.get("detail") or j.get("error") or j)' "$out/kbbig_$name.json" 2>&1 | tail -1)" | tee -a "$out/summary.txt"
+    best=$(ls build-gpu/kbbig/$name/best.* 2>/dev/null | head -1)
+    if [ -n "$best" ]; then
+      build-gpu/kfab export "$best" --task "$f" --modelnew "build-gpu/kbbig/$name/modelnew.py" >>"$out/kbbig_$name.err" 2>&1 &&
+        timeout 300 python3 bench/modelnew_allclose.py "$f" "build-gpu/kbbig/$name/modelnew.py" --device cuda 2>&1 | tail -3 | tee -a "$out/summary.txt"
+    fi
+  done
 fi
 if want profile; then
   log "profile: kfab eval --profile of the bundled CUDA softmax"

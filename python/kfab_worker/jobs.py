@@ -8,6 +8,7 @@
   and torch.compile, and `describe`, `check`, `trace`."""
 from __future__ import annotations
 
+import gc
 import json
 import os
 import random
@@ -19,6 +20,7 @@ import torch
 from . import PROTOCOL
 from . import candidate as candmod
 from . import clocks as clockmod
+from . import footprint as fpmod
 from . import guard
 from . import hold as holdmod
 from . import share
@@ -103,6 +105,52 @@ def _call_failure(e: BaseException, who: str, path: str | None) -> JobFailure:
         # A kernel fault loses the CUDA context: this worker cannot go on, kfab replaces it.
         return JobFailure("crashed", f"{who}: {text.splitlines()[0][:400]}", fatal=True)
     return JobFailure("runtime_failed", f"{who} raised {text.splitlines()[0][:400]}{_where(e, path)}")
+
+
+def _no_memory(doing: str, e: BaseException, fp: dict) -> str:
+    """An OutOfMemoryError of the harness's own work (the Model, the inputs), said as what it is, with
+    the figures."""
+    where = ""
+    if torch.cuda.is_available():
+        free, total = torch.cuda.mem_get_info()
+        where = (f"; this process holds {fpmod.gib(torch.cuda.memory_reserved())}, the device has {fpmod.gib(free)} of "
+                 f"{fpmod.gib(total)} free")
+    need = ""
+    if "error" not in fp:
+        need = (f"; the problem: inputs {fpmod.gib(fp['inputs'])}, outputs {fpmod.gib(fp['outputs'])}, weights "
+                f"{fpmod.gib(fp['weights'])}")
+    return f"the device ran out of memory {doing}{need}{where} ({str(e).splitlines()[0][:200]})"
+
+
+# Elements of one slice of an input's fingerprint, and the weights that mix them (made once per device).
+_FP_SLICE = 1 << 22
+_fp_weights: dict = {}
+
+
+def _fingerprint(x: torch.Tensor) -> tuple:
+    """Two sums over the bits of `x` (plain, and weighted by a random odd multiplier per position,
+    both wrapping in int64), a slice at a time: what a check that the candidate left its inputs alone
+    compares, in a few MiB of memory where a copy of the inputs would take as much as they do."""
+    flat = x.detach().reshape(-1)
+    if flat.numel() == 0:
+        return (0, 0, tuple(x.shape))
+    size = flat.element_size()
+    as_int = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}.get(size)
+    bits = flat.view(as_int) if as_int is not None and not x.is_complex() else flat.view(torch.uint8)
+    dev = str(bits.device)
+    if dev not in _fp_weights:
+        g = torch.Generator(device="cpu")
+        g.manual_seed(random.getrandbits(62))
+        _fp_weights[dev] = (torch.randint(1, 1 << 62, (_FP_SLICE,), generator=g, dtype=torch.int64) | 1).to(bits.device)
+    w = _fp_weights[dev]
+    plain = torch.zeros((), dtype=torch.int64, device=bits.device)
+    mixed = torch.zeros((), dtype=torch.int64, device=bits.device)
+    n = bits.numel()
+    for lo in range(0, n, _FP_SLICE):
+        v = bits[lo:lo + _FP_SLICE].to(torch.int64)
+        plain += v.sum()
+        mixed += (v * w[:v.numel()]).sum()
+    return (int(plain), int(mixed), tuple(x.shape))
 
 
 def _sync(device: str) -> None:
@@ -203,10 +251,25 @@ class _Setup:
         self.device = _device(req)
         self.dtype = _dtype(req)
         self.shape = dict(req.get("shape", {}))
+        # What one side of the problem holds on a GPU: the trusted worker its weights, one input set and
+        # the reference's answer (and a comparison's slices); a candidate's worker its weights, one input
+        # set and its outputs. Checked before anything is made.
+        self.fp = fpmod.footprint(self.task, self.shape, self.dtype)
+        if "error" not in self.fp:
+            need = self.fp["inputs"] + self.fp["weights"] + self.fp["outputs"]
+            if TRUSTED:
+                need += min(self.fp["outputs"], 1 << 30)
+            try:
+                fpmod.check_room(self.fp, need, "the trusted worker (the Model)" if TRUSTED else "the candidate's worker",
+                                 self.device)
+            except fpmod.NoRoom as e:
+                raise JobFailure("task_error", str(e)) from e
         try:
             self.model = self.task.model(self.shape, self.device, self.dtype)
         except taskmod.TaskError as e:
             raise JobFailure("task_error", str(e)) from e
+        except torch.cuda.OutOfMemoryError as e:
+            raise JobFailure("task_error", _no_memory("making the task's Model", e, self.fp)) from e
         self.atol, self.rtol = self.task.tol(self.dtype, req.get("tolerance"))
         self.calls = 0
         self.xs = None
@@ -216,6 +279,8 @@ class _Setup:
         self.last = None
         self.answer = None
         self.answer_id = None
+        self.answers: dict = {}  # the trusted worker's answers kept per (seed, scale): _Answers
+        self.exported = None
         self.cand = None
         if TRUSTED:
             return
@@ -235,14 +300,27 @@ class _Setup:
         ident = (seed, scale)
         if self.xs_id != ident:
             self.undo = []
+            self.xs = None  # the last set goes before the next is made
             try:
                 self.xs = self.task.inputs(self.shape, seed, self.device, self.dtype, scale)
             except taskmod.TaskError as e:
                 raise JobFailure("task_error", str(e)) from e
+            except torch.cuda.OutOfMemoryError as e:
+                raise JobFailure("task_error", _no_memory("making the inputs (get_inputs)", e, self.fp)) from e
             self.xs_id = ident
         _restore(self.undo)
         self.undo = _perturb(self.xs, perturb, last)
         return self.xs
+
+    def drop_inputs(self) -> None:
+        """The trusted worker on a GPU, between its jobs: its inputs go back to the device (made again in
+        milliseconds when needed), so that the candidate's worker has the room while it runs."""
+        if self.device != "cuda" or hasattr(self, "fns"):
+            return
+        self.xs = None
+        self.xs_id = None
+        self.undo = []
+        torch.cuda.empty_cache()
 
     def call(self, xs, pattern: int, check_threads: bool):
         """One candidate call on fresh (poisoned) outputs; returns its outputs."""
@@ -284,9 +362,22 @@ _setup: _Setup | None = None
 def _setup_for(req) -> _Setup:
     global _setup
     if _setup is None or _setup.key != _key(req):
-        _setup = None
+        if _setup is not None:
+            # The last task's, shape's or candidate's tensors go back to the device before the next are
+            # made: the other worker needs the room (a kept worker sees many candidates in a run).
+            _setup = None
+            keep = f"{req.get('candidate', {}).get('path')}|{req.get('target', 'cpu')}"
+            for k in [k for k in _candidates if k != keep]:
+                del _candidates[k]
+            _release()
         _setup = _Setup(req)
     return _setup
+
+
+def _release() -> None:
+    gc.collect()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
 
 
 def _export_reply(s: _Setup, outputs: list) -> dict:
@@ -308,12 +399,13 @@ def call_job(req) -> dict:
     s = _setup_for(req)
     if "output_shapes" in req:
         s.last_shapes = [(list(o[0]), str(o[1])) for o in req["output_shapes"]]
+    s.exported = None  # the last call's outputs, compared already: not kept beside this call's
     xs = s.inputs(int(req["seed"]), float(req.get("scale", 1.0)), int(req.get("perturb", 0)),
                   bool(req.get("perturb_last", True)))
-    snapshot = [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
+    before = [_fingerprint(x) if isinstance(x, torch.Tensor) else None for x in xs]
     out = s.call(xs, int(req.get("pattern", 0x5a)), check_threads=s.calls > 0)
-    for i, (x, y) in enumerate(zip(xs, snapshot)):
-        if isinstance(x, torch.Tensor) and not torch.equal(x, y) and not (x.is_floating_point() and torch.equal(x.isnan(), y.isnan()) and torch.equal(x.nan_to_num(), y.nan_to_num())):
+    for i, (x, f) in enumerate(zip(xs, before)):
+        if isinstance(x, torch.Tensor) and _fingerprint(x) != f:
             raise JobFailure("rejected", f"input {i} was modified by the candidate")
     return _export_reply(s, list(out) if isinstance(out, (list, tuple)) else [out])
 
@@ -324,26 +416,71 @@ def reference_job(req) -> dict:
     s = _setup_for(req)
     seed = int(req["seed"])
     index = int(req.get("index", 0))
+    perturb = int(req.get("perturb", 0))
     scale = s.task.scale_for(index) if req.get("scaled", True) else 1.0
+    s.answer = None  # the last answer goes before the next is made
+    kept = s.answers.get((seed, scale)) if not perturb else None
     try:
-        xs = s.inputs(seed, scale, int(req.get("perturb", 0)), bool(req.get("perturb_last", True)))
-        ref = _reference(s.model, xs, s.device)
-        if scale != 1.0 and any(isinstance(r, torch.Tensor) and r.is_floating_point() and not torch.isfinite(r).all()
-                                for r in ref):
-            s.task.reject_scale(scale)
-            scale = 1.0
-            xs = s.inputs(seed, scale, int(req.get("perturb", 0)), bool(req.get("perturb_last", True)))
+        if kept is not None:
+            ref = kept
+        else:
+            t0 = time.perf_counter()
+            xs = s.inputs(seed, scale, perturb, bool(req.get("perturb_last", True)))
             ref = _reference(s.model, xs, s.device)
+            if scale != 1.0 and any(isinstance(r, torch.Tensor) and r.is_floating_point() and not torch.isfinite(r).all()
+                                    for r in ref):
+                s.task.reject_scale(scale)
+                scale = 1.0
+                ref = None
+                xs = s.inputs(seed, scale, perturb, bool(req.get("perturb_last", True)))
+                ref = _reference(s.model, xs, s.device)
+            if not perturb:
+                _keep_answer(s, (seed, scale), ref, time.perf_counter() - t0)
     except JobFailure:
         raise
+    except torch.cuda.OutOfMemoryError as e:
+        raise JobFailure("task_error", _no_memory("running the task's Model", e, s.fp)) from e
     except Exception as e:  # noqa: BLE001
         raise JobFailure("reference_failed", f"the task's Model raised {type(e).__name__}: {e}") from e
+    finally:
+        s.drop_inputs()
     s.answer = ref
-    s.answer_id = (seed, scale, int(req.get("perturb", 0)))
+    s.answer_id = (seed, scale, perturb)
     shapes = [[list(r.shape), taskmod.DTYPE_NAMES.get(r.dtype, "f32")] if isinstance(r, torch.Tensor) else [[], "f32"]
               for r in ref]
     return {"ok": True, "scale": scale, "outputs": len(ref), "output_shapes": shapes,
             "shape": s.task.shape_symbols(s.shape)}
+
+
+# Answers kept on the device up to this share of its memory; beyond it on the host (up to a share of
+# the host's available memory) where the Model takes longer than copying its answer would.
+_KEEP_DEVICE_SHARE = 0.10
+_KEEP_HOST_SHARE = 0.25
+_HOST_COPY_BYTES_PER_S = 5e9
+
+
+def _bytes_of(ts) -> int:
+    return sum(t.numel() * t.element_size() for t in ts if isinstance(t, torch.Tensor))
+
+
+def _keep_answer(s: _Setup, key: tuple, ref: list, took_s: float) -> None:
+    """The trusted worker keeps the Model's answer for an unchanged (seed, scale): every candidate of a
+    run (kfab keeps this worker from one candidate to the next) is compared with it without running
+    the Model again. On the CPU target and on a GPU within _KEEP_DEVICE_SHARE of its memory the answer
+    is kept where it is; otherwise on the host, when the Model took longer than that copy takes."""
+    size = _bytes_of(ref)
+    held = [_bytes_of(a) for a in s.answers.values()]
+    if s.device != "cuda":
+        if sum(held) + size <= _KEEP_HOST_SHARE * fpmod.host_available():
+            s.answers[key] = ref
+        return
+    on_device = sum(_bytes_of(a) for a in s.answers.values() if any(isinstance(t, torch.Tensor) and t.is_cuda for t in a))
+    if on_device + size <= _KEEP_DEVICE_SHARE * torch.cuda.mem_get_info()[1]:
+        s.answers[key] = ref
+        return
+    on_host = sum(held) - on_device
+    if took_s > size / _HOST_COPY_BYTES_PER_S and on_host + size <= _KEEP_HOST_SHARE * fpmod.host_available():
+        s.answers[key] = [t.to("cpu") if isinstance(t, torch.Tensor) else t for t in ref]
 
 
 def compare_job(req) -> dict:
@@ -415,6 +552,9 @@ def describe(req) -> dict:
     d = t.describe()
     atol, rtol, source = t.tol_with_source(_dtype(req), req.get("tolerance"))
     d["tolerance_used"] = {"atol": atol, "rtol": rtol, "dtype": req.get("dtype", "f32"), "source": source}
+    if req.get("footprint"):
+        # at the tuning shape of the target (KFAB_GPU on a GPU): what kfab sizes its deadlines from
+        d["footprint"] = fpmod.footprint(t, t.gpu if req.get("target") == "cuda" else {}, _dtype(req))
     d["ok"] = True
     d["reference_params"] = []
     return d
@@ -536,6 +676,9 @@ def time_prepare_job(req) -> dict:
     s = _setup_for(req)
     if "output_shapes" in req:
         s.last_shapes = [(list(o[0]), str(o[1])) for o in req["output_shapes"]]
+    if TRUSTED:
+        s.answer = None  # made again for the timed calls that are checked
+    s.exported = None
     s.inputs(int(req["seed"]), 1.0)
     warmup = int(req.get("warmup", 3))
     s.timer = _Timer(s.device)
@@ -641,15 +784,23 @@ def time_end_job(req) -> dict:
     if s is None or not hasattr(s, "fns"):
         raise JobFailure("protocol_error", "time_end before time_prepare")
     reply: dict = {"ok": True}
+    if s.device == "cuda":
+        reply["hold_ms"] = s.timer.hold_ms
+        reply["timer_version"] = TIMER_VERSION if s.timer.hold_cycles else 1
+    if TRUSTED:
+        # The baselines (a compiled Model among them) and the timing inputs go: the next candidate of a
+        # run starts from the answers alone.
+        del s.fns
+        del s.timer
+        s.answer = None
+        s.drop_inputs()
+        _release()
     if not TRUSTED:
         _tampered()
         if s.device == "cuda":
             s.clocks.sample()
             reply["clocks"] = s.clocks.to_json()
             reply["device"] = torch.cuda.get_device_name(0)
-    if s.device == "cuda":
-        reply["hold_ms"] = s.timer.hold_ms
-        reply["timer_version"] = TIMER_VERSION if s.timer.hold_cycles else 1
     return reply
 
 
@@ -739,6 +890,8 @@ def handle(req: dict) -> dict:
             return hello(req)
         if op == "describe":
             return describe(req)
+        if op == "memory":
+            return {"ok": True, **fpmod.device_memory(bool(req.get("reset", False)))}
         if TRUSTED:
             # This process never loads candidate code: the reference's answers are safe here.
             if "candidate" in req:

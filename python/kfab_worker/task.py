@@ -105,17 +105,29 @@ class KbTask:
             m = m.to(dtype)
         return m.eval()
 
-    def inputs(self, overrides: dict, seed: int, device: str, dtype: torch.dtype, scale: float = 1.0) -> list:
+    def inputs(self, overrides: dict, seed: int, device: str | None, dtype: torch.dtype, scale: float = 1.0) -> list:
+        """get_inputs() after torch.manual_seed(seed), made on `device` (None: where get_inputs makes them,
+        as under a FakeTensorMode). On a GPU, torch's factory functions run there (torch.device as the
+        default device): the same calls and seed as KernelBench's, drawn by the GPU's generator instead of
+        the CPU's (other values, the same distributions), in milliseconds and no host memory; a tensor
+        get_inputs puts on the CPU by name is moved."""
         self.apply(overrides)
         torch.manual_seed(seed)
         try:
-            xs = list(self.mod.get_inputs())
+            if device is not None and device != "cpu":
+                with torch.device(device):
+                    xs = list(self.mod.get_inputs())
+            else:
+                xs = list(self.mod.get_inputs())
+        except torch.cuda.OutOfMemoryError:
+            raise
         except Exception as e:  # noqa: BLE001
             raise TaskError(f"{self.path}: get_inputs() raised {type(e).__name__}: {e}") from e
         out = []
         for x in xs:
             if isinstance(x, torch.Tensor):
-                x = x.to(device)
+                if device is not None:
+                    x = x.to(device)
                 if x.is_floating_point():
                     if dtype != torch.float32:
                         x = x.to(dtype)

@@ -136,7 +136,9 @@ Expected<Verdict> Evaluator::evaluate_unguarded(const fs::path& candidate) {
   // Defaults depend on the target: a device call is cheap to repeat and noisier one by one.
   const bool device = target_ != "cpu";
   const auto [min_calls, min_time_s, warmup] = timing_defaults(opt_.min_calls, opt_.min_time_s, opt_.warmup, device);
+  bool begun = false;
   auto finish = [&]() -> Expected<Verdict> {
+    if (begun) h.finish(v);
     v.wall_s = since(start);
     return v;
   };
@@ -148,6 +150,7 @@ Expected<Verdict> Evaluator::evaluate_unguarded(const fs::path& candidate) {
                 {"warmup", warmup},    {"timeout_s", opt_.runner.timeout_s}};
   auto shapes = h.begin(candidate, opt_, v);
   if (!shapes) return Unexpected{shapes.error()};
+  begun = true;
   if (v.disposition != Disposition::Passed) return finish();  // it did not build
   std::vector<ShapeCase>& cases = *shapes;
   const double build_s = v.build.is_object() ? v.build.value("wall_s", 0.0) : 0.0;  // a Python candidate builds nothing

@@ -46,6 +46,9 @@ class Harness {
   /// the Evaluator's entries). A candidate that does not build sets v.disposition (CompileFailed) and
   /// returns no shapes. An Error is the task's, the environment's or the command line's fault.
   virtual Expected<std::vector<ShapeCase>> begin(const std::filesystem::path& candidate, const EvalOptions& opt, Verdict& v) = 0;
+  /// Adds what the harness saw of the whole evaluation (peak device memory) to the verdict; called on
+  /// every path once begin() returned, before end().
+  virtual void finish(Verdict&) {}
   /// Ends the evaluation: the processes it started go (unless kept: keep_workers).
   virtual void end() {}
   /// Later evaluations reuse the processes (the Python worker imports torch once). Only for candidates

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/expr.h"
 #include "core/hash.h"
@@ -75,6 +76,31 @@ double median_of(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+struct JobDeadline {
+  double seconds;
+  std::string rule;
+};
+
+/// A job's deadline for a problem of this footprint ({"inputs", "outputs", "weights", "flops"} at the
+/// tuning shape): `base` (--timeout) plus a second per GB it moves and per Tflop it computes on a GPU,
+/// ten of each on the CPU. Those rates lie far below any machine's: a deadline is there to end a hang,
+/// and no honest job of a problem of 17 GB (KernelBench's largest) comes near it.
+JobDeadline job_deadline(double base, const json& fp, const std::string& target) {
+  const bool device = target != "cpu";
+  const double per_gb = device ? 1.0 : 10.0, per_tflop = device ? 1.0 : 10.0;
+  std::string rule = fmt::format("--timeout ({:g} s), plus {:g} s per GB of inputs, outputs and weights and {:g} s per "
+                                 "Tflop of one forward (FlopCounterMode, fake tensors)",
+                                 base, per_gb, per_tflop);
+  if (!fp.is_object() || fp.contains("error") || !fp.contains("inputs")) {
+    rule = fmt::format("--timeout ({:g} s): the problem's size is unknown{}", base,
+                       fp.is_object() && fp.contains("error") ? " (" + fp["error"].get<std::string>() + ")" : std::string());
+    return {base, rule};
+  }
+  const double gb = (fp.value("inputs", 0.0) + fp.value("outputs", 0.0) + fp.value("weights", 0.0)) / 1e9;
+  const double tflop = fp.value("flops", 0.0) / 1e12;
+  return {std::ceil(base + per_gb * gb + per_tflop * tflop), rule};
+}
+
 /// The seed of verification input set `index`: the worker seeds torch with it before get_inputs().
 int64_t verify_seed(const EvalOptions& opt, int index) { return static_cast<int64_t>(opt.base_seed) * 1000003 + index; }
 
@@ -99,6 +125,26 @@ RunnerOptions torch_worker_options(const RunnerOptions& base, double timeout_s, 
   if (const char* pp = std::getenv("PYTHONPATH"); pp && *pp) path += std::string(":") + pp;
   ro.env = {{"PYTHONPATH", path}, {"PYTHONDONTWRITEBYTECODE", "1"}};
   return ro;
+}
+
+void TorchHarness::finish(Verdict& v) {
+  // Each worker's peak of device memory over this evaluation (torch's allocator: what it took from
+  // the device, its own context aside), and the device's size.
+  if (target_ != "cuda" || !trusted_ || !worker_) return;
+  json mem = json::object();
+  double sum = 0.0;
+  for (auto [name, w] : {std::pair<const char*, RunnerClient*>{"trusted_worker", trusted_.get()}, {"candidate_worker", worker_.get()}}) {
+    JobReply r = w->run({{"op", "memory"}, {"reset", false}});
+    if (r.kind != JobReply::Kind::Ok || !r.body.value("device", false)) continue;
+    mem[name] = {{"peak_reserved", r.body.value("peak_reserved", 0.0)}, {"peak_allocated", r.body.value("peak_allocated", 0.0)}};
+    sum += r.body.value("peak_reserved", 0.0);
+    mem["device_total"] = r.body.value("total", 0.0);
+  }
+  if (mem.empty()) return;
+  mem["peak_bytes"] = sum;
+  mem["note"] = "each worker's peak of torch's reserved memory, summed (an upper bound: the peaks need not coincide); "
+                "CUDA contexts not counted";
+  v.extra["device_memory"] = mem;
 }
 
 void TorchHarness::end() {
@@ -185,11 +231,20 @@ Expected<std::vector<ShapeCase>> TorchHarness::begin(const fs::path& candidate, 
   json tolerance = json::object();
   if (opt.atol) tolerance["atol"] = *opt.atol;
   if (opt.rtol) tolerance["rtol"] = *opt.rtol;
-  JobOutcome d = interpret(trusted_->run({{"op", "describe"}, {"task", task_abs_}, {"dtype", opt.dtype}, {"tolerance", tolerance}}));
+  JobOutcome d = interpret(trusted_->run({{"op", "describe"}, {"task", task_abs_}, {"dtype", opt.dtype}, {"tolerance", tolerance},
+                                          {"target", target_}, {"footprint", true}}));
   if (!d.ok) return make_error(d.detail.empty() ? "the task did not load" : d.detail, "fix the task file");
   desc_ = d.body;
-  worker_->set_timeout(opt.runner.timeout_s);  // the first job's deadline covered torch's import
-  trusted_->set_timeout(opt.runner.timeout_s);
+  // The first job's deadline covered torch's import; the others grow with what the problem moves.
+  const JobDeadline deadline = job_deadline(opt.runner.timeout_s, desc_.value("footprint", json::object()), target_);
+  timeout_s_ = deadline.seconds;
+  worker_->set_timeout(timeout_s_);
+  trusted_->set_timeout(timeout_s_);
+  v.protocol["timeout_s"] = timeout_s_;
+  v.protocol["timeout_rule"] = deadline.rule;
+  if (desc_.contains("footprint") && !desc_["footprint"].contains("error")) v.extra["problem_bytes"] = desc_["footprint"];
+  if (target_ == "cuda")
+    for (RunnerClient* w : {trusted_.get(), worker_.get()}) (void)w->run({{"op", "memory"}, {"reset", true}});
   v.baseline = "torch eager " + info_.value("torch", std::string());
   v.protocol.update(
       {{"dtype", opt.dtype},
@@ -307,9 +362,9 @@ JobOutcome TorchHarness::prepare_timing(const ShapeCase& s, int64_t seed, int wa
   prep["baselines"] = time_compile_ ? json::array({"eager", "compile"}) : json::array({"eager"});
   prep["compile_mode"] = opt_->compile_mode;
   // Compiling takes minutes on a slow machine: the trusted worker's warm-up gets a longer deadline.
-  if (time_compile_) trusted_->set_timeout(std::max(opt_->runner.timeout_s, 900.0));
+  if (time_compile_) trusted_->set_timeout(std::max(timeout_s_, 900.0));
   JobOutcome t = trusted_job(prep);
-  trusted_->set_timeout(opt_->runner.timeout_s);
+  trusted_->set_timeout(timeout_s_);
   if (!t.ok) return t;
   return c;
 }

@@ -58,6 +58,7 @@ class TorchHarness final : public Harness {
 
   Expected<std::vector<ShapeCase>> begin(const std::filesystem::path& candidate, const EvalOptions& opt, Verdict& v) override;
   void end() override;
+  void finish(Verdict& v) override;
   void keep_workers() override { keep_workers_ = true; }
 
   JobOutcome reference(ShapeCase& s, int index, uint64_t perturb) override;
@@ -108,6 +109,7 @@ class TorchHarness final : public Harness {
   std::map<std::string, nlohmann::json> shape_outputs_;  ///< the same, by shape (overrides' dump), for timing
   JobReply last_call_;       ///< the candidate's last call: what compare passes to the trusted worker
   double scale_ = 1.0;       ///< the scale of the inputs of the last reference job (by seed)
+  double timeout_s_ = 60.0;  ///< a job's deadline, from --timeout and the problem's footprint
   // the timing of the shape in hand
   nlohmann::json cand_prep_, cached_compile_;
   bool time_compile_ = false;

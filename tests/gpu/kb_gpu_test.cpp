@@ -30,6 +30,12 @@ TEST_F(KbGpu, TritonAndCudaCandidatesPassAgainstEagerAndCompile) {
     EXPECT_GT(j["speedup"].get<double>(), 0.0);
     EXPECT_GT(j["speedup_vs_compile"].get<double>(), 0.0);
     EXPECT_EQ(j["shapes"][0]["shape"]["batch_size"], 8192);  // KFAB_GPU's shape
+    // the problem's footprint at that shape, and the device memory each worker took
+    EXPECT_EQ(j["problem_bytes"]["inputs"], 8192 * 4096 * 4) << j.dump();
+    ASSERT_TRUE(j.contains("device_memory")) << j.dump();
+    EXPECT_GE(j["device_memory"]["trusted_worker"]["peak_reserved"].get<double>(), 2.0 * 8192 * 4096 * 4) << j["device_memory"];
+    EXPECT_GE(j["device_memory"]["candidate_worker"]["peak_reserved"].get<double>(), 2.0 * 8192 * 4096 * 4) << j["device_memory"];
+    EXPECT_GT(j["device_memory"]["device_total"].get<double>(), j["device_memory"]["peak_bytes"].get<double>());
     // the clocks while it was timed (NVML, recorded, never set)
     const nlohmann::json& clocks = j["shapes"][0]["clocks"];
     ASSERT_TRUE(clocks.is_object()) << j["shapes"][0].dump();

@@ -398,4 +398,23 @@ TEST_F(KbEval, TheToleranceIsKernelBenchsUnlessTheCommandLineSaysOtherwise) {
   EXPECT_NE(e["detail"].get<std::string>().find("atol"), std::string::npos) << e["detail"];
 }
 
+// A problem that cannot fit is refused before anything is made, with the figures (exit 2, the task's
+// fault), and a problem that fits carries its footprint and the deadline grown from it.
+TEST_F(KbEval, AProblemThatCannotFitIsRefusedWithItsFiguresAndDeadlinesGrowWithTheProblem) {
+  CliResult huge = kfab_cli({"eval", fixture("kb/coverage/huge_relu.py"), kb_fixture("relu_modelnew.py"), "--target", "cpu", "--json"});
+  EXPECT_EQ(huge.status.code, 2) << huge.out << huge.err;
+  const std::string said = huge.out + huge.err;  // --json: the error is a JSON object on stdout
+  EXPECT_NE(said.find("does not fit in memory"), std::string::npos) << said;
+  EXPECT_NE(said.find("inputs 256.00 GiB, outputs 256.00 GiB"), std::string::npos) << said;
+
+  CliResult small = eval(std::string(KFAB_SOURCE_DIR) + "/tasks/kb/candidates/rms_norm/rowwise.cpp", {"--no-compile", "--timeout", "30"});
+  ASSERT_EQ(small.status.code, 0) << small.out << small.err;
+  const nlohmann::json j = small.json();
+  EXPECT_EQ(j["problem_bytes"]["inputs"], 64 * 2048 * 4) << j.dump();  // tasks/kb/rms_norm.py: 64 x 2048 fp32
+  EXPECT_EQ(j["problem_bytes"]["outputs"], 64 * 2048 * 4);
+  // 30 s and 10 s per GB on the CPU: 1 MiB moved adds a fraction of a second, rounded up
+  EXPECT_EQ(j["protocol"]["timeout_s"].get<double>(), 31.0) << j["protocol"].dump();
+  EXPECT_NE(j["protocol"]["timeout_rule"].get<std::string>().find("per GB"), std::string::npos);
+}
+
 }  // namespace kfab::test
