@@ -452,9 +452,11 @@ def reference_job(req) -> dict:
             "shape": s.task.shape_symbols(s.shape)}
 
 
-# Answers kept on the device up to this share of its memory; beyond it on the host (up to a share of
-# the host's available memory) where the Model takes longer than copying its answer would.
+# Answers kept on the device up to this share of its memory, each at most _KEEP_DEVICE_ONE of it (a large
+# answer is made again in milliseconds there, and its room is the candidate's); otherwise on the host (up
+# to a share of the host's available memory) where the Model takes longer than copying its answer would.
 _KEEP_DEVICE_SHARE = 0.10
+_KEEP_DEVICE_ONE = 0.02
 _KEEP_HOST_SHARE = 0.25
 _HOST_COPY_BYTES_PER_S = 5e9
 
@@ -475,7 +477,8 @@ def _keep_answer(s: _Setup, key: tuple, ref: list, took_s: float) -> None:
             s.answers[key] = ref
         return
     on_device = sum(_bytes_of(a) for a in s.answers.values() if any(isinstance(t, torch.Tensor) and t.is_cuda for t in a))
-    if on_device + size <= _KEEP_DEVICE_SHARE * torch.cuda.mem_get_info()[1]:
+    total = torch.cuda.mem_get_info()[1]
+    if size <= _KEEP_DEVICE_ONE * total and on_device + size <= _KEEP_DEVICE_SHARE * total:
         s.answers[key] = ref
         return
     on_host = sum(held) - on_device

@@ -124,6 +124,9 @@ class KbTask:
         except Exception as e:  # noqa: BLE001
             raise TaskError(f"{self.path}: get_inputs() raised {type(e).__name__}: {e}") from e
         out = []
+        scaled: set = set()
+        # tensors the file keeps at module level are never changed in place
+        kept = {id(v) for v in vars(self.mod).values() if isinstance(v, torch.Tensor)}
         for x in xs:
             if isinstance(x, torch.Tensor):
                 if device is not None:
@@ -131,8 +134,13 @@ class KbTask:
                 if x.is_floating_point():
                     if dtype != torch.float32:
                         x = x.to(dtype)
-                    if scale != 1.0:
+                    if scale != 1.0 and (id(x) in kept or (x._base is not None and id(x._base) in kept)):
                         x = x * scale
+                    elif scale != 1.0 and id(x) not in scaled:
+                        # in place: a second copy of a 16 GB input is what runs a GPU out of memory
+                        # (a tensor get_inputs returns twice is scaled once)
+                        x.mul_(scale)
+                        scaled.add(id(x))
                 x = x.contiguous()
             out.append(x)
         return out

@@ -556,8 +556,12 @@ int Commands::eval() {
       return bad_input(json_, fits.error().message, fits.error().hint);
   }
   Evaluator evaluator(*task, target, opt);
+  // What the command did before the evaluation (probing the machine, opening the task): part of what
+  // a user waits for, outside the verdict's wall_s.
+  const double startup_s = seconds_since_process_start();
   auto verdict = evaluator.evaluate(candidate_);
   if (!verdict) return bad_input(json_, verdict.error().message, verdict.error().hint);
+  verdict->extra["phases_s"]["startup"] = startup_s;
   return report_verdict(task->task, *verdict);
 }
 

@@ -1,5 +1,6 @@
 #include "core/process.h"
 
+#include <chrono>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -24,6 +25,14 @@
 extern char** environ;
 
 namespace kfab {
+
+namespace {
+const auto g_process_start = std::chrono::steady_clock::now();
+}  // namespace
+
+double seconds_since_process_start() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - g_process_start).count();
+}
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;

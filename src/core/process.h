@@ -112,6 +112,9 @@ struct CommandResult {
 Expected<CommandResult> run_command(const std::vector<std::string>& argv, double timeout_s,
                                     const std::filesystem::path& cwd = {});
 
+/// Seconds since this process started (since its static objects were made: before main).
+double seconds_since_process_start();
+
 /// On SIGINT, SIGTERM or SIGHUP, kills the process group of every child still running, then lets the
 /// signal take its default course, so that an interrupted kfab leaves no candidate running behind it.
 void install_child_reaper();

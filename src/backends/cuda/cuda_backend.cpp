@@ -2,6 +2,7 @@
 
 
 #include <cstdlib>
+#include <future>
 #include <filesystem>
 
 #include "backends/compile_cache.h"
@@ -59,9 +60,12 @@ std::string cached_nvcc_version(const std::string& nvcc) {
 CudaBackend::CudaBackend() {
   nvcc_ = find_program("nvcc");
   if (nvcc_.empty() && fs::exists("/usr/local/cuda/bin/nvcc")) nvcc_ = "/usr/local/cuda/bin/nvcc";
-  if (!nvcc_.empty()) nvcc_version_ = cached_nvcc_version(nvcc_);
+  // With an empty cache both are asked at once: nvcc's version (a driver script) while the driver
+  // initialises for the probe.
+  auto version = std::async(std::launch::async, [this] { return nvcc_.empty() ? std::string() : cached_nvcc_version(nvcc_); });
   std::string cc;
   const auto gpus = cached_gpu_probe();
+  nvcc_version_ = version.get();
   if (gpus.value("found", false) && !gpus["devices"].empty()) {
     gpu_ = gpus["devices"][0].value("name", "GPU");
     cc = gpus["devices"][0].value("compute_capability", "");
