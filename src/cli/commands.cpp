@@ -73,7 +73,8 @@ Commands::Commands(CLI::App& app) : app_(app) {
 
   bench_ = app.add_subcommand("bench", "a suite of tasks: each optimized (or its bundled candidates evaluated) with its baselines, then scored; "
                                        "writes bench.json, tasks.csv, scores.csv and an HTML report");
-  bench_->add_option("SUITE", path_, "a folder of tasks (tasks/core, tasks/kb) or one task")->required();
+  bench_suite_ = bench_->add_option("SUITE", path_, "a folder of tasks (tasks/core, tasks/kb) or one task");
+  bench_->add_option("--resume", bench_resume_, "BENCH_DIR: go on with a stopped bench in its folder (its suite and settings)");
   bench_->add_option("--target", target_, "cpu, cuda or opencl (default: cuda when a GPU is here, else cpu)");
   bench_->add_option("--report", html_, "the HTML report (default OUT/report.html)");
   bench_->add_option("--out", out_, "folder for the scores, the report and the runs' candidates (default kfab-bench/BENCH)");
@@ -715,7 +716,21 @@ std::string times(const json& v) { return v.is_number() ? fmt::format("{:.2f}x",
 }  // namespace
 
 int Commands::bench() {
+  const bool suite_given = bench_suite_->count() > 0;
+  if (bench_resume_.empty() != suite_given)
+    return bad_input(json_, !suite_given ? "bench needs a SUITE (a folder of tasks), or --resume BENCH_DIR"
+                                          : "bench takes a SUITE or --resume BENCH_DIR, not both",
+                     "--resume goes on with the suite and the settings the stopped bench was started with");
+  if (!bench_resume_.empty()) {
+    // Everything comes from the stopped bench; options that would change it are refused, not ignored.
+    for (const char* o : {"--target", "--eval", "--llm", "--budget", "--points", "--fresh", "--seeds", "--min-time",
+                          "--timeout", "--no-compile", "--filter", "--sample", "--atol", "--rtol", "--out"})
+      if (bench_->count(o) > 0)
+        return bad_input(json_, std::string(o) + " cannot change a bench that is resumed",
+                         "resume without it (the bench's own settings apply), or start a new bench");
+  }
   BenchOptions o;
+  o.resume = bench_resume_;
   o.suite = path_;
   o.target = target_;
   o.mode = bench_eval_ ? "eval" : "optimize";
@@ -732,7 +747,8 @@ int Commands::bench() {
   {
     std::error_code ec;
     const std::string target = target_.empty() ? default_device_target() : target_;
-    auto selected = fs::exists(path_, ec) ? select_tasks(discover_tasks(path_), filter_, sample_) : std::vector<TaskEntry>{};
+    auto selected = suite_given && fs::exists(path_, ec) ? select_tasks(discover_tasks(path_), filter_, sample_)
+                                                              : std::vector<TaskEntry>{};
     if (!selected) return bad_input(json_, selected.error().message, selected.error().hint);
     for (const auto& e : *selected)
       if (e.task)

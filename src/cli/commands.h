@@ -78,6 +78,8 @@ class Commands {
   std::vector<std::string> forbid_;
   bool check_ = false;
   bool coverage_ = false;
+  std::string bench_resume_;  ///< bench --resume BENCH_DIR
+  CLI::Option* bench_suite_ = nullptr;  ///< bench SUITE (absent with --resume)
   std::string filter_;  ///< bench --filter
   int sample_ = 0;      ///< bench --sample
   bool no_heldout_ = false;

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <set>
 #include <algorithm>
 #include <map>
 
@@ -311,8 +312,78 @@ Expected<std::vector<TaskEntry>> select_tasks(std::vector<TaskEntry> entries, co
   return entries;
 }
 
+namespace {
+
+/// What a bench was run with, kept in bench.json for --resume.
+json bench_settings(const BenchOptions& o) {
+  json s = {{"points", o.points},
+            {"budget", o.budget},
+            {"fresh", o.fresh},
+            {"seeds", o.eval.seeds},
+            {"base_seed", o.eval.base_seed},
+            {"min_time_s", o.eval.min_time_s},
+            {"min_calls", o.eval.min_calls},
+            {"timeout_s", o.eval.runner.timeout_s},
+            {"compile_baseline", o.eval.compile_baseline},
+            {"compile_mode", o.eval.compile_mode},
+            {"dtype", o.eval.dtype}};
+  if (o.eval.atol) s["atol"] = *o.eval.atol;
+  if (o.eval.rtol) s["rtol"] = *o.eval.rtol;
+  return s;
+}
+
+/// The options of the bench stopped in `dir` (its bench.json), to go on with it.
+Expected<std::pair<BenchOptions, json>> resumed(const BenchOptions& given) {
+  const fs::path file = given.resume / "bench.json";
+  auto text = read_file(file);
+  if (!text) return make_error(file.string() + ": no bench to resume here (" + text.error().message + ")",
+                               "--resume takes the --out folder of a bench that was stopped");
+  json b;
+  try {
+    b = json::parse(*text);
+    BenchOptions o = given;
+    o.suite = b.at("suite").get<std::string>();
+    o.target = b.at("target").get<std::string>();
+    o.mode = b.at("mode").get<std::string>();
+    o.llm = b.value("llm", std::string("tuner"));
+    if (o.llm == "tuner" || o.llm == "none") o.llm.clear();
+    o.filter = b.value("filter", std::string());
+    o.sample = b.value("sample", 0);
+    o.out_dir = given.resume;
+    if (o.report.empty()) o.report = given.resume / "report.html";
+    const json& s = b.at("settings");
+    o.points = s.at("points").get<int>();
+    o.budget = s.at("budget").get<int>();
+    o.fresh = s.at("fresh").get<bool>();
+    o.eval.seeds = s.at("seeds").get<int>();
+    o.eval.base_seed = s.at("base_seed").get<uint64_t>();
+    o.eval.min_time_s = s.at("min_time_s").get<double>();
+    o.eval.min_calls = s.at("min_calls").get<int>();
+    o.eval.runner.timeout_s = s.at("timeout_s").get<double>();
+    o.eval.compile_baseline = s.at("compile_baseline").get<bool>();
+    o.eval.compile_mode = s.at("compile_mode").get<std::string>();
+    o.eval.dtype = s.at("dtype").get<std::string>();
+    if (s.contains("atol")) o.eval.atol = s["atol"].get<double>();
+    if (s.contains("rtol")) o.eval.rtol = s["rtol"].get<double>();
+    if (!b.at("tasks").is_array()) throw std::runtime_error("tasks is not a list");
+    return std::pair{std::move(o), std::move(b)};
+  } catch (const std::exception& e) {
+    return make_error(file.string() + ": not a bench kfab can resume (" + printable(e.what(), 200) + ")",
+                      "a bench.json written by this kfab: an older one lacks its settings; run the bench again");
+  }
+}
+
+}  // namespace
+
 Expected<json> run_bench(const BenchOptions& opt_in) {
   BenchOptions opt = opt_in;
+  json previous;
+  if (!opt.resume.empty()) {
+    auto r = resumed(opt_in);
+    if (!r) return Unexpected{r.error()};
+    opt = std::move(r->first);
+    previous = std::move(r->second);
+  }
   std::error_code ec;
   if (!fs::exists(opt.suite, ec)) return make_error(opt.suite.string() + ": no such suite", "a folder of task folders or KernelBench files");
   auto selected = select_tasks(discover_tasks(opt.suite), opt.filter, opt.sample);
@@ -327,7 +398,7 @@ Expected<json> run_bench(const BenchOptions& opt_in) {
   if (backend->probe() == 0) return make_error("target " + opt.target + " is not available here: " + backend->describe());
   if (opt.mode != "optimize" && opt.mode != "eval") return make_error("unknown bench mode " + opt.mode, "optimize or eval");
 
-  const std::string id = new_run_id();
+  const std::string id = previous.is_object() ? previous.value("bench", new_run_id()) : new_run_id();
   if (opt.out_dir.empty()) opt.out_dir = fs::path("kfab-bench") / id;
   if (opt.report.empty()) opt.report = opt.out_dir / "report.html";
   fs::create_directories(opt.out_dir, ec);
@@ -346,9 +417,26 @@ Expected<json> run_bench(const BenchOptions& opt_in) {
                 {"tasks", json::array()}};
   if (!opt.filter.empty()) bench["filter"] = opt.filter;
   if (opt.sample > 0) bench["sample"] = opt.sample;
+  bench["settings"] = bench_settings(opt);
+  // Resumed: the finished rows stay (a task that was under way when the bench stopped runs again), and
+  // the wall time goes on from where it stopped.
+  std::set<std::string> finished;
+  double wall_before = 0.0;
+  if (previous.is_object()) {
+    bench["started_at"] = previous.value("started_at", utc_now_iso());
+    bench["resumed_at"] = previous.value("resumed_at", json::array());
+    bench["resumed_at"].push_back(utc_now_iso());
+    wall_before = previous.value("wall_s", 0.0);
+    if (previous.contains("machine")) bench["machine"] = previous["machine"];
+    for (const auto& row : previous["tasks"]) {
+      if (!row.is_object() || !row.contains("path")) continue;
+      finished.insert(row["path"].get<std::string>());
+      bench["tasks"].push_back(row);
+    }
+  }
   // bench.json after every task: a bench killed half-way keeps what it finished
   auto save = [&](bool final_) -> Expected<void> {
-    bench["wall_s"] = elapsed();
+    bench["wall_s"] = wall_before + elapsed();
     bench["finished"] = final_;
     bench["scores"] = bench_scores(bench["tasks"]);
     if (auto ok = write_file_atomic(opt.out_dir / "bench.json", dump_json(bench, 1)); !ok) return ok;
@@ -360,7 +448,14 @@ Expected<json> run_bench(const BenchOptions& opt_in) {
   BenchStatus st;
   st.total = static_cast<int>(entries.size());
   double best_speed = 0.0;
+  for (const auto& row : bench["tasks"]) {
+    ++st.done;
+    st.passed += row.value("disposition", std::string()) == "passed";
+  }
+  if (opt.say && !finished.empty())
+    opt.say(fmt::format("resuming {}: {} of {} tasks finished already", opt.out_dir.string(), finished.size(), entries.size()));
   for (const auto& e : entries) {
+    if (finished.count(e.path.string())) continue;
     const std::string name = e.format == "native" && e.task ? e.task->name : e.path.stem().string();
     st.current = name;
     st.elapsed_s = elapsed();
@@ -435,7 +530,7 @@ Expected<json> run_bench(const BenchOptions& opt_in) {
     bench["tasks"].push_back(std::move(row));
     ++st.done;
     st.elapsed_s = elapsed();
-    st.left_s = st.elapsed_s / st.done * (st.total - st.done);
+    st.left_s = st.elapsed_s / std::max(1, st.done - static_cast<int>(finished.size())) * (st.total - st.done);
     if (auto saved = save(false); !saved) return Unexpected{saved.error()};
   }
   st.current.clear();

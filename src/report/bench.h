@@ -41,6 +41,9 @@ struct BenchOptions {
   int sample = 0;                  ///< > 0: this many of the (filtered) tasks, evenly spread over them
   std::filesystem::path out_dir;   ///< default kfab-bench/BENCH
   std::filesystem::path report;    ///< the HTML page (default out_dir/report.html)
+  /// A stopped bench's folder: its bench.json gives the suite and every setting (those above and the
+  /// evaluation's), its finished rows are kept, and the tasks it had not finished run into it.
+  std::filesystem::path resume;
   EvalOptions eval;
   std::function<void(const std::string&)> say;       ///< a task's result, a line
   std::function<void(const std::string&)> detail;    ///< the tuner's or the agents' progress within a task

@@ -200,6 +200,51 @@ TEST(Bench, EvalModeGoesOnPastACandidateThatPrintsBytesThatAreNotUtf8AndCrashes)
   EXPECT_NE(step.value("detail", "").find("garbled: \xEF\xBF\xBD\xEF\xBF\xBD before the crash"), std::string::npos) << step.dump();
 }
 
+// Issue 21: a KernelBench bench outlasts one device call; --resume goes on with a stopped one in its
+// folder, with the suite and settings it was started with, keeping the rows it had finished.
+TEST(Bench, ResumeRunsOnlyTheTasksAStoppedBenchHadNotFinished) {
+  const fs::path suite = scratch() / "resume-suite";
+  for (const char* name : {"1_affine", "2_affine"}) {
+    fs::create_directories(suite / name / "candidates");
+    for (const char* f : {"task.toml", "reference.cpp"}) fs::copy_file(fixture("tasks/affine/") + f, suite / name / f);
+    fs::copy_file(fixture("tasks/affine/candidates/good.cpp"), suite / name / "candidates/good.cpp");
+  }
+  const fs::path out = scratch() / "bench-resume";
+  CliResult first = kfab_cli({"bench", suite.string(), "--target", "cpu", "--eval", "--seeds", "2", "--out", out.string(), "--json", "--quiet"});
+  ASSERT_EQ(first.status.code, 0) << first.out << first.err;
+  // Stopped after its first task: bench.json as it was written then (one row, not finished).
+  json b = json::parse(*read_file(out / "bench.json"));
+  ASSERT_EQ(b["tasks"].size(), 2u);
+  const json kept = b["tasks"][0];
+  b["tasks"].erase(1);
+  b["finished"] = false;
+  ASSERT_TRUE(write_file_atomic(out / "bench.json", b.dump()).has_value());
+
+  CliResult changed = kfab_cli({"bench", "--resume", out.string(), "--seeds", "3", "--json"});
+  EXPECT_EQ(changed.status.code, 2) << changed.out << changed.err;
+  EXPECT_NE((changed.out + changed.err).find("--seeds cannot change a bench that is resumed"), std::string::npos) << changed.out << changed.err;
+  CliResult both = kfab_cli({"bench", suite.string(), "--resume", out.string()});
+  EXPECT_EQ(both.status.code, 2) << both.err;
+
+  CliResult resumed = kfab_cli({"bench", "--resume", out.string(), "--json", "--quiet"});
+  ASSERT_EQ(resumed.status.code, 0) << resumed.out << resumed.err;
+  const json r = json::parse(*read_file(out / "bench.json"));
+  EXPECT_EQ(r["finished"], true);
+  EXPECT_EQ(r["bench"], b["bench"]);
+  EXPECT_EQ(r["mode"], "eval");
+  EXPECT_EQ(r["settings"]["seeds"], 2) << "the stopped bench's settings";
+  ASSERT_EQ(r["tasks"].size(), 2u) << r.dump(1);
+  EXPECT_EQ(r["tasks"][0], kept) << "the finished row is kept as it was, not run again";
+  EXPECT_EQ(fs::path(r["tasks"][1]["path"].get<std::string>()).filename(), "2_affine") << r["tasks"][1]["path"];
+  EXPECT_EQ(r["tasks"][1]["disposition"], "passed");
+  EXPECT_EQ(r["resumed_at"].size(), 1u);
+  EXPECT_GE(r["wall_s"].get<double>(), b["wall_s"].get<double>());
+
+  CliResult none = kfab_cli({"bench", "--resume", (scratch() / "no-bench-here").string()});
+  EXPECT_EQ(none.status.code, 2);
+  EXPECT_NE(none.err.find("no bench to resume here"), std::string::npos) << none.err;
+}
+
 TEST(Bench, ASuiteThatDoesNotExistIsBadInput) {
   CliResult r = kfab_cli({"bench", "no/such/suite", "--target", "cpu"});
   EXPECT_EQ(r.status.code, 2);
