@@ -92,6 +92,9 @@ void score_task(json& row, const json& verdict) {
   row["candidate"] = verdict.value("candidate", "");
   row["speedup"] = verdict.contains("speedup") ? verdict["speedup"] : json();
   row["speedup_vs_compile"] = verdict.contains("speedup_vs_compile") ? verdict["speedup_vs_compile"] : json();
+  // KernelBench-format tasks on a GPU: what the evaluation held of the device (both workers' peaks)
+  if (verdict.contains("device_memory") && verdict["device_memory"].is_object())
+    row["peak_device_bytes"] = verdict["device_memory"].value("peak_bytes", 0.0);
   double sol = 0.0, bound = 0.0, copy = 0.0;
   int n_sol = 0, n_bound = 0, n_copy = 0, held = 0, held_ok = 0;
   for (const auto& s : verdict.value("shapes", json::array())) {
