@@ -5,8 +5,9 @@ file, build ModelNew(*get_init_inputs()), compare with allclose, time with event
 The file carries the task's source and the candidate's source. ModelNew subclasses the task's Model
 (same parameters, drawn the same way from the same seed); forward() takes output shapes from a copy of
 Model on the meta device and calls the candidate: a native one through kfab_run (built on first use
-with the same compiler line as kfab, cached by content hash), a run() one directly. No torch import
-here: this only writes text.
+with the same compiler line as kfab, cached by content hash), called through a compiled torch
+extension (modelnew_abi.cpp, built once per machine and torch and loaded like any extension; no ctypes
+per call); a run() one directly. No torch import here: this only writes text.
 
   python3 -m kfab_worker.export --task TASK.py --candidate FILE --header include/kfab/candidate.h --out FILE
 """
@@ -21,7 +22,6 @@ TEMPLATE = '''# ModelNew written by `kfab export` for the task {task_name} from 
 # ({kind}, sha256 {cand_hash}). It subclasses the task's Model, so its parameters are the Model's, and
 # its forward() calls the candidate on get_inputs() followed by the parameters and buffers
 # (named_parameters() then named_buffers()), with outputs shaped by a meta-device copy of Model.
-import ctypes
 import hashlib
 import importlib.util
 import os
@@ -34,6 +34,7 @@ import torch
 _TASK_SOURCE = {task_source}
 _CANDIDATE_SOURCE = {cand_source}
 _HEADER_SOURCE = {header_source}
+_EXTENSION_SOURCE = {extension_source}
 _KIND = {kind!r}
 _CACHE = Path(os.environ.get("KFAB_EXPORT_CACHE", Path.home() / ".cache" / "kfab" / "export"))
 
@@ -65,14 +66,27 @@ def _import(name, source):
 _task = _import("task", _TASK_SOURCE)
 
 
-class _Tensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int), ("ndim", ctypes.c_int32),
-                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64))]
-
-
-_DTYPES = {{torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.float64: 3, torch.int32: 4, torch.int64: 5,
-           torch.int8: 6, torch.uint8: 7, torch.bool: 8}}
 _native = None
+_extension = None
+
+
+def _load_extension(include):
+    """The torch extension that calls native candidates (modelnew_abi.cpp), built on first use into the
+    cache, per its source, the ABI header, torch and Python."""
+    global _extension
+    if _extension is None:
+        from torch.utils import cpp_extension
+
+        key = hashlib.sha256((_EXTENSION_SOURCE + _HEADER_SOURCE + torch.__version__ + sys.version).encode()).hexdigest()[:16]
+        build = _CACHE / ("extension-" + key)
+        build.mkdir(parents=True, exist_ok=True)
+        src = build / "kfab_modelnew_abi.cpp"
+        if not src.exists() or src.read_text() != _EXTENSION_SOURCE:
+            src.write_text(_EXTENSION_SOURCE)
+        _extension = cpp_extension.load(name="kfab_modelnew_abi_" + key, sources=[str(src)],
+                                        extra_include_paths=[str(include)], extra_cflags=["-O2"],
+                                        build_directory=str(build), verbose=False)
+    return _extension
 
 
 def _build_native():
@@ -98,25 +112,9 @@ def _build_native():
                    "-I", str(include), str(src), "-o", str(so) + ".tmp"]
         subprocess.run(cmd, check=True)
         os.replace(str(so) + ".tmp", so)
-    lib = ctypes.CDLL(str(so))
-    fn = lib.kfab_run
-    fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.POINTER(_Tensor), ctypes.c_int32, ctypes.POINTER(_Tensor), ctypes.c_int32, ctypes.c_void_p]
-    _native = (lib, fn)
+    ext = _load_extension(include)
+    _native = (ext, ext.load(str(so)))
     return _native
-
-
-def _views(tensors):
-    arr = (_Tensor * max(1, len(tensors)))()
-    keep = []
-    for i, t in enumerate(tensors):
-        shape = (ctypes.c_int64 * max(1, t.dim()))(*t.shape)
-        strides = (ctypes.c_int64 * max(1, t.dim()))(*t.stride())
-        keep += [shape, strides]
-        arr[i].data, arr[i].dtype, arr[i].ndim = t.data_ptr(), _DTYPES[t.dtype], t.dim()
-        arr[i].shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
-        arr[i].strides = ctypes.cast(strides, ctypes.POINTER(ctypes.c_int64))
-    return arr, keep
 
 
 _initialised = None  # the init numbers kfab_init was last called with
@@ -157,18 +155,15 @@ class ModelNew(_task.Model):
         if self._run is not None:
             self._run(ins, outs)
         else:
-            lib, fn = _build_native()
+            ext, lib = _build_native()
             global _initialised
-            if _initialised != self._init and hasattr(lib, "kfab_init"):  # optional: see candidate.h
-                arr = (ctypes.c_double * max(1, len(self._init)))(*self._init)
-                rc = lib.kfab_init(arr, ctypes.c_int32(len(self._init)))
+            if _initialised != self._init:  # kfab_init is optional: see candidate.h
+                rc = ext.init(lib, self._init)
                 if rc != 0:
                     raise RuntimeError("kfab_init returned %d" % rc)
             _initialised = self._init
-            a, ka = _views(ins)
-            b, kb = _views(outs)
-            stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
-            rc = fn(a, len(ins), b, len(outs), stream)
+            stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+            rc = ext.run(lib, ins, outs, stream)
             if rc != 0:
                 raise RuntimeError("kfab_run returned %d" % rc)
         return outs[0] if single else tuple(outs)
@@ -189,7 +184,8 @@ def modelnew_source(task: Path, candidate: Path, header: Path) -> str:
     return TEMPLATE.format(task_name=task.stem, cand_name=name, kind=kind,
                            cand_hash=hashlib.sha256(cand.encode()).hexdigest()[:16],
                            task_source=repr(task.read_text()), cand_source=repr(cand),
-                           header_source=repr(header.read_text()))
+                           header_source=repr(header.read_text()),
+                           extension_source=repr((Path(__file__).parent / "modelnew_abi.cpp").read_text()))
 
 
 def main(argv=None) -> int:

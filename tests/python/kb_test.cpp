@@ -146,6 +146,11 @@ TEST_F(KbEval, ExportedModelNewPassesAPlainAllcloseScript) {
   CliResult r = kfab_cli({"export", std::string(KFAB_SOURCE_DIR) + "/tasks/kb/candidates/rms_norm/rowwise.cpp", "--task",
                           kTask, "--modelnew", out.string()});
   ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  // the native candidate is called through a compiled torch extension, not ctypes per call (issue 21)
+  const auto text = read_file(out);
+  ASSERT_TRUE(text.has_value());
+  EXPECT_NE(text->find("cpp_extension.load("), std::string::npos);
+  EXPECT_EQ(text->find("ctypes"), std::string::npos);
   auto check = run_command({python_interpreter(), std::string(KFAB_SOURCE_DIR) + "/bench/modelnew_allclose.py", kTask,
                             out.string(), "--device", "cpu", "--trials", "3"},
                            600.0);
