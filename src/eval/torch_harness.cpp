@@ -246,6 +246,16 @@ Expected<std::vector<ShapeCase>> TorchHarness::begin(const fs::path& candidate, 
   if (target_ == "cuda")
     for (RunnerClient* w : {trusted_.get(), worker_.get()}) (void)w->run({{"op", "memory"}, {"reset", true}});
   v.baseline = "torch eager " + info_.value("torch", std::string());
+  // What `speedup` compares: a ModelNew is timed end to end (its forward, as KernelBench times it); any
+  // other candidate by its call on outputs made before the timing (what an exported ModelNew adds to it,
+  // allocating the outputs and the call from Python, is not in it).
+  v.extra["speedup_measures"] =
+      v.dsl == "modelnew"
+          ? "end to end: ModelNew.forward against Model.forward (torch eager), each call as KernelBench times it"
+          : "kernel: the candidate's call on preallocated outputs (" +
+                std::string(v.dsl == "cpp" || v.dsl == "cuda" ? "kfab_run, through ctypes" : "run(inputs, outputs)") +
+                ") against Model.forward (torch eager); an exported ModelNew adds allocating the outputs and a call "
+                "through its torch extension";
   v.protocol.update(
       {{"dtype", opt.dtype},
        {"order", "reference (trusted worker), candidate, candidate; then the last seed's inputs changed in four places"},
