@@ -32,13 +32,15 @@ def main() -> int:
     for r in rows:
         counts[r.get("disposition", "?")] = counts.get(r.get("disposition", "?"), 0) + 1
     print("Rows by result: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + "\n")
-    print("| problem | result | x eager | x compile | peak device GiB | wall s | reason |")
-    print("|---|---|---|---|---|---|---|")
+    print("x eager is the kernel's speedup (the candidate's call); end to end, the exported ModelNew's forward.\n")
+    print("| problem | result | x eager | x eager, end to end | x compile | peak device GiB | wall s | reason |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         reason = "" if r.get("disposition") == "passed" else (r.get("error") or r.get("detail") or "")
         reason = reason.replace("|", "\\|").replace("\n", " ")[:160]
         mem = r.get("peak_device_bytes")
         print(f"| {r.get('path', '').rsplit('/', 1)[-1]} | {r.get('disposition')} | {num(r.get('speedup'), '.3f')} | "
+              f"{num(r.get('speedup_end_to_end'), '.3f')} | "
               f"{num(r.get('speedup_vs_compile'), '.3f')} | {num(mem / 2**30 if mem else None, '.1f')} | "
               f"{num(r.get('wall_s'), '.0f')} | {reason} |")
     return 0

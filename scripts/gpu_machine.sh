@@ -126,7 +126,7 @@ if want kbbig; then
     timeout "${KFAB_KB_TIMEOUT:-600}" build-gpu/kfab optimize "$f" --target cuda --json --quiet --out "build-gpu/kbbig/$name" \
       ${KFAB_KB_ARGS:-} >"$out/kbbig_$name.json" 2>"$out/kbbig_$name.err"
     code=$?
-    echo "$p: exit $code in $(( $(date +%s) - start )) s; $(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); v=j.get("verdict") or {}; m=(v.get("device_memory") or {}).get("peak_bytes"); print(v.get("disposition"), "speedup", v.get("speedup"), "peak device GiB", m and round(m / 2**30, 2), "wall", v.get("wall_s"), v.get("detail") or j.get("error") or j)' "$out/kbbig_$name.json" 2>&1 | tail -1)" | tee -a "$out/summary.txt"
+    echo "$p: exit $code in $(( $(date +%s) - start )) s; $(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); v=j.get("verdict") or {}; m=(v.get("device_memory") or {}).get("peak_bytes"); print(v.get("disposition"), "speedup", v.get("speedup"), "end to end", v.get("speedup_end_to_end"), "peak device GiB", m and round(m / 2**30, 2), "wall", v.get("wall_s"), v.get("detail") or j.get("error") or j)' "$out/kbbig_$name.json" 2>&1 | tail -1)" | tee -a "$out/summary.txt"
     best=$(ls build-gpu/kbbig/$name/best.* 2>/dev/null | head -1)
     if [ -n "$best" ]; then
       build-gpu/kfab export "$best" --task "$f" --modelnew "build-gpu/kbbig/$name/modelnew.py" >>"$out/kbbig_$name.err" 2>&1 &&

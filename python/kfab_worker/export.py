@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import sys
 from pathlib import Path
 
@@ -74,11 +75,22 @@ def _load_extension(include):
     """The torch extension that calls native candidates (modelnew_abi.cpp), built on first use into the
     cache, per its source, the ABI header, torch and Python."""
     global _extension
+    if _extension is None and os.environ.get("KFAB_MODELNEW_EXTENSION"):  # built already (kfab eval)
+        pre = Path(os.environ["KFAB_MODELNEW_EXTENSION"])
+        spec = importlib.util.spec_from_file_location(pre.name.split(".")[0], str(pre))
+        _extension = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(_extension)
     if _extension is None:
         from torch.utils import cpp_extension
 
         key = hashlib.sha256((_EXTENSION_SOURCE + _HEADER_SOURCE + torch.__version__ + sys.version).encode()).hexdigest()[:16]
         build = _CACHE / ("extension-" + key)
+        built = build / ("kfab_modelnew_abi_" + key + ".so")
+        if built.exists():  # built before (or by `kfab eval` for this machine): loaded as it is
+            spec = importlib.util.spec_from_file_location("kfab_modelnew_abi_" + key, str(built))
+            _extension = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(_extension)
+            return _extension
         build.mkdir(parents=True, exist_ok=True)
         src = build / "kfab_modelnew_abi.cpp"
         if not src.exists() or src.read_text() != _EXTENSION_SOURCE:
@@ -92,6 +104,11 @@ def _load_extension(include):
 def _build_native():
     global _native
     if _native is not None:
+        return _native
+    if os.environ.get("KFAB_MODELNEW_LIBRARY") and os.environ.get("KFAB_MODELNEW_EXTENSION"):
+        # kfab's own builds of this candidate and of the extension (kfab eval's end-to-end timing)
+        ext = _load_extension(None)
+        _native = (ext, ext.load(os.environ["KFAB_MODELNEW_LIBRARY"]))
         return _native
     src = _materialize("candidate", _CANDIDATE_SOURCE, ".cu" if _KIND == "cuda" else ".cpp")
     include = src.parent / "include"
@@ -188,13 +205,43 @@ def modelnew_source(task: Path, candidate: Path, header: Path) -> str:
                            extension_source=repr((Path(__file__).parent / "modelnew_abi.cpp").read_text()))
 
 
+def build_extension(cache: Path, header: Path) -> Path:
+    """Builds the torch extension of exported ModelNews (modelnew_abi.cpp) into `cache` as an exported
+    ModelNew would on first use (the same folder and name, so that ModelNews find it built); returns
+    the library."""
+    mod = {"__name__": "kfab_modelnew_build"}
+    os.environ["KFAB_EXPORT_CACHE"] = str(cache)
+    # The exported file's own code builds it: one formula for the folder and the name.
+    text = TEMPLATE.split("_task = _import(")[0].format(
+        task_name="", cand_name="", kind="cpp", cand_hash="", task_source=repr(""), cand_source=repr(""),
+        header_source=repr(header.read_text()),
+        extension_source=repr((Path(__file__).parent / "modelnew_abi.cpp").read_text()))
+    text += "\n" + TEMPLATE[TEMPLATE.index("_native = None"):TEMPLATE.index("def _build_native")].format()
+    exec(compile(text, "kfab_modelnew_build", "exec"), mod)  # noqa: S102 - kfab's own template
+    include = cache / "include"
+    (include / "kfab").mkdir(parents=True, exist_ok=True)
+    (include / "kfab" / "candidate.h").write_text(header.read_text())
+    ext = mod["_load_extension"](include)
+    return Path(ext.__file__)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="kfab_worker.export")
-    p.add_argument("--task", required=True)
-    p.add_argument("--candidate", required=True)
+    p.add_argument("--task")
+    p.add_argument("--candidate")
     p.add_argument("--header", required=True)
-    p.add_argument("--out", required=True)
+    p.add_argument("--out")
+    p.add_argument("--build-extension", metavar="CACHE", help="build the ModelNew extension into CACHE and exit")
     a = p.parse_args(argv)
+    if a.build_extension:
+        try:
+            print(build_extension(Path(a.build_extension), Path(a.header)))
+        except Exception as e:  # noqa: BLE001 - said, not raised
+            print(f"kfab export: the ModelNew extension does not build: {type(e).__name__}: {e}", file=sys.stderr)
+            return 1
+        return 0
+    if not (a.task and a.candidate and a.out):
+        p.error("--task, --candidate and --out are needed")
     try:
         text = modelnew_source(Path(a.task), Path(a.candidate), Path(a.header))
     except (OSError, ValueError) as e:

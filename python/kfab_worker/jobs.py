@@ -14,6 +14,7 @@ import os
 import random
 import time
 import traceback
+from pathlib import Path
 
 import torch
 
@@ -774,6 +775,51 @@ def time_call_job(req) -> dict:
     return {"ok": True, "ms": ms, "wall_ms": wall, "host_ms": host, "late": bool(late)}
 
 
+def time_modelnew_job(req) -> dict:
+    """After the candidate was timed: the ModelNew `kfab export` makes of it (req["modelnew"]; a native
+    one calls kfab's own build of the candidate, req["library"], through the prebuilt extension,
+    req["extension"])
+    timed end to end as KernelBench times one, forward after forward on the timing inputs, by the same
+    timer (its host time counts). Its outputs must agree with the candidate's own call first. Whatever
+    goes wrong is said in the reply (`error`), not held against the candidate, which already passed."""
+    s = _setup
+    if s is None or TRUSTED or not hasattr(s, "timer"):
+        raise JobFailure("protocol_error", "time_modelnew before the candidate's timing")
+    if req.get("library"):
+        os.environ["KFAB_MODELNEW_LIBRARY"] = str(req["library"])
+        os.environ["KFAB_MODELNEW_EXTENSION"] = str(req["extension"])
+    try:
+        mod = taskmod.load_module(Path(req["modelnew"]), "kfab_modelnew")
+        s.task.apply(s.shape)
+        torch.manual_seed(taskmod.WEIGHT_SEED)
+        model = mod.ModelNew(*s.task.mod.get_init_inputs()).to(s.device)
+        if s.dtype != torch.float32:
+            model = model.to(s.dtype)
+        model.eval()
+        xs = s.inputs(s.xs_id[0], s.xs_id[1])
+        with torch.no_grad():
+            got = taskmod.as_list(model(*xs))
+            mine = taskmod.as_list(s.call(xs, 0x5a, check_threads=False))
+            _sync(s.device)
+            for i, (g, m) in enumerate(zip(got, mine)):
+                if isinstance(g, torch.Tensor) and not torch.allclose(g.float(), m.float(), atol=s.atol, rtol=s.rtol, equal_nan=True):
+                    return {"ok": True, "error": f"output {i} of the exported ModelNew differs from the candidate's"}
+            del got, mine
+            for _ in range(3):
+                model(*xs)
+            times, hosts = [], []
+            t_end = time.perf_counter() + float(req.get("min_time_s", 0.1))
+            while len(times) < int(req.get("calls", 100)) or time.perf_counter() < t_end:
+                ms, _, host, _ = s.timer(lambda: model(*xs), host_counts=True)
+                times.append(ms)
+                hosts.append(host)
+                if len(times) >= 10000:
+                    break
+    except Exception as e:  # noqa: BLE001 - the export's failure, reported beside the verdict
+        return {"ok": True, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"}
+    return {"ok": True, "ms": summarize(times), "host_ms": summarize(hosts)}
+
+
 def export_job(req) -> dict:
     """The outputs of the candidate's last timed call, for the trusted worker to compare."""
     s = _setup
@@ -910,6 +956,8 @@ def handle(req: dict) -> dict:
                 return call_job(req)
             if op == "export":
                 return export_job(req)
+            if op == "time_modelnew":
+                return time_modelnew_job(req)
         if op == "time_prepare":
             return time_prepare_job(req)
         if op == "time_call":

@@ -135,6 +135,7 @@ Commands::Commands(CLI::App& app) : app_(app) {
   eval_->add_option("--compile-mode", compile_mode_, "KernelBench tasks: torch.compile's mode (default, reduce-overhead, max-autotune)")
       ->capture_default_str();
   eval_->add_flag("--no-compile", no_compile_, "KernelBench tasks: do not time torch.compile");
+  eval_->add_flag("--no-end-to-end", no_end_to_end_, "KernelBench tasks: do not time the exported ModelNew end to end");
   eval_->add_flag("--fresh-baselines", fresh_baselines_, "KernelBench tasks: time torch.compile again rather than use its cached time");
   eval_->add_option("--forbid", forbid_, "KernelBench tasks: an operation a Python candidate may not call (torch.xxx or aten.xxx), repeatable");
   eval_->add_option("--atol", atol_, "absolute tolerance of every output (default: the task's; KernelBench tasks: KernelBench's for the dtype)")
@@ -556,7 +557,9 @@ int Commands::eval() {
     if (auto fits = fits_target(task->task, target, opt, ", or a larger --memory-limit GIB"); !fits)
       return bad_input(json_, fits.error().message, fits.error().hint);
   }
-  Evaluator evaluator(*task, target, opt);
+  EvalOptions eopt = opt;
+  eopt.end_to_end = task->kernelbench() && !no_end_to_end_;
+  Evaluator evaluator(*task, target, eopt);
   // What the command did before the evaluation (probing the machine, opening the task): part of what
   // a user waits for, outside the verdict's wall_s.
   const double startup_s = seconds_since_process_start();

@@ -78,6 +78,7 @@ class Commands {
   std::vector<std::string> forbid_;
   bool check_ = false;
   bool coverage_ = false;
+  bool no_end_to_end_ = false;  ///< eval --no-end-to-end
   std::string bench_resume_;  ///< bench --resume BENCH_DIR
   CLI::Option* bench_suite_ = nullptr;  ///< bench SUITE (absent with --resume)
   std::string filter_;  ///< bench --filter

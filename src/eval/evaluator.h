@@ -33,6 +33,9 @@ struct EvalOptions {
   // KernelBench-format tasks (TorchHarness):
   std::string dtype = "f32";            ///< the reference's and the inputs' float dtype
   bool compile_baseline = true;         ///< time torch.compile too
+  /// KernelBench-format tasks: also time the exported ModelNew of a native or run() candidate end to end
+  /// (`kfab eval`; the tuner's points are not)
+  bool end_to_end = false;
   std::string compile_mode = "default"; ///< torch.compile mode (default, max-autotune, ...)
   bool fresh_baselines = false;         ///< measure torch.compile again instead of using the cached time
   std::vector<std::string> forbid;      ///< operations a Python candidate may not call, on top of the task's

@@ -8,7 +8,9 @@
 #include "core/expr.h"
 #include "core/hash.h"
 #include "core/paths.h"
+#include "core/process.h"
 #include "core/stamp.h"
+#include "core/text.h"
 #include "eval/evaluator.h"
 #include "eval/stats.h"
 
@@ -128,6 +130,21 @@ RunnerOptions torch_worker_options(const RunnerOptions& base, double timeout_s, 
 }
 
 void TorchHarness::finish(Verdict& v) {
+  // The end-to-end speedup: a ModelNew's is its speedup; another candidate's that of its exported
+  // ModelNew (geometric mean over the shapes where it was timed).
+  if (v.disposition == Disposition::Passed && v.speedup) {
+    double log_sum = 0.0;
+    int n = 0;
+    for (const auto& s : v.shapes)
+      if (s.extra.contains("speedup_end_to_end")) {
+        log_sum += std::log(s.extra.at("speedup_end_to_end").get<double>());
+        ++n;
+      }
+    if (dsl_ == "modelnew") v.extra["speedup_end_to_end"] = *v.speedup;
+    else if (n > 0) v.extra["speedup_end_to_end"] = std::exp(log_sum / n);
+    if (v.extra.contains("speedup_end_to_end") && dsl_ != "modelnew")
+      v.detail += fmt::format("; end to end (the exported ModelNew) {:.3f}x", v.extra["speedup_end_to_end"].get<double>());
+  }
   // Each worker's peak of device memory over this evaluation (torch's allocator: what it took from
   // the device, its own context aside), and the device's size.
   if (target_ != "cuda" || !trusted_ || !worker_) return;
@@ -270,6 +287,9 @@ Expected<std::vector<ShapeCase>> TorchHarness::begin(const fs::path& candidate, 
   v.extra["baselines"] = {{"eager", "torch eager, timed side by side with the candidate"},
                           {"compile", opt.compile_baseline ? "torch.compile (" + opt.compile_mode + ")" : "not timed"}};
 
+  dsl_ = v.dsl;
+  candidate_ = fs::absolute(candidate);
+  artifact_ = artifact;
   base_ = {{"task", task_abs_}, {"candidate", {{"path", artifact}}}, {"base_seed", opt.base_seed},
            {"target", target_}, {"dtype", opt.dtype}, {"forbidden", opt.forbid}};
   if (!tolerance.empty()) base_["tolerance"] = tolerance;
@@ -460,6 +480,76 @@ void TorchHarness::describe_timing(const ShapeCase& s, ShapeResult& sr, const st
     sr.extra["compile_ms"] = compile_stats;
     sr.extra["speedup_vs_compile"] = c.median / sr.time->median;
   }
+  if (opt_->end_to_end && dsl_ != "modelnew" && sr.time && sr.baseline) time_end_to_end(sr);
+}
+
+namespace {
+
+/// `python -m kfab_worker.export ARGS` (no torch import unless it builds the extension); its output.
+Expected<std::string> run_export(std::vector<std::string> args, double timeout_s) {
+  std::vector<std::string> argv = {"/usr/bin/env", "PYTHONPATH=" + python_worker_dir().string(), python_interpreter(), "-m",
+                                   "kfab_worker.export", "--header", (abi_include_dir() / "kfab/candidate.h").string()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto r = run_command(argv, timeout_s);
+  if (!r) return Unexpected{r.error()};
+  if (!r->status.ok()) return make_error(printable(r->output, 600));
+  return r->output;
+}
+
+/// The torch extension of exported ModelNews, built once per machine, Python and header into kfab's
+/// cache (a minute the first time); its library, remembered in a file beside it.
+Expected<std::string> modelnew_extension() {
+  static std::optional<std::string> built;
+  if (built) return *built;
+  const fs::path dir = cache_dir() / "export";
+  std::error_code ec;
+  const auto py = fs::canonical(python_interpreter(), ec);
+  const auto stamp = ec ? 0 : fs::last_write_time(py, ec).time_since_epoch().count();
+  const auto header = read_file(abi_include_dir() / "kfab/candidate.h");
+  const auto source = read_file(python_worker_dir() / "kfab_worker/modelnew_abi.cpp");
+  const fs::path note = dir / ("extension-of-" + hash_hex(py.string() + '\0' + std::to_string(stamp) + '\0' +
+                                                           (header ? *header : "") + '\0' + (source ? *source : ""))
+                                                      .substr(0, 16) + ".txt");
+  if (auto p = read_file(note); p && !p->empty() && fs::exists(*p, ec)) return *(built = *p);
+  auto out = run_export({"--build-extension", dir.string()}, 900.0);
+  if (!out) return Unexpected{out.error()};
+  std::string path = *out;
+  while (!path.empty() && (path.back() == '\n' || path.back() == ' ')) path.pop_back();
+  path = path.substr(path.rfind('\n') + 1);
+  if (!fs::exists(path, ec)) return make_error("the extension build named no library: " + printable(*out, 300));
+  (void)write_file_atomic(note, path);
+  return *(built = path);
+}
+
+}  // namespace
+
+void TorchHarness::time_end_to_end(ShapeResult& sr) {
+  auto fail = [&](const std::string& why) { sr.extra["end_to_end"] = {{"error", why}}; };
+  if (opt_->progress) opt_->progress("the exported ModelNew, end to end");
+  std::string extension;
+  if (dsl_ == "cpp" || dsl_ == "cuda") {
+    auto e = modelnew_extension();
+    if (!e) return fail("the ModelNew extension does not build: " + e.error().message);
+    extension = *e;
+  }
+  std::error_code ec;
+  fs::create_directories(cache_dir() / "export", ec);
+  const auto cand_source = read_file(candidate_);
+  const auto task_source = read_file(task_file_);
+  const fs::path modelnew = cache_dir() / "export" /
+                            ("modelnew-" + hash_hex((task_source ? *task_source : "") + '\0' + (cand_source ? *cand_source : "")).substr(0, 16) + ".py");
+  if (auto out = run_export({"--task", task_abs_, "--candidate", candidate_.string(), "--out", modelnew.string()}, 60.0); !out)
+    return fail("the export failed: " + out.error().message);
+  json q = {{"op", "time_modelnew"}, {"modelnew", modelnew.string()}, {"calls", opt_->min_calls > 0 ? opt_->min_calls : 100},
+            {"min_time_s", opt_->min_time_s >= 0 ? opt_->min_time_s : 0.1}};
+  if (!extension.empty()) q.update({{"library", artifact_}, {"extension", extension}});
+  JobOutcome o = interpret(worker_->run(q));
+  if (!o.ok) return fail(o.detail.empty() ? "the worker did not answer" : o.detail);
+  if (o.body.contains("error")) return fail(o.body["error"].get<std::string>());
+  const TimeStats t = TimeStats::from_json(o.body["ms"]);
+  sr.extra["end_to_end_ms"] = o.body["ms"];
+  sr.extra["end_to_end_host_ms"] = o.body.value("host_ms", json::object());
+  if (t.median > 0) sr.extra["speedup_end_to_end"] = sr.baseline->median / t.median;
 }
 
 std::optional<double> TorchHarness::cost(const char* key, const ShapeCase& s) const {

@@ -110,6 +110,11 @@ class TorchHarness final : public Harness {
   JobReply last_call_;       ///< the candidate's last call: what compare passes to the trusted worker
   double scale_ = 1.0;       ///< the scale of the inputs of the last reference job (by seed)
   double timeout_s_ = 60.0;  ///< a job's deadline, from --timeout and the problem's footprint
+  std::string dsl_;          ///< the candidate's kind (kb_candidate_dsl)
+  std::filesystem::path candidate_;  ///< its source
+  std::string artifact_;     ///< what the worker loads: kfab's build of a native one, else the source
+  /// The exported ModelNew of the candidate timed end to end on a timed shape (EvalOptions::end_to_end).
+  void time_end_to_end(ShapeResult& sr);
   // the timing of the shape in hand
   nlohmann::json cand_prep_, cached_compile_;
   bool time_compile_ = false;

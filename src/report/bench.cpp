@@ -93,6 +93,7 @@ void score_task(json& row, const json& verdict) {
   row["speedup"] = verdict.contains("speedup") ? verdict["speedup"] : json();
   row["speedup_vs_compile"] = verdict.contains("speedup_vs_compile") ? verdict["speedup_vs_compile"] : json();
   // KernelBench-format tasks on a GPU: what the evaluation held of the device (both workers' peaks)
+  if (verdict.contains("speedup_end_to_end")) row["speedup_end_to_end"] = verdict["speedup_end_to_end"];
   if (verdict.contains("device_memory") && verdict["device_memory"].is_object())
     row["peak_device_bytes"] = verdict["device_memory"].value("peak_bytes", 0.0);
   double sol = 0.0, bound = 0.0, copy = 0.0;

@@ -397,6 +397,7 @@ Expected<json> tune(const TuneOptions& in) {
   const fs::path best_file = opt.out_dir / ("best" + ext);
   EvalOptions full = opt.eval;
   full.heldout = true;
+  full.end_to_end = kb;  // the winner's exported ModelNew, timed end to end beside it
   std::optional<Verdict> final_v;
   Point chosen;
   int attempts = 0;  // final checks: 1 when the search's winner held on every shape
