@@ -139,7 +139,8 @@ class KbTask:
                     elif scale != 1.0 and id(x) not in scaled:
                         # in place: a second copy of a 16 GB input is what runs a GPU out of memory
                         # (a tensor get_inputs returns twice is scaled once)
-                        x.mul_(scale)
+                        with torch.no_grad():  # a leaf that requires grad may be changed in place here
+                            x.mul_(scale)
                         scaled.add(id(x))
                 x = x.contiguous()
             out.append(x)
