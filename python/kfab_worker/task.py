@@ -124,24 +124,21 @@ class KbTask:
         except Exception as e:  # noqa: BLE001
             raise TaskError(f"{self.path}: get_inputs() raised {type(e).__name__}: {e}") from e
         out = []
-        scaled: set = set()
-        # tensors the file keeps at module level are never changed in place
-        kept = {id(v) for v in vars(self.mod).values() if isinstance(v, torch.Tensor)}
-        for x in xs:
+        for i in range(len(xs)):
+            x = xs[i]
             if isinstance(x, torch.Tensor):
                 if device is not None:
                     x = x.to(device)
                 if x.is_floating_point():
                     if dtype != torch.float32:
                         x = x.to(dtype)
-                    if scale != 1.0 and (id(x) in kept or (x._base is not None and id(x._base) in kept)):
-                        x = x * scale
-                    elif scale != 1.0 and id(x) not in scaled:
-                        # in place: a second copy of a 16 GB input is what runs a GPU out of memory
-                        # (a tensor get_inputs returns twice is scaled once)
-                        with torch.no_grad():  # a leaf that requires grad may be changed in place here
-                            x.mul_(scale)
-                        scaled.add(id(x))
+                    if scale != 1.0:
+                        if _private(x, xs[i]):
+                            # in place: a second copy of a 16 GB input is what runs a GPU out of memory
+                            with torch.no_grad():  # a leaf that requires grad may be changed in place here
+                                x.mul_(scale)
+                        else:  # get_inputs keeps it elsewhere too (or returns it twice): left as it is
+                            x = x * scale
                 x = x.contiguous()
             out.append(x)
         return out
@@ -196,6 +193,18 @@ class KbTask:
         return {"symbols": self.shape_symbols({}), "gpu": self.gpu, "heldout": self.heldout,
                 "forbidden": self.forbidden, "tolerance": self.tolerance, "cost": self.cost,
                 "op_class": self.op_class}
+
+
+def _private(x: torch.Tensor, returned) -> bool:
+    """Whether `x` belongs to this call alone, so that changing it in place changes nothing get_inputs
+    keeps (a tensor held at module level, in a closure or returned twice): a copy made here (moved,
+    cast), or what get_inputs returned with no other reference than the returned list's, this
+    function's and the caller's (CPython's reference counts), and no view of another tensor."""
+    if x is not returned:
+        return True
+    # references: the returned list's slot, the caller's `x`, this call's `x` and `returned`, and
+    # getrefcount's own argument
+    return x._base is None and sys.getrefcount(x) <= 5
 
 
 def as_list(out) -> list:

@@ -185,6 +185,19 @@ TEST_F(KbEval, WorkerComparisonHoldsTheRulesAcrossSlices) {
   EXPECT_NE(r->output.find("cpu: ok"), std::string::npos) << r->output;
 }
 
+// Issue 21: the input fingerprint that replaced a copy of the inputs sees any change, the footprint comes
+// from fake tensors (256 GiB in no memory) and refuses what cannot fit, and inputs are scaled in place
+// only where get_inputs keeps nothing.
+TEST_F(KbEval, WorkerMemorySavingsSeeEveryChangeAndScaleOnlyWhatIsTheirs) {
+  auto r = run_command({python_interpreter(), std::string(KFAB_SOURCE_DIR) + "/tests/python/memory_check.py",
+                        python_worker_dir().string(), KFAB_SOURCE_DIR},
+                       300.0);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_TRUE(r->status.ok()) << r->output;
+  EXPECT_NE(r->output.find("cpu: fingerprints ok"), std::string::npos) << r->output;
+  EXPECT_NE(r->output.find("scaling ok"), std::string::npos) << r->output;
+}
+
 TEST_F(KbEval, TasksCheckFlagsADegenerateTaskAndPassesTheSuite) {
   CliResult bad = kfab_cli({"tasks", fixture("kb/degenerate_zero.py"), "--check", "--json"});
   EXPECT_EQ(bad.status.code, 1) << bad.out << bad.err;
