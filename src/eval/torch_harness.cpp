@@ -151,6 +151,7 @@ void TorchHarness::finish(Verdict& v) {
   json mem = json::object();
   double sum = 0.0;
   for (auto [name, w] : {std::pair<const char*, RunnerClient*>{"trusted_worker", trusted_.get()}, {"candidate_worker", worker_.get()}}) {
+    if (w->pid() == 0) continue;  // it died (a crash): a fresh one would know nothing of this evaluation
     JobReply r = w->run({{"op", "memory"}, {"reset", false}});
     if (r.kind != JobReply::Kind::Ok || !r.body.value("device", false)) continue;
     mem[name] = {{"peak_reserved", r.body.value("peak_reserved", 0.0)}, {"peak_allocated", r.body.value("peak_allocated", 0.0)}};
