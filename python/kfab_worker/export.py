@@ -71,25 +71,28 @@ _native = None
 _extension = None
 
 
+def _import_built(path):
+    # a built extension, imported as it is (its module name is its file's)
+    spec = importlib.util.spec_from_file_location(path.name.split(".")[0], str(path))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def _load_extension(include):
     """The torch extension that calls native candidates (modelnew_abi.cpp), built on first use into the
     cache, per its source, the ABI header, torch and Python."""
     global _extension
     if _extension is None and os.environ.get("KFAB_MODELNEW_EXTENSION"):  # built already (kfab eval)
-        pre = Path(os.environ["KFAB_MODELNEW_EXTENSION"])
-        spec = importlib.util.spec_from_file_location(pre.name.split(".")[0], str(pre))
-        _extension = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(_extension)
+        _extension = _import_built(Path(os.environ["KFAB_MODELNEW_EXTENSION"]))
     if _extension is None:
         from torch.utils import cpp_extension
 
         key = hashlib.sha256((_EXTENSION_SOURCE + _HEADER_SOURCE + torch.__version__ + sys.version).encode()).hexdigest()[:16]
         build = _CACHE / ("extension-" + key)
         built = build / ("kfab_modelnew_abi_" + key + ".so")
-        if built.exists():  # built before (or by `kfab eval` for this machine): loaded as it is
-            spec = importlib.util.spec_from_file_location("kfab_modelnew_abi_" + key, str(built))
-            _extension = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(_extension)
+        if built.exists():  # built before (or by `kfab eval` for this machine)
+            _extension = _import_built(built)
             return _extension
         build.mkdir(parents=True, exist_ok=True)
         src = build / "kfab_modelnew_abi.cpp"

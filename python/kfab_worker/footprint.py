@@ -14,7 +14,8 @@ GIB = float(1 << 30)
 _cache: dict = {}
 
 
-def _nbytes(xs) -> int:
+def nbytes(xs) -> int:
+    """The bytes of the tensors among `xs`."""
     return sum(x.numel() * x.element_size() for x in xs if isinstance(x, torch.Tensor))
 
 
@@ -32,11 +33,11 @@ def footprint(t: taskmod.KbTask, overrides: dict, dtype: torch.dtype) -> dict:
         with FakeTensorMode():
             model = t.model(overrides, None, dtype)
             xs = t.inputs(overrides, 0, None, dtype)
-            weights = _nbytes(list(model.parameters()) + list(model.buffers()))
+            weights = nbytes(list(model.parameters()) + list(model.buffers()))
             counter = FlopCounterMode(display=False)
             with torch.no_grad(), counter:
                 out = taskmod.as_list(model(*xs))
-        r = {"inputs": _nbytes(xs), "weights": weights, "outputs": _nbytes(out), "flops": int(counter.get_total_flops())}
+        r = {"inputs": nbytes(xs), "weights": weights, "outputs": nbytes(out), "flops": int(counter.get_total_flops())}
     except taskmod.TaskError:
         raise
     except Exception as e:  # noqa: BLE001 - a Model fake tensors cannot run (data-dependent shapes, ...)

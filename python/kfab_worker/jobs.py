@@ -462,22 +462,18 @@ _KEEP_HOST_SHARE = 0.25
 _HOST_COPY_BYTES_PER_S = 5e9
 
 
-def _bytes_of(ts) -> int:
-    return sum(t.numel() * t.element_size() for t in ts if isinstance(t, torch.Tensor))
-
-
 def _keep_answer(s: _Setup, key: tuple, ref: list, took_s: float) -> None:
     """The trusted worker keeps the Model's answer for an unchanged (seed, scale): every candidate of a
     run (kfab keeps this worker from one candidate to the next) is compared with it without running
     the Model again. On the CPU target and on a GPU within _KEEP_DEVICE_SHARE of its memory the answer
     is kept where it is; otherwise on the host, when the Model took longer than that copy takes."""
-    size = _bytes_of(ref)
-    held = [_bytes_of(a) for a in s.answers.values()]
+    size = fpmod.nbytes(ref)
+    held = [fpmod.nbytes(a) for a in s.answers.values()]
     if s.device != "cuda":
         if sum(held) + size <= _KEEP_HOST_SHARE * fpmod.host_available():
             s.answers[key] = ref
         return
-    on_device = sum(_bytes_of(a) for a in s.answers.values() if any(isinstance(t, torch.Tensor) and t.is_cuda for t in a))
+    on_device = sum(fpmod.nbytes(a) for a in s.answers.values() if any(isinstance(t, torch.Tensor) and t.is_cuda for t in a))
     total = torch.cuda.mem_get_info()[1]
     if size <= _KEEP_DEVICE_ONE * total and on_device + size <= _KEEP_DEVICE_SHARE * total:
         s.answers[key] = ref

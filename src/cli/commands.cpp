@@ -523,17 +523,8 @@ int Commands::export_modelnew() {
   if (!task || !task->kernelbench())
     return bad_input(json_, task_ + ": not a KernelBench-format task file", "export is for .py tasks (Model, get_inputs, get_init_inputs)");
   if (fs::path(out_).extension() != ".py") return bad_input(json_, out_ + ": the ModelNew file must end in .py");
-  const std::string pythonpath = python_worker_dir().string();
-  auto r = run_command({"/usr/bin/env", "PYTHONPATH=" + pythonpath, python_interpreter(), "-m", "kfab_worker.export",
-                        "--task", task_, "--candidate", candidate_, "--header", (abi_include_dir() / "kfab/candidate.h").string(),
-                        "--out", out_},
-                       60.0);
-  if (!r) return bad_input(json_, r.error().message);
-  if (!r->status.ok()) {
-    std::string msg = printable(r->output, 4000);
-    while (!msg.empty() && msg.back() == '\n') msg.pop_back();
-    return bad_input(json_, msg.empty() ? "the export failed: " + r->status.describe() : msg);
-  }
+  if (auto r = run_export({"--task", task_, "--candidate", candidate_, "--out", out_}, 60.0); !r)
+    return bad_input(json_, r.error().message);
   if (json_) std::cout << dump_json(json{{"modelnew", out_}, {"task", task_}, {"candidate", candidate_}}, 2) << "\n";
   else std::cout << "wrote " << out_ << ": ModelNew for " << fs::path(task_).stem().string() << " from " << candidate_ << "\n";
   return kExitOk;
@@ -747,11 +738,10 @@ int Commands::bench() {
   o.sample = sample_;
   o.eval = eval_options();
   o.eval.progress = nullptr;
-  {
+  if (suite_given) {  // a resumed bench's tasks were checked when it started
     std::error_code ec;
     const std::string target = target_.empty() ? default_device_target() : target_;
-    auto selected = suite_given && fs::exists(path_, ec) ? select_tasks(discover_tasks(path_), filter_, sample_)
-                                                              : std::vector<TaskEntry>{};
+    auto selected = fs::exists(path_, ec) ? select_tasks(discover_tasks(path_), filter_, sample_) : std::vector<TaskEntry>{};
     if (!selected) return bad_input(json_, selected.error().message, selected.error().hint);
     for (const auto& e : *selected)
       if (e.task)

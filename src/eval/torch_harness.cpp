@@ -484,18 +484,21 @@ void TorchHarness::describe_timing(const ShapeCase& s, ShapeResult& sr, const st
   if (opt_->end_to_end && dsl_ != "modelnew" && sr.time && sr.baseline) time_end_to_end(sr);
 }
 
-namespace {
-
-/// `python -m kfab_worker.export ARGS` (no torch import unless it builds the extension); its output.
 Expected<std::string> run_export(std::vector<std::string> args, double timeout_s) {
   std::vector<std::string> argv = {"/usr/bin/env", "PYTHONPATH=" + python_worker_dir().string(), python_interpreter(), "-m",
                                    "kfab_worker.export", "--header", (abi_include_dir() / "kfab/candidate.h").string()};
   argv.insert(argv.end(), args.begin(), args.end());
   auto r = run_command(argv, timeout_s);
   if (!r) return Unexpected{r.error()};
-  if (!r->status.ok()) return make_error(printable(r->output, 600));
+  if (!r->status.ok()) {
+    std::string msg = printable(r->output, 4000);
+    while (!msg.empty() && msg.back() == '\n') msg.pop_back();
+    return make_error(msg.empty() ? "the export failed: " + r->status.describe() : msg);
+  }
   return r->output;
 }
+
+namespace {
 
 /// The torch extension of exported ModelNews, built once per machine, Python and header into kfab's
 /// cache (a minute the first time); its library, remembered in a file beside it.

@@ -30,6 +30,11 @@ std::string withhold(const std::string& source, const std::string& key);
 /// loads a candidate).
 RunnerOptions torch_worker_options(const RunnerOptions& base, double timeout_s, bool trusted = false);
 
+/// `python -m kfab_worker.export --header <the ABI header> ARGS` (`kfab export`, and the end-to-end timing
+/// of an exported ModelNew); its output, or what it printed when it failed. No torch import unless it
+/// builds the ModelNew extension (--build-extension).
+Expected<std::string> run_export(std::vector<std::string> args, double timeout_s);
+
 /// What kfab asks of KernelBench files outside an evaluation, through one worker for all of them
 /// (torch imports once).
 class TorchInspector {
