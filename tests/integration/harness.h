@@ -37,6 +37,10 @@ struct CliResult {
 inline std::filesystem::path scratch() {
   static const auto dir = [] {
     auto d = std::filesystem::temp_directory_path() / ("kfab-it-" + std::to_string(::getpid()));
+    // A folder of this name is an earlier test process's whose pid this one got again: it starts empty
+    // (a test copying a task into it met "File exists").
+    std::error_code ec;
+    std::filesystem::remove_all(d, ec);
     std::filesystem::create_directories(d);
     return d;
   }();
