@@ -78,6 +78,22 @@ class _Matcher:
         if not self.S:
             raise Unsupported("the inputs are scalars")
         self.n_inputs = n_inputs
+        # A row is the last k dimensions of S: k > 1 where every reduction of an S-shaped value (a layer
+        # norm over normalized_shape (C, H, W), a mean over dims (1, 2, 3)) covers the same trailing
+        # dimensions. The program then sees S as [prod(S[:-k]), prod(S[-k:])].
+        self.k = 1 if shape is not None else _row_dims(gm, self.S)
+
+    @property
+    def lead(self) -> list:
+        return self.S[:-self.k]
+
+    @property
+    def row(self) -> list:
+        return self.S[-self.k:]
+
+    def flat_shape(self) -> list:
+        """S as the program sees it: [rows, n] when a row is several dimensions, else S."""
+        return self.S if self.k == 1 else [math.prod(self.lead), math.prod(self.row)]
 
     def shape_cls(self, shape, integer=False) -> str | None:
         shape = list(shape)
@@ -86,15 +102,15 @@ class _Matcher:
             return "E"
         if math.prod(shape) == 1:
             return "K"
-        lead = S[:-1]
+        lead, row = self.lead, self.row
         core = list(shape)
         while core and core[0] == 1 and len(core) > 1:
             core = core[1:]
-        if not integer and core == [S[-1]]:
+        if not integer and core == row:
             return "C"
-        if shape == lead or shape == lead + [1]:
+        if shape == lead or shape == lead + [1] * self.k:
             return "R"
-        if core == [S[-1]]:
+        if core == row:
             return "C"
         return None
 
@@ -134,7 +150,7 @@ class _Matcher:
         if dims is None or list(dims) == []:
             dims = list(range(nd))
         dims = sorted(d % nd if nd else 0 for d in dims)
-        if xc == "E" and dims == [nd - 1]:
+        if xc == "E" and dims == list(range(nd - self.k, nd)):
             self.emit(node, f"row{kind}({xe})", "R")
         elif xc in ("E", "R") and dims == list(range(nd)):
             if kind not in ("sum", "mean"):
@@ -214,8 +230,8 @@ class _Matcher:
         if base == "native_layer_norm":
             x, norm_shape, w, b, eps = args[:5]
             xe, xc = self.arg(x)
-            if xc != "E" or list(norm_shape) != self.S[-1:]:
-                raise Unsupported("layer norm over more than the last dimension")
+            if xc != "E" or list(norm_shape) != self.row:
+                raise Unsupported(f"layer norm over {list(norm_shape)}, not the row {self.row}")
             self.emit(node, f"rowmean({xe})", "R")
             mean = self.val[node]
             self.emit(node, f"({xe} - {mean})", "E")
@@ -235,8 +251,8 @@ class _Matcher:
             dims = args[1] if len(args) > 1 else kw.get("dim")
             xe, xc = self.arg(x)
             nd = len(x.meta["val"].shape)
-            if xc != "E" or dims is None or sorted(d % nd for d in dims) != [nd - 1]:
-                raise Unsupported(f"{t} over other than the last dimension")
+            if xc != "E" or dims is None or sorted(d % nd for d in dims) != list(range(nd - self.k, nd)):
+                raise Unsupported(f"{t} over other than the row's dimensions")
             corr = kw.get("correction", 1)
             corr = 1 if corr is None else corr
             self.emit(node, f"rowmean({xe})", "R")
@@ -253,7 +269,7 @@ class _Matcher:
             xe, xc = self.arg(x)
             ie, ic = self.arg(idx)
             nd = len(x.meta["val"].shape)
-            if xc != "E" or dim % nd != nd - 1 or ic not in ("R", "K") or list(idx.meta["val"].shape)[-1:] != [1]:
+            if xc != "E" or self.k != 1 or dim % nd != nd - 1 or ic not in ("R", "K") or list(idx.meta["val"].shape)[-1:] != [1]:
                 raise Unsupported("gather other than one column per row")
             self.emit(node, f"pick({xe}, {ie})", "R")
             return
@@ -272,6 +288,34 @@ class _Matcher:
             self.val[node], self.cls[node] = x, c
             return
         raise Unsupported(f"{t} (node {node.name})")
+
+
+def _row_dims(gm, S: list) -> int:
+    """How many trailing dimensions of S a row spans: k when every reduction of an S-shaped value
+    covers exactly the last k dimensions (k > 1), else 1 (rows reduce over the last dimension)."""
+    nd = len(S)
+    ks = set()
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or not node.args or not isinstance(node.args[0], torch.fx.Node):
+            continue
+        base = _base(node)
+        v = node.args[0].meta.get("val")
+        if not isinstance(v, torch.Tensor) or list(v.shape) != S:
+            continue
+        if base == "native_layer_norm":
+            ks.add(len(node.args[1]))
+            continue
+        if base not in ("sum", "mean", "amax", "amin", "var", "var_mean"):
+            continue
+        dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+        if isinstance(dims, int):
+            dims = [dims]
+        if not dims:
+            continue  # over everything: not a row
+        dims = sorted(d % nd for d in dims)
+        ks.add(len(dims) if dims == list(range(nd - len(dims), nd)) else 0)
+    k = ks.pop() if len(ks) == 1 else 1
+    return k if 1 < k < nd else 1
 
 
 _COPIES = {"clone", "contiguous", "alias", "detach", "_to_copy", "lift_fresh_copy"}
@@ -361,6 +405,34 @@ def _find_gemm(gm):
     return node, pa, pb, trans, bias
 
 
+def _avg_pool_kind(gm, example: list):
+    """A Model that is one 2-D average pooling (nn.AvgPool2d, F.avg_pool2d) of its one NCHW f32 input:
+    a dedicated template, with the window, stride and padding as its numbers."""
+    if len(example) != 1 or example[0].dtype != torch.float32 or example[0].dim() != 4:
+        return None
+    core = [n for n in gm.graph.nodes if n.op == "call_function" and _base(n) not in _COPIES]
+    if len(core) != 1 or _base(core[0]) != "avg_pool2d":
+        return None
+    node = core[0]
+    names = ["self", "kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override"]
+    a = {"stride": [], "padding": 0, "ceil_mode": False, "count_include_pad": True, "divisor_override": None}
+    a.update(zip(names, node.args))
+    a.update(node.kwargs)
+
+    def pair(v):
+        v = [v] if isinstance(v, int) else list(v)
+        return [int(v[0]), int(v[0])] if len(v) == 1 else [int(v[0]), int(v[1])]
+
+    kh, kw = pair(a["kernel_size"])
+    sh, sw = pair(a["stride"]) if a["stride"] else (kh, kw)
+    ph, pw = pair(a["padding"])
+    params = {"kh": kh, "kw": kw, "sh": sh, "sw": sw, "ph": ph, "pw": pw, "ceil_mode": int(bool(a["ceil_mode"])),
+              "count_include_pad": int(bool(a["count_include_pad"])), "divisor": int(a["divisor_override"] or 0)}
+    return {"supported": True, "kind": "avg_pool2d", "formula": "", "op_params": params,
+            "inputs": [{"name": "in0", "cls": "E", "integer": False, "i32": False}], "outputs": ["out0"],
+            "shape": list(example[0].shape)}
+
+
 def _group_norm_kind(gm, example: list):
     """A Model that is one group norm (aten.native_group_norm) of its input with an affine weight and
     bias, which go to a dedicated template: its group count and eps come with it."""
@@ -422,7 +494,7 @@ def _trace_fake(t: taskmod.KbTask, shape: dict) -> dict:
         gm = make_fx(f, decomposition_table=_decompositions(), tracing_mode="real")(*example)
     except Exception as e:  # noqa: BLE001 - a model make_fx cannot trace is simply not fusible here
         return {"supported": False, "reason": f"tracing failed: {type(e).__name__}: {e}"}
-    kind = _single_op_kind(gm, example) or _group_norm_kind(gm, example)
+    kind = _single_op_kind(gm, example) or _group_norm_kind(gm, example) or _avg_pool_kind(gm, example)
     if kind is not None:
         if kind.get("op_params"):
             kind["init"] = t.init_scalars(shape)
@@ -485,7 +557,9 @@ def _trace_fake(t: taskmod.KbTask, shape: dict) -> dict:
             m.visit(node)
     except Unsupported as e:
         return {"supported": False, "reason": str(e)}
-    r = {"supported": True, "formula": "\n".join(m.lines), "inputs": inputs, "outputs": outputs, "shape": m.S}
+    r = {"supported": True, "formula": "\n".join(m.lines), "inputs": inputs, "outputs": outputs, "shape": m.flat_shape()}
+    if m.k > 1:
+        r["row_dims"] = m.k
     if gemm:
         r["gemm"] = {"a": placeholders.index(gemm[1]), "b": placeholders.index(gemm[2]), "trans_b": gemm[3]}
         r["tensors"] = len(placeholders)
@@ -558,6 +632,9 @@ def trace(t: taskmod.KbTask, overrides: dict) -> dict:
         a = _bind_params(a, b)
         if not a.get("supported"):
             return a
+        if a["kind"] == "avg_pool2d" and any(k.endswith("_init") for k in a["op_params"]):
+            return {"supported": False, "reason": "the pooling window, stride or padding changes with the shape: the "
+                                                  "avg_pool2d template builds them into the kernel"}
     if other and not a.get("kind"):
         b = _trace_at(t, other)
         if not b.get("supported"):
@@ -575,6 +652,6 @@ def trace(t: taskmod.KbTask, overrides: dict) -> dict:
         finally:
             t.apply({})
         if big:
-            n = int(max(big, key=lambda x: x.dim()).shape[-1])
+            n = math.prod(max(big, key=lambda x: x.dim()).shape[-a.get("row_dims", 1):])
     a["n"] = n
     return a

@@ -163,6 +163,73 @@ json probe_gpus() {
   return out;
 }
 
+json probe_gpus_nvml() {
+  json out = {{"driver", "libnvidia-ml.so.1"}, {"via", "nvml"}, {"devices", json::array()}, {"found", false}};
+  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v != nullptr) {
+    out["why"] = "CUDA_VISIBLE_DEVICES is set: CUDA's device list is not NVML's";
+    return out;
+  }
+  void* h = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) {
+    out["why"] = "libnvidia-ml.so.1 not found";
+    return out;
+  }
+  struct Memory {
+    unsigned long long total, free, used;
+  };
+  using InitFn = int (*)();
+  using CountFn = int (*)(unsigned*);
+  using HandleFn = int (*)(unsigned, void**);
+  using NameFn = int (*)(void*, char*, unsigned);
+  using CcFn = int (*)(void*, int*, int*);
+  using MemFn = int (*)(void*, Memory*);
+  using DrvFn = int (*)(int*);
+  auto init = reinterpret_cast<InitFn>(::dlsym(h, "nvmlInit_v2"));
+  auto shutdown = reinterpret_cast<InitFn>(::dlsym(h, "nvmlShutdown"));
+  auto count = reinterpret_cast<CountFn>(::dlsym(h, "nvmlDeviceGetCount_v2"));
+  auto handle = reinterpret_cast<HandleFn>(::dlsym(h, "nvmlDeviceGetHandleByIndex_v2"));
+  auto name = reinterpret_cast<NameFn>(::dlsym(h, "nvmlDeviceGetName"));
+  auto cc = reinterpret_cast<CcFn>(::dlsym(h, "nvmlDeviceGetCudaComputeCapability"));
+  auto mem = reinterpret_cast<MemFn>(::dlsym(h, "nvmlDeviceGetMemoryInfo"));
+  auto drv = reinterpret_cast<DrvFn>(::dlsym(h, "nvmlSystemGetCudaDriverVersion_v2"));
+  if (!init || !shutdown || !count || !handle || !name || !cc) {
+    out["why"] = "libnvidia-ml.so.1 lacks the expected entry points";
+    return out;
+  }
+  if (int rc = init(); rc != 0) {
+    out["why"] = "nvmlInit failed with NVML error " + std::to_string(rc);
+    return out;
+  }
+  int v = 0;
+  if (drv && drv(&v) == 0) out["driver_version"] = std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+  unsigned n = 0;
+  bool uniform = count(&n) == 0 && n > 0;
+  for (unsigned i = 0; i < n && uniform; ++i) {
+    void* dev = nullptr;
+    char buf[256] = {0};
+    int major = 0, minor = 0;
+    if (handle(i, &dev) != 0 || name(dev, buf, sizeof buf - 1) != 0 || cc(dev, &major, &minor) != 0) {
+      uniform = false;
+      break;
+    }
+    json d = {{"index", i}, {"name", buf}, {"compute_capability", std::to_string(major) + "." + std::to_string(minor)}};
+    Memory m{};
+    if (mem && mem(dev, &m) == 0) d["memory_GiB"] = static_cast<double>(m.total) / (1ull << 30);
+    if (!out["devices"].empty() &&
+        (out["devices"][0]["name"] != d["name"] || out["devices"][0]["compute_capability"] != d["compute_capability"]))
+      uniform = false;
+    out["devices"].push_back(d);
+  }
+  shutdown();
+  if (!uniform) {
+    out["why"] = n == 0 ? "NVML reports no device" : "NVML's devices differ (or one cannot be read): CUDA's order is not NVML's";
+    out["devices"] = json::array();
+    return out;
+  }
+  out["found"] = true;
+  return out;
+}
+
 json probe_system() {
   json out;
   const char* cxx = std::getenv("CXX");

@@ -14,6 +14,13 @@ nlohmann::json probe_system();
 /// "devices": [{"index", "name", "memory_GiB", "compute_capability"}]}.
 nlohmann::json probe_gpus();
 
+/// The same answer through NVML (libnvidia-ml.so.1), which reads the devices without initialising
+/// CUDA: tens of ms where cuInit takes a few hundred. Used only where NVML's list is CUDA's device 0:
+/// CUDA_VISIBLE_DEVICES unset and every device of one name and compute capability (NVML orders
+/// devices by PCI bus, CUDA fastest first). Otherwise, or without NVML: {"found": false, "why"}, and
+/// the caller asks probe_gpus(). Adds "via": "nvml".
+nlohmann::json probe_gpus_nvml();
+
 /// OpenCL platforms through libOpenCL.so.1 loaded with dlopen: {"found", "why"?, "platforms": [...]}.
 nlohmann::json probe_opencl();
 

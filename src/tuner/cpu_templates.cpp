@@ -454,6 +454,8 @@ const KernelTemplate* template_named(const std::string& name) {
     if (t->name == name) return t;
   for (const auto* t : group_norm_templates())
     if (t->name == name) return t;
+  for (const auto* t : pool_templates())
+    if (t->name == name) return t;
   return nullptr;
 }
 
@@ -471,6 +473,8 @@ std::vector<const KernelTemplate*> templates_for(const Task& task, const std::st
   for (const auto* t : cuda_templates())
     if (t->target == target && t->applies(task)) out.push_back(t);
   for (const auto* t : group_norm_templates())
+    if (t->target == target && t->applies(task)) out.push_back(t);
+  for (const auto* t : pool_templates())
     if (t->target == target && t->applies(task)) out.push_back(t);
   for (const auto* f : {&fused_cuda_template(), &fused_cpu_template(), &gemm_cuda_template(), &gemm_cpu_template()})
     if (f->target == target && f->applies(task)) out.push_back(f);

@@ -262,13 +262,23 @@ Binding default_binding(const Program& p) {
     b.tensor.push_back(static_cast<int>(i));
     if (main_in < 0 && p.inputs[i].cls == VClass::E && !p.inputs[i].integer) main_in = static_cast<int>(i);
   }
-  b.shape = fmt::format(R"(  const kfab_tensor& m = in[{}];
+  if (p.row_dims <= 1)
+    b.shape = fmt::format(R"(  const kfab_tensor& m = in[{}];
   if (m.ndim < 1 || !kfab_dense(m)) return 2;
   const int64_t n = m.shape[m.ndim - 1];
   const int64_t total = kfab_numel(m);
   const int64_t rows = n > 0 ? total / n : 0;
 )",
-                        main_in);
+                          main_in);
+  else  // a row is the last row_dims dimensions
+    b.shape = fmt::format(R"(  const kfab_tensor& m = in[{0}];
+  if (m.ndim < {1} || !kfab_dense(m)) return 2;
+  int64_t n = 1;
+  for (int32_t d = m.ndim - {1}; d < m.ndim; ++d) n *= m.shape[d];
+  const int64_t total = kfab_numel(m);
+  const int64_t rows = n > 0 ? total / n : 0;
+)",
+                          main_in, p.row_dims);
   return b;
 }
 

@@ -45,6 +45,9 @@ struct Program {
   std::vector<PInput> inputs;
   std::vector<PNode> nodes;  ///< topological order
   std::vector<std::pair<std::string, int>> outputs;
+  /// How many trailing dimensions of the main tensor a row spans (a layer norm over (C, H, W): 3); the
+  /// kernel's n is their product, rows the product of the others.
+  int row_dims = 1;
 
   bool has(const char* op) const;
   /// Row reductions or picks: the program needs a row (not a flat elementwise) kernel.

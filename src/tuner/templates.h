@@ -38,6 +38,10 @@ std::vector<const KernelTemplate*> cuda_templates();
 /// The group norm templates (cuda and cpu; op class group_norm with [op_params] groups and eps).
 std::vector<const KernelTemplate*> group_norm_templates();
 
+/// The 2-D average pooling templates (cuda and cpu; op class avg_pool2d with [op_params] kh, kw, sh,
+/// sw, ph, pw, ceil_mode, count_include_pad, divisor).
+std::vector<const KernelTemplate*> pool_templates();
+
 /// C++ source of `static inline float kfab_exp(float)`: exp as a polynomial that vectorises under
 /// `omp simd` (about 2e-7 relative error), for generated cpu candidates.
 const char* poly_exp_source();

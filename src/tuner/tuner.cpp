@@ -43,9 +43,11 @@ std::string no_native_template(const Task& task, const std::string& target) {
 /// The dedicated templates of single-op Models a program cannot state, by the trace's kind.
 const std::map<std::string, std::string>& dedicated_templates(const std::string& target) {
   static const std::map<std::string, std::string> cuda = {
-      {"scan", "cuda_row_scan"}, {"middle_sum", "cuda_middle_sum"}, {"transpose", "cuda_tiled_transpose"}, {"group_norm", "cuda_group_norm"}};
+      {"scan", "cuda_row_scan"}, {"middle_sum", "cuda_middle_sum"}, {"transpose", "cuda_tiled_transpose"}, {"group_norm", "cuda_group_norm"},
+      {"avg_pool2d", "cuda_avg_pool2d"}};
   static const std::map<std::string, std::string> cpu = {
-      {"scan", "cpu_rowwise_cumsum"}, {"middle_sum", "cpu_middle_sum"}, {"transpose", "cpu_tiled_transpose"}, {"group_norm", "cpu_group_norm"}};
+      {"scan", "cpu_rowwise_cumsum"}, {"middle_sum", "cpu_middle_sum"}, {"transpose", "cpu_tiled_transpose"}, {"group_norm", "cpu_group_norm"},
+      {"avg_pool2d", "cpu_avg_pool2d"}};
   return target == "cuda" ? cuda : cpu;
 }
 
@@ -94,6 +96,8 @@ Expected<TracedPlan> plan_traced(const json& traced, const std::string& target) 
   if (!p) return make_error("the traced program does not parse: " + p.error().message);
   if (auto ok = fused_supported(*p); !ok) return make_error("the built-in tuner cannot take this program: " + ok.error().message);
   plan.program = std::move(*p);
+  plan.program.row_dims = traced.value("row_dims", 1);
+  if (plan.program.row_dims < 1) return make_error("the traced program is malformed: row_dims < 1");
   plan.template_name = plan.is_gemm ? (target == "cuda" ? gemm_cuda_template() : gemm_cpu_template()).name
                                     : (target == "cuda" ? fused_cuda_template() : fused_cpu_template()).name;
   return plan;

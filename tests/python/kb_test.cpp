@@ -215,14 +215,16 @@ TEST_F(KbEval, TasksCheckFlagsADegenerateTaskAndPassesTheSuite) {
 TEST_F(KbEval, TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest) {
   const std::set<std::string> fusible = {"rms_norm",      "l1_relu",         "l1_gelu_tanh",  "l1_mish",
                                          "l1_softmax",    "l1_log_softmax",  "l1_layer_norm", "l1_amax_dim",
-                                         "l1_cross_entropy", "l1_mse_loss",  "l1_huber_loss", "l1_kl_div"};
+                                         "l1_cross_entropy", "l1_mse_loss",  "l1_huber_loss", "l1_kl_div",
+                                         "l1_layer_norm_chw"};
   // a GEMM (aten.mm / addmm) followed by a program over its product
   const std::set<std::string> gemms = {"l1_matmul", "l2_linear_gelu_scale", "l2_linear_layernorm_relu", "l2_linear_residual_rmsnorm",
                                        "l2_linear_scale_clamp_logsumexp", "l2_linear_swish_sum"};
   // single-op Models that go to a dedicated template rather than a program
   const std::map<std::string, std::pair<std::string, std::string>> kinds = {
       {"l1_cumsum", {"scan", "cuda_row_scan"}}, {"l1_sum_dim", {"middle_sum", "cuda_middle_sum"}},
-      {"l1_permute", {"transpose", "cuda_tiled_transpose"}}, {"l1_group_norm", {"group_norm", "cuda_group_norm"}}};
+      {"l1_permute", {"transpose", "cuda_tiled_transpose"}}, {"l1_group_norm", {"group_norm", "cuda_group_norm"}},
+      {"l1_avg_pool2d", {"avg_pool2d", "cuda_avg_pool2d"}}};
   CudaBackend nvcc;
   TorchInspector ev("cuda", EvalOptions{});
   int seen = 0, compiled = 0;
@@ -245,6 +247,16 @@ TEST_F(KbEval, TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest) {
         EXPECT_EQ((*tr)["op_params"].value("groups_init", -1), 0) << tr->dump();
         for (const auto& [k, v] : (*tr)["op_params"].items()) store.op_params[k] = v.get<double>();
         store.op_class = "group_norm";
+      }
+      if (stem == "l1_avg_pool2d") {
+        // the window, stride and padding come with the trace, built into the kernel
+        ASSERT_TRUE(tr->contains("op_params")) << tr->dump();
+        EXPECT_EQ((*tr)["op_params"].value("kh", 0), 3) << tr->dump();
+        EXPECT_EQ((*tr)["op_params"].value("sw", 0), 2) << tr->dump();
+        EXPECT_EQ((*tr)["op_params"].value("ph", -1), 1) << tr->dump();
+        EXPECT_EQ((*tr)["op_params"].value("count_include_pad", 0), 1) << tr->dump();
+        for (const auto& [k, v] : (*tr)["op_params"].items()) store.op_params[k] = v.get<double>();
+        store.op_class = "avg_pool2d";
       }
       const auto f = scratch() / (stem + ".cu");
       ASSERT_TRUE(write_file_atomic(f, t->generate(store, t->grid(store).front())).has_value());
@@ -296,6 +308,13 @@ TEST_F(KbEval, TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest) {
     if (stem == "l1_layer_norm") {
       EXPECT_TRUE(p->needs_rows());
     }
+    if (stem == "l1_layer_norm_chw") {
+      // a row is (C, H, W): the weight and bias are per column of that row, n is their product
+      EXPECT_EQ(tr->value("row_dims", 1), 3) << tr->dump();
+      EXPECT_EQ((*tr)["n"], 8 * 32 * 48) << tr->dump();
+      EXPECT_EQ((*tr)["inputs"][1]["cls"], "C") << tr->dump();
+      p->row_dims = 3;
+    }
     if (stem == "l1_relu") {
       EXPECT_FALSE(p->needs_rows());
     }
@@ -339,6 +358,35 @@ TEST_F(KbEval, TheTunerTracesAKernelBenchModelAndTunesItsProgram) {
   CliResult mm = kfab_cli({"optimize", std::string(KFAB_SOURCE_DIR) + "/tasks/kb/l1_bmm.py", "--target", "cpu", "--json"}, 900);
   EXPECT_EQ(mm.status.code, 2) << mm.out << mm.err;
   EXPECT_NE(mm.json().value("error", "").find("aten.bmm"), std::string::npos) << mm.out;
+}
+
+// A layer norm over (C, H, W), as KernelBench's level1/40: the row is the last three dimensions and
+// the [C, H, W] weight and bias are per column of it; the tuned kernel passes every shape, the
+// held-out one (odd sizes in every dimension) included.
+TEST_F(KbEval, TheTunerTakesALayerNormWhoseRowIsSeveralDimensions) {
+  const std::string task = std::string(KFAB_SOURCE_DIR) + "/tasks/kb/l1_layer_norm_chw.py";
+  CliResult r = kfab_cli({"optimize", task, "--target", "cpu", "--fresh", "--json", "--quiet", "--out", (scratch() / "ln-chw").string()}, 900);
+  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  nlohmann::json j = r.json();
+  EXPECT_EQ(j["best"]["disposition"], "passed") << j.dump(2);
+  EXPECT_EQ(j["tuner"]["template"], "cpu_fused_rows");
+  int heldout = 0;
+  for (const auto& s : j["verdict"]["shapes"]) heldout += s.value("heldout", false) && s["status"] == "passed";
+  EXPECT_EQ(heldout, 1) << j["verdict"].dump(2);
+}
+
+// 2-D average pooling, as KernelBench's level1/45 but with overlapping windows and zero padding
+// that counts in the border windows' divisor: a dedicated template whose kernel passes every shape.
+TEST_F(KbEval, TheTunerTakesAnAveragePoolingWithItsWindowBuiltIn) {
+  const std::string task = std::string(KFAB_SOURCE_DIR) + "/tasks/kb/l1_avg_pool2d.py";
+  CliResult r = kfab_cli({"optimize", task, "--target", "cpu", "--fresh", "--json", "--quiet", "--out", (scratch() / "pool").string()}, 900);
+  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  nlohmann::json j = r.json();
+  EXPECT_EQ(j["best"]["disposition"], "passed") << j.dump(2);
+  EXPECT_EQ(j["tuner"]["template"], "cpu_avg_pool2d");
+  int heldout = 0;
+  for (const auto& s : j["verdict"]["shapes"]) heldout += s.value("heldout", false) && s["status"] == "passed";
+  EXPECT_EQ(heldout, 1) << j["verdict"].dump(2);
 }
 
 // Linear -> + residual -> RMS norm: the trace finds the GEMM (a Linear's weight, transposed), takes

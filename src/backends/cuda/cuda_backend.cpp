@@ -16,12 +16,19 @@ namespace kfab {
 namespace fs = std::filesystem;
 
 namespace {
-/// probe_gpus() initialises the driver (a few hundred ms); its answer is kept per boot and driver
-/// version, so a warm `kfab eval` does not pay it. Without a driver there is nothing to cache.
+/// The devices, through NVML where it can answer for CUDA's device 0 (no CUDA initialisation: a cold
+/// `kfab eval` waits for this before nvcc starts), else probe_gpus(), which initialises the driver (a
+/// few hundred ms). The answer is kept per boot and driver version, so a warm `kfab eval` pays
+/// neither. Without a driver there is nothing to cache.
+nlohmann::json gpu_probe() {
+  nlohmann::json j = probe_gpus_nvml();
+  return j.value("found", false) ? j : probe_gpus();
+}
+
 nlohmann::json cached_gpu_probe() {
   auto driver = read_file("/proc/driver/nvidia/version");
   auto boot = read_file("/proc/sys/kernel/random/boot_id");
-  if (!driver || !boot) return probe_gpus();
+  if (!driver || !boot) return gpu_probe();
   const fs::path file = cache_dir() / "machine" / ("cuda-probe-" + hash_hex(*driver + *boot).substr(0, 16) + ".json");
   if (auto text = read_file(file)) {
     try {
@@ -30,7 +37,7 @@ nlohmann::json cached_gpu_probe() {
       // probed again below
     }
   }
-  nlohmann::json j = probe_gpus();
+  nlohmann::json j = gpu_probe();
   if (j.value("found", false)) (void)write_file_atomic(file, j.dump(2));
   return j;
 }
