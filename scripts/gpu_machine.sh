@@ -21,7 +21,7 @@ log() { echo "== $*" | tee -a "$out/summary.txt"; }
   g++ --version | head -1
   cmake --version | head -1
   nvcc --version | tail -1
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu,power.draw --format=csv 2>&1
+  nvidia-smi --query-gpu=name,driver_version,persistence_mode,clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu,power.draw --format=csv 2>&1
 } >"$out/machine.txt" 2>&1
 
 rm -rf .deps && mkdir -p "$root"
@@ -133,15 +133,6 @@ if want kbbig; then
         timeout 300 python3 bench/modelnew_allclose.py "$f" "build-gpu/kbbig/$name/modelnew.py" --device cuda 2>&1 | tail -3 | tee -a "$out/summary.txt"
     fi
   done
-  # The largest level-1 problem (17 GB of inputs), which no template takes: a ModelNew of torch's own
-  # pooling, verified (and then rejected by the own-kernel check) to see the problem held.
-  f=$kb/level1/45_Average_Pooling_2D.py
-  if [ -f "$f" ]; then
-    start=$(date +%s)
-    timeout "${KFAB_KB_TIMEOUT:-600}" build-gpu/kfab eval "$f" tests/fixtures/kb/candidates/avg_pool2d_torch.py --target cuda --json \
-      --quiet >"$out/kbbig_45_eval.json" 2>"$out/kbbig_45_eval.err"
-    echo "level1/45 eval (torch pooling): exit $? in $(( $(date +%s) - start )) s; $(python3 -c 'import json,sys; v=json.load(open(sys.argv[1])); m=(v.get("device_memory") or {}); print(v.get("disposition"), "peak device GiB", round(m.get("peak_bytes", 0) / 2**30, 2), m, v.get("detail") or v)' "$out/kbbig_45_eval.json" 2>&1 | tail -1)" | tee -a "$out/summary.txt"
-  fi
 fi
 if want profile; then
   log "profile: kfab eval --profile of the bundled CUDA softmax"

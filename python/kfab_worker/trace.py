@@ -227,6 +227,23 @@ class _Matcher:
                 dims = [dims]
             self.reduce(node, kind, args[0], dims, kw.get("keepdim", args[2] if len(args) > 2 else False))
             return
+        if base == "linalg_vector_norm":
+            x = args[0]
+            order = args[1] if len(args) > 1 else kw.get("ord", 2)
+            dims = args[2] if len(args) > 2 else kw.get("dim")
+            keep = args[3] if len(args) > 3 else kw.get("keepdim", False)
+            if order not in (1, 2, 1.0, 2.0) or (kw.get("dtype") not in (None, torch.float32)):
+                raise Unsupported(f"{t} of order {order}")
+            xe, xc = self.arg(x)
+            nd = len(x.meta["val"].shape)
+            dims = [dims] if isinstance(dims, int) else list(range(nd)) if not dims else list(dims)
+            dims = sorted(d % nd for d in dims)
+            # the norm: a sum over the row of |x| or x * x, then (order 2) its square root
+            inner = f"abs({xe})" if order in (1, 1.0) else f"({xe} * {xe})"
+            if xc != "E" or dims != list(range(nd - self.k, nd)):
+                raise Unsupported(f"{t} over dims {dims} of a {xc}-class value (rows reduce over the last dimension)")
+            self.emit(node, f"rowsum({inner})" if order in (1, 1.0) else f"sqrt(rowsum({inner}))", "R")
+            return
         if base == "native_layer_norm":
             x, norm_shape, w, b, eps = args[:5]
             xe, xc = self.arg(x)
@@ -305,9 +322,10 @@ def _row_dims(gm, S: list) -> int:
         if base == "native_layer_norm":
             ks.add(len(node.args[1]))
             continue
-        if base not in ("sum", "mean", "amax", "amin", "var", "var_mean"):
+        if base not in ("sum", "mean", "amax", "amin", "var", "var_mean", "linalg_vector_norm"):
             continue
-        dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+        at = 2 if base == "linalg_vector_norm" else 1
+        dims = node.args[at] if len(node.args) > at else node.kwargs.get("dim")
         if isinstance(dims, int):
             dims = [dims]
         if not dims:
