@@ -130,7 +130,7 @@ if want kbbig; then
     best=$(ls build-gpu/kbbig/$name/best.* 2>/dev/null | head -1)
     if [ -n "$best" ]; then
       build-gpu/kfab export "$best" --task "$f" --modelnew "build-gpu/kbbig/$name/modelnew.py" >>"$out/kbbig_$name.err" 2>&1 &&
-        timeout 300 python3 bench/modelnew_allclose.py "$f" "build-gpu/kbbig/$name/modelnew.py" --device cuda 2>&1 | tail -3 | tee -a "$out/summary.txt"
+        timeout 300 python3 bench/modelnew_allclose.py "$f" "build-gpu/kbbig/$name/modelnew.py" --device cuda 2>&1 | tail -4 | tee -a "$out/summary.txt"
     fi
   done
 fi
