@@ -12,6 +12,7 @@ import gc
 import json
 import os
 import random
+import sys
 import time
 import traceback
 from pathlib import Path
@@ -203,10 +204,36 @@ def _poison(outs: list, pattern: int) -> None:
 
 
 def _reference(model, inputs, device):
+    """The Model's outputs, each kept as it came where nothing else can change it (no copy: at
+    KernelBench's sizes a copy is gigabytes beside the answer), else a copy of it."""
     with torch.no_grad():
         out = taskmod.as_list(model(*inputs))
     _sync(device)
-    return [o.detach().clone() if isinstance(o, torch.Tensor) else o for o in out]
+    alone = torch.empty(0)
+    alone_refs = _refs(alone)  # what a tensor no one else holds counts, measured the same way
+    kept = []
+    while out:
+        o = out.pop(0)
+        refs = _refs(o)
+        kept.append(o if _owned(o, refs, alone_refs) else o.detach().clone() if isinstance(o, torch.Tensor) else o)
+        del o
+    return kept
+
+
+def _refs(o) -> int:
+    return sys.getrefcount(o)
+
+
+def _owned(o, refs: int, alone_refs: int) -> bool:
+    """Whether `o`, popped from the Model's output list, is the caller's alone: no more Python
+    references than a tensor no one else holds (none from an input, a parameter, an attribute or a
+    global the Model keeps), no view of another tensor, and no other tensor on its storage (a
+    detached alias the Model kept). Otherwise the Model's next forward could change the answer kept."""
+    if not isinstance(o, torch.Tensor) or o._base is not None or refs > alone_refs:
+        return False
+    storage = o.untyped_storage()
+    # the storage's owners: `o` and the Python storage object just made
+    return torch._C._storage_Use_Count(storage._cdata) <= 2
 
 
 def _perturb(xs: list, p: int, last: bool) -> list:
@@ -771,6 +798,23 @@ def time_call_job(req) -> dict:
     return {"ok": True, "ms": ms, "wall_ms": wall, "host_ms": host, "late": bool(late)}
 
 
+def _disagreement(got: list, mine: list, atol: float, rtol: float) -> str | None:
+    """Why the exported ModelNew's outputs are not the candidate's own, or None. A slice at a time
+    (compare): a whole-tensor allclose makes several temporaries the size of the output, gigabytes at
+    KernelBench's sizes."""
+    if len(got) != len(mine):
+        return f"the exported ModelNew returned {len(got)} outputs, the candidate {len(mine)}"
+    for i, (g, m) in enumerate(zip(got, mine)):
+        if not isinstance(m, torch.Tensor):
+            continue
+        st = Stats()
+        compare(g, m, atol, rtol, f"output {i}", 0, 0, st)
+        if not st.ok():
+            why = st.problem or f"{st.mismatches} of {st.checked} values differ, max abs difference {st.max_abs:.3g}"
+            return f"output {i} of the exported ModelNew differs from the candidate's: {why}"
+    return None
+
+
 def time_modelnew_job(req) -> dict:
     """After the candidate was timed: the ModelNew `kfab export` makes of it (req["modelnew"]; a native
     one calls kfab's own build of the candidate, req["library"], through the prebuilt extension,
@@ -797,9 +841,9 @@ def time_modelnew_job(req) -> dict:
             got = taskmod.as_list(model(*xs))
             mine = taskmod.as_list(s.call(xs, 0x5a, check_threads=False))
             _sync(s.device)
-            for i, (g, m) in enumerate(zip(got, mine)):
-                if isinstance(g, torch.Tensor) and not torch.allclose(g.float(), m.float(), atol=s.atol, rtol=s.rtol, equal_nan=True):
-                    return {"ok": True, "error": f"output {i} of the exported ModelNew differs from the candidate's"}
+            differs = _disagreement(got, mine, s.atol, s.rtol)
+            if differs:
+                return {"ok": True, "error": differs}
             del got, mine
             for _ in range(3):
                 model(*xs)

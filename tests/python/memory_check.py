@@ -1,6 +1,7 @@
 """The worker's memory-saving pieces (issue 21), checked on the CPU and, where torch sees one, on a GPU:
 the input fingerprint that replaced a copy of the inputs, the footprint found on fake tensors, the
-room check, and inputs scaled in place. Run by kb_test.cpp (label python). Exits non-zero with the
+room check, inputs scaled in place, and the reference's answer kept without a copy where nothing else
+holds it. Run by kb_test.cpp (label python). Exits non-zero with the
 failed check's message.
 
     python3 tests/python/memory_check.py PYTHON_WORKER_DIR SOURCE_DIR"""
@@ -103,8 +104,88 @@ def scaling() -> None:
     print("scaling ok")
 
 
+def answers_kept() -> None:
+    """The trusted worker keeps the Model's output as its answer without a copy only where no one else
+    can change it; whatever the Model keeps, returns of its inputs or parameters, or views, is copied."""
+    x = torch.randn(8, 8)
+    glob = torch.randn(3)
+
+    class Fresh(torch.nn.Module):
+        def forward(self, x):
+            return torch.relu(x)
+
+    class Keeps(torch.nn.Module):
+        def forward(self, x):
+            self.last = torch.relu(x)
+            return self.last
+
+    class KeepsDetached(torch.nn.Module):
+        def forward(self, x):
+            y = torch.relu(x)
+            self.last = y.detach()
+            return y
+
+    class Param(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(3))
+
+        def forward(self, x):
+            return self.w
+
+    class Mixed(torch.nn.Module):
+        def forward(self, x):
+            return x * 2, x, torch.relu(x).view(-1), glob
+
+    copies = [0]
+    clone = torch.Tensor.clone
+
+    def counting(self, *a, **k):
+        copies[0] += 1
+        return clone(self, *a, **k)
+    torch.Tensor.clone = counting
+    try:
+        for model, want in ((Fresh(), 0), (Keeps(), 1), (KeepsDetached(), 1), (Param(), 1), (Mixed(), 3)):
+            copies[0] = 0
+            out = jobs._reference(model, [x], "cpu")
+            check(copies[0] == want, f"{type(model).__name__}: {copies[0]} copies of its outputs, want {want}")
+            kept = getattr(model, "last", None)
+            for o in out:
+                shared = [o.data_ptr() == t.data_ptr() for t in [x, glob] + list(model.parameters())
+                          + ([kept] if kept is not None else [])]
+                check(not any(shared), f"{type(model).__name__}: an answer shares memory with what the Model holds")
+    finally:
+        torch.Tensor.clone = clone
+    print("answers kept ok")
+
+
+def modelnew_agreement() -> None:
+    """The exported ModelNew's outputs are checked against the candidate's a slice at a time."""
+    jobs_slice = jobs.compare.__globals__["_SLICE"]
+    jobs.compare.__globals__["_SLICE"] = 7  # several slices below
+    try:
+        a = torch.randn(5, 9)
+        check(jobs._disagreement([a.clone()], [a], 1e-4, 1e-4) is None, "equal outputs agree")
+        nan = a.clone()
+        nan[4, 8] = float("nan")
+        check(jobs._disagreement([nan.clone()], [nan], 1e-4, 1e-4) is None, "NaN meets NaN")
+        b = a.clone()
+        b[3, 2] += 1.0
+        why = jobs._disagreement([b], [a], 1e-4, 1e-4)
+        check(why is not None and "output 0" in why and "1 of 45 values differ" in why, f"one value off: {why}")
+        why = jobs._disagreement([a[:4]], [a], 1e-4, 1e-4)
+        check(why is not None and "[4, 9]" in why, f"a shape off: {why}")
+        why = jobs._disagreement([a], [a, a], 1e-4, 1e-4)
+        check(why is not None and "returned 1 outputs" in why, f"an output missing: {why}")
+    finally:
+        jobs.compare.__globals__["_SLICE"] = jobs_slice
+    print("modelnew agreement ok")
+
+
 fingerprints("cpu")
 if torch.cuda.is_available():
     fingerprints("cuda")
 footprints()
 scaling()
+answers_kept()
+modelnew_agreement()
