@@ -9,6 +9,7 @@
 #include <set>
 #include <algorithm>
 #include <map>
+#include <memory>
 
 #include "agent/optimize.h"
 #include "backends/backend.h"
@@ -458,6 +459,8 @@ Expected<json> run_bench(const BenchOptions& opt_in) {
   }
   if (opt.say && !finished.empty())
     opt.say(fmt::format("resuming {}: {} of {} tasks finished already", opt.out_dir.string(), finished.size(), entries.size()));
+  // One worker traces every KernelBench file the tuner is given (made at the first).
+  std::unique_ptr<TorchInspector> tracer;
   for (const auto& e : entries) {
     if (finished.count(e.path.string())) continue;
     const std::string name = e.format == "native" && e.task ? e.task->name : e.path.stem().string();
@@ -486,6 +489,10 @@ Expected<json> run_bench(const BenchOptions& opt_in) {
         t.out_dir = opt.out_dir / "runs" / name;
         t.eval = opt.eval;
         t.progress = progress;
+        if (e.format == "kernelbench") {
+          if (!tracer) tracer = std::make_unique<TorchInspector>(opt.target, opt.eval);
+          t.tracer = tracer.get();
+        }
         r = tune(t);
       } else {
         OptimizeOptions o;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <memory>
 #include <thread>
 #include <ctime>
 #include <map>
@@ -180,8 +181,9 @@ Expected<json> tune(const TuneOptions& in) {
         }
     if (program_json.is_null() || !program_json.is_object()) {
       say("tracing the Model (torch make_fx) to find a fusible program");
-      TorchInspector tracer(opt.target, opt.eval);
-      auto tr = tracer.trace(opt.task);
+      std::unique_ptr<TorchInspector> own;
+      if (opt.tracer == nullptr) own = std::make_unique<TorchInspector>(opt.target, opt.eval);
+      auto tr = (opt.tracer != nullptr ? *opt.tracer : *own).trace(opt.task);
       if (!tr) return Unexpected{tr.error()};
       program_json = *tr;
     }

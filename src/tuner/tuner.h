@@ -30,6 +30,9 @@ struct TuneOptions {
   std::string resume;
   EvalOptions eval;               ///< the final evaluation's protocol (the search uses 2 seeds and short timing)
   std::function<void(const std::string&)> progress;
+  /// Traces KernelBench files: a bench passes one for all its tasks (torch imports once, and a task
+  /// the tuner refuses costs a trace, not a worker's start). Null: the tuner starts its own.
+  TorchInspector* tracer = nullptr;
 };
 
 /// What the built-in tuner makes of a traced KernelBench Model (python/kfab_worker/trace.py): the

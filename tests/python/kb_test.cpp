@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 
@@ -500,6 +501,61 @@ TEST_F(KbEval, AProblemThatCannotFitIsRefusedWithItsFiguresAndDeadlinesGrowWithT
   // 30 s and 10 s per GB on the CPU: 1 MiB moved adds a fraction of a second, rounded up
   EXPECT_EQ(j["protocol"]["timeout_s"].get<double>(), 31.0) << j["protocol"].dump();
   EXPECT_NE(j["protocol"]["timeout_rule"].get<std::string>().find("per GB"), std::string::npos);
+}
+
+}  // namespace kfab::test
+
+namespace kfab::test {
+
+// A bench traces its KernelBench files through one worker (torch imports once; a problem the tuner
+// refuses costs a trace, not a worker's start), and a file that kills that worker costs only its row.
+TEST_F(KbEval, ABenchTracesItsFilesInOneWorkerAndGoesOnPastOneThatKillsIt) {
+  const fs::path suite = scratch() / "one-tracer";
+  fs::remove_all(suite);
+  fs::create_directories(suite);
+  const fs::path pids = scratch() / "one-tracer-pids" / "pids.txt";
+  fs::remove(pids);
+  // Each file records the pid of the process that imports it.
+  auto problem = [&](const std::string& name, const std::string& extra) {
+    std::ofstream(suite / name) << "import os\nimport torch\nimport torch.nn as nn\n"
+                                << "with open(" << nlohmann::json(pids.string()).dump() << ", 'a') as f:\n"
+                                << "    f.write('" << name << " %d\\n' % os.getpid())\n"
+                                << extra
+                                << "class Model(nn.Module):\n"
+                                << "    def __init__(self):\n        super().__init__()\n        self.conv = nn.Conv2d(3, 4, 3)\n"
+                                << "    def forward(self, x):\n        return self.conv(x)\n"
+                                << "def get_inputs():\n    return [torch.rand(2, 3, 16, 16)]\n"
+                                << "def get_init_inputs():\n    return []\n";
+  };
+  problem("1_conv.py", "");
+  problem("2_conv.py", "");
+  problem("3_dies.py", "os._exit(3)\n");
+  problem("4_conv.py", "");
+  const fs::path pid_dir = scratch() / "one-tracer-pids";
+  fs::create_directories(pid_dir);
+  ::setenv("KFAB_SANDBOX_ALLOW", pid_dir.c_str(), 1);  // the one place outside its folder a worker may write
+  CliResult r = kfab_cli({"bench", suite.string(), "--target", "cpu", "--out", (scratch() / "one-tracer-bench").string(),
+                          "--json", "--quiet"}, 600);
+  ::unsetenv("KFAB_SANDBOX_ALLOW");
+  ASSERT_EQ(r.status.code, 1) << r.out << r.err;  // the bench ran; not every task passed
+  const nlohmann::json b = nlohmann::json::parse(*read_file(scratch() / "one-tracer-bench" / "bench.json"));
+  ASSERT_EQ(b["tasks"].size(), 4u) << b.dump(1);
+  std::map<std::string, nlohmann::json> rows;
+  for (const auto& t : b["tasks"]) rows[t["task"].get<std::string>()] = t;
+  for (const char* conv : {"1_conv", "2_conv", "4_conv"}) {
+    EXPECT_EQ(rows[conv]["disposition"], "unsupported") << rows[conv].dump();
+    EXPECT_NE(rows[conv].value("error", std::string()).find("convolution"), std::string::npos) << rows[conv].dump();
+  }
+  EXPECT_EQ(rows["3_dies"]["disposition"], "unsupported") << rows["3_dies"].dump();
+  EXPECT_FALSE(rows["3_dies"].value("error", std::string()).empty()) << rows["3_dies"].dump();
+  // who imported each file: the tracer only; 1 and 2 in one worker, 4 in the one started after 3 killed it
+  std::map<std::string, std::set<std::string>> by;
+  std::ifstream in(pids);
+  for (std::string name, pid; in >> name >> pid;) by[name].insert(pid);
+  ASSERT_EQ(by["1_conv.py"].size(), 1u) << "imported by several processes";
+  EXPECT_EQ(by["1_conv.py"], by["2_conv.py"]) << "two files, two tracing workers";
+  EXPECT_EQ(by["4_conv.py"].size(), 1u);
+  EXPECT_NE(by["4_conv.py"], by["1_conv.py"]) << "the worker that died traced the next file?";
 }
 
 }  // namespace kfab::test
