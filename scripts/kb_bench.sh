@@ -9,13 +9,14 @@
 #   scripts/kb_bench.sh run SUITE_DIR BENCH_DIR OUTDIR SECONDS [BENCH ARGS...]
 #                                                        there: builds kfab (scripts/gpu_machine.sh), starts
 #                                                        the bench into BENCH_DIR or resumes it, stops it
-#                                                        after SECONDS, and copies BENCH_DIR to OUTDIR/bench
+#                                                        after SECONDS, and packs BENCH_DIR as OUTDIR/bench.tgz
 #   scripts/kb_bench.sh table BENCH_DIR KB_DIR OUTFILE   here: the table for bench/results/, with the
 #                                                        KernelBench commit
 #
 # One round, from this machine (carry the suite, the bench folder and .debs):
 #   run(command='scripts/kb_bench.sh run kernelbench/suite kfab-bench/kb "$OUT" 540', carry=[".debs",
-#       "kernelbench", "kfab-bench/kb"]); then copy files_at/bench back to kfab-bench/kb and go again.
+#       "kernelbench", "kfab-bench/kb"]); then `mkdir -p kfab-bench/kb && tar xzf FILES_AT/bench.tgz -C
+#       kfab-bench/kb` here and go again until it says "finished: True".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 verb=${1:?usage: scripts/kb_bench.sh suite|run|table ...}
@@ -50,7 +51,9 @@ run)
   # SIGINT first: kfab ends its workers and keeps every finished row in bench.json
   timeout -s INT -k 15 "$left" build-gpu/kfab bench "${args[@]}" >"$out/bench_stdout.txt" 2>"$out/bench_stderr.txt"
   echo "kfab bench exit $? after $(( $(date +%s) - start )) s"
-  mkdir -p "$out/bench" && cp -r "$bench/." "$out/bench/"
+  # One archive each: what comes back from a device call is at most 8 files, 2 folders deep.
+  tar czf "$out/bench.tgz" -C "$bench" .
+  tar czf "$out/build_logs.tgz" -C "$out" build && rm -rf "$out/build"
   python3 -c 'import json,sys; b=json.load(open(sys.argv[1])); print(len(b["tasks"]), "rows; finished:", b["finished"])' "$bench/bench.json"
   ;;
 table)
