@@ -223,7 +223,9 @@ int Commands::sandbox_command() {
   SpawnOptions so;
   so.argv = sandbox_argv_;
   so.cwd = dir;
-  so.env = {{"TMPDIR", dir.string()}};
+  // the environment a runner starts with: the allow-listed part of kfab's, and HOME and caches in the folder
+  so.clean_env = true;
+  so.env = sandbox_folder_env(dir);
   so.output_file = dir / "output.log";
   so.limits.sandbox = {.enabled = true, .writable_dir = dir, .confine_signals = !sandbox_processes_,
                        .deny_processes = !sandbox_processes_};

@@ -104,6 +104,13 @@ bool sandbox_env_allowed(std::string_view name) {
   return false;
 }
 
+std::vector<std::pair<std::string, std::string>> sandbox_folder_env(const std::filesystem::path& dir) {
+  const std::string d = dir.string();
+  return {{"TMPDIR", d},           {"POCL_CACHE_DIR", d + "/pocl"},   {"CUDA_CACHE_PATH", d + "/nv"},
+          {"TRITON_HOME", d},      {"TRITON_CACHE_DIR", d + "/triton"}, {"TORCHINDUCTOR_CACHE_DIR", d + "/inductor"},
+          {"XDG_CACHE_HOME", d + "/cache"}, {"MPLCONFIGDIR", d + "/mpl"}, {"HOME", d + "/home"}};
+}
+
 void install_child_reaper() {
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
     struct sigaction sa {};

@@ -125,6 +125,11 @@ void install_child_reaper();
 /// PYTHONPATH, KFAB_SANDBOX*, the runner's and worker's own KFAB_* settings). Nothing else: no secret.
 bool sandbox_env_allowed(std::string_view name);
 
+/// What a sandboxed child is given on top of that part, all inside `dir` (the one folder it may write
+/// in): TMPDIR, HOME, and the caches libraries keep under HOME by default (PoCL's kernels, CUDA's JIT,
+/// Triton's and torch.compile's, XDG's, matplotlib's).
+std::vector<std::pair<std::string, std::string>> sandbox_folder_env(const std::filesystem::path& dir);
+
 /// Looks a program up on PATH; empty when absent.
 std::string find_program(const std::string& name);
 

@@ -130,11 +130,8 @@ std::optional<std::string> RunnerClient::ensure_started() {
   // sandbox lets the runner write: PoCL's kernels, CUDA's JIT, Triton's and torch.compile's. Of kfab's
   // own environment only the allow-listed part comes along (sandbox_env_allowed): no secret of kfab's
   // (an API key) reaches a candidate.
-  const std::string d = dir_.string();
   so.clean_env = true;
-  so.env = {{"TMPDIR", d},           {"POCL_CACHE_DIR", d + "/pocl"},   {"CUDA_CACHE_PATH", d + "/nv"},
-            {"TRITON_HOME", d},      {"TRITON_CACHE_DIR", d + "/triton"}, {"TORCHINDUCTOR_CACHE_DIR", d + "/inductor"},
-            {"XDG_CACHE_HOME", d + "/cache"}, {"MPLCONFIGDIR", d + "/mpl"}, {"HOME", d + "/home"}};
+  so.env = sandbox_folder_env(dir_);
   for (const auto& [k, v] : opt_.env) so.env.emplace_back(k, v);
   so.output_file = dir_ / "runner.log";
   so.protocol_pipes = true;

@@ -364,3 +364,29 @@ TEST(Doctor, NeverFailsAndReportsEveryArea) {
 }
 
 }  // namespace kfab::test
+
+namespace kfab::test {
+
+// `kfab sandbox -- CMD` runs CMD as a runner is run: with the allow-listed part of kfab's environment
+// (no secret of kfab's) and HOME and caches in its own folder.
+TEST(Sandbox, TheCommandGetsTheEnvironmentARunnerGets) {
+  const std::string secret = "kfab-sandbox-secret-" + std::to_string(::getpid());
+  ::setenv("KFAB_TEST_SECRET", secret.c_str(), 1);
+  ::setenv("OMP_NUM_THREADS", "3", 1);  // allow-listed: thread pools reach a runner
+  CliResult r = kfab_cli({"sandbox", "--", "/usr/bin/env"});
+  ::unsetenv("KFAB_TEST_SECRET");
+  ::unsetenv("OMP_NUM_THREADS");
+  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  EXPECT_EQ(r.out.find(secret), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("OMP_NUM_THREADS=3\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\nPATH="), std::string::npos) << r.out;
+  const auto home = r.out.find("\nHOME=");
+  ASSERT_NE(home, std::string::npos) << r.out;
+  const auto tmp = r.out.find("\nTMPDIR=");
+  ASSERT_NE(tmp, std::string::npos) << r.out;
+  const std::string folder = r.out.substr(tmp + 8, r.out.find('\n', tmp + 1) - tmp - 8);
+  EXPECT_NE(folder.find("kfab-sandbox"), std::string::npos) << folder;
+  EXPECT_EQ(r.out.substr(home + 6, folder.size()), folder) << "HOME is not in the sandbox's folder:\n" << r.out;
+}
+
+}  // namespace kfab::test
