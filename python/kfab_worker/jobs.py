@@ -205,7 +205,9 @@ def _poison(outs: list, pattern: int) -> None:
 
 def _reference(model, inputs, device):
     """The Model's outputs, each kept as it came where nothing else can change it (no copy: at
-    KernelBench's sizes a copy is gigabytes beside the answer), else a copy of it."""
+    KernelBench's sizes a copy is gigabytes beside the answer), else a copy of it. Until the Model's
+    next forward: one that replays a CUDA graph writes its outputs in place, so an answer kept past
+    that is a copy (_keep_answer)."""
     with torch.no_grad():
         out = taskmod.as_list(model(*inputs))
     _sync(device)
@@ -503,7 +505,9 @@ def _keep_answer(s: _Setup, key: tuple, ref: list, took_s: float) -> None:
     on_device = sum(fpmod.nbytes(a) for a in s.answers.values() if any(isinstance(t, torch.Tensor) and t.is_cuda for t in a))
     total = torch.cuda.mem_get_info()[1]
     if size <= _KEEP_DEVICE_ONE * total and on_device + size <= _KEEP_DEVICE_SHARE * total:
-        s.answers[key] = ref
+        # a copy (small, by the rule above): the answer may be the Model's own output (see _reference),
+        # which a Model that replays a CUDA graph would overwrite at its next forward
+        s.answers[key] = [t.clone() if isinstance(t, torch.Tensor) else t for t in ref]
         return
     on_host = sum(held) - on_device
     if took_s > size / _HOST_COPY_BYTES_PER_S and on_host + size <= _KEEP_HOST_SHARE * fpmod.host_available():
