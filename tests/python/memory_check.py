@@ -1,8 +1,8 @@
 """The worker's memory-saving pieces (issue 21), checked on the CPU and, where torch sees one, on a GPU:
 the input fingerprint that replaced a copy of the inputs, the footprint found on fake tensors, the
-room check, inputs scaled in place, and the reference's answer kept without a copy where nothing else
-holds it. Run by kb_test.cpp (label python). Exits non-zero with the
-failed check's message.
+room check, inputs scaled in place, the reference's answer kept without a copy where nothing else holds
+it, and the exported ModelNew checked against the candidate a slice at a time. Run by kb_test.cpp (label
+python). Exits non-zero with the failed check's message.
 
     python3 tests/python/memory_check.py PYTHON_WORKER_DIR SOURCE_DIR"""
 import sys
@@ -10,6 +10,7 @@ import sys
 import torch
 
 sys.path.insert(0, sys.argv[1])
+from kfab_worker import compare as cmp  # noqa: E402
 from kfab_worker import footprint as fp  # noqa: E402
 from kfab_worker import jobs  # noqa: E402
 from kfab_worker import task as taskmod  # noqa: E402
@@ -161,8 +162,8 @@ def answers_kept() -> None:
 
 def modelnew_agreement() -> None:
     """The exported ModelNew's outputs are checked against the candidate's a slice at a time."""
-    jobs_slice = jobs.compare.__globals__["_SLICE"]
-    jobs.compare.__globals__["_SLICE"] = 7  # several slices below
+    whole = cmp._SLICE
+    cmp._SLICE = 7  # several slices below
     try:
         a = torch.randn(5, 9)
         check(jobs._disagreement([a.clone()], [a], 1e-4, 1e-4) is None, "equal outputs agree")
@@ -178,7 +179,7 @@ def modelnew_agreement() -> None:
         why = jobs._disagreement([a], [a, a], 1e-4, 1e-4)
         check(why is not None and "returned 1 outputs" in why, f"an output missing: {why}")
     finally:
-        jobs.compare.__globals__["_SLICE"] = jobs_slice
+        cmp._SLICE = whole
     print("modelnew agreement ok")
 
 
