@@ -55,14 +55,16 @@ std::string csv_cell(const json& v) {
 }
 
 /// The final verdict of a run report: the first final step that passed, else the last final step,
-/// else (a run with no final check) the fastest passing step.
+/// else (a run with no final check) the fastest passing step, else the last step's verdict (so a task
+/// whose only candidate crashed reads `crashed` with its detail, not `none`).
 json final_verdict(const json& report, json& row) {
-  json last_final, best;
+  json last_final, best, last;
   double best_speed = -1.0;
   int finals = 0;
   for (const auto& s : report.value("steps", json::array())) {
     const json& v = s.contains("verdict") ? s["verdict"] : json();
     if (!v.is_object()) continue;
+    last = v;
     if (s.value("role", "") == "final") {
       if (++finals == 1) row["retained"] = v.value("disposition", "") == "passed";
       if (v.value("disposition", "") == "passed") return v;
@@ -72,7 +74,8 @@ json final_verdict(const json& report, json& row) {
       best = v;
     }
   }
-  return finals > 0 ? last_final : best;
+  if (finals > 0) return last_final;
+  return best.is_null() ? last : best;
 }
 
 }  // namespace
