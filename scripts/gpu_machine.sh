@@ -58,6 +58,10 @@ build-gpu/kfab doctor 2>&1 | tee -a "$out/summary.txt"
 #   kbbig      kfab optimize of KernelBench problems at their own sizes (KFAB_KB_DIR, default
 #              kernelbench/KernelBench, git-ignored and carried; KFAB_KB_PROBLEMS picks them), each best
 #              exported as a ModelNew and measured by bench/modelnew_allclose.py
+#   devices    kfab bench of KFAB_DEVICES_SUITE (default tasks/kb) with KFAB_DEVICES_ARGS, three ways: in
+#              one process on GPU 0, on two processes sharing GPU 0 (--devices 0,0), and on every GPU
+#              (--devices 0,1,...; with several), compile caches emptied before each; then
+#              bench/devices_compare.py: the verdicts side by side and evaluations per hour
 #   profile    kfab eval --profile of the bundled CUDA softmax
 #   overhead   bench/cuda_overhead.py: kfab against torch load_inline
 #   stability  bench/timing_stability.sh: 5 medians and ncu
@@ -133,6 +137,31 @@ if want kbbig; then
         timeout 300 python3 bench/modelnew_allclose.py "$f" "build-gpu/kbbig/$name/modelnew.py" --device cuda 2>&1 | tail -4 | tee -a "$out/summary.txt"
     fi
   done
+fi
+if want devices; then
+  log "devices: one suite in one process, on two processes sharing GPU 0, and on every GPU"
+  suite=${KFAB_DEVICES_SUITE:-tasks/kb}
+  args=${KFAB_DEVICES_ARGS:-"--sample 10 --points 2 --no-compile"}
+  gpus=$(nvidia-smi -L | grep -c '^GPU')
+  rm -rf build-gpu/devices
+  ways=("one:" "shared:0,0")
+  [ "$gpus" -gt 1 ] && ways+=("all:$(seq -s, 0 $((gpus - 1)))")
+  compare=()
+  for way in "${ways[@]}"; do
+    label=${way%%:*}
+    devs=${way#*:}
+    rm -rf "$KFAB_CACHE_DIR/cuda" "$KFAB_CACHE_DIR/cpu"
+    start=$(date +%s)
+    if [ -z "$devs" ]; then
+      CUDA_VISIBLE_DEVICES=0 build-gpu/kfab bench "$suite" --target cuda --fresh $args --out "build-gpu/devices/$label" >"$out/devices_$label.txt" 2>&1
+    else
+      build-gpu/kfab bench "$suite" --target cuda --fresh $args --devices "$devs" --out "build-gpu/devices/$label" >"$out/devices_$label.txt" 2>&1
+    fi
+    echo "devices $label (${devs:-one process on GPU 0}): exit $? in $(( $(date +%s) - start )) s" | tee -a "$out/summary.txt"
+    compare+=("$label=build-gpu/devices/$label")
+  done
+  python3 bench/devices_compare.py "${compare[@]}" 2>&1 | tee -a "$out/summary.txt"
+  (cd build-gpu && find devices -name bench.json -o -name log.txt | tar czf "$out/devices.tgz" -T -)
 fi
 if want profile; then
   log "profile: kfab eval --profile of the bundled CUDA softmax"

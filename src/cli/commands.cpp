@@ -96,6 +96,10 @@ Commands::Commands(CLI::App& app) : app_(app) {
   bench_->add_option("--rtol", rtol_, "relative tolerance of every output (default: the task's; KernelBench tasks: KernelBench's for the dtype)")
       ->check(CLI::NonNegativeNumber);
   bench_->add_flag("--json", json_, "print the bench (scores and task rows) as one JSON object on stdout");
+  bench_->add_option("--devices", devices_,
+                     "spread the tasks over these devices, comma-separated (cuda: GPU indices as nvidia-smi counts them, one may "
+                     "repeat to share a GPU; default: every GPU; cpu, opencl: slots that run at once), a kfab per task")
+      ->delimiter(',');
 
   report_ = app.add_subcommand("report", "a stored run (or a bench folder) as a self-contained HTML page, or as text or JSON");
   report_->add_option("RUN", task_, "a run id from the store, latest, or a bench folder (or its bench.json)")->required();
@@ -738,6 +742,7 @@ int Commands::bench() {
   o.report = html_;
   o.filter = filter_;
   o.sample = sample_;
+  o.devices = devices_;
   o.eval = eval_options();
   o.eval.progress = nullptr;
   if (suite_given) {  // a resumed bench's tasks were checked when it started

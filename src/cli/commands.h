@@ -80,6 +80,7 @@ class Commands {
   bool coverage_ = false;
   bool no_end_to_end_ = false;  ///< eval --no-end-to-end
   std::string bench_resume_;  ///< bench --resume BENCH_DIR
+  std::vector<int> devices_;  ///< bench --devices
   CLI::Option* bench_suite_ = nullptr;  ///< bench SUITE (absent with --resume)
   std::string filter_;  ///< bench --filter
   int sample_ = 0;      ///< bench --sample

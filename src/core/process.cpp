@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -54,19 +55,22 @@ std::string ExitStatus::describe() const {
 namespace {
 
 // Process groups of live children, for the signal handler. Fixed size: slots are claimed with a CAS.
+// A slot holds a group's id, negated for a group that is to get SIGTERM instead of SIGKILL.
 constexpr int kMaxTracked = 256;
 std::atomic<pid_t> g_tracked[kMaxTracked];
 
-void track(pid_t pgid) {
+void track(pid_t pgid, bool gentle) {
   for (auto& slot : g_tracked) {
     pid_t expected = 0;
-    if (slot.compare_exchange_strong(expected, pgid)) return;
+    if (slot.compare_exchange_strong(expected, gentle ? -pgid : pgid)) return;
   }
 }
 
 void untrack(pid_t pgid) {
   for (auto& slot : g_tracked) {
     pid_t expected = pgid;
+    if (slot.compare_exchange_strong(expected, 0)) return;
+    expected = -pgid;
     if (slot.compare_exchange_strong(expected, 0)) return;
   }
 }
@@ -75,6 +79,7 @@ extern "C" void reap_and_reraise(int sig) {
   for (auto& slot : g_tracked) {
     const pid_t p = slot.load();
     if (p > 0) ::kill(-p, SIGKILL);
+    if (p < 0) ::kill(p, SIGTERM);  // -(-pgid): the group
   }
   // The runners' folders go with them (system calls only); what a dying runner still adds is left to
   // the next kfab's sweep_orphaned_temp_dirs.
@@ -165,6 +170,7 @@ Expected<Child> Child::spawn(const SpawnOptions& opt) {
 
   // The sandbox's paths are gathered now: the child may only make async-signal-safe calls.
   const SandboxPlan sandbox(opt.limits.sandbox);
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
     close_all();
@@ -172,6 +178,11 @@ Expected<Child> Child::spawn(const SpawnOptions& opt) {
   }
   if (pid == 0) {
     ::setpgid(0, 0);
+    // Not left running when kfab dies without a chance to end it (SIGKILL, a crash).
+    if (opt.stop_signal != SIGKILL) {
+      ::prctl(PR_SET_PDEATHSIG, opt.stop_signal);
+      if (::getppid() != parent) ::_exit(127);
+    }
     auto limit = [](int res, uint64_t v) {
       struct rlimit rl;
       rl.rlim_cur = rl.rlim_max = v;
@@ -218,7 +229,7 @@ Expected<Child> Child::spawn(const SpawnOptions& opt) {
     ::_exit(127);
   }
   ::setpgid(pid, pid);  // also from the parent, so a kill right after spawn reaches the group
-  track(pid);
+  track(pid, opt.stop_signal != SIGKILL);
   ::close(err_pipe[1]);
   err_pipe[1] = -1;
   int child_errno = 0;

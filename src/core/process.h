@@ -4,6 +4,8 @@
 
 #include <sys/types.h>
 
+#include <csignal>
+
 #include <chrono>
 #include <filesystem>
 #include <optional>
@@ -40,6 +42,11 @@ struct SpawnOptions {
   /// Gives the child a request pipe on fd 3 and a reply pipe on fd 4, and one end of a Unix socket
   /// pair on fd 5 over which it may pass file descriptors (shared memory) to the parent.
   bool protocol_pipes = false;
+  /// What the child's group gets when kfab is ended by SIGINT, SIGTERM or SIGHUP (install_child_reaper),
+  /// and, as its parent-death signal, when kfab dies any other way. SIGKILL (the default) suits a
+  /// runner; a kfab of its own (`bench --devices`) gets SIGTERM, so that it ends its own runners and
+  /// workers before it goes.
+  int stop_signal = SIGKILL;
 };
 
 /// How a child ended.

@@ -8,13 +8,19 @@
 #include <cmath>
 #include <set>
 #include <algorithm>
+#include <cstdlib>
+#include <deque>
 #include <map>
 #include <memory>
+#include <optional>
+#include <thread>
 
 #include "agent/optimize.h"
 #include "backends/backend.h"
+#include "backends/cuda/cuda_backend.h"
 #include "core/discover.h"
 #include "core/hash.h"
+#include "core/process.h"
 #include "core/stamp.h"
 #include "core/text.h"
 #include "eval/evaluator.h"
@@ -381,6 +387,253 @@ Expected<std::pair<BenchOptions, json>> resumed(const BenchOptions& given) {
   }
 }
 
+std::string task_name(const TaskEntry& e) { return e.format == "native" && e.task ? e.task->name : e.path.stem().string(); }
+
+/// One task in this process: its row, with its run's report under "report" (wall_s is the caller's).
+json run_here(const TaskEntry& e, const BenchOptions& opt, std::unique_ptr<TorchInspector>& tracer) {
+  const std::string name = task_name(e);
+  json row = {{"task", name}, {"path", e.path.string()}, {"format", e.format}, {"run", nullptr}};
+  json report;
+  if (e.format == "native" && !e.task) {
+    row["disposition"] = "error";
+    row["error"] = "the task does not load: " + e.error;
+  } else if (opt.mode == "eval") {
+    report = eval_bundled(e, opt, opt.target);
+    if (report.contains("error")) row["error"] = report["error"];
+  } else {
+    Expected<json> r = make_error("");
+    std::function<void(const std::string&)> progress;
+    if (opt.detail) progress = [&](const std::string& s) { opt.detail(name + ": " + s); };
+    if (opt.llm.empty() || opt.llm == "none") {
+      TuneOptions t;
+      t.task = e.path;
+      t.target = opt.target;
+      t.budget = opt.points;
+      t.fresh = opt.fresh;
+      t.out_dir = opt.out_dir / "runs" / name;
+      t.eval = opt.eval;
+      t.progress = progress;
+      if (e.format == "kernelbench") {
+        if (!tracer) tracer = std::make_unique<TorchInspector>(opt.target, opt.eval);
+        t.tracer = tracer.get();
+      }
+      r = tune(t);
+    } else {
+      OptimizeOptions o;
+      o.task = e.path;
+      o.target = opt.target;
+      o.llm = opt.llm;
+      o.budget_candidates = opt.budget;
+      o.out_dir = opt.out_dir / "runs" / name;
+      o.eval = opt.eval;
+      o.progress = progress;
+      r = optimize(o);
+    }
+    if (!r) {
+      row["disposition"] = "unsupported";
+      row["error"] = r.error().message;
+    } else {
+      row["run"] = (*r)["run"];
+      auto store = Store::open(Store::default_path());
+      if (!store) {
+        row["error"] = "the run's steps cannot be read: " + store.error().message;
+      } else if (auto rep = run_report(**store, (*r)["run"].get<std::string>()); !rep) {
+        row["error"] = "the run's steps cannot be read: " + rep.error().message;
+      } else {
+        report = std::move(*rep);
+      }
+    }
+  }
+  if (report.is_object()) {
+    score_task(row, final_verdict(report, row));
+  } else if (!row.contains("disposition")) {
+    row["disposition"] = "error";
+  }
+  row["report"] = report;
+  return row;
+}
+
+/// What a kfab started for one task on one device sees: that GPU alone (cuda), counted as kfab counts
+/// them (PCI bus order, within what this kfab was given itself); nothing for cpu and opencl.
+Expected<std::vector<std::pair<std::string, std::string>>> device_env(const std::string& target, int device) {
+  if (target != "cuda") return std::vector<std::pair<std::string, std::string>>{};
+  std::string visible = std::to_string(device);
+  if (const char* given = std::getenv("CUDA_VISIBLE_DEVICES"); given && *given) {
+    std::vector<std::string> ids;
+    std::string id;
+    for (const char* c = given;; ++c) {
+      if (*c == ',' || *c == '\0') {
+        if (!id.empty()) ids.push_back(id);
+        id.clear();
+        if (*c == '\0') break;
+      } else if (*c != ' ') {
+        id += *c;
+      }
+    }
+    if (device >= static_cast<int>(ids.size()))
+      return make_error(fmt::format("device {}: CUDA_VISIBLE_DEVICES={} gives kfab {} GPUs", device, given, ids.size()));
+    visible = ids[static_cast<size_t>(device)];
+  }
+  const char* order = std::getenv("CUDA_DEVICE_ORDER");
+  return std::vector<std::pair<std::string, std::string>>{{"CUDA_VISIBLE_DEVICES", visible},
+                                                          {"CUDA_DEVICE_ORDER", order && *order ? order : "PCI_BUS_ID"}};
+}
+
+/// A task's own bench folder under `devices`: OUT/tasks/NNN-NAME (NNN its place in the suite's list).
+fs::path task_bench_dir(const BenchOptions& opt, size_t index, const std::string& name) {
+  return opt.out_dir / "tasks" / fmt::format("{:03d}-{}", index, name);
+}
+
+/// The row a task's own bench wrote (with the device it ran on), or the error that says why there is none.
+json task_row_from(const fs::path& dir, const TaskEntry& e, int device, const std::string& ended) {
+  json row = {{"task", task_name(e)}, {"path", e.path.string()}, {"format", e.format}, {"run", nullptr}, {"device", device},
+              {"bench_dir", fs::absolute(dir).string()}};
+  std::string why;
+  if (auto text = read_file(dir / "bench.json"); !text) {
+    why = "wrote no bench.json";
+  } else {
+    try {
+      const json b = json::parse(*text);
+      if (b.value("finished", false) && b.at("tasks").is_array() && b["tasks"].size() == 1) {
+        json r = b["tasks"][0];
+        for (const char* k : {"path", "device", "bench_dir"}) r[k] = row[k];
+        if (b.contains("machine") && r["report"].is_object() && !r["report"].contains("machine")) r["report"]["machine"] = b["machine"];
+        return r;
+      }
+      why = "stopped before the task's row was written";
+    } catch (const std::exception& ex) {
+      why = std::string("wrote a bench.json kfab cannot read (") + printable(ex.what(), 200) + ")";
+    }
+  }
+  std::string log;
+  if (auto text = read_file(dir / "log.txt"); text && !text->empty()) log = printable(*text, 800, Keep::Tail);
+  row["disposition"] = "error";
+  row["error"] = fmt::format("the kfab that ran this task on device {} {} and {}{}", device, ended, why,
+                             log.empty() ? std::string() : "; the end of its log (" + (dir / "log.txt").string() + "): " + log);
+  return row;
+}
+
+/// The tasks spread over `devices`: for each, a kfab of its own (`kfab bench --resume` of a one-task
+/// bench folder with this bench's settings) pinned to a device, at most one per entry of `devices` at
+/// a time. A task whose kfab dies costs that task alone (an `error` row that says how it ended).
+Expected<void> run_on_devices(const std::vector<const TaskEntry*>& todo, const std::vector<TaskEntry>& entries,
+                              const BenchOptions& opt, const json& bench, const std::vector<int>& devices,
+                              const std::function<Expected<void>(json)>& finish, BenchStatus& st,
+                              const std::function<double()>& elapsed) {
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return make_error("cannot find kfab's own executable (/proc/self/exe): " + ec.message());
+  // A test's way in (tests/integration/bench_test.cpp): a command each task's kfab is started under.
+  std::vector<std::string> prefix;
+  if (const char* p = std::getenv("KFAB_BENCH_TASK_PREFIX"); p && *p) {
+    std::string w;
+    for (const char* c = p;; ++c) {
+      if (*c == ' ' || *c == '\0') {
+        if (!w.empty()) prefix.push_back(w);
+        w.clear();
+        if (*c == '\0') break;
+      } else {
+        w += *c;
+      }
+    }
+  }
+
+  struct Slot {
+    int device = 0;
+    std::optional<Child> child;
+    const TaskEntry* entry = nullptr;
+    fs::path dir;
+  };
+  std::vector<Slot> slots(devices.size());
+  for (size_t i = 0; i < devices.size(); ++i) slots[i].device = devices[i];
+  std::deque<const TaskEntry*> queue;
+  auto index_of = [&](const TaskEntry* e) { return static_cast<size_t>(e - entries.data()); };
+  for (const TaskEntry* e : todo) {
+    // A task whose kfab finished before this bench stopped keeps the row it wrote.
+    const fs::path dir = task_bench_dir(opt, index_of(e), task_name(*e));
+    if (auto text = read_file(dir / "bench.json")) {
+      try {
+        const json b = json::parse(*text);
+        if (b.value("finished", false) && b["tasks"].is_array() && b["tasks"].size() == 1) {
+          int device = -1;
+          if (auto d = read_file(dir / "device.txt")) device = std::atoi(d->c_str());
+          if (auto ok = finish(task_row_from(dir, *e, device, "finished")); !ok) return ok;
+          continue;
+        }
+      } catch (const std::exception&) {
+        // run again
+      }
+    }
+    queue.push_back(e);
+  }
+
+  auto start = [&](Slot& s, const TaskEntry* e) -> Expected<void> {
+    s.entry = e;
+    s.dir = task_bench_dir(opt, index_of(e), task_name(*e));
+    fs::remove_all(s.dir, ec);
+    fs::create_directories(s.dir, ec);
+    if (ec) return make_error("cannot create " + s.dir.string() + ": " + ec.message());
+    // The task's own bench, made to be resumed: this bench's settings, the task as its suite.
+    json one = {{"bench", bench["bench"].get<std::string>() + "-" + fs::path(s.dir).filename().string()},
+                {"suite", fs::absolute(e->path).string()},
+                {"target", bench["target"]},
+                {"mode", bench["mode"]},
+                {"llm", bench["llm"]},
+                {"settings", bench["settings"]},
+                {"started_at", utc_now_iso()},
+                {"tasks", json::array()},
+                {"finished", false}};
+    if (auto ok = write_file_atomic(s.dir / "bench.json", dump_json(one, 1)); !ok) return ok;
+    if (auto ok = write_file_atomic(s.dir / "device.txt", std::to_string(s.device) + "\n"); !ok) return ok;
+    auto env = device_env(opt.target, s.device);
+    if (!env) return Unexpected{env.error()};
+    SpawnOptions so;
+    so.argv = prefix;
+    for (const std::string& a : {self.string(), std::string("bench"), std::string("--resume"), s.dir.string()}) so.argv.push_back(a);
+    so.env = *env;
+    so.output_file = s.dir / "log.txt";
+    so.stop_signal = SIGTERM;  // it ends its own runners and workers
+    auto child = Child::spawn(so);
+    if (!child) {
+      s.entry = nullptr;
+      return finish(task_row_from(s.dir, *e, s.device, "did not start (" + child.error().message + ")"));
+    }
+    s.child.emplace(std::move(*child));
+    return {};
+  };
+
+  for (;;) {
+    bool running = false;
+    for (auto& s : slots) {
+      if (!s.child && !queue.empty()) {
+        const TaskEntry* e = queue.front();
+        queue.pop_front();
+        if (auto ok = start(s, e); !ok) return ok;
+      }
+      running = running || s.child.has_value();
+    }
+    if (!running && queue.empty()) return {};
+    std::string now;
+    for (const auto& s : slots)
+      if (s.child) now += (now.empty() ? "" : ", ") + task_name(*s.entry) + " on " + std::to_string(s.device);
+    if (now != st.current) {
+      st.current = now;
+      st.elapsed_s = elapsed();
+      if (opt.status) opt.status(st);
+    }
+    bool ended = false;
+    for (auto& s : slots) {
+      if (!s.child || !s.child->has_exited()) continue;
+      const ExitStatus how = s.child->wait();
+      s.child.reset();
+      ended = true;
+      if (auto ok = finish(task_row_from(s.dir, *s.entry, s.device, how.describe())); !ok) return ok;
+      s.entry = nullptr;
+    }
+    if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
 }  // namespace
 
 Expected<json> run_bench(const BenchOptions& opt_in) {
@@ -405,6 +658,22 @@ Expected<json> run_bench(const BenchOptions& opt_in) {
   if (!backend) return make_error("unknown target \"" + opt.target + "\"", "accepted: cpu, cuda, opencl");
   if (backend->probe() == 0) return make_error("target " + opt.target + " is not available here: " + backend->describe());
   if (opt.mode != "optimize" && opt.mode != "eval") return make_error("unknown bench mode " + opt.mode, "optimize or eval");
+  // The devices: as given, else those the stopped bench used, else every GPU of a cuda host with several.
+  std::vector<int> devices = opt.devices;
+  if (devices.empty() && previous.is_object() && previous.contains("devices") && previous["devices"].is_array())
+    for (const auto& d : previous["devices"])
+      if (d.is_number_integer()) devices.push_back(d.get<int>());
+  const auto* cuda = dynamic_cast<const CudaBackend*>(backend.get());
+  const int gpus = cuda ? cuda->device_count() : 0;
+  if (devices.empty() && gpus > 1)
+    for (int i = 0; i < gpus; ++i) devices.push_back(i);
+  for (int d : devices)
+    if (d < 0)
+      return make_error(fmt::format("device {}: devices are counted from 0", d), "--devices 0,1");
+    else if (gpus > 0 && d >= gpus)
+      return make_error(fmt::format("device {}: this host's {} target has {} device{} (0 to {})", d, opt.target, std::max(gpus, 1),
+                                    gpus == 1 ? "" : "s", std::max(gpus, 1) - 1),
+                        "--devices takes indices as nvidia-smi counts them, comma-separated: --devices 0,1");
 
   const std::string id = previous.is_object() ? previous.value("bench", new_run_id()) : new_run_id();
   if (opt.out_dir.empty()) opt.out_dir = fs::path("kfab-bench") / id;
@@ -462,75 +731,11 @@ Expected<json> run_bench(const BenchOptions& opt_in) {
   }
   if (opt.say && !finished.empty())
     opt.say(fmt::format("resuming {}: {} of {} tasks finished already", opt.out_dir.string(), finished.size(), entries.size()));
-  // One worker traces every KernelBench file the tuner is given (made at the first).
-  std::unique_ptr<TorchInspector> tracer;
-  for (const auto& e : entries) {
-    if (finished.count(e.path.string())) continue;
-    const std::string name = e.format == "native" && e.task ? e.task->name : e.path.stem().string();
-    st.current = name;
-    st.elapsed_s = elapsed();
-    if (opt.status) opt.status(st);
-    const double task_t0 = elapsed();
-    json row = {{"task", name}, {"path", e.path.string()}, {"format", e.format}, {"run", nullptr}};
-    json report;
-    if (e.format == "native" && !e.task) {
-      row["disposition"] = "error";
-      row["error"] = "the task does not load: " + e.error;
-    } else if (opt.mode == "eval") {
-      report = eval_bundled(e, opt, opt.target);
-      if (report.contains("error")) row["error"] = report["error"];
-    } else {
-      Expected<json> r = make_error("");
-      std::function<void(const std::string&)> progress;
-      if (opt.detail) progress = [&](const std::string& s) { opt.detail(name + ": " + s); };
-      if (opt.llm.empty() || opt.llm == "none") {
-        TuneOptions t;
-        t.task = e.path;
-        t.target = opt.target;
-        t.budget = opt.points;
-        t.fresh = opt.fresh;
-        t.out_dir = opt.out_dir / "runs" / name;
-        t.eval = opt.eval;
-        t.progress = progress;
-        if (e.format == "kernelbench") {
-          if (!tracer) tracer = std::make_unique<TorchInspector>(opt.target, opt.eval);
-          t.tracer = tracer.get();
-        }
-        r = tune(t);
-      } else {
-        OptimizeOptions o;
-        o.task = e.path;
-        o.target = opt.target;
-        o.llm = opt.llm;
-        o.budget_candidates = opt.budget;
-        o.out_dir = opt.out_dir / "runs" / name;
-        o.eval = opt.eval;
-        o.progress = progress;
-        r = optimize(o);
-      }
-      if (!r) {
-        row["disposition"] = "unsupported";
-        row["error"] = r.error().message;
-      } else {
-        row["run"] = (*r)["run"];
-        auto store = Store::open(Store::default_path());
-        if (!store) {
-          row["error"] = "the run's steps cannot be read: " + store.error().message;
-        } else if (auto rep = run_report(**store, (*r)["run"].get<std::string>()); !rep) {
-          row["error"] = "the run's steps cannot be read: " + rep.error().message;
-        } else {
-          report = std::move(*rep);
-        }
-      }
-    }
-    if (report.is_object()) {
-      score_task(row, final_verdict(report, row));
-      if (!bench.contains("machine") && report.contains("machine")) bench["machine"] = report["machine"];
-    } else if (!row.contains("disposition")) {
-      row["disposition"] = "error";
-    }
-    row["wall_s"] = elapsed() - task_t0;
-    row["report"] = report;
+  // A task's row is scored, said, stored and saved the same way wherever it ran.
+  auto finish = [&](json row) -> Expected<void> {
+    const json& report = row.value("report", json());
+    if (!bench.contains("machine") && report.is_object() && report.contains("machine")) bench["machine"] = report["machine"];
+    const std::string name = row.value("task", std::string());
     const bool ok = row["disposition"] == "passed";
     st.passed += ok;
     if (ok && std::isfinite(num(row, "speedup")) && num(row, "speedup") > best_speed) {
@@ -538,14 +743,43 @@ Expected<json> run_bench(const BenchOptions& opt_in) {
       st.best = fmt::format("{} {:.2f}x", name, best_speed);
     }
     if (opt.say)
-      opt.say(fmt::format("{}: {}{}", name, row["disposition"].get<std::string>(),
+      opt.say(fmt::format("{}: {}{}{}", name, row["disposition"].get<std::string>(),
                           std::isfinite(num(row, "speedup")) ? fmt::format(" {:.2f}x", num(row, "speedup"))
-                                                             : (row.contains("error") ? ": " + printable(row["error"].get<std::string>(), 200) : "")));
+                                                             : (row.contains("error") ? ": " + printable(row["error"].get<std::string>(), 200) : ""),
+                          row.contains("device") ? fmt::format(" (device {})", row["device"].get<int>()) : ""));
     bench["tasks"].push_back(std::move(row));
     ++st.done;
     st.elapsed_s = elapsed();
     st.left_s = st.elapsed_s / std::max(1, st.done - static_cast<int>(finished.size())) * (st.total - st.done);
-    if (auto saved = save(false); !saved) return Unexpected{saved.error()};
+    return save(false);
+  };
+
+  std::vector<const TaskEntry*> todo;
+  for (const auto& e : entries)
+    if (!finished.count(e.path.string())) todo.push_back(&e);
+  if (!devices.empty()) {
+    bench["devices"] = devices;
+    if (auto done = run_on_devices(todo, entries, opt, bench, devices, finish, st, elapsed); !done) return Unexpected{done.error()};
+    // The rows came as their tasks finished: in the suite's order again.
+    std::map<std::string, size_t> place;
+    for (size_t i = 0; i < entries.size(); ++i) place.emplace(entries[i].path.string(), i);
+    auto at = [&](const json& r) {
+      const auto it = place.find(r.value("path", std::string()));
+      return it == place.end() ? entries.size() : it->second;
+    };
+    std::stable_sort(bench["tasks"].begin(), bench["tasks"].end(), [&](const json& a, const json& b) { return at(a) < at(b); });
+  } else {
+    // One worker traces every KernelBench file the tuner is given (made at the first).
+    std::unique_ptr<TorchInspector> tracer;
+    for (const TaskEntry* e : todo) {
+      st.current = task_name(*e);
+      st.elapsed_s = elapsed();
+      if (opt.status) opt.status(st);
+      const double task_t0 = elapsed();
+      json row = run_here(*e, opt, tracer);
+      row["wall_s"] = elapsed() - task_t0;
+      if (auto saved = finish(std::move(row)); !saved) return Unexpected{saved.error()};
+    }
   }
   st.current.clear();
   if (opt.status) opt.status(st);

@@ -23,7 +23,7 @@ struct BenchStatus {
   int done = 0;             ///< tasks finished
   int total = 0;
   int passed = 0;
-  std::string current;      ///< the task being worked on (empty at the end)
+  std::string current;      ///< the task being worked on (several, with devices; empty at the end)
   std::string best;         ///< the best result so far, in words ("softmax 2.13x")
   double elapsed_s = 0.0;
   double left_s = -1.0;     ///< estimated from the tasks done so far; < 0 before the first
@@ -44,6 +44,12 @@ struct BenchOptions {
   /// A stopped bench's folder: its bench.json gives the suite and every setting (those above and the
   /// evaluation's), its finished rows are kept, and the tasks it had not finished run into it.
   std::filesystem::path resume;
+  /// The devices to spread the tasks over, a kfab process per device at a time, each task's
+  /// evaluations and baselines on one device (cuda: CUDA_VISIBLE_DEVICES of that process, in PCI bus
+  /// order as nvidia-smi counts; an index twice: two processes share that GPU; cpu and opencl: the
+  /// indices only name slots that run at once). Empty: one task at a time in this process, or on a
+  /// cuda host with several GPUs, every GPU.
+  std::vector<int> devices;
   EvalOptions eval;
   std::function<void(const std::string&)> say;       ///< a task's result, a line
   std::function<void(const std::string&)> detail;    ///< the tuner's or the agents' progress within a task

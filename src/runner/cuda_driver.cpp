@@ -36,6 +36,7 @@ struct Api {
   int (*cuModuleGetFunction)(void**, void*, const char*);
   int (*cuLaunchKernel)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*, void**, void**);
   int (*cuMemsetD8)(DevPtr, unsigned char, size_t);
+  int (*cuDeviceGetPCIBusId)(char*, int, int);  // optional: NVML finds the same device by it
   // CUDA graphs (optional: replay is skipped where they are missing)
   int (*cuStreamBeginCapture)(void*, int);
   int (*cuStreamEndCapture)(void*, void**);
@@ -79,6 +80,7 @@ std::string CudaDevice::open() {
             bind(h, g_api.cuLaunchKernel, "cuLaunchKernel") && bind(h, g_api.cuMemsetD8, "cuMemsetD8_v2");
   if (!bind(h, g_api.cuEventElapsedTime, "cuEventElapsedTime_v2")) ok = ok && bind(h, g_api.cuEventElapsedTime, "cuEventElapsedTime");
   if (!ok) return "libcuda.so.1 lacks an expected entry point";
+  if (!bind(h, g_api.cuDeviceGetPCIBusId, "cuDeviceGetPCIBusId")) g_api.cuDeviceGetPCIBusId = nullptr;
   graphs_ = bind(h, g_api.cuStreamBeginCapture, "cuStreamBeginCapture_v2") &&
             bind(h, g_api.cuStreamEndCapture, "cuStreamEndCapture") &&
             bind(h, g_api.cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags") &&
@@ -225,7 +227,16 @@ Nvml& nvml() {
     r.get_reasons = reinterpret_cast<int (*)(void*, unsigned long long*)>(::dlsym(h, "nvmlDeviceGetCurrentClocksEventReasons"));
     if (r.get_reasons == nullptr)
       r.get_reasons = reinterpret_cast<int (*)(void*, unsigned long long*)>(::dlsym(h, "nvmlDeviceGetCurrentClocksThrottleReasons"));
-    if (!init || !by_index || !r.get_clock || init() != 0 || by_index(0, &r.dev) != 0) return r;
+    auto by_bus = reinterpret_cast<int (*)(const char*, void**)>(::dlsym(h, "nvmlDeviceGetHandleByPciBusId_v2"));
+    if (!init || !by_index || !r.get_clock || init() != 0) return r;
+    // The device this runner uses is CUDA's device 0, which is NVML's device 0 only when nothing
+    // reorders or hides devices (CUDA_VISIBLE_DEVICES, as `kfab bench --devices` pins its processes):
+    // found by its PCI bus id where the driver gives one.
+    char bus[64] = {0};
+    int dev = 0;
+    const bool by_pci = by_bus && g_api.cuDeviceGetPCIBusId && g_api.cuDeviceGet && g_api.cuDeviceGet(&dev, 0) == 0 &&
+                        g_api.cuDeviceGetPCIBusId(bus, sizeof bus - 1, dev) == 0 && by_bus(bus, &r.dev) == 0;
+    if (!by_pci && by_index(0, &r.dev) != 0) return r;
     r.loaded = true;
     return r;
   }();

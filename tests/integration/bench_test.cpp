@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <set>
 
 #include "harness.h"
 
@@ -243,6 +244,99 @@ TEST(Bench, ResumeRunsOnlyTheTasksAStoppedBenchHadNotFinished) {
   CliResult none = kfab_cli({"bench", "--resume", (scratch() / "no-bench-here").string()});
   EXPECT_EQ(none.status.code, 2);
   EXPECT_NE(none.err.find("no bench to resume here"), std::string::npos) << none.err;
+}
+
+/// Two copies of the affine task, one with a candidate that passes and one with one that crashes.
+fs::path two_task_suite(const std::string& name) {
+  const fs::path suite = scratch() / name;
+  for (const char* t : {"1_affine", "2_affine"}) {
+    fs::create_directories(suite / t / "candidates");
+    for (const char* f : {"task.toml", "reference.cpp"}) fs::copy_file(fixture("tasks/affine/") + f, suite / t / f);
+  }
+  fs::copy_file(fixture("tasks/affine/candidates/good.cpp"), suite / "1_affine/candidates/good.cpp");
+  fs::copy_file(fixture("broken/garbled_crash.cpp"), suite / "2_affine/candidates/garbled_crash.cpp");
+  return suite;
+}
+
+// Issue 26: `--devices` spreads the tasks over devices, a kfab per task pinned to its device; on the
+// cpu the indices are slots that run at once. The verdicts are those of a bench in one process, the
+// rows in the suite's order, each with its device and its own bench folder.
+TEST(Bench, DevicesSpreadTheTasksAndGiveTheVerdictsOfOneProcess) {
+  const fs::path suite = two_task_suite("devices-suite");
+  const fs::path here = scratch() / "bench-one-process", spread = scratch() / "bench-devices";
+  CliResult one = kfab_cli({"bench", suite.string(), "--target", "cpu", "--eval", "--seeds", "2", "--out", here.string(), "--json", "--quiet"});
+  ASSERT_EQ(one.status.code, 1) << one.out << one.err;
+  CliResult two = kfab_cli({"bench", suite.string(), "--target", "cpu", "--eval", "--seeds", "2", "--out", spread.string(), "--json",
+                            "--devices", "0,1"});
+  ASSERT_EQ(two.status.code, 1) << two.out << two.err;
+  const json a = json::parse(*read_file(here / "bench.json")), b = json::parse(*read_file(spread / "bench.json"));
+  EXPECT_EQ(b["finished"], true);
+  EXPECT_EQ(b["devices"], json::array({0, 1}));
+  ASSERT_EQ(b["tasks"].size(), 2u) << b.dump(1);
+  std::set<int> used;
+  for (size_t i = 0; i < 2; ++i) {
+    const json& r = b["tasks"][i];
+    EXPECT_EQ(r["path"], a["tasks"][i]["path"]) << "the suite's order";
+    EXPECT_EQ(r["disposition"], a["tasks"][i]["disposition"]) << r.dump(1);
+    ASSERT_TRUE(r.contains("device")) << r.dump(1);
+    used.insert(r["device"].get<int>());
+    const fs::path own = r["bench_dir"].get<std::string>();
+    EXPECT_TRUE(fs::exists(own / "log.txt")) << own;
+    EXPECT_EQ(json::parse(*read_file(own / "bench.json"))["tasks"].size(), 1u);
+  }
+  EXPECT_EQ(b["tasks"][0]["disposition"], "passed");
+  EXPECT_EQ(b["tasks"][1]["disposition"], "crashed");
+  EXPECT_TRUE(b["tasks"][0]["report"].is_object()) << "the run's report comes with the row";
+  EXPECT_EQ(used.size(), 2u) << "both slots took a task";
+  EXPECT_NE(two.err.find("(device "), std::string::npos) << two.err;
+
+  CliResult bad = kfab_cli({"bench", suite.string(), "--target", "cpu", "--eval", "--devices", "-1"});
+  EXPECT_EQ(bad.status.code, 2) << bad.out << bad.err;
+}
+
+// Issue 26: a task whose kfab dies costs that task alone: its row says how the kfab ended, the other
+// task passes, bench.json is written and finished. Resumed, a task whose kfab had finished is not
+// run again.
+TEST(Bench, ATaskWhoseKfabIsKilledCostsThatTaskAloneAndAResumeKeepsFinishedTasks) {
+  const fs::path suite = scratch() / "devices-kill-suite";
+  for (const char* t : {"1_affine", "2_affine"}) {
+    fs::create_directories(suite / t / "candidates");
+    for (const char* f : {"task.toml", "reference.cpp"}) fs::copy_file(fixture("tasks/affine/") + f, suite / t / f);
+    fs::copy_file(fixture("tasks/affine/candidates/good.cpp"), suite / t / "candidates/good.cpp");
+  }
+  // Started under this script, the first task's kfab is killed before it runs anything.
+  const fs::path killer = scratch() / "kill-first.sh";
+  ASSERT_TRUE(write_file_atomic(killer, "#!/bin/sh\ncase \"$*\" in *tasks/000-*) kill -9 $$;; esac\nexec \"$@\"\n").has_value());
+  fs::permissions(killer, fs::perms::owner_all);
+  const fs::path out = scratch() / "bench-devices-kill";
+  ::setenv("KFAB_BENCH_TASK_PREFIX", killer.c_str(), 1);
+  CliResult r = kfab_cli({"bench", suite.string(), "--target", "cpu", "--eval", "--seeds", "2", "--out", out.string(), "--json",
+                          "--quiet", "--devices", "0,0"});
+  ::unsetenv("KFAB_BENCH_TASK_PREFIX");
+  ASSERT_EQ(r.status.code, 1) << r.out << r.err;
+  json b = json::parse(*read_file(out / "bench.json"));
+  EXPECT_EQ(b["finished"], true);
+  ASSERT_EQ(b["tasks"].size(), 2u);
+  EXPECT_EQ(b["tasks"][0]["disposition"], "error");
+  EXPECT_NE(b["tasks"][0].value("error", "").find("was killed by SIGKILL"), std::string::npos) << b["tasks"][0].dump(1);
+  EXPECT_EQ(b["tasks"][1]["disposition"], "passed");
+
+  // Stopped with the second task's kfab done but its row not yet taken: the resume takes that row
+  // from the task's own folder and runs the first task again.
+  const fs::path own = b["tasks"][1]["bench_dir"].get<std::string>();
+  const auto written = fs::last_write_time(own / "bench.json");
+  b["tasks"] = json::array();
+  b["finished"] = false;
+  ASSERT_TRUE(write_file_atomic(out / "bench.json", b.dump()).has_value());
+  CliResult again = kfab_cli({"bench", "--resume", out.string(), "--json", "--quiet"});
+  ASSERT_EQ(again.status.code, 0) << again.out << again.err;
+  const json c = json::parse(*read_file(out / "bench.json"));
+  ASSERT_EQ(c["tasks"].size(), 2u);
+  EXPECT_EQ(c["devices"], json::array({0, 0})) << "the stopped bench's devices";
+  EXPECT_EQ(c["tasks"][0]["disposition"], "passed");
+  EXPECT_EQ(c["tasks"][1]["disposition"], "passed");
+  EXPECT_EQ(c["tasks"][1]["device"], 0);
+  EXPECT_EQ(fs::last_write_time(own / "bench.json"), written) << "a finished task is not run again";
 }
 
 TEST(Bench, ASuiteThatDoesNotExistIsBadInput) {

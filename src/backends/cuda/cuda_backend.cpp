@@ -29,7 +29,11 @@ nlohmann::json cached_gpu_probe() {
   auto driver = read_file("/proc/driver/nvidia/version");
   auto boot = read_file("/proc/sys/kernel/random/boot_id");
   if (!driver || !boot) return gpu_probe();
-  const fs::path file = cache_dir() / "machine" / ("cuda-probe-" + hash_hex(*driver + *boot).substr(0, 16) + ".json");
+  // A process pinned to one device (CUDA_VISIBLE_DEVICES, as `kfab bench --devices` starts them) sees
+  // another list than kfab does unpinned: each setting has its own answer.
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  const std::string key = *driver + *boot + '\0' + (visible ? std::string("visible=") + visible : std::string("all"));
+  const fs::path file = cache_dir() / "machine" / ("cuda-probe-" + hash_hex(key).substr(0, 16) + ".json");
   if (auto text = read_file(file)) {
     try {
       return nlohmann::json::parse(*text);
@@ -74,6 +78,7 @@ CudaBackend::CudaBackend() {
   const auto gpus = cached_gpu_probe();
   nvcc_version_ = version.get();
   if (gpus.value("found", false) && !gpus["devices"].empty()) {
+    devices_ = static_cast<int>(gpus["devices"].size());
     gpu_ = gpus["devices"][0].value("name", "GPU");
     cc = gpus["devices"][0].value("compute_capability", "");
   }

@@ -28,12 +28,15 @@ class CudaBackend final : public Backend {
   /// else sm_90a.
   const std::string& arch() const { return arch_; }
   bool has_compiler() const { return !nvcc_.empty(); }
+  /// The GPUs this process sees (CUDA_VISIBLE_DEVICES applies); 0 without one.
+  int device_count() const { return devices_; }
 
  private:
   std::string nvcc_;
   std::string nvcc_version_;
   std::string gpu_;  ///< name of device 0; empty without a GPU
   std::string arch_;
+  int devices_ = 0;
 };
 
 }  // namespace kfab
