@@ -1,7 +1,10 @@
 #include "cli/commands.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <cmath>
 #include <fstream>
@@ -100,6 +103,9 @@ Commands::Commands(CLI::App& app) : app_(app) {
                      "spread the tasks over these devices, comma-separated (cuda: GPU indices as nvidia-smi counts them, one may "
                      "repeat to share a GPU; default: every GPU; cpu, opencl: slots that run at once), a kfab per task")
       ->delimiter(',');
+  // What `--devices` starts on each device: one-task bench folders to resume, a line each on fd 3, a
+  // reply line each on fd 4 ("done", or "error MESSAGE"); an empty line or the end of fd 3 ends it.
+  bench_->add_flag("--serve-slot", serve_slot_, "")->group("");
 
   report_ = app.add_subcommand("report", "a stored run (or a bench folder) as a self-contained HTML page, or as text or JSON");
   report_->add_option("RUN", task_, "a run id from the store, latest, or a bench folder (or its bench.json)")->required();
@@ -715,7 +721,60 @@ std::string times(const json& v) { return v.is_number() ? fmt::format("{:.2f}x",
 
 }  // namespace
 
+int Commands::bench_serve_slot() {
+  std::unique_ptr<TorchInspector> tracer;  // warm from one task to the next
+  // Not inherited by what the tasks start: a runner or worker that outlives this kfab must not keep
+  // the reply pipe open (the bench waits for its end).
+  ::fcntl(3, F_SETFD, FD_CLOEXEC);
+  ::fcntl(4, F_SETFD, FD_CLOEXEC);
+  std::string pending;
+  char buf[4096];
+  auto reply = [](const std::string& line) {
+    for (size_t off = 0; off < line.size();) {
+      const ssize_t n = ::write(4, line.data() + off, line.size() - off);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return;
+      off += static_cast<size_t>(n);
+    }
+  };
+  for (;;) {
+    const auto nl = pending.find('\n');
+    if (nl == std::string::npos) {
+      const ssize_t n = ::read(3, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return 0;
+      pending.append(buf, static_cast<size_t>(n));
+      continue;
+    }
+    const std::string dir = pending.substr(0, nl);
+    pending.erase(0, nl + 1);
+    if (dir.empty()) return 0;
+    // The task's output in its own folder: this kfab's lines and its runners' and workers'.
+    std::cout << std::flush;
+    std::cerr << std::flush;
+    if (const int log = ::open((fs::path(dir) / "log.txt").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644); log >= 0) {
+      ::dup2(log, 1);
+      ::dup2(log, 2);
+      ::close(log);
+    }
+    BenchOptions o;
+    o.resume = dir;
+    o.eval = eval_options();
+    o.eval.progress = nullptr;
+    o.tracer = &tracer;
+    o.say = [](const std::string& line) { std::cerr << "kfab: " << line << std::endl; };
+    o.detail = [](const std::string& line) { std::cerr << "  " << line << std::endl; };
+    auto r = run_bench(o);
+    std::cout << std::flush;
+    std::string line = r ? std::string("done") : "error " + r.error().message;
+    for (char& c : line)
+      if (c == '\n' || c == '\r') c = ' ';
+    reply(line + "\n");
+  }
+}
+
 int Commands::bench() {
+  if (serve_slot_) return bench_serve_slot();
   const bool suite_given = bench_suite_->count() > 0;
   if (bench_resume_.empty() != suite_given)
     return bad_input(json_, !suite_given ? "bench needs a SUITE (a folder of tasks), or --resume BENCH_DIR"

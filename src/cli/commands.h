@@ -37,6 +37,7 @@ class Commands {
   int export_modelnew();
   int optimize_task();
   int bench();
+  int bench_serve_slot();
   int report();
   int sandbox_command();
   int check_tasks(const std::vector<TaskEntry>& entries);
@@ -81,6 +82,7 @@ class Commands {
   bool no_end_to_end_ = false;  ///< eval --no-end-to-end
   std::string bench_resume_;  ///< bench --resume BENCH_DIR
   std::vector<int> devices_;  ///< bench --devices
+  bool serve_slot_ = false;   ///< bench --serve-slot (hidden: what --devices starts on a device)
   CLI::Option* bench_suite_ = nullptr;  ///< bench SUITE (absent with --resume)
   std::string filter_;  ///< bench --filter
   int sample_ = 0;      ///< bench --sample

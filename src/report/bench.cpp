@@ -1,6 +1,8 @@
 #include "report/bench.h"
 
 #include <fmt/format.h>
+#include <poll.h>
+#include <unistd.h>
 
 #include <regex>
 
@@ -8,7 +10,9 @@
 #include <cmath>
 #include <set>
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <memory>
@@ -513,9 +517,10 @@ json task_row_from(const fs::path& dir, const TaskEntry& e, int device, const st
   return row;
 }
 
-/// The tasks spread over `devices`: for each, a kfab of its own (`kfab bench --resume` of a one-task
-/// bench folder with this bench's settings) pinned to a device, at most one per entry of `devices` at
-/// a time. A task whose kfab dies costs that task alone (an `error` row that says how it ended).
+/// The tasks spread over `devices`: a kfab per entry of `devices` (`kfab bench --serve-slot`, pinned
+/// to its device), each running one task at a time as a one-task bench of this bench's settings in
+/// the task's own folder (`--resume` of it), its tracer kept from task to task. A kfab that dies
+/// costs the task it had (an `error` row that says how it ended); the next task gets a new one.
 Expected<void> run_on_devices(const std::vector<const TaskEntry*>& todo, const std::vector<TaskEntry>& entries,
                               const BenchOptions& opt, const json& bench, const std::vector<int>& devices,
                               const std::function<Expected<void>(json)>& finish, BenchStatus& st,
@@ -523,7 +528,7 @@ Expected<void> run_on_devices(const std::vector<const TaskEntry*>& todo, const s
   std::error_code ec;
   const fs::path self = fs::read_symlink("/proc/self/exe", ec);
   if (ec) return make_error("cannot find kfab's own executable (/proc/self/exe): " + ec.message());
-  // A test's way in (tests/integration/bench_test.cpp): a command each task's kfab is started under.
+  // A test's way in (tests/integration/bench_test.cpp): a command each device's kfab is started under.
   std::vector<std::string> prefix;
   if (const char* p = std::getenv("KFAB_BENCH_TASK_PREFIX"); p && *p) {
     std::string w;
@@ -541,8 +546,9 @@ Expected<void> run_on_devices(const std::vector<const TaskEntry*>& todo, const s
   struct Slot {
     int device = 0;
     std::optional<Child> child;
-    const TaskEntry* entry = nullptr;
+    const TaskEntry* entry = nullptr;  ///< the task it runs; null: idle
     fs::path dir;
+    std::string reply;
   };
   std::vector<Slot> slots(devices.size());
   for (size_t i = 0; i < devices.size(); ++i) slots[i].device = devices[i];
@@ -567,7 +573,36 @@ Expected<void> run_on_devices(const std::vector<const TaskEntry*>& todo, const s
     queue.push_back(e);
   }
 
-  auto start = [&](Slot& s, const TaskEntry* e) -> Expected<void> {
+  auto send = [](int fd, const std::string& line) {
+    size_t off = 0;
+    while (off < line.size()) {
+      const ssize_t n = ::write(fd, line.data() + off, line.size() - off);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      off += static_cast<size_t>(n);
+    }
+    return true;
+  };
+  // A slot's kfab, started when it is first needed and again after one died.
+  auto ensure = [&](Slot& s, size_t i) -> Expected<void> {
+    if (s.child) return {};
+    auto env = device_env(opt.target, s.device);
+    if (!env) return Unexpected{env.error()};
+    SpawnOptions so;
+    so.argv = prefix;
+    for (const std::string& a : {self.string(), std::string("bench"), std::string("--serve-slot")}) so.argv.push_back(a);
+    so.env = *env;
+    fs::create_directories(opt.out_dir / "tasks", ec);
+    so.output_file = opt.out_dir / "tasks" / fmt::format("slot-{}-device-{}.log", i, s.device);
+    so.protocol_pipes = true;
+    so.stop_signal = SIGTERM;  // it ends its own runners and workers
+    auto child = Child::spawn(so);
+    if (!child) return make_error("cannot start a kfab for device " + std::to_string(s.device) + ": " + child.error().message);
+    s.child.emplace(std::move(*child));
+    s.reply.clear();
+    return {};
+  };
+  auto start = [&](Slot& s, size_t i, const TaskEntry* e) -> Expected<void> {
     s.entry = e;
     s.dir = task_bench_dir(opt, index_of(e), task_name(*e));
     fs::remove_all(s.dir, ec);
@@ -585,53 +620,79 @@ Expected<void> run_on_devices(const std::vector<const TaskEntry*>& todo, const s
                 {"finished", false}};
     if (auto ok = write_file_atomic(s.dir / "bench.json", dump_json(one, 1)); !ok) return ok;
     if (auto ok = write_file_atomic(s.dir / "device.txt", std::to_string(s.device) + "\n"); !ok) return ok;
-    auto env = device_env(opt.target, s.device);
-    if (!env) return Unexpected{env.error()};
-    SpawnOptions so;
-    so.argv = prefix;
-    for (const std::string& a : {self.string(), std::string("bench"), std::string("--resume"), s.dir.string()}) so.argv.push_back(a);
-    so.env = *env;
-    so.output_file = s.dir / "log.txt";
-    so.stop_signal = SIGTERM;  // it ends its own runners and workers
-    auto child = Child::spawn(so);
-    if (!child) {
+    if (auto ok = ensure(s, i); !ok) {
       s.entry = nullptr;
-      return finish(task_row_from(s.dir, *e, s.device, "did not start (" + child.error().message + ")"));
+      return finish(task_row_from(s.dir, *e, s.device, "did not start (" + ok.error().message + ")"));
     }
-    s.child.emplace(std::move(*child));
+    if (!send(s.child->request_fd(), fs::absolute(s.dir).string() + "\n")) {
+      const ExitStatus how = s.child->wait(std::chrono::steady_clock::now() + std::chrono::seconds(5));
+      s.child.reset();
+      s.entry = nullptr;
+      return finish(task_row_from(s.dir, *e, s.device, how.describe()));
+    }
     return {};
+  };
+  // Its reply ("done" or "error MESSAGE") or its end: the task's row.
+  auto collect = [&](Slot& s) -> Expected<void> {
+    char buf[4096];
+    for (;;) {
+      const ssize_t n = ::read(s.child->reply_fd(), buf, sizeof buf);
+      if (n > 0) {
+        s.reply.append(buf, static_cast<size_t>(n));
+        if (s.reply.find('\n') != std::string::npos) break;
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      // the pipe closed: the kfab ended without a reply
+      const ExitStatus how = s.child->wait(std::chrono::steady_clock::now() + std::chrono::seconds(10));
+      s.child.reset();
+      const TaskEntry* e = std::exchange(s.entry, nullptr);
+      return finish(task_row_from(s.dir, *e, s.device, how.describe()));
+    }
+    const std::string line = s.reply.substr(0, s.reply.find('\n'));
+    s.reply.clear();
+    const TaskEntry* e = std::exchange(s.entry, nullptr);
+    json row = task_row_from(s.dir, *e, s.device, "ended its task");
+    if (line.rfind("error ", 0) == 0 && row.value("disposition", "") == "error") row["error"] = printable(line.substr(6), 2000);
+    return finish(std::move(row));
   };
 
   for (;;) {
-    bool running = false;
-    for (auto& s : slots) {
-      if (!s.child && !queue.empty()) {
+    for (size_t i = 0; i < slots.size(); ++i)
+      if (!slots[i].entry && !queue.empty()) {
         const TaskEntry* e = queue.front();
         queue.pop_front();
-        if (auto ok = start(s, e); !ok) return ok;
+        if (auto ok = start(slots[i], i, e); !ok) return ok;
       }
-      running = running || s.child.has_value();
-    }
-    if (!running && queue.empty()) return {};
+    std::vector<pollfd> fds;
+    std::vector<Slot*> busy;
+    for (auto& s : slots)
+      if (s.entry) {
+        fds.push_back({s.child->reply_fd(), POLLIN, 0});
+        busy.push_back(&s);
+      }
+    if (busy.empty() && queue.empty()) break;
     std::string now;
-    for (const auto& s : slots)
-      if (s.child) now += (now.empty() ? "" : ", ") + task_name(*s.entry) + " on " + std::to_string(s.device);
+    for (const Slot* s : busy) now += (now.empty() ? "" : ", ") + task_name(*s->entry) + " on " + std::to_string(s->device);
     if (now != st.current) {
       st.current = now;
       st.elapsed_s = elapsed();
       if (opt.status) opt.status(st);
     }
-    bool ended = false;
-    for (auto& s : slots) {
-      if (!s.child || !s.child->has_exited()) continue;
-      const ExitStatus how = s.child->wait();
-      s.child.reset();
-      ended = true;
-      if (auto ok = finish(task_row_from(s.dir, *s.entry, s.device, how.describe())); !ok) return ok;
-      s.entry = nullptr;
-    }
-    if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (busy.empty()) continue;
+    const int n = ::poll(fds.data(), fds.size(), 500);
+    if (n < 0 && errno != EINTR) return make_error(std::string("poll: ") + std::strerror(errno));
+    for (size_t k = 0; n > 0 && k < fds.size(); ++k)
+      if (fds[k].revents != 0)
+        if (auto ok = collect(*busy[k]); !ok) return ok;
   }
+  // Every task has its row: an empty line ends each kfab.
+  for (auto& s : slots)
+    if (s.child) {
+      send(s.child->request_fd(), "\n");
+      s.child->wait(std::chrono::steady_clock::now() + std::chrono::seconds(60));
+    }
+  return {};
 }
 
 }  // namespace
@@ -770,7 +831,8 @@ Expected<json> run_bench(const BenchOptions& opt_in) {
     std::stable_sort(bench["tasks"].begin(), bench["tasks"].end(), [&](const json& a, const json& b) { return at(a) < at(b); });
   } else {
     // One worker traces every KernelBench file the tuner is given (made at the first).
-    std::unique_ptr<TorchInspector> tracer;
+    std::unique_ptr<TorchInspector> own;
+    std::unique_ptr<TorchInspector>& tracer = opt.tracer ? *opt.tracer : own;
     for (const TaskEntry* e : todo) {
       st.current = task_name(*e);
       st.elapsed_s = elapsed();

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,8 @@
 #include "store/store.h"
 
 namespace kfab {
+
+class TorchInspector;
 
 /// Where a bench stands, for a live status line.
 struct BenchStatus {
@@ -50,6 +53,9 @@ struct BenchOptions {
   /// indices only name slots that run at once). Empty: one task at a time in this process, or on a
   /// cuda host with several GPUs, every GPU.
   std::vector<int> devices;
+  /// A tracer of KernelBench files kept from one bench to the next (a device's kfab under `--devices`
+  /// runs many one-task benches); null: one per bench.
+  std::unique_ptr<TorchInspector>* tracer = nullptr;
   EvalOptions eval;
   std::function<void(const std::string&)> say;       ///< a task's result, a line
   std::function<void(const std::string&)> detail;    ///< the tuner's or the agents' progress within a task
