@@ -27,6 +27,7 @@
 #include "tuner/templates.h"
 #include "tuner/tuner.h"
 #include "report/bench.h"
+#include "dist/worker.h"
 #include "report/html.h"
 #include "report/table.h"
 #include "store/store.h"
@@ -103,6 +104,9 @@ Commands::Commands(CLI::App& app) : app_(app) {
                      "spread the tasks over these devices, comma-separated (cuda: GPU indices as nvidia-smi counts them, one may "
                      "repeat to share a GPU; default: every GPU; cpu, opencl: slots that run at once), a kfab per task")
       ->delimiter(',');
+  bench_->add_option("--redis", redis_url_, "redis://HOST[:PORT]: the tasks become jobs of this Redis server's job queue, run by "
+                                            "`kfab worker` processes on any host");
+  bench_->add_option("--queue", queue_name_, "the job queue's name on that server (default kfab)");
   // What `--devices` starts on each device: one-task bench folders to resume, a line each on fd 3, a
   // reply line each on fd 4 ("done", or "error MESSAGE"); an empty line or the end of fd 3 ends it.
   bench_->add_flag("--serve-slot", serve_slot_, "")->group("");
@@ -121,6 +125,18 @@ Commands::Commands(CLI::App& app) : app_(app) {
   export_->add_option("--modelnew", out_, "the ModelNew file to write")->required();
   export_->add_flag("--json", json_, "print one JSON object on stdout");
 
+  worker_ = app.add_subcommand("worker", "take evaluation jobs (a bench's tasks) from a Redis job queue and run them here, "
+                                         "one at a time, until stopped");
+  worker_->add_option("--redis", redis_url_, "redis://HOST[:PORT][/DB] of the queue")->required();
+  worker_->add_option("--queue", queue_name_, "the job queue's name on that server (default kfab)");
+  worker_->add_option("--device", worker_device_, "cuda: the GPU this worker runs on, as nvidia-smi counts them (a worker per GPU)")
+      ->check(CLI::NonNegativeNumber);
+  worker_->add_option("--lease", lease_s_, "seconds after which the job of a worker that stopped renewing it is taken over")
+      ->capture_default_str()->check(CLI::Range(1.0, 86400.0));
+  worker_->add_option("--max-jobs", max_jobs_, "end after this many jobs (default: never)")->check(CLI::NonNegativeNumber);
+  worker_->add_option("--name", worker_name_, "its name in the queue (default HOST-PID)");
+  worker_->add_option("--work-dir", worker_dir_, "where jobs are unpacked (default: under kfab's cache)");
+  worker_->add_flag("--quiet,-q", quiet_, "no progress on stderr");
   sandbox_ = app.add_subcommand("sandbox", "run a command in the sandbox candidates run in (writes confined to a temporary "
                                           "folder, no network, no privilege), to see what a driver or library needs");
   sandbox_->add_flag("--processes", sandbox_processes_, "let it start processes (as the Python worker may)");
@@ -165,6 +181,7 @@ int Commands::run() {
   if (bench_->parsed()) return bench();
   if (report_->parsed()) return report();
   if (sandbox_->parsed()) return sandbox_command();
+  if (worker_->parsed()) return worker();
   return kExitBadInput;
 }
 
@@ -721,6 +738,23 @@ std::string times(const json& v) { return v.is_number() ? fmt::format("{:.2f}x",
 
 }  // namespace
 
+int Commands::worker() {
+  WorkerOptions w;
+  w.queue.url = redis_url_;
+  if (!queue_name_.empty()) w.queue.name = queue_name_;
+  w.queue.lease_s = lease_s_;
+  w.device = worker_device_;
+  w.max_jobs = max_jobs_;
+  w.name = worker_name_;
+  w.work_dir = worker_dir_;
+  w.eval = eval_options();
+  w.eval.progress = nullptr;
+  if (!quiet_) w.say = [](const std::string& line) { std::cerr << "kfab: " << line << std::endl; };
+  auto r = run_worker(w);
+  if (!r) return bad_input(false, r.error().message, r.error().hint);
+  return 0;
+}
+
 int Commands::bench_serve_slot() {
   std::unique_ptr<TorchInspector> tracer;  // warm from one task to the next
   // Not inherited by what the tasks start: a runner or worker that outlives this kfab must not keep
@@ -802,6 +836,8 @@ int Commands::bench() {
   o.filter = filter_;
   o.sample = sample_;
   o.devices = devices_;
+  o.queue.url = redis_url_;
+  if (!queue_name_.empty()) o.queue.name = queue_name_;
   o.eval = eval_options();
   o.eval.progress = nullptr;
   if (suite_given) {  // a resumed bench's tasks were checked when it started

@@ -38,6 +38,7 @@ class Commands {
   int optimize_task();
   int bench();
   int bench_serve_slot();
+  int worker();
   int report();
   int sandbox_command();
   int check_tasks(const std::vector<TaskEntry>& entries);
@@ -55,6 +56,7 @@ class Commands {
   CLI::App* bench_ = nullptr;
   CLI::App* report_ = nullptr;
   CLI::App* sandbox_ = nullptr;
+  CLI::App* worker_ = nullptr;
   std::vector<std::string> sandbox_argv_;
   bool sandbox_processes_ = false;
   bool json_ = false;
@@ -83,6 +85,13 @@ class Commands {
   std::string bench_resume_;  ///< bench --resume BENCH_DIR
   std::vector<int> devices_;  ///< bench --devices
   bool serve_slot_ = false;   ///< bench --serve-slot (hidden: what --devices starts on a device)
+  std::string redis_url_;     ///< bench and worker --redis
+  std::string queue_name_;    ///< --queue
+  int worker_device_ = -1;    ///< worker --device
+  double lease_s_ = 60.0;     ///< worker --lease
+  int max_jobs_ = 0;          ///< worker --max-jobs
+  std::string worker_name_;   ///< worker --name
+  std::string worker_dir_;    ///< worker --work-dir
   CLI::Option* bench_suite_ = nullptr;  ///< bench SUITE (absent with --resume)
   std::string filter_;  ///< bench --filter
   int sample_ = 0;      ///< bench --sample

@@ -25,6 +25,8 @@
 #include "core/discover.h"
 #include "core/hash.h"
 #include "core/process.h"
+#include "dist/queue.h"
+#include "dist/worker.h"
 #include "core/stamp.h"
 #include "core/text.h"
 #include "eval/evaluator.h"
@@ -695,6 +697,95 @@ Expected<void> run_on_devices(const std::vector<const TaskEntry*>& todo, const s
   return {};
 }
 
+/// The tasks as jobs of a Redis job queue (`--redis`): one per task, run by `kfab worker` processes
+/// on any host; each task's row comes back as its job's result, written once. Jobs of a resumed bench
+/// that have a result already are not sent again.
+Expected<void> run_on_queue(const std::vector<const TaskEntry*>& todo, const std::vector<TaskEntry>& entries,
+                            const BenchOptions& opt, const json& bench, const std::function<Expected<void>(json)>& finish,
+                            BenchStatus& st, const std::function<double()>& elapsed) {
+  auto queue = JobQueue::open(opt.queue);
+  if (!queue) return Unexpected{queue.error()};
+  auto index_of = [&](const TaskEntry* e) { return static_cast<size_t>(e - entries.data()); };
+  std::vector<std::string> jobs;
+  std::vector<const TaskEntry*> of;
+  for (const TaskEntry* e : todo) {
+    jobs.push_back(bench["bench"].get<std::string>() + "/" + fmt::format("{:03d}-{}", index_of(e), task_name(*e)));
+    of.push_back(e);
+  }
+  auto had = queue->results(jobs);
+  if (!had) return Unexpected{had.error()};
+  size_t sent = 0;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (!(*had)[i].is_null()) continue;
+    json one = {{"bench", jobs[i]},
+                {"target", bench["target"]},
+                {"mode", bench["mode"]},
+                {"llm", bench["llm"]},
+                {"settings", bench["settings"]},
+                {"started_at", utc_now_iso()},
+                {"tasks", json::array()},
+                {"finished", false}};
+    auto payload = task_job_payload(*of[i], one);
+    if (!payload) {
+      json row = {{"task", task_name(*of[i])}, {"path", of[i]->path.string()}, {"format", of[i]->format}, {"run", nullptr},
+                  {"disposition", "error"}, {"error", payload.error().message}};
+      (*had)[i] = json{{"row", row}};
+      continue;
+    }
+    if (auto ok = queue->submit(jobs[i], *payload); !ok) return ok;
+    ++sent;
+  }
+  if (opt.say && sent > 0) opt.say(fmt::format("{} jobs on {} (queue {}): waiting for `kfab worker --redis {}`", sent, opt.queue.url, opt.queue.name, opt.queue.url));
+  std::vector<bool> done(jobs.size(), false);
+  size_t left = jobs.size();
+  auto take = [&](size_t i, const json& result) -> Expected<void> {
+    done[i] = true;
+    --left;
+    const TaskEntry& e = *of[i];
+    json row;
+    if (result.contains("row") && result["row"].is_object()) {
+      row = result["row"];
+    } else {
+      row = {{"task", task_name(e)}, {"format", e.format}, {"run", nullptr}, {"disposition", "error"},
+             {"error", "the worker's job failed: " + result.value("error", std::string("no row"))}};
+    }
+    row["path"] = e.path.string();
+    row["job"] = jobs[i];
+    for (const char* k : {"worker", "host", "device"})
+      if (result.contains(k)) row[k] = result[k];
+    if (result.contains("machine") && row["report"].is_object() && !row["report"].contains("machine")) row["report"]["machine"] = result["machine"];
+    return finish(std::move(row));
+  };
+  for (size_t i = 0; i < jobs.size(); ++i)
+    if (!(*had)[i].is_null())
+      if (auto ok = take(i, (*had)[i]); !ok) return ok;
+  while (left > 0) {
+    std::vector<std::string> waiting;
+    std::vector<size_t> at;
+    for (size_t i = 0; i < jobs.size(); ++i)
+      if (!done[i]) {
+        waiting.push_back(jobs[i]);
+        at.push_back(i);
+      }
+    const std::string now = fmt::format("{} jobs with the workers", waiting.size());
+    if (now != st.current) {
+      st.current = now;
+      st.elapsed_s = elapsed();
+      if (opt.status) opt.status(st);
+    }
+    auto got = queue->results(waiting);
+    if (!got) return Unexpected{got.error()};
+    bool any = false;
+    for (size_t k = 0; k < got->size(); ++k)
+      if (!(*got)[k].is_null()) {
+        any = true;
+        if (auto ok = take(at[k], (*got)[k]); !ok) return ok;
+      }
+    if (!any) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  return {};
+}
+
 }  // namespace
 
 Expected<json> run_bench(const BenchOptions& opt_in) {
@@ -818,7 +909,24 @@ Expected<json> run_bench(const BenchOptions& opt_in) {
   std::vector<const TaskEntry*> todo;
   for (const auto& e : entries)
     if (!finished.count(e.path.string())) todo.push_back(&e);
-  if (!devices.empty()) {
+  QueueOptions queue = opt.queue;
+  if (queue.url.empty() && previous.is_object() && previous.contains("queue") && previous["queue"].is_object()) {
+    queue.url = previous["queue"].value("url", std::string());
+    queue.name = previous["queue"].value("name", queue.name);
+  }
+  if (!queue.url.empty()) {
+    bench["queue"] = {{"url", queue.url}, {"name", queue.name}};
+    BenchOptions q = opt;
+    q.queue = queue;
+    if (auto done = run_on_queue(todo, entries, q, bench, finish, st, elapsed); !done) return Unexpected{done.error()};
+    std::map<std::string, size_t> place;
+    for (size_t i = 0; i < entries.size(); ++i) place.emplace(entries[i].path.string(), i);
+    auto at = [&](const json& r) {
+      const auto it = place.find(r.value("path", std::string()));
+      return it == place.end() ? entries.size() : it->second;
+    };
+    std::stable_sort(bench["tasks"].begin(), bench["tasks"].end(), [&](const json& a, const json& b) { return at(a) < at(b); });
+  } else if (!devices.empty()) {
     bench["devices"] = devices;
     if (auto done = run_on_devices(todo, entries, opt, bench, devices, finish, st, elapsed); !done) return Unexpected{done.error()};
     // The rows came as their tasks finished: in the suite's order again.

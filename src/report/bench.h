@@ -14,6 +14,7 @@
 
 #include "core/expected.h"
 #include "core/discover.h"
+#include "dist/queue.h"
 #include "eval/evaluator.h"
 #include "store/store.h"
 
@@ -53,6 +54,9 @@ struct BenchOptions {
   /// indices only name slots that run at once). Empty: one task at a time in this process, or on a
   /// cuda host with several GPUs, every GPU.
   std::vector<int> devices;
+  /// `--redis URL` (and `--queue NAME`): the tasks become jobs of a Redis job queue, run by `kfab
+  /// worker` processes on any host (dist/queue.h); empty url: here.
+  QueueOptions queue;
   /// A tracer of KernelBench files kept from one bench to the next (a device's kfab under `--devices`
   /// runs many one-task benches); null: one per bench.
   std::unique_ptr<TorchInspector>* tracer = nullptr;

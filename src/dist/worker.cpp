@@ -1,0 +1,195 @@
+#include "dist/worker.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+
+#include "core/discover.h"
+#include "core/hash.h"
+#include "core/paths.h"
+#include "core/stamp.h"
+#include "core/text.h"
+#include "eval/torch_harness.h"
+
+namespace kfab {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr uintmax_t kMaxJobBytes = 64u << 20;
+
+std::string host_name() {
+  char buf[256] = {0};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "host";
+  return buf;
+}
+
+/// A job id as a folder name.
+std::string folder_of(const std::string& job) {
+  std::string s;
+  for (char c : job) s += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') ? c : '_';
+  return s.empty() ? std::string("job") : s;
+}
+
+/// Renews a held job's lease from its own connection until stopped.
+class Heartbeat {
+ public:
+  Heartbeat(const QueueOptions& q, std::string consumer, ClaimedJob job) {
+    thread_ = std::thread([this, q, consumer = std::move(consumer), job = std::move(job)] {
+      auto queue = JobQueue::open(q);
+      std::unique_lock<std::mutex> lock(mu_);
+      while (!stop_) {
+        cv_.wait_for(lock, std::chrono::duration<double>(q.lease_s / 3.0), [this] { return stop_; });
+        if (stop_ || !queue) break;
+        (void)queue->renew(consumer, job);
+      }
+    });
+  }
+  ~Heartbeat() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+/// Writes the job's files under `root`; the task's path there.
+Expected<fs::path> unpack(const json& payload, const fs::path& root) {
+  std::error_code ec;
+  fs::remove_all(root, ec);
+  fs::create_directories(root, ec);
+  if (ec) return make_error("cannot create " + root.string() + ": " + ec.message());
+  if (!payload.contains("files") || !payload["files"].is_object() || !payload.contains("task"))
+    return make_error("a job without its task's files");
+  for (const auto& [rel, b64] : payload["files"].items()) {
+    const fs::path p = fs::path(rel).lexically_normal();
+    if (p.is_absolute() || p.empty() || *p.begin() == "..") return make_error("a job's file lies outside its folder: " + printable(rel, 200));
+    auto bytes = base64_decode(b64.is_string() ? b64.get<std::string>() : std::string("?"));
+    if (!bytes) return make_error("a job's file " + printable(rel, 200) + " is not base64");
+    fs::create_directories((root / p).parent_path(), ec);
+    if (auto ok = write_file_atomic(root / p, *bytes); !ok) return Unexpected{ok.error()};
+  }
+  const fs::path task = fs::path(payload["task"].get<std::string>()).lexically_normal();
+  if (task.is_absolute() || task.empty() || *task.begin() == "..") return make_error("a job's task lies outside its folder");
+  return root / task;
+}
+
+}  // namespace
+
+Expected<json> task_job_payload(const TaskEntry& e, const json& one) {
+  // A native task is its folder; a KernelBench file is the file and its bundled candidates
+  // (candidates/NAME/ beside it), relative to the folder it is in.
+  const fs::path base = e.path.parent_path();
+  std::vector<fs::path> files;
+  std::error_code ec;
+  auto add_tree = [&](const fs::path& dir) {
+    for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+      if (it->is_regular_file(ec)) files.push_back(it->path());
+  };
+  if (fs::is_directory(e.path, ec)) {
+    add_tree(e.path);
+  } else {
+    files.push_back(e.path);
+    if (const fs::path c = base / "candidates" / e.path.stem(); fs::is_directory(c, ec)) add_tree(c);
+  }
+  json f = json::object();
+  uintmax_t total = 0;
+  for (const auto& p : files) {
+    total += fs::file_size(p, ec);
+    if (total > kMaxJobBytes)
+      return make_error(fmt::format("{}: its files pass {} MiB, more than a job carries", e.path.string(), kMaxJobBytes >> 20));
+    auto bytes = read_file(p);
+    if (!bytes) return Unexpected{bytes.error()};
+    f[p.lexically_relative(base).string()] = base64_encode(*bytes);
+  }
+  return json{{"task", e.path.filename().string()}, {"files", f}, {"bench", one}};
+}
+
+Expected<void> run_worker(const WorkerOptions& opt_in) {
+  WorkerOptions opt = opt_in;
+  if (opt.device >= 0) {
+    // Pinned before anything of this process or its children touches a GPU.
+    const char* order = std::getenv("CUDA_DEVICE_ORDER");
+    ::setenv("CUDA_DEVICE_ORDER", order && *order ? order : "PCI_BUS_ID", 1);
+    ::setenv("CUDA_VISIBLE_DEVICES", std::to_string(opt.device).c_str(), 1);
+  }
+  if (opt.name.empty()) opt.name = host_name() + "-" + std::to_string(::getpid()) + (opt.device >= 0 ? "-g" + std::to_string(opt.device) : "");
+  if (opt.work_dir.empty()) opt.work_dir = cache_dir() / "worker" / folder_of(opt.name);
+  auto queue = JobQueue::open(opt.queue);
+  if (!queue) return Unexpected{queue.error()};
+  auto say = [&](const std::string& s) {
+    if (opt.say) opt.say(s);
+  };
+  say(fmt::format("worker {} on {} (queue {}, lease {:.0f} s){}", opt.name, opt.queue.url, opt.queue.name, opt.queue.lease_s,
+                  opt.device >= 0 ? fmt::format(", GPU {}", opt.device) : std::string()));
+  std::unique_ptr<TorchInspector> tracer;  // warm from one job to the next
+  for (int done = 0; opt.max_jobs <= 0 || done < opt.max_jobs;) {
+    auto got = queue->claim(opt.name, 5.0);
+    if (!got) return Unexpected{got.error()};
+    if (!*got) continue;
+    const ClaimedJob job = std::move(**got);
+    ++done;
+    Heartbeat beat(opt.queue, opt.name, job);
+    if (auto had = queue->result(job.job); had && !had->is_null()) {
+      say("job " + job.job + ": done already (delivered again)");
+      if (auto ok = queue->complete(job, *had); !ok) return Unexpected{ok.error()};
+      continue;
+    }
+    say("job " + job.job + (job.taken_over ? ": taken over from a worker whose lease ran out" : ""));
+    const auto t0 = std::chrono::steady_clock::now();
+    json result = {{"worker", opt.name}, {"host", host_name()}};
+    if (opt.device >= 0) result["device"] = opt.device;
+    const fs::path dir = opt.work_dir / folder_of(job.job);
+    auto task = unpack(job.payload, dir / "task");
+    if (!task) {
+      result["error"] = task.error().message;
+    } else {
+      json one = job.payload.value("bench", json::object());
+      one["suite"] = fs::absolute(*task).string();
+      std::error_code ec;
+      fs::create_directories(dir / "bench", ec);
+      if (auto ok = write_file_atomic(dir / "bench" / "bench.json", dump_json(one, 1)); !ok) return Unexpected{ok.error()};
+      BenchOptions b;
+      b.resume = dir / "bench";
+      b.eval = opt.eval;
+      b.tracer = &tracer;
+      b.say = [&](const std::string& s) { say("  " + s); };
+      auto r = run_bench(b);
+      if (!r) {
+        result["error"] = r.error().message;
+      } else if (!(*r)["tasks"].is_array() || (*r)["tasks"].size() != 1) {
+        result["error"] = "the job's bench gave no row";
+      } else {
+        result["row"] = (*r)["tasks"][0];
+        if (r->contains("machine")) result["machine"] = (*r)["machine"];
+      }
+    }
+    result["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    result["finished_at"] = utc_now_iso();
+    auto wrote = queue->complete(job, result);
+    if (!wrote) return Unexpected{wrote.error()};
+    say(fmt::format("job {}: {} in {:.1f} s{}", job.job,
+                    result.contains("row") ? result["row"].value("disposition", std::string("?")) : "error: " + result.value("error", std::string()),
+                    result["seconds"].get<double>(), *wrote ? "" : " (another worker had written its result)"));
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+  return {};
+}
+
+}  // namespace kfab
