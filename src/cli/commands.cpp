@@ -27,6 +27,7 @@
 #include "tuner/templates.h"
 #include "tuner/tuner.h"
 #include "report/bench.h"
+#include "dist/queue.h"
 #include "dist/worker.h"
 #include "report/html.h"
 #include "report/table.h"
@@ -42,6 +43,8 @@ Commands::Commands(CLI::App& app) : app_(app) {
 
   doctor_ = app.add_subcommand("doctor", "what is here: compilers, GPUs, ncu, python+torch, triton, OpenCL");
   doctor_->add_flag("--json", json_, "print one JSON object on stdout");
+  doctor_->add_option("--redis", redis_url_, "redis://HOST[:PORT]: also the pool of that job queue (its workers and jobs)");
+  doctor_->add_option("--queue", queue_name_, "the job queue's name on that server (default kfab)");
 
   tasks_ = app.add_subcommand("tasks", "list tasks (native manifests and KernelBench files)");
   tasks_->add_option("PATH", path_, "a task folder, a task.toml or a folder of tasks")->capture_default_str();
@@ -280,6 +283,23 @@ int Commands::doctor() {
   out["paths"] = {{"store", Store::default_path().string()}, {"cache", cache_dir().string()},
                   {"runner", runner_path().string()}, {"abi_include", abi_include_dir().string()}};
   out["cpu_cores"] = std::thread::hardware_concurrency();
+  if (!redis_url_.empty()) {
+    // The pool: the consumer group's workers (jobs held, idle time) and the jobs not yet taken.
+    QueueOptions qo;
+    qo.url = redis_url_;
+    if (!queue_name_.empty()) qo.name = queue_name_;
+    json pool = {{"url", qo.url}, {"queue", qo.name}, {"found", false}};
+    if (auto q = JobQueue::open(qo); !q) {
+      pool["why"] = q.error().message;
+    } else if (auto w = q->workers(); !w) {
+      pool["why"] = w.error().message;
+    } else {
+      pool["found"] = true;
+      pool["workers"] = *w;
+      if (auto st = q->counts()) pool.update(*st);
+    }
+    out["pool"] = pool;
+  }
   if (json_) {
     std::cout << dump_json(out, 2) << "\n";
     return kExitOk;
@@ -306,6 +326,16 @@ int Commands::doctor() {
                              b["score"].get<int>() > 0 ? "available" : "unavailable", b["found"].get<std::string>());
   std::cout << fmt::format("{:<14} {}\n{:<14} {}\n", "store", out["paths"]["store"].get<std::string>(), "cache",
                            out["paths"]["cache"].get<std::string>());
+  if (out.contains("pool")) {
+    const json& p = out["pool"];
+    std::string workers;
+    for (const auto& w : p.value("workers", json::array()))
+      workers += fmt::format("\n{:<14}   {} ({} job{} held, idle {:.0f} s)", "", w.value("name", std::string("?")), w.value("pending", 0),
+                             w.value("pending", 0) == 1 ? "" : "s", w.value("idle_s", 0.0));
+    line("pool", p, fmt::format("{} queue {}: {} worker{}, {} job{} waiting, {} held{}", p["url"].get<std::string>(), p["queue"].get<std::string>(),
+                                p.value("workers", json::array()).size(), p.value("workers", json::array()).size() == 1 ? "" : "s",
+                                p.value("waiting", 0), p.value("waiting", 0) == 1 ? "" : "s", p.value("held", 0), workers));
+  }
   return kExitOk;
 }
 

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <utility>
 
@@ -324,6 +325,28 @@ Expected<bool> JobQueue::complete(const ClaimedJob& j, const json& result) {
   if (auto a = redis_.command({"XACK", key("jobs"), key("workers"), j.entry}); !a) return Unexpected{a.error()};
   if (auto d = redis_.command({"XDEL", key("jobs"), j.entry}); !d) return Unexpected{d.error()};
   return wrote;
+}
+
+Expected<void> JobQueue::join(const std::string& consumer) {
+  auto r = redis_.command({"XGROUP", "CREATECONSUMER", key("jobs"), key("workers"), consumer});
+  if (!r) return Unexpected{r.error()};
+  return {};
+}
+
+Expected<void> JobQueue::leave(const std::string& consumer) {
+  auto r = redis_.command({"XGROUP", "DELCONSUMER", key("jobs"), key("workers"), consumer});
+  if (!r) return Unexpected{r.error()};
+  return {};
+}
+
+Expected<json> JobQueue::counts() {
+  auto len = redis_.command({"XLEN", key("jobs")});
+  if (!len) return Unexpected{len.error()};
+  auto pending = redis_.command({"XPENDING", key("jobs"), key("workers")});
+  if (!pending) return Unexpected{pending.error()};
+  const long long jobs = len->is_number() ? len->get<long long>() : 0;
+  const long long held = pending->is_array() && !pending->empty() && (*pending)[0].is_number() ? (*pending)[0].get<long long>() : 0;
+  return json{{"jobs", jobs}, {"held", held}, {"waiting", std::max(0LL, jobs - held)}};
 }
 
 Expected<json> JobQueue::workers() {

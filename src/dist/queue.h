@@ -84,6 +84,12 @@ class JobQueue {
   Expected<nlohmann::json> result(const std::string& job);
   /// The workers of the consumer group: name, pending jobs, idle seconds (for `kfab doctor`).
   Expected<nlohmann::json> workers();
+  /// Adds a worker to the consumer group (where `kfab doctor` lists it) before it has taken a job.
+  Expected<void> join(const std::string& consumer);
+  /// Removes a worker that holds no job from the consumer group.
+  Expected<void> leave(const std::string& consumer);
+  /// {"jobs": entries in the stream, "held": delivered and not yet done, "waiting": not yet delivered}.
+  Expected<nlohmann::json> counts();
 
  private:
   JobQueue(QueueOptions opt, Redis r) : opt_(std::move(opt)), redis_(std::move(r)) {}

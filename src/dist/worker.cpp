@@ -132,6 +132,7 @@ Expected<void> run_worker(const WorkerOptions& opt_in) {
   if (opt.work_dir.empty()) opt.work_dir = cache_dir() / "worker" / folder_of(opt.name);
   auto queue = JobQueue::open(opt.queue);
   if (!queue) return Unexpected{queue.error()};
+  if (auto joined = queue->join(opt.name); !joined) return Unexpected{joined.error()};
   auto say = [&](const std::string& s) {
     if (opt.say) opt.say(s);
   };
@@ -189,6 +190,8 @@ Expected<void> run_worker(const WorkerOptions& opt_in) {
     std::error_code ec;
     fs::remove_all(dir, ec);
   }
+  // Done with its jobs: it leaves the queue's list of workers (one killed stays there, its idle time growing).
+  (void)queue->leave(opt.name);
   return {};
 }
 

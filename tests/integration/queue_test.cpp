@@ -104,6 +104,18 @@ TEST_F(RedisOnLoopback, JobsSpreadOverWorkersAndEachResultIsWrittenOnce) {
   const fs::path suite = suite_of("queue-suite", 4);
   worker({"--redis", url(), "--queue", "q1", "--max-jobs", "2", "--name", "w1"});
   worker({"--redis", url(), "--queue", "q1", "--max-jobs", "2", "--name", "w2"});
+  // `kfab doctor --redis` shows the pool: both workers, once they have joined.
+  json pool;
+  for (int i = 0; i < 100; ++i) {
+    CliResult d = kfab_cli({"doctor", "--json", "--redis", url(), "--queue", "q1"});
+    ASSERT_EQ(d.status.code, 0) << d.err;
+    pool = json::parse(d.out)["pool"];
+    if (pool.value("workers", json::array()).size() == 2) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_EQ(pool["found"], true) << pool.dump();
+  ASSERT_EQ(pool["workers"].size(), 2u) << pool.dump();
+  EXPECT_EQ(pool["waiting"], 0);
   const fs::path out = scratch() / "bench-queue";
   CliResult r = kfab_cli({"bench", suite.string(), "--target", "cpu", "--eval", "--seeds", "2", "--out", out.string(), "--json",
                           "--quiet", "--redis", url(), "--queue", "q1"});
@@ -123,6 +135,8 @@ TEST_F(RedisOnLoopback, JobsSpreadOverWorkersAndEachResultIsWrittenOnce) {
   EXPECT_EQ(by, (std::set<std::string>{"w1", "w2"})) << "two jobs each (--max-jobs 2)";
   for (auto& w : workers_) EXPECT_TRUE(w.wait(std::chrono::steady_clock::now() + 60s).ok()) << "a worker ends after its jobs";
   EXPECT_EQ(cli({"XLEN", "q1:jobs"}), "0") << "every job acknowledged and deleted";
+  CliResult d = kfab_cli({"doctor", "--json", "--redis", url(), "--queue", "q1"});
+  EXPECT_EQ(json::parse(d.out)["pool"]["workers"].size(), 0u) << "workers done with their jobs leave the pool: " << d.out;
   EXPECT_EQ(cli({"--raw", "EVAL", "return #redis.call('KEYS', 'q1:result:*')", "0"}), "4");
 
   b["tasks"] = json::array();
