@@ -5,3 +5,8 @@ cd "$(dirname "$0")/.."
 mkdir -p .debs
 cd .debs
 apt-get download libtomlplusplus-dev libtomlplusplus3 libxxhash-dev libsqlite3-dev
+# the Redis job queue (kfab bench --redis, kfab worker): hiredis to build with, and a server to run
+# there (.deps/root/usr/bin/redis-server, its libraries beside it)
+apt-get download libhiredis0.14 libhiredis-dev redis-server redis-tools libjemalloc2 liblzf1
+# an epoch in a name ("5%3a7.0.15") is a character the device tool may not carry
+for f in *%3a*; do if [ -e "$f" ]; then mv "$f" "${f//%3a/_}"; fi; done

@@ -62,6 +62,9 @@ build-gpu/kfab doctor 2>&1 | tee -a "$out/summary.txt"
 #              one process on GPU 0, on two processes sharing GPU 0 (--devices 0,0), and on every GPU
 #              (--devices 0,1,...; with several), compile caches emptied before each; then
 #              bench/devices_compare.py: the verdicts side by side and evaluations per hour
+#   queue      the same suite through a Redis job queue on loopback (redis-server from .debs): a bench
+#              --redis with a kfab worker per GPU, then with two workers sharing GPU 0; compared with
+#              the one-process bench of stage devices when it ran before, else with its own
 #   profile    kfab eval --profile of the bundled CUDA softmax
 #   overhead   bench/cuda_overhead.py: kfab against torch load_inline
 #   stability  bench/timing_stability.sh: 5 medians and ncu
@@ -162,6 +165,38 @@ if want devices; then
   done
   python3 bench/devices_compare.py "${compare[@]}" 2>&1 | tee -a "$out/summary.txt"
   (cd build-gpu && find devices -name bench.json -o -name log.txt | tar czf "$out/devices.tgz" -T -)
+fi
+if want queue; then
+  log "queue: the suite through a Redis job queue, a worker per GPU, then two workers sharing GPU 0"
+  suite=${KFAB_DEVICES_SUITE:-tasks/kb}
+  args=${KFAB_DEVICES_ARGS:-"--sample 10 --points 2 --no-compile"}
+  gpus=$(nvidia-smi -L | grep -c '^GPU')
+  server=$root/usr/bin/redis-server
+  [ -x "$server" ] || server=$(command -v redis-server)
+  LD_LIBRARY_PATH=$lib "$server" --port 6390 --bind 127.0.0.1 --save '' --appendonly no >"$out/redis.log" 2>&1 &
+  redis=$!
+  sleep 1
+  compare=()
+  [ -f build-gpu/devices/one/bench.json ] || {
+    CUDA_VISIBLE_DEVICES=0 build-gpu/kfab bench "$suite" --target cuda --fresh $args --out build-gpu/devices/one >"$out/queue_one.txt" 2>&1; }
+  compare+=("one=build-gpu/devices/one")
+  for way in "pergpu:$(seq -s, 0 $((gpus - 1)))" "shared:0,0"; do
+    label=${way%%:*}
+    pids=()
+    for d in $(echo "${way#*:}" | tr , ' '); do
+      build-gpu/kfab worker --redis redis://127.0.0.1:6390 --queue "$label" --device "$d" >>"$out/queue_workers_$label.txt" 2>&1 &
+      pids+=($!)
+    done
+    rm -rf "$KFAB_CACHE_DIR/cuda" "$KFAB_CACHE_DIR/cpu" "build-gpu/devices/q_$label"
+    start=$(date +%s)
+    build-gpu/kfab bench "$suite" --target cuda --fresh $args --redis redis://127.0.0.1:6390 --queue "$label" \
+      --out "build-gpu/devices/q_$label" >"$out/queue_$label.txt" 2>&1
+    echo "queue $label (workers on ${way#*:}): exit $? in $(( $(date +%s) - start )) s" | tee -a "$out/summary.txt"
+    kill "${pids[@]}" 2>/dev/null; wait "${pids[@]}" 2>/dev/null
+    compare+=("$label=build-gpu/devices/q_$label")
+  done
+  kill "$redis"
+  python3 bench/devices_compare.py "${compare[@]}" 2>&1 | tee -a "$out/summary.txt"
 fi
 if want profile; then
   log "profile: kfab eval --profile of the bundled CUDA softmax"
