@@ -139,16 +139,33 @@ Expected<void> run_worker(const WorkerOptions& opt_in) {
   say(fmt::format("worker {} on {} (queue {}, lease {:.0f} s){}", opt.name, opt.queue.url, opt.queue.name, opt.queue.lease_s,
                   opt.device >= 0 ? fmt::format(", GPU {}", opt.device) : std::string()));
   std::unique_ptr<TorchInspector> tracer;  // warm from one job to the next
+  // A lost connection (the server restarted, the network dropped) is found again: the job held then
+  // is taken over by whoever holds it when its lease runs out.
+  auto reconnect = [&](const Error& why) {
+    say("lost the queue (" + why.message + "); trying again every 5 s");
+    for (;;) {
+      std::this_thread::sleep_for(std::chrono::seconds(5));
+      if (auto q = JobQueue::open(opt.queue)) {
+        queue = std::move(q);
+        (void)queue->join(opt.name);
+        say("the queue is back");
+        return;
+      }
+    }
+  };
   for (int done = 0; opt.max_jobs <= 0 || done < opt.max_jobs;) {
     auto got = queue->claim(opt.name, 5.0);
-    if (!got) return Unexpected{got.error()};
+    if (!got) {
+      reconnect(got.error());
+      continue;
+    }
     if (!*got) continue;
     const ClaimedJob job = std::move(**got);
     ++done;
     Heartbeat beat(opt.queue, opt.name, job);
     if (auto had = queue->result(job.job); had && !had->is_null()) {
       say("job " + job.job + ": done already (delivered again)");
-      if (auto ok = queue->complete(job, *had); !ok) return Unexpected{ok.error()};
+      if (auto ok = queue->complete(job, *had); !ok) reconnect(ok.error());
       continue;
     }
     say("job " + job.job + (job.taken_over ? ": taken over from a worker whose lease ran out" : ""));
@@ -183,7 +200,11 @@ Expected<void> run_worker(const WorkerOptions& opt_in) {
     result["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     result["finished_at"] = utc_now_iso();
     auto wrote = queue->complete(job, result);
-    if (!wrote) return Unexpected{wrote.error()};
+    if (!wrote) {
+      reconnect(wrote.error());
+      wrote = queue->complete(job, result);
+      if (!wrote) continue;  // its lease runs out and another worker runs it
+    }
     say(fmt::format("job {}: {} in {:.1f} s{}", job.job,
                     result.contains("row") ? result["row"].value("disposition", std::string("?")) : "error: " + result.value("error", std::string()),
                     result["seconds"].get<double>(), *wrote ? "" : " (another worker had written its result)"));

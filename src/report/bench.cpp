@@ -774,7 +774,13 @@ Expected<void> run_on_queue(const std::vector<const TaskEntry*>& todo, const std
       if (opt.status) opt.status(st);
     }
     auto got = queue->results(waiting);
-    if (!got) return Unexpected{got.error()};
+    if (!got) {
+      // The server restarted or the network dropped: the jobs and results it keeps are found again.
+      if (opt.say) opt.say("lost the queue (" + got.error().message + "); trying again in 5 s");
+      std::this_thread::sleep_for(std::chrono::seconds(5));
+      if (auto q = JobQueue::open(opt.queue)) queue = std::move(q);
+      continue;
+    }
     bool any = false;
     for (size_t k = 0; k < got->size(); ++k)
       if (!(*got)[k].is_null()) {
