@@ -57,7 +57,9 @@ def main() -> int:
         n = sum(evaluations(r) for r in b["tasks"])
         wall = float(b.get("wall_s", 0.0))
         rate = n / wall * 3600 if wall > 0 else 0.0
-        print(f"| {label} | {b.get('devices', 'one process')} | {len(b['tasks'])} | {wall:.0f} | {n} | {rate:.0f} |")
+        where = b.get("devices") or (f"queue {b['queue']['name']}, workers " + ", ".join(sorted({str(r.get('worker')) for r in b["tasks"]}))
+                                     if isinstance(b.get("queue"), dict) else "one process")
+        print(f"| {label} | {where} | {len(b['tasks'])} | {wall:.0f} | {n} | {rate:.0f} |")
     print()
     print(f"dispositions: {'the same for every task' if not differ and same else f'{differ} tasks differ'}"
           f"{'' if same else '; the benches do not hold the same tasks'}")

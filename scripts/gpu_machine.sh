@@ -28,7 +28,9 @@ rm -rf .deps && mkdir -p "$root"
 for deb in .debs/*.deb; do dpkg -x "$deb" "$root"; done
 # The .pc files say prefix=/usr; point them at the unpacked tree. The -dev symlink of sqlite3 points
 # at a runtime the machine already has.
-sed -i "s|^prefix=/usr|prefix=$root/usr|" "$lib"/pkgconfig/*.pc
+# Debian's hiredis.pc names its folders outright (includedir=/usr/include/hiredis, libdir=/usr/lib)
+sed -i -e "s|^prefix=/usr|prefix=$root/usr|" -e "s|^includedir=/usr|includedir=$root/usr|" -e "s|^libdir=/usr/lib\$|libdir=$lib|" \
+  "$lib"/pkgconfig/*.pc
 ln -sf /usr/lib/x86_64-linux-gnu/libsqlite3.so.0 "$lib/libsqlite3.so"
 
 # The machine's ICD list may name only PoCL: add NVIDIA's OpenCL driver when it is there.
