@@ -1,5 +1,6 @@
 #include "backends/compile_cache.h"
 
+#include <atomic>
 #include <elf.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -102,7 +103,10 @@ BuildOutcome<BuildResult> compile_cached(const CompileSpec& spec, const fs::path
   }
   fs::create_directories(dir, ec);
   if (ec) return failure_or_no_space(dir.parent_path(), "cannot create the compile cache " + dir.string() + ": " + ec.message());
-  const fs::path tmp = dir / (r.key + ".tmp." + std::to_string(::getpid()) + ".so");
+  // One name per build, also where threads of one kfab build the same source at once (each device's
+  // evaluator builds the task's reference: `--devices`).
+  static std::atomic<unsigned> builds{0};
+  const fs::path tmp = dir / (r.key + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(builds++) + ".so");
   std::vector<std::string> argv = {spec.compiler};
   argv.insert(argv.end(), spec.flags.begin(), spec.flags.end());
   argv.insert(argv.end(), {"-I" + include.string(), "-o", tmp.string(), fs::absolute(source).string()});

@@ -69,6 +69,10 @@ Commands::Commands(CLI::App& app) : app_(app) {
   optimize_->add_option("--out", out_, "folder for the candidates and best.<ext> (default kfab-runs/RUN)");
   optimize_->add_option("--resume", resume_, "continue a stopped run from the store");
   optimize_->add_option("--points", budget_tuner_, "built-in tuner: parameter points to evaluate, at most")->capture_default_str();
+  optimize_->add_option("--devices", devices_,
+                        "built-in tuner: spread the points over these devices, comma-separated (cuda: GPU indices as nvidia-smi "
+                        "counts them; cpu, opencl: evaluations at once); the winner's final check on the first")
+      ->delimiter(',');
   optimize_->add_flag("--fresh", fresh_, "built-in tuner: search again even when a cached result exists");
   optimize_->add_option("--timeout", timeout_s_, "seconds each runner job may take")->capture_default_str();
   optimize_->add_flag("--quiet,-q", quiet_, "no progress lines on stderr");
@@ -518,6 +522,9 @@ int Commands::optimize_task() {
     t.budget = budget_tuner_;
     t.fresh = fresh_;
     t.out_dir = out_;
+    t.devices = devices_;
+    for (int d : t.devices)
+      if (d < 0) return bad_input(json_, fmt::format("device {}: devices are counted from 0", d), "--devices 0,1");
     t.eval = eval_options();
     if (auto fits = native_task_fits(task_, t.target, t.eval); !fits) return bad_input(json_, fits.error().message, fits.error().hint);
     t.progress = t.eval.progress;

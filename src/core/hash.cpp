@@ -1,5 +1,6 @@
 #include "core/hash.h"
 
+#include <atomic>
 #include <fmt/format.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -27,7 +28,9 @@ Expected<std::string> read_file(const std::filesystem::path& p) {
 Expected<void> write_file_atomic(const std::filesystem::path& p, std::string_view data) {
   std::error_code ec;
   std::filesystem::create_directories(p.parent_path(), ec);
-  const auto tmp = p.string() + ".tmp." + std::to_string(::getpid());
+  // Unique per write, not only per process: threads of one kfab may write the same file at once.
+  static std::atomic<unsigned> writes{0};
+  const auto tmp = p.string() + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(writes++);
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) return make_error(tmp + ": cannot write: " + std::strerror(errno));

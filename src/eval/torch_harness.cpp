@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <mutex>
 
 #include "core/expr.h"
 #include "core/hash.h"
@@ -125,7 +126,8 @@ RunnerOptions torch_worker_options(const RunnerOptions& base, double timeout_s, 
   ro.freeze_between_jobs = !trusted;
   std::string path = python_worker_dir().string();
   if (const char* pp = std::getenv("PYTHONPATH"); pp && *pp) path += std::string(":") + pp;
-  ro.env = {{"PYTHONPATH", path}, {"PYTHONDONTWRITEBYTECODE", "1"}};
+  ro.env["PYTHONPATH"] = path;  // beside what the caller gives (a device pinned by `--devices`)
+  ro.env["PYTHONDONTWRITEBYTECODE"] = "1";
   return ro;
 }
 
@@ -503,6 +505,8 @@ namespace {
 /// The torch extension of exported ModelNews, built once per machine, Python and header into kfab's
 /// cache (a minute the first time); its library, remembered in a file beside it.
 Expected<std::string> modelnew_extension() {
+  static std::mutex mu;  // evaluators of several devices (tune's --devices) may ask at once
+  std::lock_guard<std::mutex> lock(mu);
   static std::optional<std::string> built;
   if (built) return *built;
   const fs::path dir = cache_dir() / "export";

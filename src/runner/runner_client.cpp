@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -47,11 +48,13 @@ void RunnerOptions::for_target(const std::string& target) {
 
 namespace {
 /// Device runners told to quit and not waited for (see ~RunnerClient), reaped when kfab next looks.
+std::mutex g_detached_mu;  // runners of several evaluators (tune's --devices) end at once
 std::vector<pid_t>& detached() {
   static std::vector<pid_t> pids;
   return pids;
 }
 void reap_detached() {
+  std::lock_guard<std::mutex> lock(g_detached_mu);
   auto& pids = detached();
   std::erase_if(pids, [](pid_t p) { return ::waitpid(p, nullptr, WNOHANG) != 0; });
 }
@@ -86,7 +89,10 @@ RunnerClient::~RunnerClient() {
     if (!opt_.preopen.empty()) {
       // A device runner takes a tenth of a second to tear its context down: it is not waited for.
       // It removes its own folder on quit (and kfab removes whatever is left); it is reaped later.
-      if (const pid_t pid = child_->release(); pid > 0) detached().push_back(pid);
+      if (const pid_t pid = child_->release(); pid > 0) {
+        std::lock_guard<std::mutex> lock(g_detached_mu);
+        detached().push_back(pid);
+      }
       child_.reset();
       std::error_code ec;
       fs::remove_all(dir_, ec);

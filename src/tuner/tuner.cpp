@@ -1,15 +1,18 @@
 #include "tuner/tuner.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <atomic>
-#include <memory>
-#include <thread>
+#include <cstdlib>
 #include <ctime>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <random>
+#include <thread>
 
 #include "backends/backend.h"
 #include "core/hash.h"
@@ -148,10 +151,20 @@ Expected<json> tune(const TuneOptions& in) {
   GemmProgram gemm_program;
   // One evaluator for the whole search; for a KernelBench task its workers are kept (torch imports
   // once): the candidates are kfab's own.
-  Evaluator evaluator(*loaded, opt.target, opt.eval);
+  // With devices, each evaluator's runners and workers see one GPU; the first evaluator runs the
+  // points the search does not spread and the winner's final check.
+  auto pinned = [&](EvalOptions eo, size_t slot) {
+    if (opt.target == "cuda" && slot < opt.devices.size()) {
+      const char* order = std::getenv("CUDA_DEVICE_ORDER");
+      eo.runner.env["CUDA_DEVICE_ORDER"] = order && *order ? order : "PCI_BUS_ID";
+      eo.runner.env["CUDA_VISIBLE_DEVICES"] = std::to_string(opt.devices[slot]);
+    }
+    return eo;
+  };
+  Evaluator evaluator(*loaded, opt.target, pinned(opt.eval, 0));
   evaluator.keep_workers();
   auto evaluate = [&](const fs::path& file, const EvalOptions& eo) {
-    evaluator.set_options(eo);
+    evaluator.set_options(pinned(eo, 0));
     return evaluator.evaluate(file);
   };
   const std::string ext = opt.target == "cuda" ? ".cu" : ".cpp";
@@ -343,6 +356,38 @@ Expected<json> tune(const TuneOptions& in) {
         });
       for (auto& t : pool) t.join();
     }
+    // Spread over devices: every point not evaluated before is evaluated first, an evaluator per
+    // device taking the next point as it finishes one; the verdicts are then taken in point order.
+    std::vector<std::optional<Expected<Verdict>>> spread(files.size());
+    if (opt.devices.size() > 1) {
+      std::vector<size_t> todo;
+      for (size_t k = 0; k < files.size() && k < points.size(); ++k)
+        if (!done.count(hashes[k])) todo.push_back(k);
+      say(fmt::format("evaluating {} parameter point(s) on devices {}", todo.size(), fmt::join(opt.devices, ",")));
+      std::atomic<size_t> next{0};
+      std::mutex say_mu;
+      auto work = [&](size_t slot, Evaluator& ev) {
+        for (size_t i = next++; i < todo.size(); i = next++) {
+          const size_t k = todo[i];
+          ev.set_options(pinned(quick, slot));
+          spread[k] = ev.evaluate(files[k]);
+          std::lock_guard<std::mutex> lock(say_mu);
+          if (*spread[k])
+            say(fmt::format("  {} ({}) on device {}: {}", points[k].tmpl, format_params(points[k].params), opt.devices[slot],
+                            disposition_name((*spread[k])->disposition)));
+        }
+      };
+      std::vector<std::unique_ptr<Evaluator>> others;
+      std::vector<std::thread> threads;
+      for (size_t slot = 1; slot < opt.devices.size(); ++slot) {
+        others.push_back(std::make_unique<Evaluator>(*loaded, opt.target, pinned(quick, slot)));
+        others.back()->keep_workers();
+      }
+      for (size_t slot = 1; slot < opt.devices.size(); ++slot)
+        threads.emplace_back(work, slot, std::ref(*others[slot - 1]));
+      work(0, evaluator);
+      for (auto& t : threads) t.join();
+    }
     for (size_t k = 0; k < points.size(); ++k) {
       const Point& pt = points[k];
       if (evaluated >= opt.budget || k >= files.size()) {
@@ -372,7 +417,7 @@ Expected<json> tune(const TuneOptions& in) {
                             {"detail", st.disposition == "passed" ? std::string() : printable(st.detail, 300)}, {"resumed", true}});
         continue;
       }
-      auto v = evaluate(file, quick);
+      auto v = spread[k] ? std::move(*spread[k]) : evaluate(file, quick);
       if (!v) return Unexpected{v.error()};
       ++evaluated;
       say(fmt::format("{} ({}): {}{}", pt.tmpl, format_params(pt.params), disposition_name(v->disposition),

@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -33,6 +34,10 @@ struct TuneOptions {
   /// Traces KernelBench files: a bench passes one for all its tasks (torch imports once, and a task
   /// the tuner refuses costs a trace, not a worker's start). Null: the tuner starts its own.
   TorchInspector* tracer = nullptr;
+  /// The devices the search's points are spread over, an evaluator pinned to each (cuda:
+  /// CUDA_VISIBLE_DEVICES of its runners and workers, PCI bus order; cpu, opencl: slots that run at
+  /// once); the winner's final check runs on the first. Empty: one evaluator, as the process is.
+  std::vector<int> devices;
 };
 
 /// What the built-in tuner makes of a traced KernelBench Model (python/kfab_worker/trace.py): the

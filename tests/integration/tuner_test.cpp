@@ -52,6 +52,30 @@ TEST(Tuner, SearchesThenReusesItsCachedResult) {
 // Every bundled task with a cpu template tuning to a passing kernel: Bench.TheCoreSuiteOnTheCpu...
 // (tests/integration/bench_test.cpp) optimizes the whole of tasks/core.
 
+// Issue 26: `--devices` spreads the search's points over evaluators that run at once (on the cpu,
+// slots; on cuda, one GPU each). Every point is evaluated once and listed, each with the disposition
+// the search in one evaluator gives it, and the winner passes its final check.
+TEST(Tuner, DevicesSpreadThePointsAndEvaluateEachOnce) {
+  const auto one = kfab_cli({"optimize", "tasks/core/log_softmax", "--target", "cpu", "--json", "--quiet", "--fresh", "--points", "4",
+                             "--out", (scratch() / "tune-one").string()});
+  ASSERT_EQ(one.status.code, 0) << one.out << one.err;
+  const auto two = kfab_cli({"optimize", "tasks/core/log_softmax", "--target", "cpu", "--json", "--quiet", "--fresh", "--points", "4",
+                             "--devices", "0,1", "--out", (scratch() / "tune-two").string()});
+  ASSERT_EQ(two.status.code, 0) << two.out << two.err;
+  const auto a = nlohmann::json::parse(one.out), b = nlohmann::json::parse(two.out);
+  EXPECT_EQ(b["best"]["disposition"], "passed") << b.dump(1);
+  EXPECT_EQ(b["candidates"], 4);
+  ASSERT_EQ(b["points"].size(), 4u);
+  ASSERT_EQ(a["points"].size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(b["points"][i]["template"], a["points"][i]["template"]) << "the points in the search's order";
+    EXPECT_EQ(b["points"][i]["params"], a["points"][i]["params"]);
+    EXPECT_EQ(b["points"][i]["disposition"], a["points"][i]["disposition"]) << b["points"][i].dump();
+  }
+  const auto bad = kfab_cli({"optimize", "tasks/core/log_softmax", "--target", "cpu", "--devices", "-1"});
+  EXPECT_EQ(bad.status.code, 2) << bad.err;
+}
+
 TEST(Tuner, AnOpClassWithoutATemplateIsBadInputNamingIt) {
   // matmul_bias_relu with an op class no template takes and no formula
   const auto dir = scratch() / "conv_like";
