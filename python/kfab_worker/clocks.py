@@ -17,7 +17,13 @@ class _Nvml:
         self.reasons_fn = None
         try:
             self.lib = ctypes.CDLL("libnvidia-ml.so.1")
-            if self.lib.nvmlInit_v2() != 0 or self.lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(self.dev)) != 0:
+            if self.lib.nvmlInit_v2() != 0:
+                return
+            # torch's device 0 is NVML's device 0 only when nothing hides or reorders devices
+            # (CUDA_VISIBLE_DEVICES, as `kfab bench --devices` pins its processes): found by PCI bus id.
+            bus = _pci_bus_id()
+            if (bus is None or self.lib.nvmlDeviceGetHandleByPciBusId_v2(bus, ctypes.byref(self.dev)) != 0) \
+                    and self.lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(self.dev)) != 0:
                 return
             for name in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
                 try:
@@ -40,6 +46,17 @@ class _Nvml:
 
 
 _nvml: _Nvml | None = None
+
+
+def _pci_bus_id() -> bytes | None:
+    """CUDA device 0's PCI address as NVML writes it (domain:bus:device.0), or None."""
+    try:
+        import torch  # noqa: PLC0415 - only where clocks are read, on a GPU
+
+        p = torch.cuda.get_device_properties(0)
+        return f"{p.pci_domain_id:08x}:{p.pci_bus_id:02x}:{p.pci_device_id:02x}.0".encode()
+    except (ImportError, AttributeError, RuntimeError, AssertionError):
+        return None
 
 
 def reason_names(mask: int) -> str:
