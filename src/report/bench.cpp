@@ -485,6 +485,17 @@ Expected<std::vector<std::pair<std::string, std::string>>> device_env(const std:
                                                           {"CUDA_DEVICE_ORDER", order && *order ? order : "PCI_BUS_ID"}};
 }
 
+/// Rows that came as their tasks finished (on devices, from workers), in the suite's order again.
+void in_suite_order(json& rows, const std::vector<TaskEntry>& entries) {
+  std::map<std::string, size_t> place;
+  for (size_t i = 0; i < entries.size(); ++i) place.emplace(entries[i].path.string(), i);
+  auto at = [&](const json& r) {
+    const auto it = place.find(r.value("path", std::string()));
+    return it == place.end() ? entries.size() : it->second;
+  };
+  std::stable_sort(rows.begin(), rows.end(), [&](const json& a, const json& b) { return at(a) < at(b); });
+}
+
 /// A task's own bench folder under `devices`: OUT/tasks/NNN-NAME (NNN its place in the suite's list).
 fs::path task_bench_dir(const BenchOptions& opt, size_t index, const std::string& name) {
   return opt.out_dir / "tasks" / fmt::format("{:03d}-{}", index, name);
@@ -925,24 +936,11 @@ Expected<json> run_bench(const BenchOptions& opt_in) {
     BenchOptions q = opt;
     q.queue = queue;
     if (auto done = run_on_queue(todo, entries, q, bench, finish, st, elapsed); !done) return Unexpected{done.error()};
-    std::map<std::string, size_t> place;
-    for (size_t i = 0; i < entries.size(); ++i) place.emplace(entries[i].path.string(), i);
-    auto at = [&](const json& r) {
-      const auto it = place.find(r.value("path", std::string()));
-      return it == place.end() ? entries.size() : it->second;
-    };
-    std::stable_sort(bench["tasks"].begin(), bench["tasks"].end(), [&](const json& a, const json& b) { return at(a) < at(b); });
+    in_suite_order(bench["tasks"], entries);
   } else if (!devices.empty()) {
     bench["devices"] = devices;
     if (auto done = run_on_devices(todo, entries, opt, bench, devices, finish, st, elapsed); !done) return Unexpected{done.error()};
-    // The rows came as their tasks finished: in the suite's order again.
-    std::map<std::string, size_t> place;
-    for (size_t i = 0; i < entries.size(); ++i) place.emplace(entries[i].path.string(), i);
-    auto at = [&](const json& r) {
-      const auto it = place.find(r.value("path", std::string()));
-      return it == place.end() ? entries.size() : it->second;
-    };
-    std::stable_sort(bench["tasks"].begin(), bench["tasks"].end(), [&](const json& a, const json& b) { return at(a) < at(b); });
+    in_suite_order(bench["tasks"], entries);
   } else {
     // One worker traces every KernelBench file the tuner is given (made at the first).
     std::unique_ptr<TorchInspector> own;
