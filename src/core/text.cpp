@@ -63,6 +63,21 @@ std::string printable(std::string_view text, size_t max_bytes, Keep keep) {
   return "[... " + std::to_string(begin) + " bytes cut] " + out.substr(begin);
 }
 
+std::vector<std::string> split(std::string_view text, char sep) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at <= text.size()) {
+    size_t end = text.find(sep, at);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view piece = text.substr(at, end - at);
+    while (!piece.empty() && piece.front() == ' ') piece.remove_prefix(1);
+    while (!piece.empty() && piece.back() == ' ') piece.remove_suffix(1);
+    if (!piece.empty()) out.emplace_back(piece);
+    at = end + 1;
+  }
+  return out;
+}
+
 std::string dump_json(const nlohmann::json& j, int indent) {
   return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
 }

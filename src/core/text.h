@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace kfab {
 
@@ -20,6 +21,9 @@ enum class Keep { Head, Tail };
 /// Unicode's "maximal subpart" practice. A result longer than `max_bytes` is cut at a character
 /// boundary, keeping its head or its tail, and says how many bytes it lost. Never throws.
 std::string printable(std::string_view text, size_t max_bytes = SIZE_MAX, Keep keep = Keep::Head);
+
+/// The pieces of `text` between `sep`s, each without the spaces around it; empty pieces are left out.
+std::vector<std::string> split(std::string_view text, char sep);
 
 /// `j` as JSON text; strings that are not valid UTF-8 are written with U+FFFD for the bad bytes where
 /// nlohmann's plain dump() would throw. For JSON that goes to the store, stdout or a file.

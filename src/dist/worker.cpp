@@ -9,6 +9,7 @@
 #include <mutex>
 #include <thread>
 
+#include "backends/cuda/cuda_backend.h"
 #include "core/discover.h"
 #include "core/hash.h"
 #include "core/paths.h"
@@ -124,9 +125,9 @@ Expected<void> run_worker(const WorkerOptions& opt_in) {
   WorkerOptions opt = opt_in;
   if (opt.device >= 0) {
     // Pinned before anything of this process or its children touches a GPU.
-    const char* order = std::getenv("CUDA_DEVICE_ORDER");
-    ::setenv("CUDA_DEVICE_ORDER", order && *order ? order : "PCI_BUS_ID", 1);
-    ::setenv("CUDA_VISIBLE_DEVICES", std::to_string(opt.device).c_str(), 1);
+    auto env = cuda_device_env(opt.device);
+    if (!env) return Unexpected{env.error()};
+    for (const auto& [k, v] : *env) ::setenv(k.c_str(), v.c_str(), 1);
   }
   if (opt.name.empty()) opt.name = host_name() + "-" + std::to_string(::getpid()) + (opt.device >= 0 ? "-g" + std::to_string(opt.device) : "");
   if (opt.work_dir.empty()) opt.work_dir = cache_dir() / "worker" / folder_of(opt.name);

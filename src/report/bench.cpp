@@ -463,26 +463,20 @@ json run_here(const TaskEntry& e, const BenchOptions& opt, std::unique_ptr<Torch
 /// them (PCI bus order, within what this kfab was given itself); nothing for cpu and opencl.
 Expected<std::vector<std::pair<std::string, std::string>>> device_env(const std::string& target, int device) {
   if (target != "cuda") return std::vector<std::pair<std::string, std::string>>{};
-  std::string visible = std::to_string(device);
-  if (const char* given = std::getenv("CUDA_VISIBLE_DEVICES"); given && *given) {
-    std::vector<std::string> ids;
-    std::string id;
-    for (const char* c = given;; ++c) {
-      if (*c == ',' || *c == '\0') {
-        if (!id.empty()) ids.push_back(id);
-        id.clear();
-        if (*c == '\0') break;
-      } else if (*c != ' ') {
-        id += *c;
-      }
-    }
-    if (device >= static_cast<int>(ids.size()))
-      return make_error(fmt::format("device {}: CUDA_VISIBLE_DEVICES={} gives kfab {} GPUs", device, given, ids.size()));
-    visible = ids[static_cast<size_t>(device)];
-  }
-  const char* order = std::getenv("CUDA_DEVICE_ORDER");
-  return std::vector<std::pair<std::string, std::string>>{{"CUDA_VISIBLE_DEVICES", visible},
-                                                          {"CUDA_DEVICE_ORDER", order && *order ? order : "PCI_BUS_ID"}};
+  return cuda_device_env(device);
+}
+
+/// A one-task bench to be resumed (`kfab bench --resume`) with this bench's settings: what a device's
+/// kfab and a queue's worker run. The caller adds the suite (the task's path where it runs).
+json one_task_bench(const json& bench, const std::string& id) {
+  return {{"bench", id},
+          {"target", bench["target"]},
+          {"mode", bench["mode"]},
+          {"llm", bench["llm"]},
+          {"settings", bench["settings"]},
+          {"started_at", utc_now_iso()},
+          {"tasks", json::array()},
+          {"finished", false}};
 }
 
 /// Rows that came as their tasks finished (on devices, from workers), in the suite's order again.
@@ -542,19 +536,8 @@ Expected<void> run_on_devices(const std::vector<const TaskEntry*>& todo, const s
   const fs::path self = fs::read_symlink("/proc/self/exe", ec);
   if (ec) return make_error("cannot find kfab's own executable (/proc/self/exe): " + ec.message());
   // A test's way in (tests/integration/bench_test.cpp): a command each device's kfab is started under.
-  std::vector<std::string> prefix;
-  if (const char* p = std::getenv("KFAB_BENCH_TASK_PREFIX"); p && *p) {
-    std::string w;
-    for (const char* c = p;; ++c) {
-      if (*c == ' ' || *c == '\0') {
-        if (!w.empty()) prefix.push_back(w);
-        w.clear();
-        if (*c == '\0') break;
-      } else {
-        w += *c;
-      }
-    }
-  }
+  const char* p = std::getenv("KFAB_BENCH_TASK_PREFIX");
+  const std::vector<std::string> prefix = p ? split(p, ' ') : std::vector<std::string>{};
 
   struct Slot {
     int device = 0;
@@ -622,15 +605,8 @@ Expected<void> run_on_devices(const std::vector<const TaskEntry*>& todo, const s
     fs::create_directories(s.dir, ec);
     if (ec) return make_error("cannot create " + s.dir.string() + ": " + ec.message());
     // The task's own bench, made to be resumed: this bench's settings, the task as its suite.
-    json one = {{"bench", bench["bench"].get<std::string>() + "-" + fs::path(s.dir).filename().string()},
-                {"suite", fs::absolute(e->path).string()},
-                {"target", bench["target"]},
-                {"mode", bench["mode"]},
-                {"llm", bench["llm"]},
-                {"settings", bench["settings"]},
-                {"started_at", utc_now_iso()},
-                {"tasks", json::array()},
-                {"finished", false}};
+    json one = one_task_bench(bench, bench["bench"].get<std::string>() + "-" + fs::path(s.dir).filename().string());
+    one["suite"] = fs::absolute(e->path).string();
     if (auto ok = write_file_atomic(s.dir / "bench.json", dump_json(one, 1)); !ok) return ok;
     if (auto ok = write_file_atomic(s.dir / "device.txt", std::to_string(s.device) + "\n"); !ok) return ok;
     if (auto ok = ensure(s, i); !ok) {
@@ -728,14 +704,7 @@ Expected<void> run_on_queue(const std::vector<const TaskEntry*>& todo, const std
   size_t sent = 0;
   for (size_t i = 0; i < jobs.size(); ++i) {
     if (!(*had)[i].is_null()) continue;
-    json one = {{"bench", jobs[i]},
-                {"target", bench["target"]},
-                {"mode", bench["mode"]},
-                {"llm", bench["llm"]},
-                {"settings", bench["settings"]},
-                {"started_at", utc_now_iso()},
-                {"tasks", json::array()},
-                {"finished", false}};
+    const json one = one_task_bench(bench, jobs[i]);
     auto payload = task_job_payload(*of[i], one);
     if (!payload) {
       json row = {{"task", task_name(*of[i])}, {"path", of[i]->path.string()}, {"format", of[i]->format}, {"run", nullptr},

@@ -162,12 +162,16 @@ Expected<json> tune(const TuneOptions& in) {
   // once): the candidates are kfab's own.
   // With devices, each evaluator's runners and workers see one GPU; the first evaluator runs the
   // points the search does not spread and the winner's final check.
-  auto pinned = [&](EvalOptions eo, size_t slot) {
-    if (opt.target == "cuda" && slot < opt.devices.size()) {
-      const char* order = std::getenv("CUDA_DEVICE_ORDER");
-      eo.runner.env["CUDA_DEVICE_ORDER"] = order && *order ? order : "PCI_BUS_ID";
-      eo.runner.env["CUDA_VISIBLE_DEVICES"] = std::to_string(opt.devices[slot]);
+  std::vector<std::vector<std::pair<std::string, std::string>>> pins;
+  if (opt.target == "cuda")
+    for (int d : opt.devices) {
+      auto env = cuda_device_env(d);
+      if (!env) return Unexpected{env.error()};
+      pins.push_back(std::move(*env));
     }
+  auto pinned = [&](EvalOptions eo, size_t slot) {
+    if (slot < pins.size())
+      for (const auto& [k, v] : pins[slot]) eo.runner.env[k] = v;
     return eo;
   };
   Evaluator evaluator(*loaded, opt.target, pinned(opt.eval, 0));

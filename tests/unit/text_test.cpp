@@ -98,5 +98,11 @@ TEST(DumpJson, WritesInvalidBytesAsReplacementsWhereDumpThrew) {
   EXPECT_EQ(dump_json(nlohmann::json{{"a", 1}}, 2), "{\n  \"a\": 1\n}");
 }
 
+TEST(Split, PiecesWithoutTheirSpacesAndNoEmptyOnes) {
+  EXPECT_EQ(split("0, 1,,2 ", ','), (std::vector<std::string>{"0", "1", "2"}));
+  EXPECT_EQ(split("  sh  -c ", ' '), (std::vector<std::string>{"sh", "-c"}));
+  EXPECT_TRUE(split("", ',').empty());
+}
+
 }  // namespace
 }  // namespace kfab

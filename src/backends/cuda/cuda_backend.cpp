@@ -1,5 +1,6 @@
 #include "backends/cuda/cuda_backend.h"
 
+#include <fmt/format.h>
 
 #include <cstdlib>
 #include <future>
@@ -10,6 +11,7 @@
 #include "core/hash.h"
 #include "core/paths.h"
 #include "core/process.h"
+#include "core/text.h"
 
 namespace kfab {
 
@@ -67,6 +69,19 @@ std::string cached_nvcc_version(const std::string& nvcc) {
 }
 
 }  // namespace
+
+Expected<std::vector<std::pair<std::string, std::string>>> cuda_device_env(int device) {
+  std::string visible = std::to_string(device);
+  if (const char* given = std::getenv("CUDA_VISIBLE_DEVICES"); given && *given) {
+    const auto ids = split(given, ',');
+    if (device < 0 || device >= static_cast<int>(ids.size()))
+      return make_error(fmt::format("device {}: CUDA_VISIBLE_DEVICES={} gives kfab {} GPUs", device, given, ids.size()));
+    visible = ids[static_cast<size_t>(device)];
+  }
+  const char* order = std::getenv("CUDA_DEVICE_ORDER");
+  return std::vector<std::pair<std::string, std::string>>{{"CUDA_VISIBLE_DEVICES", visible},
+                                                          {"CUDA_DEVICE_ORDER", order && *order ? order : "PCI_BUS_ID"}};
+}
 
 CudaBackend::CudaBackend() {
   nvcc_ = find_program("nvcc");

@@ -7,11 +7,17 @@
 /// 2 s, paid once per content hash thanks to the compile cache.
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/backend.h"
 
 namespace kfab {
+
+/// What a process pinned to GPU `device` (as this kfab counts them: within its own CUDA_VISIBLE_DEVICES,
+/// in PCI bus order as nvidia-smi counts them) is given: CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER.
+/// An Error for a device past this kfab's own CUDA_VISIBLE_DEVICES.
+Expected<std::vector<std::pair<std::string, std::string>>> cuda_device_env(int device);
 
 class CudaBackend final : public Backend {
  public:
