@@ -5,6 +5,10 @@ makes a problem's tensors: a problem that cannot fit is refused with the figures
 in an OutOfMemoryError that reads like something else."""
 from __future__ import annotations
 
+import os
+import sys
+import time
+
 import torch
 
 from . import task as taskmod
@@ -68,15 +72,37 @@ def host_available() -> int:
     return 0
 
 
-def check_room(fp: dict, need: int, what: str, device: str) -> None:
+def room_wait_s(job_timeout_s: float) -> float:
+    """How long a GPU job may wait for memory that other processes hold: KFAB_ROOM_WAIT_S (set where
+    processes share a GPU: `kfab worker`, `kfab bench --devices` with a device named twice), within the
+    job's own deadline."""
+    try:
+        asked = float(os.environ.get("KFAB_ROOM_WAIT_S") or 0)
+    except ValueError:
+        asked = 0.0
+    return max(0.0, min(asked, 0.75 * job_timeout_s - 10.0))
+
+
+def check_room(fp: dict, need: int, what: str, device: str, wait_s: float = 0.0) -> None:
     """Refuses (NoRoom) when `need` bytes are more than this process can still get: on a GPU what the
     device has free plus what torch's allocator here holds unused; on the CPU the host's available
-    memory."""
+    memory. On a GPU whose memory would hold it were other processes not holding theirs, waits up to
+    `wait_s` seconds for them first."""
     if "error" in fp:
         return
     if device == "cuda":
-        free, total = torch.cuda.mem_get_info()
-        have = free + torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
+        deadline = time.monotonic() + wait_s
+        said = False
+        while True:
+            free, total = torch.cuda.mem_get_info()
+            have = free + torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
+            if need <= have or need > 0.97 * total or time.monotonic() >= deadline:
+                break
+            if not said:
+                print(f"kfab worker: {what} needs {gib(need)} and {gib(have)} are free: waiting up to {wait_s:.0f} s "
+                      f"for other processes on this GPU", file=sys.stderr, flush=True)
+                said = True
+            time.sleep(1.0)
         where = f"of the device's {gib(total)} are free ({gib(total - free)} held by this and other processes)"
     else:
         have = host_available()

@@ -291,7 +291,7 @@ class _Setup:
                 need += min(self.fp["outputs"], 1 << 30)
             try:
                 fpmod.check_room(self.fp, need, "the trusted worker (the Model)" if TRUSTED else "the candidate's worker",
-                                 self.device)
+                                 self.device, fpmod.room_wait_s(float(req.get("timeout_s") or 0)))
             except fpmod.NoRoom as e:
                 raise JobFailure("task_error", str(e)) from e
         try:

@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -227,6 +228,36 @@ json probe_gpus_nvml() {
     return out;
   }
   out["found"] = true;
+  return out;
+}
+
+std::string gpu_pci_address(unsigned index) {
+  void* h = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) return {};
+  // nvmlPciInfo_t begins with busIdLegacy[16], then domain, bus and device as unsigned ints: the layout
+  // every NVML since 2012 shares (nvml.h).
+  struct PciInfo {
+    char legacy[16];
+    unsigned domain, bus, device, pci_device_id, pci_subsystem_id;
+    char bus_id[32];
+  };
+  using InitFn = int (*)();
+  using HandleFn = int (*)(unsigned, void**);
+  using PciFn = int (*)(void*, PciInfo*);
+  auto init = reinterpret_cast<InitFn>(::dlsym(h, "nvmlInit_v2"));
+  auto shutdown = reinterpret_cast<InitFn>(::dlsym(h, "nvmlShutdown"));
+  auto handle = reinterpret_cast<HandleFn>(::dlsym(h, "nvmlDeviceGetHandleByIndex_v2"));
+  auto pci = reinterpret_cast<PciFn>(::dlsym(h, "nvmlDeviceGetPciInfo_v3"));
+  if (!init || !shutdown || !handle || !pci || init() != 0) return {};
+  std::string out;
+  void* dev = nullptr;
+  PciInfo info{};
+  if (handle(index, &dev) == 0 && pci(dev, &info) == 0) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%04x:%02x:%02x.0", info.domain, info.bus, info.device);
+    out = buf;
+  }
+  shutdown();
   return out;
 }
 

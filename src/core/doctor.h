@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <string>
+
 namespace kfab {
 
 /// One object per area: {"compilers": [...], "cuda": {...}, "gpus": [...], "python": {...},
@@ -20,6 +22,10 @@ nlohmann::json probe_gpus();
 /// devices by PCI bus, CUDA fastest first). Otherwise, or without NVML: {"found": false, "why"}, and
 /// the caller asks probe_gpus(). Adds "via": "nvml".
 nlohmann::json probe_gpus_nvml();
+
+/// The PCI address ("0000:00:06.0") of the GPU NVML numbers `index` (PCI bus order: the order of
+/// nvidia-smi and of CUDA_DEVICE_ORDER=PCI_BUS_ID), or "" where NVML cannot say.
+std::string gpu_pci_address(unsigned index);
 
 /// OpenCL platforms through libOpenCL.so.1 loaded with dlopen: {"found", "why"?, "platforms": [...]}.
 nlohmann::json probe_opencl();

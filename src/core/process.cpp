@@ -95,7 +95,7 @@ bool sandbox_env_allowed(std::string_view name) {
   // compilers torch.compile may call, and the settings the runner and the worker read themselves.
   static constexpr std::string_view kNames[] = {
       "PATH", "LD_LIBRARY_PATH", "LANG", "LANGUAGE", "TZ", "USER", "LOGNAME", "CC", "CXX", "PYTHONPATH",
-      "KFAB_OPENCL_PLATFORM", "KFAB_LAUNCH_HOLD",
+      "KFAB_OPENCL_PLATFORM", "KFAB_LAUNCH_HOLD", "KFAB_ROOM_WAIT_S",
       // The adversarial suite's probe targets (tests/integration/suite_test.cpp): where an escape
       // would write or connect. Not secrets: they exist to be found by candidates.
       "KFAB_ESCAPE_PROBE", "KFAB_ESCAPE_PORT"};

@@ -129,6 +129,9 @@ Expected<void> run_worker(const WorkerOptions& opt_in) {
     if (!env) return Unexpected{env.error()};
     for (const auto& [k, v] : *env) ::setenv(k.c_str(), v.c_str(), 1);
   }
+  // Workers of a queue may share a GPU: a job waits (within its deadline) for memory another holds
+  // rather than being refused for it.
+  ::setenv("KFAB_ROOM_WAIT_S", "900", 0);
   if (opt.name.empty()) opt.name = host_name() + "-" + std::to_string(::getpid()) + (opt.device >= 0 ? "-g" + std::to_string(opt.device) : "");
   if (opt.work_dir.empty()) opt.work_dir = cache_dir() / "worker" / folder_of(opt.name);
   auto queue = JobQueue::open(opt.queue);

@@ -8,6 +8,7 @@
 
 #include "core/hash.h"
 #include "eval/compare.h"
+#include "eval/device_lock.h"
 #include "eval/native_harness.h"
 #include "eval/torch_harness.h"
 
@@ -223,6 +224,12 @@ Expected<Verdict> Evaluator::evaluate_unguarded(const fs::path& candidate) {
     return finish();
   }
 
+  // From the machine's peaks to the last baseline, this process alone times on its GPU.
+  std::optional<DeviceLock> lock;
+  if (target_ == "cuda") {
+    lock.emplace(DeviceLock::cuda_key(opt_.runner.env), say);
+    if (lock->waited_s() > 0.0) v.extra["waited_for_device_s"] = lock->waited_s();
+  }
   std::optional<MachinePeaks> peaks = h.peaks(false);
   if (peaks) v.machine = peaks->to_json();
   double log_base = 0.0, log_second = 0.0;

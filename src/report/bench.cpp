@@ -588,6 +588,10 @@ Expected<void> run_on_devices(const std::vector<const TaskEntry*>& todo, const s
     so.argv = prefix;
     for (const std::string& a : {self.string(), std::string("bench"), std::string("--serve-slot")}) so.argv.push_back(a);
     so.env = *env;
+    // A GPU named twice is shared: a task waits (within its deadline) for memory the other holds
+    // rather than being refused for it.
+    if (opt.target == "cuda" && std::count(opt.devices.begin(), opt.devices.end(), s.device) > 1 && !std::getenv("KFAB_ROOM_WAIT_S"))
+      so.env.emplace_back("KFAB_ROOM_WAIT_S", "900");
     fs::create_directories(opt.out_dir / "tasks", ec);
     so.output_file = opt.out_dir / "tasks" / fmt::format("slot-{}-device-{}.log", i, s.device);
     so.protocol_pipes = true;

@@ -185,6 +185,8 @@ JobReply RunnerClient::run(const nlohmann::json& request, const std::vector<int>
   std::snprintf(nonce, sizeof nonce, "%016llx", static_cast<unsigned long long>(rng()));
   nlohmann::json job = request;
   job["nonce"] = nonce;
+  // what the job has: a worker that may wait (for device memory another process holds) waits less
+  job["timeout_s"] = opt_.timeout_s;
   child_->thaw();
   const bool sent = send_fds(child_->channel_fd(), pass) && write_message(child_->request_fd(), job);
   ReadResult in = sent ? read_message(child_->reply_fd(), deadline) : ReadResult{ReadStatus::Eof, {}, {}};

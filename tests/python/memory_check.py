@@ -64,6 +64,43 @@ def footprints() -> None:
     print("footprints ok")
 
 
+def room_waits() -> None:
+    """How long a job waits for memory others hold (KFAB_ROOM_WAIT_S, within the job's deadline), and
+    on a GPU: a job that fits once another holder lets go waits for it instead of being refused."""
+    import os
+    import threading
+
+    os.environ.pop("KFAB_ROOM_WAIT_S", None)
+    check(fp.room_wait_s(600) == 0, "no wait unless asked")
+    os.environ["KFAB_ROOM_WAIT_S"] = "900"
+    check(fp.room_wait_s(120) == 0.75 * 120 - 10, f"the wait within the deadline: {fp.room_wait_s(120)}")
+    check(fp.room_wait_s(5000) == 900, "the wait asked, under a long deadline")
+    check(fp.room_wait_s(0) == 0, "no deadline known: no wait")
+    os.environ.pop("KFAB_ROOM_WAIT_S")
+    if not torch.cuda.is_available():
+        print("room waits ok (no GPU: the wait itself not run)")
+        return
+    free, _ = torch.cuda.mem_get_info()
+    need = int(free * 0.75)
+    fake = {"inputs": need, "outputs": 0, "weights": 0}
+    held = [torch.empty(int(free * 0.5) // 4, dtype=torch.float32, device="cuda")]
+    try:
+        fp.check_room(fake, need, "the test", "cuda", 0.0)
+        check(False, "refused without a wait while half the memory is held")
+    except fp.NoRoom:
+        pass
+
+    def let_go() -> None:
+        held.clear()
+        torch.cuda.empty_cache()
+
+    timer = threading.Timer(1.0, let_go)
+    timer.start()
+    fp.check_room(fake, need, "the test", "cuda", 60.0)  # raises NoRoom if the wait does not see the room
+    timer.join()
+    print("room waits ok")
+
+
 def scaling() -> None:
     t = taskmod.KbTask(f"{SOURCE}/tasks/kb/rms_norm.py")
     one = t.inputs({}, 11, "cpu", torch.float32, 1.0)[0]
@@ -187,6 +224,7 @@ fingerprints("cpu")
 if torch.cuda.is_available():
     fingerprints("cuda")
 footprints()
+room_waits()
 scaling()
 answers_kept()
 modelnew_agreement()
