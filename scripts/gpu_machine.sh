@@ -62,7 +62,8 @@ build-gpu/kfab doctor 2>&1 | tee -a "$out/summary.txt"
 #              exported as a ModelNew and measured by bench/modelnew_allclose.py
 #   devices    kfab bench of KFAB_DEVICES_SUITE (default tasks/kb) with KFAB_DEVICES_ARGS, three ways: in
 #              one process on GPU 0, on two processes sharing GPU 0 (--devices 0,0), and on every GPU
-#              (--devices 0,1,...; with several), compile caches emptied before each; then
+#              (--devices 0,1,...; with several), compile caches emptied before each (KFAB_DEVICES_WAYS,
+#              e.g. "one: two:0,1 four:0,1,2,3", names other ways); then
 #              bench/devices_compare.py: the verdicts side by side and evaluations per hour
 #   queue      the same suite through a Redis job queue on loopback (redis-server from .debs): a bench
 #              --redis with a kfab worker per GPU, then with two workers sharing GPU 0; compared with
@@ -149,8 +150,12 @@ if want devices; then
   args=${KFAB_DEVICES_ARGS:-"--sample 10 --points 2 --no-compile"}
   gpus=$(nvidia-smi -L | grep -c '^GPU')
   rm -rf build-gpu/devices
-  ways=("one:" "shared:0,0")
-  [ "$gpus" -gt 1 ] && ways+=("all:$(seq -s, 0 $((gpus - 1)))")
+  if [ -n "${KFAB_DEVICES_WAYS:-}" ]; then
+    read -ra ways <<<"$KFAB_DEVICES_WAYS"  # LABEL:DEVICES ... ("one:" is one process on GPU 0)
+  else
+    ways=("one:" "shared:0,0")
+    [ "$gpus" -gt 1 ] && ways+=("all:$(seq -s, 0 $((gpus - 1)))")
+  fi
   compare=()
   for way in "${ways[@]}"; do
     label=${way%%:*}
