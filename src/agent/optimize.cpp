@@ -1,7 +1,9 @@
 #include "agent/optimize.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <atomic>
 #include <chrono>
 #include <ctime>
 #include <random>
@@ -12,6 +14,7 @@
 #include "agent/extract.h"
 #include "agent/llm.h"
 #include "backends/backend.h"
+#include "backends/cuda/cuda_backend.h"
 #include "core/hash.h"
 #include "core/paths.h"
 #include "core/stamp.h"
@@ -275,12 +278,32 @@ Expected<json> optimize(const OptimizeOptions& in) {
     return out;
   };
 
-  auto evaluate = [&](const fs::path& file, bool heldout) -> Expected<Verdict> {
+  // The devices an evolve generation's children are spread over (cuda: every GPU of a host with
+  // several, unless --devices says otherwise), each child's evaluator pinned to one; the rest of the
+  // run evaluates on the first.
+  std::vector<std::vector<std::pair<std::string, std::string>>> pins;
+  if (opt.target == "cuda") {
+    auto backend = make_backend(opt.target);
+    auto devices = spread_devices(*backend, opt.devices);
+    if (!devices) return Unexpected{devices.error()};
+    for (int d : *devices) {
+      auto env = cuda_device_env(d);
+      if (!env) return Unexpected{env.error()};
+      pins.push_back(std::move(*env));
+    }
+    opt.devices = std::move(*devices);
+  } else {
+    pins.resize(opt.devices.size());  // cpu, opencl: evaluations at once, where asked
+  }
+  auto evaluate_on = [&](const fs::path& file, bool heldout, size_t slot) -> Expected<Verdict> {
     EvalOptions eo = opt.eval;
     eo.heldout = heldout;
+    if (slot < pins.size())
+      for (const auto& [k, v] : pins[slot]) eo.runner.env[k] = v;
     Evaluator ev(*loaded, opt.target, eo);
     return ev.evaluate(file);
   };
+  auto evaluate = [&](const fs::path& file, bool heldout) { return evaluate_on(file, heldout, 0); };
   auto record = [&](const fs::path& file, const Verdict& v) -> std::optional<int64_t> {
     auto src = read_file(file);
     auto id = store.record_evaluation(loaded->task, src ? *src : "", v);
@@ -316,25 +339,43 @@ Expected<json> optimize(const OptimizeOptions& in) {
   }
   vars["plan"] = plan;
 
-  // A reply that should hold a candidate: extracted, written, evaluated (tuning shapes only), stored.
-  auto handle = [&](const std::string& role, Reply r) -> Expected<void> {
-    Store::Step step = r.second;
-    auto code = extract_code(r.first, opt.dsl);
+  // A reply that should hold a candidate: extracted and written (`file` empty where it held none),
+  // then evaluated (tuning shapes only) and stored by `settle`, in the order of the replies.
+  struct Proposed {
+    std::string role;
+    Reply reply;
+    Expected<Extracted> code;
+    fs::path file;
+  };
+  auto propose = [&](const std::string& role, Reply r) -> Expected<Proposed> {
+    Proposed p{role, std::move(r), make_error("no reply"), {}};
+    p.code = extract_code(p.reply.first, opt.dsl);
+    if (!p.code) return p;
+    p.file = opt.out_dir / fmt::format("{:03d}_{}{}", p.reply.second.seq, role, dsl_suffix(opt.dsl));
+    if (auto ok = write_file_atomic(p.file, p.code->code); !ok) return Unexpected{ok.error()};
+    return p;
+  };
+  auto settle = [&](Proposed& p, std::optional<Expected<Verdict>> verdict) -> Expected<void> {
+    const std::string& role = p.role;
+    Store::Step step = p.reply.second;
     ++candidates;
-    if (!code) {
+    if (!p.code) {
       // No usable code: the fixer is told why (the functional pass goes on).
       step.disposition = "no_code";
-      step.detail = code.error().message;
+      step.detail = p.code.error().message;
       last_disposition = "no_code";
-      last_verdict = code.error().message;
-      last_code = printable(r.first, 4000);
+      last_verdict = p.code.error().message;
+      last_code = printable(p.reply.first, 4000);
       history += fmt::format("- step {} ({}): no code\n", step.seq, role);
       return store.add_step(run, step);
     }
-    const fs::path file = opt.out_dir / fmt::format("{:03d}_{}{}", step.seq, role, dsl_suffix(opt.dsl));
-    if (auto ok = write_file_atomic(file, code->code); !ok) return ok;
-    say(fmt::format("{}: evaluating {}", role, file.string()));
-    auto v = evaluate(file, false);
+    const auto& code = p.code;
+    const fs::path& file = p.file;
+    if (!verdict) {
+      say(fmt::format("{}: evaluating {}", role, file.string()));
+      verdict = evaluate(file, false);
+    }
+    auto& v = *verdict;
     if (!v) return Unexpected{v.error()};
     step.candidate_hash = v->candidate_hash;
     step.candidate_path = fs::absolute(file).string();
@@ -358,6 +399,11 @@ Expected<json> optimize(const OptimizeOptions& in) {
       ++since_improvement;
     }
     return {};
+  };
+  auto handle = [&](const std::string& role, Reply r) -> Expected<void> {
+    auto p = propose(role, std::move(r));
+    if (!p) return Unexpected{p.error()};
+    return settle(*p, std::nullopt);
   };
   auto analyst_prompt = [&](const Store::Step& parent) -> Expected<std::string> {
     auto p = prompt("analyst");
@@ -436,7 +482,8 @@ Expected<json> optimize(const OptimizeOptions& in) {
       if (auto ok = handle("coder", std::move(*r)); !ok) return Unexpected{ok.error()};
     } else {
       // evolve: a generation from the two fastest (elites) and one other passed candidate (diversity),
-      // their analyst and coder exchanges in flight at once; the children are timed one by one.
+      // their analyst and coder exchanges in flight at once; the children evaluated at once over the
+      // devices (one at a time where there is one).
       std::vector<Store::Step> ranked = population;
       std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return *a.speedup > *b.speedup; });
       std::vector<Store::Step> parents;
@@ -466,8 +513,30 @@ Expected<json> optimize(const OptimizeOptions& in) {
       }
       auto children = ask_many("coder", asks);
       if (!children) return Unexpected{children.error()};
-      for (auto& child : *children)
-        if (auto ok = handle("coder", std::move(child)); !ok) return Unexpected{ok.error()};
+      std::vector<Proposed> brood;
+      for (auto& child : *children) {
+        auto p = propose("coder", std::move(child));
+        if (!p) return Unexpected{p.error()};
+        brood.push_back(std::move(*p));
+      }
+      // The children are evaluated at once, one per device, then stored in the order they were asked.
+      std::vector<std::optional<Expected<Verdict>>> verdicts(brood.size());
+      if (pins.size() > 1) {
+        std::vector<size_t> todo;
+        for (size_t i = 0; i < brood.size(); ++i)
+          if (!brood[i].file.empty()) todo.push_back(i);
+        say(fmt::format("coder: evaluating {} children on devices {}", todo.size(), fmt::join(opt.devices, ",")));
+        std::atomic<size_t> next{0};
+        auto work = [&](size_t slot) {
+          for (size_t k = next++; k < todo.size(); k = next++) verdicts[todo[k]] = evaluate_on(brood[todo[k]].file, false, slot);
+        };
+        std::vector<std::thread> threads;
+        for (size_t slot = 1; slot < std::min(pins.size(), todo.size()); ++slot) threads.emplace_back(work, slot);
+        work(0);
+        for (auto& t : threads) t.join();
+      }
+      for (size_t i = 0; i < brood.size(); ++i)
+        if (auto ok = settle(brood[i], std::move(verdicts[i])); !ok) return Unexpected{ok.error()};
     }
     if (since_improvement >= 3) {
       stopped = "three optimization steps without improvement";
@@ -480,6 +549,7 @@ Expected<json> optimize(const OptimizeOptions& in) {
 
   // The final best, on every shape, held-out ones included.
   json result = {{"run", run}, {"steps", 0}, {"out_dir", fs::absolute(opt.out_dir).string()}, {"stopped_because", stopped}};
+  if (pins.size() > 1) result["devices"] = opt.devices;  // what an evolve generation was spread over
   if (best) {
     say("final: the best candidate on every shape, held-out ones included");
     auto v = evaluate(best->candidate_path, true);

@@ -33,6 +33,9 @@ struct OptimizeOptions {
   std::string resume;                  ///< a run id to continue
   std::filesystem::path prompts_dir;   ///< role prompt files (default: the source tree's prompts/)
   EvalOptions eval;
+  /// cuda: the GPUs an evolve generation's children are evaluated on at once, one per device (empty:
+  /// every GPU of a host with several); the other steps use the first.
+  std::vector<int> devices;
   std::function<void(const std::string&)> progress;
 };
 

@@ -70,8 +70,9 @@ Commands::Commands(CLI::App& app) : app_(app) {
   optimize_->add_option("--resume", resume_, "continue a stopped run from the store");
   optimize_->add_option("--points", budget_tuner_, "built-in tuner: parameter points to evaluate, at most")->capture_default_str();
   optimize_->add_option("--devices", devices_,
-                        "built-in tuner: spread the points over these devices, comma-separated (cuda: GPU indices as nvidia-smi "
-                        "counts them; cpu, opencl: evaluations at once); the winner's final check on the first")
+                        "spread evaluations over these devices, comma-separated (cuda: GPU indices as nvidia-smi counts them, "
+                        "default every GPU; cpu, opencl: evaluations at once): the built-in tuner's points, an evolve "
+                        "generation's children; the other steps and the final check on the first")
       ->delimiter(',');
   optimize_->add_flag("--fresh", fresh_, "built-in tuner: search again even when a cached result exists");
   optimize_->add_option("--timeout", timeout_s_, "seconds each runner job may take")->capture_default_str();
@@ -562,6 +563,7 @@ int Commands::optimize_task() {
   o.out_dir = out_;
   o.resume = resume_;
   o.eval = eval_options();
+  o.devices = devices_;
   if (!task_.empty())
     if (auto fits = native_task_fits(task_, o.target, o.eval); !fits) return bad_input(json_, fits.error().message, fits.error().hint);
   o.progress = o.eval.progress;

@@ -590,7 +590,7 @@ Expected<void> run_on_devices(const std::vector<const TaskEntry*>& todo, const s
     so.env = *env;
     // A GPU named twice is shared: a task waits (within its deadline) for memory the other holds
     // rather than being refused for it.
-    if (opt.target == "cuda" && std::count(opt.devices.begin(), opt.devices.end(), s.device) > 1 && !std::getenv("KFAB_ROOM_WAIT_S"))
+    if (opt.target == "cuda" && std::count(devices.begin(), devices.end(), s.device) > 1 && !std::getenv("KFAB_ROOM_WAIT_S"))
       so.env.emplace_back("KFAB_ROOM_WAIT_S", "900");
     fs::create_directories(opt.out_dir / "tasks", ec);
     so.output_file = opt.out_dir / "tasks" / fmt::format("slot-{}-device-{}.log", i, s.device);
@@ -805,17 +805,11 @@ Expected<json> run_bench(const BenchOptions& opt_in) {
   if (devices.empty() && previous.is_object() && previous.contains("devices") && previous["devices"].is_array())
     for (const auto& d : previous["devices"])
       if (d.is_number_integer()) devices.push_back(d.get<int>());
-  const auto* cuda = dynamic_cast<const CudaBackend*>(backend.get());
-  const int gpus = cuda ? cuda->device_count() : 0;
-  if (devices.empty() && gpus > 1)
-    for (int i = 0; i < gpus; ++i) devices.push_back(i);
-  for (int d : devices)
-    if (d < 0)
-      return make_error(fmt::format("device {}: devices are counted from 0", d), "--devices 0,1");
-    else if (gpus > 0 && d >= gpus)
-      return make_error(fmt::format("device {}: this host's {} target has {} device{} (0 to {})", d, opt.target, std::max(gpus, 1),
-                                    gpus == 1 ? "" : "s", std::max(gpus, 1) - 1),
-                        "--devices takes indices as nvidia-smi counts them, comma-separated: --devices 0,1");
+  if (auto d = spread_devices(*backend, devices); d) {
+    devices = std::move(*d);
+  } else {
+    return Unexpected{d.error()};
+  }
 
   const std::string id = previous.is_object() ? previous.value("bench", new_run_id()) : new_run_id();
   if (opt.out_dir.empty()) opt.out_dir = fs::path("kfab-bench") / id;

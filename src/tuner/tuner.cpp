@@ -135,13 +135,9 @@ Expected<json> tune(const TuneOptions& in) {
   auto backend = make_backend(opt.target);
   if (!backend) return make_error("unknown target " + opt.target);
   // A host with several GPUs: every one of them, unless told otherwise (a bench's kfab sees one).
-  if (const auto* cuda = dynamic_cast<const CudaBackend*>(backend.get()); cuda && opt.devices.empty() && cuda->device_count() > 1)
-    for (int d = 0; d < cuda->device_count(); ++d) opt.devices.push_back(d);
-  if (const auto* cuda = dynamic_cast<const CudaBackend*>(backend.get()); cuda && cuda->device_count() > 0)
-    for (int d : opt.devices)
-      if (d >= cuda->device_count())
-        return make_error(fmt::format("device {}: this host has {} GPU{}", d, cuda->device_count(), cuda->device_count() == 1 ? "" : "s"),
-                          "--devices takes indices as nvidia-smi counts them: --devices 0,1");
+  auto devices = spread_devices(*backend, opt.devices);
+  if (!devices) return Unexpected{devices.error()};
+  opt.devices = std::move(*devices);
   auto loaded = open_task(opt.task);
   if (!loaded) return Unexpected{loaded.error()};
   const bool kb = loaded->kernelbench();

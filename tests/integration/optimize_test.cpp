@@ -196,8 +196,8 @@ TEST(Optimize, TheConductorCanStopARunBeforeItsBudgetIsSpent) {
 
 namespace kfab::test {
 
-TEST(Optimize, EvolveBreedsAGenerationFromElitesWithSeveralExchangesInFlight) {
-  const fs::path dir = scratch() / "opt4";
+/// An evolve run on the cpu target with a scripted LLM; its JSON result.
+nlohmann::json evolve_run(const fs::path& dir, const std::vector<std::string>& extra) {
   const fs::path data = dir / "data";
   fs::create_directories(data);
   auto script = nlohmann::json::parse(*read_file(fixture("llm/affine_session.json")));
@@ -205,18 +205,43 @@ TEST(Optimize, EvolveBreedsAGenerationFromElitesWithSeveralExchangesInFlight) {
   script.push_back({{"content", "CONTINUE: there is budget left.\n```cpp\n" +
                                     script[7]["content"].get<std::string>().substr(7, script[7]["content"].get<std::string>().size() - 10) +
                                     "\n```\n"}});
-  ASSERT_TRUE(write_file_atomic(dir / "script.json", script.dump()).has_value());
+  EXPECT_TRUE(write_file_atomic(dir / "script.json", script.dump()).has_value());
   MockLlm llm(dir / "script.json", dir / "mock");
-  CliResult r = kfab_in(data, {"optimize", fixture("tasks/affine"), "--target", "cpu", "--llm", "mock:m1", "--config", llm.config(),
-                               "--strategy", "evolve", "--budget", "5", "--out", (dir / "out").string(), "--json", "--quiet"});
-  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  std::vector<std::string> args = {"optimize", fixture("tasks/affine"), "--target", "cpu", "--llm", "mock:m1", "--config", llm.config(),
+                                   "--strategy", "evolve", "--budget", "5", "--out", (dir / "out").string(), "--json", "--quiet"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  CliResult r = kfab_in(data, args);
+  EXPECT_EQ(r.status.code, 0) << r.out << r.err;
+  if (r.status.code != 0) return {};
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["candidates"], 5);
   EXPECT_EQ(j["best"]["disposition"], "passed");
   std::vector<std::string> roles;
-  for (const auto& s : steps_of(data, j["run"])) roles.push_back(s.role);
+  const auto steps = steps_of(data, j["run"]);
+  for (const auto& s : steps) roles.push_back(s.role);
   EXPECT_EQ(roles, (std::vector<std::string>{"planner", "coder", "fixer", "analyst", "coder", "conductor", "analyst", "analyst",
                                              "coder", "coder", "final"}));
+  // the generation's two children: each evaluated, its verdict stored with its own step
+  EXPECT_EQ(steps.size(), 11u);
+  if (steps.size() != 11u) return j;
+  for (size_t i : {8u, 9u}) {
+    EXPECT_FALSE(steps[i].candidate_hash.empty()) << i;
+    EXPECT_EQ(steps[i].disposition, "passed") << i;
+    EXPECT_TRUE(steps[i].speedup.has_value()) << i;
+  }
+  EXPECT_LT(steps[8].seq, steps[9].seq);
+  return j;
+}
+
+TEST(Optimize, EvolveChildrenAreEvaluatedAtOnceOverTheDevicesGiven) {
+  // cpu: --devices 0,0 is two evaluations at once; the steps are stored as one at a time stores them
+  const auto j = evolve_run(scratch() / "opt4-devices", {"--devices", "0,0"});
+  EXPECT_EQ(j["devices"], nlohmann::json::array({0, 0})) << j.dump();
+}
+
+TEST(Optimize, EvolveBreedsAGenerationFromElitesWithSeveralExchangesInFlight) {
+  const auto j = evolve_run(scratch() / "opt4", {});
+  EXPECT_FALSE(j.contains("devices")) << j.dump();
 }
 
 }  // namespace kfab::test

@@ -19,6 +19,11 @@ namespace kfab {
 /// An Error for a device past this kfab's own CUDA_VISIBLE_DEVICES.
 Expected<std::vector<std::pair<std::string, std::string>>> cuda_device_env(int device);
 
+/// The devices a run spreads its evaluations over: `given`, else every GPU of a cuda host with several
+/// (empty: one device, unpinned; nothing to spread on other targets). An Error for a negative index or
+/// one past the host's GPUs.
+Expected<std::vector<int>> spread_devices(const Backend& backend, std::vector<int> given);
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend();
