@@ -167,6 +167,7 @@ Expected<json> optimize(const OptimizeOptions& in) {
   }
   std::error_code ec;
   fs::create_directories(opt.out_dir, ec);
+  if (opt.remote) opt.remote->begin_run(run);
   say("run " + run + " (" + opt.llm + "), candidates in " + opt.out_dir.string());
 
   // State, rebuilt from the stored steps on --resume.
@@ -298,6 +299,7 @@ Expected<json> optimize(const OptimizeOptions& in) {
   auto evaluate_on = [&](const fs::path& file, bool heldout, size_t slot) -> Expected<Verdict> {
     EvalOptions eo = opt.eval;
     eo.heldout = heldout;
+    if (opt.remote) return opt.remote->evaluate(file, eo, false);
     if (slot < pins.size())
       for (const auto& [k, v] : pins[slot]) eo.runner.env[k] = v;
     Evaluator ev(*loaded, opt.target, eo);
@@ -521,7 +523,24 @@ Expected<json> optimize(const OptimizeOptions& in) {
       }
       // The children are evaluated at once, one per device, then stored in the order they were asked.
       std::vector<std::optional<Expected<Verdict>>> verdicts(brood.size());
-      if (pins.size() > 1) {
+      if (opt.remote) {
+        // elsewhere: every child to the queue at once
+        std::vector<size_t> todo;
+        std::vector<std::string> jobs;
+        EvalOptions eo = opt.eval;
+        eo.heldout = false;
+        for (size_t i = 0; i < brood.size(); ++i)
+          if (!brood[i].file.empty()) {
+            auto job = opt.remote->send(brood[i].file, eo, false);
+            if (!job) return Unexpected{job.error()};
+            todo.push_back(i);
+            jobs.push_back(*job);
+          }
+        say(fmt::format("coder: evaluating {} children on {}", todo.size(), opt.remote->describe()));
+        auto got = opt.remote->wait(jobs);
+        if (!got) return Unexpected{got.error()};
+        for (size_t k = 0; k < todo.size(); ++k) verdicts[todo[k]] = std::move((*got)[k]);
+      } else if (pins.size() > 1) {
         std::vector<size_t> todo;
         for (size_t i = 0; i < brood.size(); ++i)
           if (!brood[i].file.empty()) todo.push_back(i);

@@ -15,6 +15,7 @@
 
 #include "core/expected.h"
 #include "eval/evaluator.h"
+#include "eval/remote.h"
 
 namespace kfab {
 
@@ -36,6 +37,9 @@ struct OptimizeOptions {
   /// cuda: the GPUs an evolve generation's children are evaluated on at once, one per device (empty:
   /// every GPU of a host with several); the other steps use the first.
   std::vector<int> devices;
+  /// Evaluations done elsewhere (`--redis`: the workers of a job queue): every candidate goes there,
+  /// an evolve generation's children at once. Null: here.
+  RemoteEvaluations* remote = nullptr;
   std::function<void(const std::string&)> progress;
 };
 

@@ -28,6 +28,7 @@
 #include "tuner/tuner.h"
 #include "report/bench.h"
 #include "dist/queue.h"
+#include "dist/remote_eval.h"
 #include "dist/worker.h"
 #include "report/html.h"
 #include "report/table.h"
@@ -75,6 +76,11 @@ Commands::Commands(CLI::App& app) : app_(app) {
                         "generation's children; the other steps and the final check on the first")
       ->delimiter(',');
   optimize_->add_flag("--fresh", fresh_, "built-in tuner: search again even when a cached result exists");
+  optimize_->add_option("--redis", redis_url_,
+                        "redis://HOST[:PORT]: every evaluation becomes a job of this Redis server's job queue, done by "
+                        "`kfab worker --redis` processes on any host (the tuner's points at once, an evolve generation's "
+                        "children at once); nothing is built or run here");
+  optimize_->add_option("--queue", queue_name_, "the job queue's name on that server (default kfab)");
   optimize_->add_option("--timeout", timeout_s_, "seconds each runner job may take")->capture_default_str();
   optimize_->add_flag("--quiet,-q", quiet_, "no progress lines on stderr");
   optimize_->add_option("--atol", atol_, "absolute tolerance of every output (default: the task's; KernelBench tasks: KernelBench's for the dtype)")
@@ -481,6 +487,16 @@ int Commands::coverage_tasks(const std::vector<TaskEntry>& entries) {
   return kExitOk;
 }
 
+/// `kfab optimize --redis`: the run's evaluations as jobs of that queue.
+Expected<std::unique_ptr<QueueEvaluations>> Commands::open_remote(const std::string& task, const std::string& target,
+                                                                  const std::function<void(const std::string&)>& say) {
+  if (!queue_available()) return make_error("this kfab was built without hiredis: --redis needs it", "apt-get install libhiredis-dev, then build again");
+  QueueOptions q;
+  q.url = redis_url_;
+  if (!queue_name_.empty()) q.name = queue_name_;
+  return QueueEvaluations::open(q, task, target, say);
+}
+
 int Commands::optimize_task() {
   if (resume_.empty() && task_.empty()) return bad_input(json_, "optimize needs a TASK (or --resume RUN)");
   // A run of the built-in tuner resumes in the tuner, with the run's own settings.
@@ -499,6 +515,11 @@ int Commands::optimize_task() {
       const json& c = (*info)["config"];
       budget_tuner_ = c.value("budget", budget_tuner_);
       out_ = c.value("out_dir", out_);
+      // a run on many hosts sends its jobs to its queue again
+      if (redis_url_.empty() && c.contains("queue") && c["queue"].is_object()) {
+        redis_url_ = c["queue"].value("url", std::string());
+        queue_name_ = c["queue"].value("name", std::string());
+      }
     }
   }
   if (tuner) {
@@ -527,7 +548,16 @@ int Commands::optimize_task() {
     for (int d : t.devices)
       if (d < 0) return bad_input(json_, fmt::format("device {}: devices are counted from 0", d), "--devices 0,1");
     t.eval = eval_options();
-    if (auto fits = native_task_fits(task_, t.target, t.eval); !fits) return bad_input(json_, fits.error().message, fits.error().hint);
+    std::unique_ptr<QueueEvaluations> remote;
+    if (!redis_url_.empty()) {
+      // the workers check the room where they run
+      auto r = open_remote(task_, t.target, t.eval.progress);
+      if (!r) return bad_input(json_, r.error().message, r.error().hint);
+      remote = std::move(*r);
+      t.remote = remote.get();
+    } else if (auto fits = native_task_fits(task_, t.target, t.eval); !fits) {
+      return bad_input(json_, fits.error().message, fits.error().hint);
+    }
     t.progress = t.eval.progress;
     t.eval.progress = nullptr;
     if (!json_ && !quiet_) std::cerr << "kfab: no --llm: the built-in tuner searches its kernel templates by measurement\n";
@@ -564,8 +594,16 @@ int Commands::optimize_task() {
   o.resume = resume_;
   o.eval = eval_options();
   o.devices = devices_;
-  if (!task_.empty())
+  std::unique_ptr<QueueEvaluations> remote;
+  if (!redis_url_.empty()) {
+    if (task_.empty()) return bad_input(json_, "--redis with --resume of an agent run: give the task again", "");
+    auto r = open_remote(task_, o.target, o.eval.progress);
+    if (!r) return bad_input(json_, r.error().message, r.error().hint);
+    remote = std::move(*r);
+    o.remote = remote.get();
+  } else if (!task_.empty()) {
     if (auto fits = native_task_fits(task_, o.target, o.eval); !fits) return bad_input(json_, fits.error().message, fits.error().hint);
+  }
   o.progress = o.eval.progress;
   o.eval.progress = nullptr;
   auto r = optimize(o);

@@ -12,6 +12,7 @@
 #include "core/task.h"
 #include "eval/evaluator.h"
 #include "eval/verdict.h"
+#include "dist/remote_eval.h"
 
 namespace kfab::cli {
 
@@ -36,6 +37,8 @@ class Commands {
   Expected<std::unique_ptr<Backend>> native_backend_for(const std::string& candidate) const;
   int export_modelnew();
   int optimize_task();
+  Expected<std::unique_ptr<QueueEvaluations>> open_remote(const std::string& task, const std::string& target,
+                                                          const std::function<void(const std::string&)>& say);
   int bench();
   int bench_serve_slot();
   int worker();

@@ -253,10 +253,15 @@ Expected<JobQueue> JobQueue::open(const QueueOptions& opt) {
   return q;
 }
 
-Expected<void> JobQueue::submit(const std::string& job, const json& payload) {
-  auto r = redis_.command({"XADD", key("jobs"), "*", "job", job, "payload", payload.dump()});
+Expected<bool> JobQueue::submit(const std::string& job, const json& payload) {
+  // One script, so that the mark and the entry come together: a submitter killed between the two
+  // would leave a job marked as sent that no worker ever sees.
+  static const char* kOnce =
+      "if redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[3]) then "
+      "redis.call('XADD', KEYS[2], '*', 'job', ARGV[1], 'payload', ARGV[2]) return 1 end return 0";
+  auto r = redis_.command({"EVAL", kOnce, "2", key("sent:" + job), key("jobs"), job, payload.dump(), std::to_string(kResultTtlS)});
   if (!r) return Unexpected{r.error()};
-  return {};
+  return r->is_number_integer() && r->get<int64_t>() == 1;
 }
 
 Expected<std::vector<json>> JobQueue::results(const std::vector<std::string>& jobs) {

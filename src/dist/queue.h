@@ -13,6 +13,7 @@
 ///   Q:jobs              the stream; each entry has `job` (its id) and `payload` (JSON)
 ///   Q:workers           its consumer group
 ///   Q:result:JOB        the job's result (JSON), written once (SET NX), kept a week
+///   Q:sent:JOB          set when the job was added (with it, in one script): added once, kept a week
 /// A worker holding a job renews its lease (XCLAIM with JUSTID, every third of the lease); a job idle
 /// longer than the lease is another worker's to take. A worker finishes a job by writing its result
 /// (unless one is there already: the job ran twice), then XACK and XDEL.
@@ -68,7 +69,9 @@ class JobQueue {
   const QueueOptions& options() const { return opt_; }
 
   // the submitter's side
-  Expected<void> submit(const std::string& job, const nlohmann::json& payload);
+  /// Adds the job unless it was added before (within the week its result is kept): true when added
+  /// now. A resumed submitter sends what it sent before again without doubling it.
+  Expected<bool> submit(const std::string& job, const nlohmann::json& payload);
   /// The results of those of `jobs` that have one (null where none yet).
   Expected<std::vector<nlohmann::json>> results(const std::vector<std::string>& jobs);
 

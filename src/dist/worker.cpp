@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -15,6 +16,8 @@
 #include "core/paths.h"
 #include "core/stamp.h"
 #include "core/text.h"
+#include "dist/remote_eval.h"
+#include "eval/evaluator.h"
 #include "eval/torch_harness.h"
 
 namespace kfab {
@@ -90,35 +93,97 @@ Expected<fs::path> unpack(const json& payload, const fs::path& root) {
   return root / task;
 }
 
+/// The evaluators an eval job's worker keeps from one job to the next: per task (its files' hash) and
+/// target, for kfab's own candidates (their processes warm, as the tuner keeps them at home).
+using KeptEvaluators = std::map<std::string, std::unique_ptr<Evaluator>>;
+
+/// An optimize run's job: one candidate's verdict, or what kept this worker from one.
+json eval_job(const json& payload, const std::string& job, const WorkerOptions& opt, KeptEvaluators& kept) {
+  const std::string files_hash = hash_hex(payload.value("files", json::object()).dump()).substr(0, 16);
+  const std::string target = payload.value("target", std::string());
+  const fs::path task_root = opt.work_dir / "tasks" / files_hash;
+  fs::path task;
+  if (fs::exists(task_root / ".complete")) {
+    task = task_root / fs::path(payload.value("task", std::string())).lexically_normal();
+  } else {
+    auto t = unpack(payload, task_root);
+    if (!t) return {{"error", t.error().message}};
+    (void)write_file_atomic(task_root / ".complete", "");
+    task = *t;
+  }
+  const json& cand = payload.value("candidate", json::object());
+  const std::string name = fs::path(cand.value("name", std::string("candidate"))).filename().string();
+  auto source = base64_decode(cand.value("source", std::string()));
+  if (!source || name.empty() || name == "." || name == "..") return {{"error", "a job without a readable candidate"}};
+  const fs::path dir = opt.work_dir / "jobs" / folder_of(job);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  const fs::path file = dir / name;
+  if (auto ok = write_file_atomic(file, *source); !ok) return {{"error", ok.error().message}};
+  EvalOptions eo = eval_options_from_json(payload.value("eval", json::object()), opt.eval);
+  eo.progress = nullptr;
+  Expected<Verdict> v = make_error("not evaluated");
+  if (payload.value("own", false)) {
+    std::unique_ptr<Evaluator>& ev = kept[files_hash + "/" + target];
+    if (!ev) {
+      auto loaded = open_task(task);
+      if (!loaded) return {{"error", loaded.error().message}, {"hint", loaded.error().hint}};
+      ev = std::make_unique<Evaluator>(std::move(*loaded), target, eo);
+      ev->keep_workers();
+    }
+    ev->set_options(eo);
+    v = ev->evaluate(file);
+  } else {
+    // a candidate from elsewhere (an LLM's): processes of its own, as at home
+    auto loaded = open_task(task);
+    if (!loaded) return {{"error", loaded.error().message}, {"hint", loaded.error().hint}};
+    Evaluator ev(std::move(*loaded), target, eo);
+    v = ev.evaluate(file);
+  }
+  fs::remove_all(dir, ec);
+  if (!v) return {{"error", v.error().message}, {"hint", v.error().hint}};
+  return {{"verdict", v->to_json()}};
+}
+
 }  // namespace
 
-Expected<json> task_job_payload(const TaskEntry& e, const json& one) {
+Expected<json> task_files_payload(const fs::path& task_in) {
   // A native task is its folder; a KernelBench file is the file and its bundled candidates
   // (candidates/NAME/ beside it), relative to the folder it is in.
-  const fs::path base = e.path.parent_path();
+  fs::path task = fs::absolute(task_in).lexically_normal();
+  if (task.filename().empty()) task = task.parent_path();
+  const fs::path base = task.parent_path();
   std::vector<fs::path> files;
   std::error_code ec;
   auto add_tree = [&](const fs::path& dir) {
     for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
       if (it->is_regular_file(ec)) files.push_back(it->path());
   };
-  if (fs::is_directory(e.path, ec)) {
-    add_tree(e.path);
+  if (fs::is_directory(task, ec)) {
+    add_tree(task);
   } else {
-    files.push_back(e.path);
-    if (const fs::path c = base / "candidates" / e.path.stem(); fs::is_directory(c, ec)) add_tree(c);
+    files.push_back(task);
+    if (const fs::path c = base / "candidates" / task.stem(); fs::is_directory(c, ec)) add_tree(c);
   }
+  std::sort(files.begin(), files.end());  // the same payload, byte for byte, for the same files
   json f = json::object();
   uintmax_t total = 0;
   for (const auto& p : files) {
     total += fs::file_size(p, ec);
     if (total > kMaxJobBytes)
-      return make_error(fmt::format("{}: its files pass {} MiB, more than a job carries", e.path.string(), kMaxJobBytes >> 20));
+      return make_error(fmt::format("{}: its files pass {} MiB, more than a job carries", task_in.string(), kMaxJobBytes >> 20));
     auto bytes = read_file(p);
     if (!bytes) return Unexpected{bytes.error()};
     f[p.lexically_relative(base).string()] = base64_encode(*bytes);
   }
-  return json{{"task", e.path.filename().string()}, {"files", f}, {"bench", one}};
+  return json{{"task", task.filename().string()}, {"files", f}};
+}
+
+Expected<json> task_job_payload(const TaskEntry& e, const json& one) {
+  auto p = task_files_payload(e.path);
+  if (!p) return p;
+  (*p)["bench"] = one;
+  return p;
 }
 
 Expected<void> run_worker(const WorkerOptions& opt_in) {
@@ -143,6 +208,7 @@ Expected<void> run_worker(const WorkerOptions& opt_in) {
   say(fmt::format("worker {} on {} (queue {}, lease {:.0f} s){}", opt.name, opt.queue.url, opt.queue.name, opt.queue.lease_s,
                   opt.device >= 0 ? fmt::format(", GPU {}", opt.device) : std::string()));
   std::unique_ptr<TorchInspector> tracer;  // warm from one job to the next
+  KeptEvaluators kept;                     // eval jobs' evaluators, warm likewise
   // A lost connection (the server restarted, the network dropped) is found again: the job held then
   // is taken over by whoever holds it when its lease runs out.
   auto reconnect = [&](const Error& why) {
@@ -177,8 +243,9 @@ Expected<void> run_worker(const WorkerOptions& opt_in) {
     json result = {{"worker", opt.name}, {"host", host_name()}};
     if (opt.device >= 0) result["device"] = opt.device;
     const fs::path dir = opt.work_dir / folder_of(job.job);
-    auto task = unpack(job.payload, dir / "task");
-    if (!task) {
+    if (job.payload.value("kind", std::string("bench")) == "eval") {
+      result.update(eval_job(job.payload, job.job, opt, kept));
+    } else if (auto task = unpack(job.payload, dir / "task"); !task) {
       result["error"] = task.error().message;
     } else {
       json one = job.payload.value("bench", json::object());
@@ -209,8 +276,10 @@ Expected<void> run_worker(const WorkerOptions& opt_in) {
       wrote = queue->complete(job, result);
       if (!wrote) continue;  // its lease runs out and another worker runs it
     }
-    say(fmt::format("job {}: {} in {:.1f} s{}", job.job,
-                    result.contains("row") ? result["row"].value("disposition", std::string("?")) : "error: " + result.value("error", std::string()),
+    const std::string outcome = result.contains("row")       ? result["row"].value("disposition", std::string("?"))
+                                : result.contains("verdict") ? result["verdict"].value("disposition", std::string("?"))
+                                                             : "error: " + result.value("error", std::string());
+    say(fmt::format("job {}: {} in {:.1f} s{}", job.job, outcome,
                     result["seconds"].get<double>(), *wrote ? "" : " (another worker had written its result)"));
     std::error_code ec;
     fs::remove_all(dir, ec);

@@ -2,10 +2,13 @@
 /// `kfab worker`: takes evaluation jobs from a Redis job queue (dist/queue.h), one at a time, on this
 /// host (pinned to one GPU with `--device`), and writes each result back once.
 ///
-/// A job is one task of a bench: its files (base64, so any bytes travel), the task's path among them
-/// and the one-task bench to run (the submitting bench's settings). The worker writes them into its
-/// work folder, runs the bench there (`--resume` of the one-task bench) with its tracer warm from job
-/// to job, and writes {row, worker, host, device} as the job's result.
+/// A job is one of two kinds. A bench's ("bench", the default): one task of a bench, its files (base64,
+/// so any bytes travel), the task's path among them and the one-task bench to run (the submitting
+/// bench's settings); the worker writes them into its work folder, runs the bench there (`--resume` of
+/// the one-task bench) with its tracer warm from job to job, and writes {row, worker, host, device} as
+/// the job's result. An optimize run's ("eval", dist/remote_eval.h): one candidate of a task, with the
+/// task's files and the protocol; the worker evaluates it (kfab's own candidates with the task's
+/// processes kept warm from job to job) and writes {verdict, worker, host, device}.
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -30,6 +33,10 @@ struct WorkerOptions {
 
 /// Runs jobs until max_jobs or a signal. An Error when the queue cannot be reached.
 Expected<void> run_worker(const WorkerOptions& opt);
+
+/// A task's files for a job: {"task": its name among them, "files": {relative path: base64}} (a native
+/// task's folder; a KernelBench file with its bundled candidates). An Error past 64 MiB.
+Expected<nlohmann::json> task_files_payload(const std::filesystem::path& task);
 
 /// The job payload of one task for a bench: its files and the one-task bench (`one`, without suite).
 /// An Error when its files are too large to send (64 MiB).

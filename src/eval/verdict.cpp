@@ -75,4 +75,71 @@ nlohmann::json Verdict::to_json() const {
   return j;
 }
 
+namespace {
+// What to_json writes from the fields themselves; everything else it wrote came from `extra`.
+constexpr std::string_view kShapeKeys[] = {"shape", "heldout", "status", "correct", "max_abs_err", "max_rel_err", "first_mismatch",
+                                           "outputs", "checked", "mismatches", "time_ms", "baseline_ms", "speedup", "bound_ms",
+                                           "percent_of_bound"};
+constexpr std::string_view kVerdictKeys[] = {"task", "target", "dsl", "candidate", "candidate_hash", "disposition", "detail", "shapes",
+                                             "speedup", "baseline", "build", "machine", "protocol", "wall_s", "profile"};
+
+template <size_t N>
+bool known(const std::string& k, const std::string_view (&keys)[N]) {
+  for (auto s : keys)
+    if (s == k) return true;
+  return false;
+}
+}  // namespace
+
+ShapeResult ShapeResult::from_json(const nlohmann::json& j) {
+  ShapeResult s;
+  if (j.contains("shape") && j["shape"].is_object())
+    for (const auto& [k, v] : j["shape"].items())
+      if (v.is_number_integer()) s.shape[k] = v.get<int64_t>();
+  s.heldout = j.value("heldout", false);
+  s.status = j.value("status", std::string("not_run"));
+  s.correct = j.value("correct", false);
+  if (j.contains("max_abs_err") || j.contains("checked")) {
+    s.errors = nlohmann::json::object();
+    for (const char* k : {"max_abs_err", "max_rel_err", "first_mismatch", "outputs", "checked", "mismatches"})
+      if (j.contains(k)) s.errors[k] = j[k];
+    s.errors["correct"] = s.correct;
+  }
+  if (j.contains("time_ms") && j["time_ms"].is_object()) s.time = TimeStats::from_json(j["time_ms"]);
+  if (j.contains("baseline_ms") && j["baseline_ms"].is_object()) s.baseline = TimeStats::from_json(j["baseline_ms"]);
+  if (j.contains("bound_ms") && j["bound_ms"].is_number()) s.bound_ms = j["bound_ms"].get<double>();
+  for (const auto& [k, v] : j.items())
+    if (!known(k, kShapeKeys)) s.extra[k] = v;
+  return s;
+}
+
+Verdict Verdict::from_json(const nlohmann::json& j) {
+  Verdict v;
+  v.task = j.value("task", std::string());
+  v.target = j.value("target", std::string());
+  v.dsl = j.value("dsl", std::string());
+  v.candidate = j.value("candidate", std::string());
+  v.candidate_hash = j.value("candidate_hash", std::string());
+  v.detail = j.value("detail", std::string());
+  const std::string d = j.value("disposition", std::string());
+  if (auto p = parse_disposition(d)) {
+    v.disposition = *p;
+  } else {
+    v.disposition = Disposition::Crashed;
+    v.detail = "a verdict with an unknown disposition \"" + d.substr(0, 40) + "\": " + v.detail;
+  }
+  if (j.contains("shapes") && j["shapes"].is_array())
+    for (const auto& s : j["shapes"]) v.shapes.push_back(ShapeResult::from_json(s));
+  if (j.contains("speedup") && j["speedup"].is_number()) v.speedup = j["speedup"].get<double>();
+  v.baseline = j.value("baseline", std::string("reference"));
+  v.build = j.value("build", nlohmann::json());
+  v.machine = j.value("machine", nlohmann::json());
+  v.protocol = j.value("protocol", nlohmann::json());
+  v.profile = j.value("profile", nlohmann::json());
+  v.wall_s = j.value("wall_s", 0.0);
+  for (const auto& [k, val] : j.items())
+    if (!known(k, kVerdictKeys)) v.extra[k] = val;
+  return v;
+}
+
 }  // namespace kfab

@@ -30,6 +30,8 @@ struct ShapeResult {
   nlohmann::json extra = nlohmann::json::object();  ///< target-specific evidence: clocks, timer, bandwidth
 
   nlohmann::json to_json() const;
+  /// The inverse of to_json (a verdict that travelled: a queue worker's).
+  static ShapeResult from_json(const nlohmann::json& j);
 };
 
 struct Verdict {
@@ -52,6 +54,8 @@ struct Verdict {
 
   bool passed() const { return disposition == Disposition::Passed; }
   nlohmann::json to_json() const;
+  /// The inverse of to_json; an unknown disposition reads as crashed (said in the detail).
+  static Verdict from_json(const nlohmann::json& j);
 };
 
 }  // namespace kfab

@@ -716,8 +716,9 @@ Expected<void> run_on_queue(const std::vector<const TaskEntry*>& todo, const std
       (*had)[i] = json{{"row", row}};
       continue;
     }
-    if (auto ok = queue->submit(jobs[i], *payload); !ok) return ok;
-    ++sent;
+    auto added = queue->submit(jobs[i], *payload);
+    if (!added) return Unexpected{added.error()};
+    if (*added) ++sent;
   }
   if (opt.say && sent > 0) opt.say(fmt::format("{} jobs on {} (queue {}): waiting for `kfab worker --redis {}`", sent, opt.queue.url, opt.queue.name, opt.queue.url));
   std::vector<bool> done(jobs.size(), false);

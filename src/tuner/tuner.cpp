@@ -172,7 +172,8 @@ Expected<json> tune(const TuneOptions& in) {
   };
   Evaluator evaluator(*loaded, opt.target, pinned(opt.eval, 0));
   evaluator.keep_workers();
-  auto evaluate = [&](const fs::path& file, const EvalOptions& eo) {
+  auto evaluate = [&](const fs::path& file, const EvalOptions& eo) -> Expected<Verdict> {
+    if (opt.remote) return opt.remote->evaluate(file, eo, true);
     evaluator.set_options(pinned(eo, 0));
     return evaluator.evaluate(file);
   };
@@ -278,7 +279,9 @@ Expected<json> tune(const TuneOptions& in) {
   std::map<std::string, Store::Step> done;
   if (opt.resume.empty()) {
     if (auto ok = store.create_run(run, task.name, fs::absolute(opt.task).string(), opt.target, "tuner", "tune",
-                                   dump_json(json{{"budget", opt.budget}, {"out_dir", fs::absolute(opt.out_dir).string()}}));
+                                   dump_json(json{{"budget", opt.budget},
+                                                  {"out_dir", fs::absolute(opt.out_dir).string()},
+                                                  {"queue", opt.remote ? opt.remote->where() : json()}}));
         !ok)
       return Unexpected{ok.error()};
   } else {
@@ -290,6 +293,7 @@ Expected<json> tune(const TuneOptions& in) {
     }
     (void)store.set_run_status(run, "running");
   }
+  if (opt.remote) opt.remote->begin_run(run);
   say(fmt::format("run {} (built-in tuner, no LLM): {} parameter point(s) for {}{}", run, points.size(),
                   kb ? "a traced KernelBench Model" : "op class " + task.op_class,
                   opt.resume.empty() ? "" : fmt::format("; resumed, {} evaluated before it stopped", done.size())));
@@ -354,7 +358,7 @@ Expected<json> tune(const TuneOptions& in) {
       if (auto ok = write_file_atomic(files.back(), src); !ok) return Unexpected{ok.error()};
       if (!done.count(hashes.back())) to_build.push_back(files.back());
     }
-    {
+    if (!opt.remote) {
       const size_t workers = std::clamp<size_t>(std::thread::hardware_concurrency() / 2, 1, 8);
       say(fmt::format("compiling {} parameter point(s), {} at a time", to_build.size(), std::min(workers, to_build.size())));
       std::atomic<size_t> next{0};
@@ -368,7 +372,22 @@ Expected<json> tune(const TuneOptions& in) {
     // Spread over devices: every point not evaluated before is evaluated first, an evaluator per
     // device taking the next point as it finishes one; the verdicts are then taken in point order.
     std::vector<std::optional<Expected<Verdict>>> spread(files.size());
-    if (opt.devices.size() > 1) {
+    if (opt.remote) {
+      // Elsewhere: every point not evaluated before goes to the queue at once, for its workers to share.
+      std::vector<size_t> todo;
+      std::vector<std::string> jobs;
+      for (size_t k = 0; k < files.size() && k < points.size(); ++k)
+        if (!done.count(hashes[k])) {
+          auto job = opt.remote->send(files[k], quick, true);
+          if (!job) return Unexpected{job.error()};
+          todo.push_back(k);
+          jobs.push_back(*job);
+        }
+      say(fmt::format("evaluating {} parameter point(s) on {}", todo.size(), opt.remote->describe()));
+      auto got = opt.remote->wait(jobs);
+      if (!got) return Unexpected{got.error()};
+      for (size_t i = 0; i < todo.size(); ++i) spread[todo[i]] = std::move((*got)[i]);
+    } else if (opt.devices.size() > 1) {
       std::vector<size_t> todo;
       for (size_t k = 0; k < files.size() && k < points.size(); ++k)
         if (!done.count(hashes[k])) todo.push_back(k);

@@ -14,6 +14,7 @@
 
 #include "core/expected.h"
 #include "eval/evaluator.h"
+#include "eval/remote.h"
 #include "eval/torch_harness.h"
 #include "tuner/fused.h"
 #include "tuner/templates.h"
@@ -38,6 +39,9 @@ struct TuneOptions {
   /// CUDA_VISIBLE_DEVICES of its runners and workers, PCI bus order; cpu, opencl: slots that run at
   /// once); the winner's final check runs on the first. Empty: one evaluator, as the process is.
   std::vector<int> devices;
+  /// Evaluations done elsewhere (`kfab optimize --redis`: the workers of a job queue): every point
+  /// and the final check go there, nothing is built or run here. Null: here.
+  RemoteEvaluations* remote = nullptr;
 };
 
 /// What the built-in tuner makes of a traced KernelBench Model (python/kfab_worker/trace.py): the

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "core/process.h"
+#include "store/store.h"
 #include "harness.h"
 
 namespace kfab::test {
@@ -190,6 +191,58 @@ TEST_F(RedisOnLoopback, AKilledWorkersJobIsRedoneElsewhere) {
                            60);
   ASSERT_TRUE(check.has_value());
   EXPECT_EQ(check->output, "ok\n") << "the store intact";
+}
+
+// `kfab optimize --redis`: the tuner's points and its final check are jobs the workers take. A run
+// killed once its jobs are sent, before any worker took one, resumes (`--resume`, its queue taken
+// from the run) without sending them again: each job evaluated once, each result written once.
+TEST_F(RedisOnLoopback, AnOptimizeRunsItsEvaluationsOnTheWorkersAndAResumedRunSendsNothingTwice) {
+  const std::string softmax = std::string(KFAB_SOURCE_DIR) + "/tasks/core/softmax";
+  const fs::path data = scratch() / "data-optimize-queue";
+  fs::create_directories(data);
+  SpawnOptions so;
+  so.argv = {KFAB_BINARY, "optimize", softmax, "--target", "cpu", "--points", "3", "--fresh", "--out", (scratch() / "opt-queue").string(),
+             "--quiet", "--redis", url(), "--queue", "q3"};
+  so.env = {{"KFAB_DATA_DIR", data.string()}, {"KFAB_CACHE_DIR", shared_test_cache().string()}};
+  so.output_file = scratch() / "optimize-queue.log";
+  auto run = Child::spawn(so);
+  ASSERT_TRUE(run.has_value()) << run.error().message;
+  // no worker yet: the three points wait in the queue; then the run is killed
+  for (int i = 0; i < 600 && cli({"XLEN", "q3:jobs"}) != "3"; ++i) std::this_thread::sleep_for(100ms);
+  ASSERT_EQ(cli({"XLEN", "q3:jobs"}), "3") << *read_file(scratch() / "optimize-queue.log");
+  run->kill_group();
+  EXPECT_EQ(run->wait().signal, SIGKILL);
+  std::string id;
+  {
+    auto store = Store::open(data / "kfab.db");
+    ASSERT_TRUE(store.has_value());
+    auto runs = (*store)->latest_run();
+    ASSERT_TRUE(runs.has_value());
+    id = *runs;
+  }
+
+  worker({"--redis", url(), "--queue", "q3", "--name", "a"});
+  worker({"--redis", url(), "--queue", "q3", "--name", "b"});
+  CliResult r = kfab_with(data, shared_test_cache(), scratch() / "io-optimize-queue", {"optimize", "--resume", id, "--json", "--quiet"});
+  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j["best"]["disposition"], "passed") << j.dump();
+  ASSERT_EQ(j["points"].size(), 3u);
+  for (const auto& p : j["points"]) EXPECT_EQ(p["disposition"], "passed") << p.dump();
+  EXPECT_EQ(j["verdict"].value("worker", std::string()).empty(), false) << "the final check's verdict names its worker";
+  // three points and the final check, each sent once, evaluated once, its result written once
+  EXPECT_EQ(cli({"EVAL", "return #redis.call('KEYS', 'q3:sent:*')", "0"}), "4");
+  EXPECT_EQ(cli({"EVAL", "return #redis.call('KEYS', 'q3:result:*')", "0"}), "4");
+  EXPECT_EQ(cli({"XLEN", "q3:jobs"}), "0");
+  workers_.clear();  // the workers' logs are complete once they are gone
+  int jobs = 0;
+  for (const char* w : {"0", "1"}) {
+    const std::string log = *read_file(scratch() / ("worker-" + std::string(w) + "-" + std::to_string(port_) + ".log"));
+    for (size_t at = log.find(": passed in "); at != std::string::npos; at = log.find(": passed in ", at + 1)) ++jobs;
+    EXPECT_EQ(log.find("another worker had written its result"), std::string::npos) << log;
+    EXPECT_EQ(log.find("done already"), std::string::npos) << log;
+  }
+  EXPECT_EQ(jobs, 4);
 }
 
 }  // namespace
