@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -24,6 +25,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "core/discover.h"
 #include "core/hash.h"
+#include "core/paths.h"
 #include "core/process.h"
 #include "dist/queue.h"
 #include "dist/worker.h"
@@ -332,6 +334,14 @@ Expected<std::vector<TaskEntry>> select_tasks(std::vector<TaskEntry> entries, co
   return entries;
 }
 
+std::vector<size_t> longest_first(const std::vector<double>& seconds) {
+  std::vector<size_t> order(seconds.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  auto key = [&](size_t i) { return seconds[i] < 0 ? std::numeric_limits<double>::infinity() : seconds[i]; };
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return key(a) > key(b); });
+  return order;
+}
+
 namespace {
 
 /// What a bench was run with, kept in bench.json for --resume.
@@ -489,6 +499,73 @@ void in_suite_order(json& rows, const std::vector<TaskEntry>& entries) {
   };
   std::stable_sort(rows.begin(), rows.end(), [&](const json& a, const json& b) { return at(a) < at(b); });
 }
+
+/// What each task took the last time a bench ran it on this machine with the same settings: the
+/// order devices and queues hand tasks out in, longest first, so that a long task does not start last
+/// and end the bench alone. Kept in the cache (bench/costs.json, {key: seconds}); the key is the
+/// task's files, the target, the mode and the settings that decide a task's work.
+class TaskCosts {
+ public:
+  explicit TaskCosts(const json& bench) {
+    const json& s = bench.value("settings", json::object());
+    material_ = bench.value("target", std::string()) + '\0' + bench.value("mode", std::string()) + '\0' +
+                bench.value("llm", std::string()) + '\0' +
+                json{{"points", s.value("points", json())}, {"budget", s.value("budget", json())}, {"seeds", s.value("seeds", json())},
+                     {"compile_baseline", s.value("compile_baseline", json())}, {"dtype", s.value("dtype", json())}}
+                    .dump();
+  }
+  std::string key(const TaskEntry& e) {
+    auto it = keys_.find(e.path.string());
+    if (it != keys_.end()) return it->second;
+    auto files = task_files_payload(e.path);
+    const std::string k = files ? hash_hex(material_ + '\0' + files->value("files", json::object()).dump()).substr(0, 24) : std::string();
+    keys_[e.path.string()] = k;
+    return k;
+  }
+  /// Seconds, or a negative number for a task never timed here.
+  double of(const TaskEntry& e) {
+    const json all = load();
+    const std::string k = key(e);
+    return !k.empty() && all.contains(k) && all[k].is_number() ? all[k].get<double>() : -1.0;
+  }
+  void record(const TaskEntry& e, double seconds) {
+    const std::string k = key(e);
+    if (k.empty() || !(seconds > 0)) return;
+    json all = load();  // read, change, write: a lost update between benches costs an ordering only
+    all[k] = seconds;
+    (void)write_file_atomic(file(), all.dump());
+  }
+  /// `todo` with the tasks never timed first (in the suite's order: they may be the longest), then the
+  /// others longest first; says how many it knew.
+  void order(std::vector<const TaskEntry*>& todo, const std::function<void(const std::string&)>& say) {
+    std::vector<double> cost;
+    size_t known = 0;
+    for (const TaskEntry* e : todo) {
+      cost.push_back(of(*e));
+      known += cost.back() >= 0;
+    }
+    if (known == 0) return;
+    std::vector<const TaskEntry*> ordered;
+    for (size_t i : longest_first(cost)) ordered.push_back(todo[i]);
+    todo = std::move(ordered);
+    if (say) say(fmt::format("{} of {} tasks have taken a known time here before: handed out longest first", known, todo.size()));
+  }
+
+ private:
+  static fs::path file() { return cache_dir() / "bench" / "costs.json"; }
+  static json load() {
+    auto text = read_file(file());
+    if (!text) return json::object();
+    try {
+      json j = json::parse(*text);
+      return j.is_object() ? j : json::object();
+    } catch (const json::exception&) {
+      return json::object();
+    }
+  }
+  std::string material_;
+  std::map<std::string, std::string> keys_;
+};
 
 /// A task's own bench folder under `devices`: OUT/tasks/NNN-NAME (NNN its place in the suite's list).
 fs::path task_bench_dir(const BenchOptions& opt, size_t index, const std::string& name) {
@@ -869,7 +946,12 @@ Expected<json> run_bench(const BenchOptions& opt_in) {
   if (opt.say && !finished.empty())
     opt.say(fmt::format("resuming {}: {} of {} tasks finished already", opt.out_dir.string(), finished.size(), entries.size()));
   // A task's row is scored, said, stored and saved the same way wherever it ran.
+  TaskCosts costs(bench);
+  std::map<std::string, const TaskEntry*> entry_of;
+  for (const auto& e : entries) entry_of.emplace(e.path.string(), &e);
   auto finish = [&](json row) -> Expected<void> {
+    if (auto it = entry_of.find(row.value("path", std::string())); it != entry_of.end() && row.contains("wall_s") && row["wall_s"].is_number())
+      costs.record(*it->second, row["wall_s"].get<double>());
     const json& report = row.value("report", json());
     if (!bench.contains("machine") && report.is_object() && report.contains("machine")) bench["machine"] = report["machine"];
     const std::string name = row.value("task", std::string());
@@ -899,6 +981,7 @@ Expected<json> run_bench(const BenchOptions& opt_in) {
     queue.url = previous["queue"].value("url", std::string());
     queue.name = previous["queue"].value("name", queue.name);
   }
+  if (!queue.url.empty() || !devices.empty()) costs.order(todo, opt.say);
   if (!queue.url.empty()) {
     bench["queue"] = {{"url", queue.url}, {"name", queue.name}};
     BenchOptions q = opt;

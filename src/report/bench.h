@@ -96,4 +96,9 @@ Expected<nlohmann::json> run_report(Store& store, const std::string& run);
 std::string tasks_csv(const nlohmann::json& tasks);
 std::string scores_csv(const nlohmann::json& scores);
 
+/// The order a bench hands its tasks out in over devices or a queue, from what each took here before
+/// (seconds; negative: never timed here): the untimed first, in their order (they may be the
+/// longest), then the others longest first.
+std::vector<size_t> longest_first(const std::vector<double>& seconds);
+
 }  // namespace kfab

@@ -289,6 +289,8 @@ TEST(Bench, DevicesSpreadTheTasksAndGiveTheVerdictsOfOneProcess) {
   EXPECT_TRUE(b["tasks"][0]["report"].is_object()) << "the run's report comes with the row";
   EXPECT_EQ(used.size(), 2u) << "both slots took a task";
   EXPECT_NE(two.err.find("(device "), std::string::npos) << two.err;
+  // the one-process bench timed both tasks here: the devices take them longest first
+  EXPECT_NE(two.err.find("2 of 2 tasks have taken a known time here before: handed out longest first"), std::string::npos) << two.err;
 
   CliResult bad = kfab_cli({"bench", suite.string(), "--target", "cpu", "--eval", "--devices", "-1"});
   EXPECT_EQ(bad.status.code, 2) << bad.out << bad.err;

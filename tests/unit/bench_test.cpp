@@ -181,6 +181,12 @@ TEST(BenchSelect, FilterThenAnEvenSample) {
   EXPECT_NE(bad.error().message.find("not a regular expression"), std::string::npos) << bad.error().message;
 }
 
+TEST(BenchOrder, TasksNeverTimedGoFirstThenTheLongest) {
+  EXPECT_EQ(longest_first({}), std::vector<size_t>{});
+  EXPECT_EQ(longest_first({-1, -1, -1}), (std::vector<size_t>{0, 1, 2})) << "nothing known: the suite's order";
+  EXPECT_EQ(longest_first({3.0, 50.0, -1, 20.0, 50.0}), (std::vector<size_t>{2, 1, 4, 3, 0}));
+}
+
 }  // namespace kfab
 
 namespace kfab {
