@@ -68,6 +68,9 @@ build-gpu/kfab doctor 2>&1 | tee -a "$out/summary.txt"
 #   queue      the same suite through a Redis job queue on loopback (redis-server from .debs): a bench
 #              --redis with a kfab worker per GPU, then with two workers sharing GPU 0; compared with
 #              the one-process bench of stage devices when it ran before, else with its own
+#   optq       kfab optimize of KFAB_OPTQ_TASK (default kernelbench/suite/level2_76_Gemm_Add_ReLU.py) with
+#              --redis: a kfab worker per GPU takes its points and its final check (redis-server from
+#              .debs on loopback)
 #   profile    kfab eval --profile of the bundled CUDA softmax
 #   overhead   bench/cuda_overhead.py: kfab against torch load_inline
 #   stability  bench/timing_stability.sh: 5 medians and ncu
@@ -204,6 +207,32 @@ if want queue; then
   done
   kill "$redis"
   python3 bench/devices_compare.py "${compare[@]}" 2>&1 | tee -a "$out/summary.txt"
+fi
+if want optq; then
+  log "optq: kfab optimize --redis, a worker per GPU taking the points"
+  task=${KFAB_OPTQ_TASK:-kernelbench/suite/level2_76_Gemm_Add_ReLU.py}
+  gpus=$(nvidia-smi -L | grep -c '^GPU')
+  server=$root/usr/bin/redis-server
+  [ -x "$server" ] || server=$(command -v redis-server)
+  LD_LIBRARY_PATH=$lib "$server" --port 6391 --bind 127.0.0.1 --save '' --appendonly no >"$out/redis_optq.log" 2>&1 &
+  redis=$!
+  sleep 1
+  pids=()
+  for d in $(seq 0 $((gpus - 1))); do
+    build-gpu/kfab worker --redis redis://127.0.0.1:6391 --queue optq --device "$d" >>"$out/optq_workers.txt" 2>&1 &
+    pids+=($!)
+  done
+  start=$(date +%s)
+  build-gpu/kfab optimize "$task" --target cuda --points "${KFAB_OPTQ_POINTS:-8}" --fresh --redis redis://127.0.0.1:6391 --queue optq \
+    --out build-gpu/optq --json >"$out/optq.json" 2>"$out/optq.err"
+  echo "optq: exit $? in $(( $(date +%s) - start )) s" | tee -a "$out/summary.txt"
+  python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); b=j["best"]; v=j.get("verdict",{})
+print("best", b["disposition"], b.get("speedup"), "final check by", v.get("worker"), "device", v.get("device"))
+for p in j.get("points", []): print(" ", p["template"], p["params"], p["disposition"], p.get("speedup"))' "$out/optq.json" 2>&1 | tee -a "$out/summary.txt"
+  grep -cE '^kfab: job .*: [a-z_]+ in [0-9.]+ s' "$out/optq_workers.txt" | sed 's/^/jobs done by the workers: /' | tee -a "$out/summary.txt"
+  grep -oE 'g[0-9]+$|-g[0-9]+ ' "$out/optq_workers.txt" >/dev/null  # (names end with -gD: the device)
+  kill "${pids[@]}" 2>/dev/null; wait "${pids[@]}" 2>/dev/null
+  kill "$redis"
 fi
 if want profile; then
   log "profile: kfab eval --profile of the bundled CUDA softmax"
