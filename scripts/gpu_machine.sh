@@ -230,7 +230,6 @@ if want optq; then
 print("best", b["disposition"], b.get("speedup"), "final check by", v.get("worker"), "device", v.get("device"))
 for p in j.get("points", []): print(" ", p["template"], p["params"], p["disposition"], p.get("speedup"))' "$out/optq.json" 2>&1 | tee -a "$out/summary.txt"
   grep -cE '^kfab: job .*: [a-z_]+ in [0-9.]+ s' "$out/optq_workers.txt" | sed 's/^/jobs done by the workers: /' | tee -a "$out/summary.txt"
-  grep -oE 'g[0-9]+$|-g[0-9]+ ' "$out/optq_workers.txt" >/dev/null  # (names end with -gD: the device)
   kill "${pids[@]}" 2>/dev/null; wait "${pids[@]}" 2>/dev/null
   kill "$redis"
 fi
