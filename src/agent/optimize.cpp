@@ -161,7 +161,8 @@ Expected<json> optimize(const OptimizeOptions& in) {
     if (opt.out_dir.empty()) opt.out_dir = fs::path("kfab-runs") / run;
     json config = {{"dsl", opt.dsl}, {"budget_candidates", opt.budget_candidates}, {"budget_tokens", opt.budget_tokens},
                    {"budget_dollars", opt.budget_dollars}, {"out_dir", fs::absolute(opt.out_dir).string()},
-                   {"config_file", opt.config.empty() ? std::string() : fs::absolute(opt.config).string()}};
+                   {"config_file", opt.config.empty() ? std::string() : fs::absolute(opt.config).string()},
+                   {"queue", opt.remote ? opt.remote->where() : json()}};
     if (auto ok = store.create_run(run, task_name, fs::absolute(opt.task).string(), opt.target, opt.llm, opt.strategy, dump_json(config)); !ok)
       return Unexpected{ok.error()};
   }

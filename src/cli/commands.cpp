@@ -515,11 +515,14 @@ int Commands::optimize_task() {
       const json& c = (*info)["config"];
       budget_tuner_ = c.value("budget", budget_tuner_);
       out_ = c.value("out_dir", out_);
-      // a run on many hosts sends its jobs to its queue again
-      if (redis_url_.empty() && c.contains("queue") && c["queue"].is_object()) {
-        redis_url_ = c["queue"].value("url", std::string());
-        queue_name_ = c["queue"].value("name", std::string());
-      }
+    }
+    // a run on many hosts sends its jobs to its queue again
+    const json& c = (*info)["config"];
+    if (redis_url_.empty() && c.is_object() && c.contains("queue") && c["queue"].is_object()) {
+      redis_url_ = c["queue"].value("url", std::string());
+      queue_name_ = c["queue"].value("name", std::string());
+      if (task_.empty()) task_ = (*info).value("task_path", std::string());  // an agent run's: for the jobs' files
+      if (target_.empty()) target_ = (*info).value("target", std::string());
     }
   }
   if (tuner) {
@@ -596,7 +599,7 @@ int Commands::optimize_task() {
   o.devices = devices_;
   std::unique_ptr<QueueEvaluations> remote;
   if (!redis_url_.empty()) {
-    if (task_.empty()) return bad_input(json_, "--redis with --resume of an agent run: give the task again", "");
+    if (task_.empty()) return bad_input(json_, "--redis with --resume of a run that did not use a queue: give the task too", "");
     auto r = open_remote(task_, o.target, o.eval.progress);
     if (!r) return bad_input(json_, r.error().message, r.error().hint);
     remote = std::move(*r);

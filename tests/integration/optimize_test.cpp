@@ -18,40 +18,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-/// The scripted server of tests/fixtures/mock_llm.py, on a port of its own, and a config naming it.
-class MockLlm {
- public:
-  MockLlm(const fs::path& script, const fs::path& dir) : dir_(dir) {
-    fs::create_directories(dir_);
-    fs::remove(dir_ / "port");
-    SpawnOptions so;
-    so.argv = {"python3", fixture("mock_llm.py"), script.string(), (dir_ / "port").string(), (dir_ / "requests.jsonl").string()};
-    so.output_file = dir_ / "server.log";
-    auto c = Child::spawn(so);
-    EXPECT_TRUE(c.has_value());
-    if (c) child_.emplace(std::move(*c));
-    for (int i = 0; i < 100 && !fs::exists(dir_ / "port"); ++i) std::this_thread::sleep_for(100ms);
-    auto port = read_file(dir_ / "port");
-    EXPECT_TRUE(port.has_value()) << "the mock server did not start";
-    std::string cfg = *read_file(fixture("llm/config.toml"));
-    cfg.replace(cfg.find("PORT"), 4, port ? *port : "1");
-    EXPECT_TRUE(write_file_atomic(dir_ / "config.toml", cfg).has_value());
-  }
-  ~MockLlm() { stop(); }
-  void stop() {
-    if (child_) {
-      child_->kill_group();
-      child_->wait();
-      child_.reset();
-    }
-  }
-  std::string config() const { return (dir_ / "config.toml").string(); }
-
- private:
-  fs::path dir_;
-  std::optional<Child> child_;
-};
-
 std::vector<Store::Step> steps_of(const fs::path& data, const std::string& run) {
   auto store = Store::open(data / "kfab.db");
   EXPECT_TRUE(store.has_value());

@@ -245,5 +245,32 @@ TEST_F(RedisOnLoopback, AnOptimizeRunsItsEvaluationsOnTheWorkersAndAResumedRunSe
   EXPECT_EQ(jobs, 4);
 }
 
+// `kfab optimize --llm ... --redis`: an agent's candidates (and its final check) are evaluated by the
+// queue's workers, each with processes of its own; the run is stored where it ran, as at home.
+TEST_F(RedisOnLoopback, AnAgentsCandidatesAreEvaluatedByTheWorkers) {
+  const fs::path dir = scratch() / "agent-queue";
+  const fs::path data = dir / "data";
+  fs::create_directories(data);
+  MockLlm llm(fixture("llm/affine_session.json"), dir / "mock");
+  worker({"--redis", url(), "--queue", "q4", "--name", "only"});
+  CliResult r = kfab_with(data, shared_test_cache(), dir / "io",
+                          {"optimize", fixture("tasks/affine"), "--target", "cpu", "--llm", "mock:m1", "--config", llm.config(), "--budget",
+                           "3", "--out", (dir / "out").string(), "--json", "--quiet", "--redis", url(), "--queue", "q4"});
+  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j["best"]["disposition"], "passed") << j.dump();
+  EXPECT_EQ(j["candidates"], 3);
+  auto store = Store::open(data / "kfab.db");
+  ASSERT_TRUE(store.has_value());
+  auto steps = (*store)->run_steps(j["run"]);
+  ASSERT_TRUE(steps.has_value());
+  std::vector<std::string> dispositions;
+  for (const auto& s : *steps) dispositions.push_back(s.disposition);
+  EXPECT_EQ(dispositions, (std::vector<std::string>{"", "incorrect", "passed", "", "passed", "passed"})) << "as a run evaluated here";
+  // three candidates and the final check: four jobs, each evaluated by the worker
+  EXPECT_EQ(cli({"EVAL", "return #redis.call('KEYS', 'q4:result:*')", "0"}), "4");
+  EXPECT_EQ(cli({"XLEN", "q4:jobs"}), "0");
+}
+
 }  // namespace
 }  // namespace kfab::test
