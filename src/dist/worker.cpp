@@ -93,8 +93,8 @@ Expected<fs::path> unpack(const json& payload, const fs::path& root) {
   return root / task;
 }
 
-/// The evaluators an eval job's worker keeps from one job to the next: per task (its files' hash) and
-/// target, for kfab's own candidates (their processes warm, as the tuner keeps them at home).
+/// The evaluator an eval job's worker keeps from one job to the next, for kfab's own candidates of one
+/// task (its files' hash) and target: their processes warm, as the tuner keeps them at home.
 using KeptEvaluators = std::map<std::string, std::unique_ptr<Evaluator>>;
 
 /// An optimize run's job: one candidate's verdict, or what kept this worker from one.
@@ -124,7 +124,10 @@ json eval_job(const json& payload, const std::string& job, const WorkerOptions& 
   eo.progress = nullptr;
   Expected<Verdict> v = make_error("not evaluated");
   if (payload.value("own", false)) {
-    std::unique_ptr<Evaluator>& ev = kept[files_hash + "/" + target];
+    // One task's evaluator at a time: a kept one holds its problem's processes and device memory.
+    const std::string key = files_hash + "/" + target;
+    if (!kept.count(key)) kept.clear();
+    std::unique_ptr<Evaluator>& ev = kept[key];
     if (!ev) {
       auto loaded = open_task(task);
       if (!loaded) return {{"error", loaded.error().message}, {"hint", loaded.error().hint}};
