@@ -10,6 +10,7 @@
 #include <set>
 #include <thread>
 
+#include "backends/backend.h"
 #include "core/process.h"
 #include "store/store.h"
 #include "harness.h"
@@ -83,13 +84,15 @@ class RedisOnLoopback : public ::testing::Test {
     return workers_.back();
   }
 
-  fs::path suite_of(const std::string& name, int tasks) {
+  /// `tasks` copies of the affine task, each with one bundled candidate (`candidate`: good.cpp for
+  /// the cpu target, good.cl.cpp for opencl).
+  fs::path suite_of(const std::string& name, int tasks, const std::string& candidate = "good.cpp") {
     const fs::path suite = scratch() / name;
     for (int i = 1; i <= tasks; ++i) {
       const fs::path t = suite / (std::to_string(i) + "_affine");
       fs::create_directories(t / "candidates");
       for (const char* f : {"task.toml", "reference.cpp"}) fs::copy_file(fixture("tasks/affine/") + f, t / f);
-      fs::copy_file(fixture("tasks/affine/candidates/good.cpp"), t / "candidates/good.cpp");
+      fs::copy_file(fixture("tasks/affine/candidates/") + candidate, t / "candidates" / candidate);
     }
     return suite;
   }
@@ -147,6 +150,33 @@ TEST_F(RedisOnLoopback, JobsSpreadOverWorkersAndEachResultIsWrittenOnce) {
   ASSERT_EQ(again.status.code, 0) << again.out << again.err;
   EXPECT_EQ(json::parse(*read_file(out / "bench.json"))["tasks"].size(), 4u);
   EXPECT_EQ(cli({"XLEN", "q1:jobs"}), "0") << "no job sent again";
+}
+
+// OpenCL devices as the workers' devices (PoCL here and in CI): a bench's tasks spread over two
+// workers, each row passed, each result written once.
+TEST_F(RedisOnLoopback, OpenclTasksSpreadOverWorkers) {
+  auto ocl = make_backend("opencl");
+  if (!ocl || ocl->probe() == 0) {
+    if (const char* ci = std::getenv("CI"); ci && std::string(ci) == "true") FAIL() << "no OpenCL platform in CI (PoCL)";
+    GTEST_SKIP() << "no OpenCL platform here";
+  }
+  const fs::path suite = suite_of("queue-opencl-suite", 4, "good.cl.cpp");
+  worker({"--redis", url(), "--queue", "q5", "--max-jobs", "2", "--name", "o1"});
+  worker({"--redis", url(), "--queue", "q5", "--max-jobs", "2", "--name", "o2"});
+  const fs::path out = scratch() / "bench-queue-opencl";
+  CliResult r = kfab_cli({"bench", suite.string(), "--target", "opencl", "--eval", "--seeds", "2", "--out", out.string(), "--json",
+                          "--quiet", "--redis", url(), "--queue", "q5"});
+  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  const json b = json::parse(*read_file(out / "bench.json"));
+  ASSERT_EQ(b["tasks"].size(), 4u);
+  std::set<std::string> workers;
+  for (const auto& row : b["tasks"]) {
+    EXPECT_EQ(row["disposition"], "passed") << row.dump(1);
+    workers.insert(row.value("worker", std::string()));
+  }
+  EXPECT_EQ(workers, (std::set<std::string>{"o1", "o2"})) << "each worker took two jobs (--max-jobs 2)";
+  EXPECT_EQ(cli({"EVAL", "return #redis.call('KEYS', 'q5:result:*')", "0"}), "4");
+  EXPECT_EQ(cli({"XLEN", "q5:jobs"}), "0");
 }
 
 // A worker killed in the middle of a job: once its lease runs out another worker takes the job over
