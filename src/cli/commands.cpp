@@ -499,6 +499,9 @@ Expected<std::unique_ptr<QueueEvaluations>> Commands::open_remote(const std::str
 
 int Commands::optimize_task() {
   if (resume_.empty() && task_.empty()) return bad_input(json_, "optimize needs a TASK (or --resume RUN)");
+  if (!redis_url_.empty() && !devices_.empty())
+    return bad_input(json_, "--devices with --redis: the queue's workers evaluate on their own devices",
+                     "leave out --devices; start a `kfab worker --redis URL --device D` per GPU");
   // A run of the built-in tuner resumes in the tuner, with the run's own settings.
   TuneOptions t;
   bool tuner = resume_.empty() && (llm_.empty() || llm_ == "none");
@@ -889,6 +892,9 @@ int Commands::bench_serve_slot() {
 
 int Commands::bench() {
   if (serve_slot_) return bench_serve_slot();
+  if (!redis_url_.empty() && !devices_.empty())
+    return bad_input(json_, "--devices with --redis: the queue's workers run the tasks on their own devices",
+                     "leave out --devices; start a `kfab worker --redis URL --device D` per GPU");
   const bool suite_given = bench_suite_->count() > 0;
   if (bench_resume_.empty() != suite_given)
     return bad_input(json_, !suite_given ? "bench needs a SUITE (a folder of tasks), or --resume BENCH_DIR"

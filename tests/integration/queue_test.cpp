@@ -163,6 +163,12 @@ TEST_F(RedisOnLoopback, OpenclTasksSpreadOverWorkers) {
   const fs::path suite = suite_of("queue-opencl-suite", 4, "good.cl.cpp");
   worker({"--redis", url(), "--queue", "q5", "--max-jobs", "2", "--name", "o1"});
   worker({"--redis", url(), "--queue", "q5", "--max-jobs", "2", "--name", "o2"});
+  // devices belong to the workers: a bench or an optimize given both is refused, with what to do
+  for (const char* cmd : {"bench", "optimize"}) {
+    CliResult both = kfab_cli({cmd, suite.string(), "--target", "opencl", "--redis", url(), "--devices", "0,1"});
+    EXPECT_EQ(both.status.code, 2) << cmd << both.out << both.err;
+    EXPECT_NE(both.err.find("kfab worker --redis URL --device D"), std::string::npos) << both.err;
+  }
   const fs::path out = scratch() / "bench-queue-opencl";
   CliResult r = kfab_cli({"bench", suite.string(), "--target", "opencl", "--eval", "--seeds", "2", "--out", out.string(), "--json",
                           "--quiet", "--redis", url(), "--queue", "q5"});
