@@ -8,7 +8,7 @@
 #include "core/hash.h"
 #include "core/paths.h"
 #include "core/text.h"
-#include "dist/worker.h"
+#include "dist/job_files.h"
 
 namespace kfab {
 

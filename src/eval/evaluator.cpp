@@ -7,7 +7,7 @@
 #include <random>
 
 #include "core/hash.h"
-#include "eval/compare.h"
+#include "core/compare.h"
 #include "eval/device_lock.h"
 #include "eval/native_harness.h"
 #include "eval/torch_harness.h"

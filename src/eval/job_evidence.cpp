@@ -4,7 +4,7 @@
 
 #include <limits>
 
-#include "eval/compare.h"
+#include "core/compare.h"
 
 namespace kfab {
 

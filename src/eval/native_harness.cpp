@@ -3,7 +3,7 @@
 #include <chrono>
 #include <future>
 
-#include "eval/compare.h"
+#include "core/compare.h"
 #include "eval/evaluator.h"
 #include "eval/profile.h"
 

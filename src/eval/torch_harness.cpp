@@ -13,7 +13,7 @@
 #include "core/stamp.h"
 #include "core/text.h"
 #include "eval/evaluator.h"
-#include "eval/stats.h"
+#include "core/stats.h"
 
 namespace kfab {
 

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/expr.h"
-#include "eval/stats.h"
+#include "core/stats.h"
 
 namespace kfab {
 

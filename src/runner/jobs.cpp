@@ -21,8 +21,8 @@
 
 #include "core/task.h"
 #include "core/tensor.h"
-#include "eval/compare.h"
-#include "eval/stats.h"
+#include "core/compare.h"
+#include "core/stats.h"
 #include "runner/accelerator.h"
 #include "runner/cuda_driver.h"
 #include "runner/shared_region.h"

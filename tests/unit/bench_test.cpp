@@ -7,7 +7,7 @@
 #include <cmath>
 #include <filesystem>
 
-#include "report/bench.h"
+#include "app/bench.h"
 #include "report/html.h"
 
 namespace kfab {

@@ -2,8 +2,8 @@
 
 #include <cmath>
 
-#include "eval/compare.h"
-#include "eval/stats.h"
+#include "core/compare.h"
+#include "core/stats.h"
 
 namespace kfab {
 

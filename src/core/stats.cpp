@@ -1,4 +1,4 @@
-#include "eval/stats.h"
+#include "core/stats.h"
 
 #include <algorithm>
 #include <numeric>

@@ -1,4 +1,4 @@
-#include "report/bench.h"
+#include "app/bench.h"
 
 #include <fmt/format.h>
 #include <poll.h>
@@ -28,7 +28,7 @@
 #include "core/paths.h"
 #include "core/process.h"
 #include "dist/queue.h"
-#include "dist/worker.h"
+#include "app/worker.h"
 #include "core/stamp.h"
 #include "core/text.h"
 #include "eval/evaluator.h"

@@ -1,4 +1,4 @@
-#include "eval/compare.h"
+#include "core/compare.h"
 
 #include <cmath>
 

@@ -16,8 +16,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/expected.h"
+#include "dist/job_files.h"
 #include "dist/queue.h"
-#include "report/bench.h"
+#include "app/bench.h"
 
 namespace kfab {
 
@@ -33,10 +34,6 @@ struct WorkerOptions {
 
 /// Runs jobs until max_jobs or a signal. An Error when the queue cannot be reached.
 Expected<void> run_worker(const WorkerOptions& opt);
-
-/// A task's files for a job: {"task": its name among them, "files": {relative path: base64}} (a native
-/// task's folder; a KernelBench file with its bundled candidates). An Error past 64 MiB.
-Expected<nlohmann::json> task_files_payload(const std::filesystem::path& task);
 
 /// The job payload of one task for a bench: its files and the one-task bench (`one`, without suite).
 /// An Error when its files are too large to send (64 MiB).
