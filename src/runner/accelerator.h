@@ -11,6 +11,14 @@
 
 namespace kfab {
 
+/// A device's clocks at one moment and every reason its driver gives for holding them down.
+struct ClockReading {
+  bool ok = false;  ///< false where the device cannot say (no NVML)
+  unsigned sm_mhz = 0;
+  unsigned mem_mhz = 0;
+  unsigned long long reasons = 0;  ///< the driver's bitmask, named by clock_reasons()
+};
+
 class Accelerator {
  public:
   virtual ~Accelerator() = default;
@@ -56,6 +64,17 @@ class Accelerator {
   }
   virtual int launch_replay(void* /*replay*/) { return kNoReplay; }
   virtual void release_replay(void* /*replay*/) {}
+  /// Whether short calls may be recorded and replayed (capture_begin can succeed).
+  virtual bool replays() const { return false; }
+
+  // Clocks, recorded while a candidate is timed (kfab never sets them). A device that cannot read
+  // its clocks does not record any.
+  virtual bool reads_clocks() const { return false; }
+  virtual ClockReading read_clocks() { return {}; }
+  /// The names of the bits of a ClockReading's `reasons` ("sw_thermal", "hw_slowdown", ...).
+  virtual std::string clock_reasons(unsigned long long /*mask*/) const { return {}; }
+  /// What a device that records no clocks says instead.
+  virtual std::string no_clocks_why() const { return "this device does not report its clocks"; }
 };
 
 /// The runner's accelerator for a target ("cuda", "opencl"); nullptr for "cpu" or an unknown one.

@@ -245,8 +245,8 @@ Nvml& nvml() {
 
 }  // namespace
 
-Clocks read_clocks() {
-  Clocks c;
+ClockReading CudaDevice::read_clocks() {
+  ClockReading c;
   Nvml& n = nvml();
   if (!n.loaded) return c;
   constexpr int kClockSm = 1, kClockMem = 2;
@@ -255,7 +255,7 @@ Clocks read_clocks() {
   return c;
 }
 
-std::string clock_reasons(unsigned long long mask) {
+std::string CudaDevice::clock_reasons(unsigned long long mask) const {
   static const std::pair<unsigned long long, const char*> kNames[] = {
       {0x1, "gpu_idle"},        {0x2, "applications_clocks"}, {0x4, "sw_power_cap"}, {0x8, "hw_slowdown"},
       {0x10, "sync_boost"},     {0x20, "sw_thermal"},         {0x40, "hw_thermal"},  {0x80, "hw_power_brake"},

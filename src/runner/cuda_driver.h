@@ -43,6 +43,11 @@ class CudaDevice final : public Accelerator {
   int capture_end(void** replay) override;
   int launch_replay(void* replay) override;
   void release_replay(void* replay) override;
+  bool replays() const override { return true; }
+  bool reads_clocks() const override { return true; }
+  ClockReading read_clocks() override;
+  std::string clock_reasons(unsigned long long mask) const override;
+  std::string no_clocks_why() const override { return "NVML (libnvidia-ml.so.1) is not available"; }
 
  private:
   Stream stream_ = nullptr;
@@ -58,17 +63,6 @@ class CudaDevice final : public Accelerator {
   Event end_ = nullptr;
 };
 
-/// SM and memory clocks and the reasons they are held down (NVML through dlopen). `ok` is false
-/// where NVML is absent: the verdict then says the clocks were not recorded.
-struct Clocks {
-  bool ok = false;
-  unsigned sm_mhz = 0;
-  unsigned mem_mhz = 0;
-  unsigned long long reasons = 0;  ///< nvmlClocksEventReasons bitmask
-};
-Clocks read_clocks();
-/// The names of the bits set in an NVML clocks-event-reasons mask ("sw_thermal", "hw_slowdown", ...).
-std::string clock_reasons(unsigned long long mask);
 
 
 }  // namespace kfab::cuda

@@ -24,7 +24,6 @@
 #include "core/compare.h"
 #include "core/stats.h"
 #include "runner/accelerator.h"
-#include "runner/cuda_driver.h"
 #include "runner/shared_region.h"
 
 namespace kfab::runner {
@@ -91,8 +90,8 @@ struct ClockLog {
   unsigned sm_min = ~0u, sm_max = 0, mem_min = ~0u, mem_max = 0;
   unsigned long long reasons = 0;
   int samples = 0;
-  void sample() {
-    const cuda::Clocks c = cuda::read_clocks();
+  void sample(Accelerator& dev) {
+    const ClockReading c = dev.read_clocks();
     if (!c.ok) {
       ok = false;
       return;
@@ -104,11 +103,11 @@ struct ClockLog {
     reasons |= c.reasons & ~0x1ull;  // gpu_idle is expected between calls
     ++samples;
   }
-  json to_json() const {
-    if (!ok || samples == 0) return {{"recorded", false}, {"why", "NVML (libnvidia-ml.so.1) is not available"}};
+  json to_json(const Accelerator& dev) const {
+    if (!ok || samples == 0) return {{"recorded", false}, {"why", dev.no_clocks_why()}};
     const bool drift = sm_max > 0 && static_cast<double>(sm_max - sm_min) / sm_max > 0.05;
     return {{"recorded", true}, {"sm_mhz_min", sm_min}, {"sm_mhz_max", sm_max}, {"mem_mhz_min", mem_min},
-            {"mem_mhz_max", mem_max}, {"reasons", cuda::clock_reasons(reasons)}, {"samples", samples},
+            {"mem_mhz_max", mem_max}, {"reasons", dev.clock_reasons(reasons)}, {"samples", samples},
             {"drift", drift}};
   }
 };
@@ -141,7 +140,6 @@ struct Setup {
   std::vector<kfab_tensor> out_views;
   // Device targets: the candidate (or the GPU baseline) works on device copies of the inputs.
   Accelerator* dev = nullptr;
-  bool cuda = false;
   std::vector<void*> d_in, d_out;
   std::vector<kfab_tensor> d_in_views, d_out_views;
   bool have_seed = false;
@@ -238,7 +236,6 @@ std::optional<json> prepare(const json& req, Setup*& out) {
     for (const auto& o : s->task->outputs) s->outs.emplace_back(o.dtype, s->task->dims(o, s->shape));
   }
   for (auto& t : s->outs) s->out_views.push_back(t.view());
-  s->cuda = target == "cuda";
   if (target != "cpu" && (candidate || s->gpu_baseline)) {
     s->dev = accelerator(target);
     if (s->dev == nullptr) return failure("protocol_error", "unknown target " + target);
@@ -593,7 +590,8 @@ json time_prepare_job(const json& req) {
   // then the kernels', not the host's launch latency between them. kfab asks the trusted runner to
   // replay the GPU baseline exactly when the candidate's calls are replayed.
   json note = {{"used", false}};
-  if (s.cuda && s.timed_on_device() && req.value("replay", true)) {
+  const bool replays = s.dev && s.dev->replays();
+  if (replays && s.timed_on_device() && req.value("replay", true)) {
     bool want = req.value("force_replay", false);
     if (!want) {
       std::vector<double> probe;
@@ -612,7 +610,7 @@ json time_prepare_job(const json& req) {
       }
     }
   }
-  if (s.cuda) reply["replay"] = note;
+  if (replays) reply["replay"] = note;
   return reply;
 }
 
@@ -629,7 +627,7 @@ json time_call_job(const json& req) {
     const DeviceTime t = time_on_device(s, s.timed_fn(), flush, s.replay.handle);
     reply["ms"] = t.event_ms;
     reply["wall_ms"] = t.wall_ms;
-    if (s.cuda && req.value("clocks", false)) s.clocks.sample();
+    if (s.dev && s.dev->reads_clocks() && req.value("clocks", false)) s.clocks.sample(*s.dev);
     return reply;
   }
   if (s.candidate)
@@ -670,9 +668,9 @@ json time_end_job(const json&) {
       for (size_t i = 0; i < s.inputs.size(); ++i)
         dev_check(s, s.dev->download(s.inputs[i].data(), s.d_in[i], s.inputs[i].nbytes()), "download of an input");
     if (auto c = input_change(s); !c.empty()) throw JobFailure{"rejected", c + " during timing"};
-    if (s.cuda) {
-      s.clocks.sample();
-      reply["clocks"] = s.clocks.to_json();
+    if (s.dev && s.dev->reads_clocks()) {
+      s.clocks.sample(*s.dev);
+      reply["clocks"] = s.clocks.to_json(*s.dev);
     }
     return reply;
   }
