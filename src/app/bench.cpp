@@ -800,16 +800,20 @@ Expected<void> run_on_queue(const std::vector<const TaskEntry*>& todo, const std
   if (opt.say && sent > 0) opt.say(fmt::format("{} jobs on {} (queue {}): waiting for `kfab worker --redis {}`", sent, opt.queue.url, opt.queue.name, opt.queue.url));
   std::vector<bool> done(jobs.size(), false);
   size_t left = jobs.size();
-  auto take = [&](size_t i, const json& result) -> Expected<void> {
+  auto take = [&](size_t i, const json& written) -> Expected<void> {
+    const json result = written.is_object() ? written : json{{"error", "a result that is not a JSON object"}};
     done[i] = true;
     --left;
     const TaskEntry& e = *of[i];
     json row;
-    if (result.contains("row") && result["row"].is_object()) {
+    // what a worker wrote is read, not trusted: a row without a disposition is an error row
+    if (result.contains("row") && result["row"].is_object() && result["row"].contains("disposition") &&
+        result["row"]["disposition"].is_string() && result["row"].value("task", json()).is_string()) {
       row = result["row"];
     } else {
+      const json why = result.contains("error") ? result["error"] : json(result.contains("row") ? "a row kfab cannot read" : "no row");
       row = {{"task", task_name(e)}, {"format", e.format}, {"run", nullptr}, {"disposition", "error"},
-             {"error", "the worker's job failed: " + result.value("error", std::string("no row"))}};
+             {"error", "the worker's job failed: " + printable(why.is_string() ? why.get<std::string>() : why.dump(), 600)}};
     }
     row["path"] = e.path.string();
     row["job"] = jobs[i];

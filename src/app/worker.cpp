@@ -83,7 +83,9 @@ json eval_job(const json& payload, const std::string& job, const WorkerOptions& 
   const fs::path task_root = opt.work_dir / "tasks" / files_hash;
   fs::path task;
   if (fs::exists(task_root / ".complete")) {
-    task = task_root / fs::path(payload.value("task", std::string())).lexically_normal();
+    const fs::path rel = fs::path(payload.value("task", std::string())).lexically_normal();
+    if (rel.is_absolute() || rel.empty() || *rel.begin() == "..") return {{"error", "a job's task lies outside its folder"}};
+    task = task_root / rel;
   } else {
     auto t = unpack_task_files(payload, task_root);
     if (!t) return {{"error", t.error().message}};

@@ -142,19 +142,24 @@ Expected<std::vector<Expected<Verdict>>> QueueEvaluations::wait(const std::vecto
   }
   std::vector<Expected<Verdict>> out;
   for (size_t i = 0; i < jobs.size(); ++i) {
-    const json& res = *got[i];
-    const std::string who = res.value("worker", std::string("?"));
-    if (res.contains("verdict") && res["verdict"].is_object()) {
-      Verdict v = Verdict::from_json(res["verdict"]);
-      if (auto it = local_.find(jobs[i]); it != local_.end()) v.candidate = it->second.string();
-      v.extra["worker"] = who;
-      if (res.contains("host")) v.extra["host"] = res["host"];
-      if (res.contains("device")) v.extra["device"] = res["device"];
-      out.emplace_back(std::move(v));
-    } else {
-      out.emplace_back(make_error(fmt::format("worker {} could not evaluate job {}: {}", who, jobs[i],
-                                              printable(res.value("error", std::string("no verdict")), 600)),
-                                  res.value("hint", std::string())));
+    // a result is whatever was written under its key: anything but an object is said, not trusted
+    const json res = got[i]->is_object() ? *got[i] : json{{"error", "a result that is not a JSON object"}};
+    try {
+      const std::string who = res.value("worker", std::string("?"));
+      if (res.contains("verdict") && res["verdict"].is_object()) {
+        Verdict v = Verdict::from_json(res["verdict"]);
+        if (auto it = local_.find(jobs[i]); it != local_.end()) v.candidate = it->second.string();
+        v.extra["worker"] = who;
+        if (res.contains("host")) v.extra["host"] = res["host"];
+        if (res.contains("device")) v.extra["device"] = res["device"];
+        out.emplace_back(std::move(v));
+      } else {
+        out.emplace_back(make_error(fmt::format("worker {} could not evaluate job {}: {}", who, jobs[i],
+                                                printable(res.value("error", std::string("no verdict")), 600)),
+                                    res.value("hint", std::string())));
+      }
+    } catch (const json::exception& ex) {
+      out.emplace_back(make_error(fmt::format("job {}: a result kfab cannot read ({})", jobs[i], printable(ex.what(), 200))));
     }
   }
   return out;

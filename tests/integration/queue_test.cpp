@@ -185,6 +185,43 @@ TEST_F(RedisOnLoopback, OpenclTasksSpreadOverWorkers) {
   EXPECT_EQ(cli({"XLEN", "q5:jobs"}), "0");
 }
 
+// What a "worker" writes back is read, not trusted: results that are not JSON, not an object, or a
+// row without a disposition become error rows; the bench finishes and says so.
+TEST_F(RedisOnLoopback, GarbageResultsBecomeErrorRowsAndTheBenchFinishes) {
+  const fs::path suite = suite_of("queue-garbage-suite", 3);
+  const fs::path out = scratch() / "bench-queue-garbage";
+  SpawnOptions so;
+  so.argv = {KFAB_BINARY, "bench", suite.string(), "--target", "cpu", "--eval", "--seeds", "2", "--out", out.string(), "--quiet",
+             "--redis", url(), "--queue", "q6"};
+  so.env = {{"KFAB_DATA_DIR", (scratch() / "data").string()}, {"KFAB_CACHE_DIR", shared_test_cache().string()}};
+  so.output_file = scratch() / "bench-queue-garbage.log";
+  auto bench = Child::spawn(so);
+  ASSERT_TRUE(bench.has_value()) << bench.error().message;
+  for (int i = 0; i < 600 && cli({"XLEN", "q6:jobs"}) != "3"; ++i) std::this_thread::sleep_for(100ms);
+  ASSERT_EQ(cli({"XLEN", "q6:jobs"}), "3");
+  // the jobs' ids, from the stream; each gets its own kind of garbage
+  const std::string ids = cli({"EVAL", "local r = {} for _, e in ipairs(redis.call('XRANGE', KEYS[1], '-', '+')) do "
+                                       "table.insert(r, e[2][2]) end return table.concat(r, ' ')", "1", "q6:jobs"});
+  std::vector<std::string> jobs;
+  for (size_t at = 0; at < ids.size();) {
+    const size_t sp = ids.find(' ', at);
+    jobs.push_back(ids.substr(at, sp == std::string::npos ? std::string::npos : sp - at));
+    at = sp == std::string::npos ? ids.size() : sp + 1;
+  }
+  ASSERT_EQ(jobs.size(), 3u) << ids;
+  const std::string garbage[] = {"not json at all", "[1, 2, 3]", R"({"row": {"task": 7}, "worker": 5})"};
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(cli({"SET", "q6:result:" + jobs[i], garbage[i]}), "OK");
+  const ExitStatus ended = bench->wait(std::chrono::steady_clock::now() + 120s);
+  EXPECT_EQ(ended.code, 1) << ended.describe() << *read_file(scratch() / "bench-queue-garbage.log");
+  const json b = json::parse(*read_file(out / "bench.json"));
+  EXPECT_EQ(b["finished"], true);
+  ASSERT_EQ(b["tasks"].size(), 3u);
+  for (const auto& row : b["tasks"]) {
+    EXPECT_EQ(row["disposition"], "error") << row.dump();
+    EXPECT_NE(row.value("error", std::string()).find("the worker's job failed"), std::string::npos) << row.dump();
+  }
+}
+
 // A worker killed in the middle of a job: once its lease runs out another worker takes the job over
 // and runs it; the result is written once, nothing stays pending, the store is intact.
 TEST_F(RedisOnLoopback, AKilledWorkersJobIsRedoneElsewhere) {
