@@ -14,6 +14,14 @@ cd "$(dirname "$0")/.."
 root=$PWD/.deps/root
 lib=$root/usr/lib/x86_64-linux-gnu
 log() { echo "== $*" | tee -a "$out/summary.txt"; }
+# A redis-server on loopback (Debian's, from .debs, else one on PATH), as $redis: PORT LOGFILE.
+start_redis() {
+  local server=$root/usr/bin/redis-server
+  [ -x "$server" ] || server=$(command -v redis-server)
+  LD_LIBRARY_PATH=$lib "$server" --port "$1" --bind 127.0.0.1 --save '' --appendonly no >"$2" 2>&1 &
+  redis=$!
+  sleep 1
+}
 
 {
   date -u
@@ -181,11 +189,7 @@ if want queue; then
   suite=${KFAB_DEVICES_SUITE:-tasks/kb}
   args=${KFAB_DEVICES_ARGS:-"--sample 10 --points 2 --no-compile"}
   gpus=$(nvidia-smi -L | grep -c '^GPU')
-  server=$root/usr/bin/redis-server
-  [ -x "$server" ] || server=$(command -v redis-server)
-  LD_LIBRARY_PATH=$lib "$server" --port 6390 --bind 127.0.0.1 --save '' --appendonly no >"$out/redis.log" 2>&1 &
-  redis=$!
-  sleep 1
+  start_redis 6390 "$out/redis.log"
   compare=()
   [ -f build-gpu/devices/one/bench.json ] || {
     CUDA_VISIBLE_DEVICES=0 build-gpu/kfab bench "$suite" --target cuda --fresh $args --out build-gpu/devices/one >"$out/queue_one.txt" 2>&1; }
@@ -212,11 +216,7 @@ if want optq; then
   log "optq: kfab optimize --redis, a worker per GPU taking the points"
   task=${KFAB_OPTQ_TASK:-kernelbench/suite/level2_76_Gemm_Add_ReLU.py}
   gpus=$(nvidia-smi -L | grep -c '^GPU')
-  server=$root/usr/bin/redis-server
-  [ -x "$server" ] || server=$(command -v redis-server)
-  LD_LIBRARY_PATH=$lib "$server" --port 6391 --bind 127.0.0.1 --save '' --appendonly no >"$out/redis_optq.log" 2>&1 &
-  redis=$!
-  sleep 1
+  start_redis 6391 "$out/redis_optq.log"
   pids=()
   for d in $(seq 0 $((gpus - 1))); do
     build-gpu/kfab worker --redis redis://127.0.0.1:6391 --queue optq --device "$d" >>"$out/optq_workers.txt" 2>&1 &

@@ -527,18 +527,16 @@ Expected<json> optimize(const OptimizeOptions& in) {
       if (opt.remote) {
         // elsewhere: every child to the queue at once
         std::vector<size_t> todo;
-        std::vector<std::string> jobs;
+        std::vector<fs::path> files;
         EvalOptions eo = opt.eval;
         eo.heldout = false;
         for (size_t i = 0; i < brood.size(); ++i)
           if (!brood[i].file.empty()) {
-            auto job = opt.remote->send(brood[i].file, eo, false);
-            if (!job) return Unexpected{job.error()};
             todo.push_back(i);
-            jobs.push_back(*job);
+            files.push_back(brood[i].file);
           }
         say(fmt::format("coder: evaluating {} children on {}", todo.size(), opt.remote->describe()));
-        auto got = opt.remote->wait(jobs);
+        auto got = opt.remote->evaluate_all(files, eo, false);
         if (!got) return Unexpected{got.error()};
         for (size_t k = 0; k < todo.size(); ++k) verdicts[todo[k]] = std::move((*got)[k]);
       } else if (pins.size() > 1) {

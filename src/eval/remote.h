@@ -32,11 +32,20 @@ class RemoteEvaluations {
   virtual nlohmann::json where() const = 0;
 
   Expected<Verdict> evaluate(const std::filesystem::path& candidate, const EvalOptions& eo, bool own) {
-    auto id = send(candidate, eo, own);
-    if (!id) return Unexpected{id.error()};
-    auto got = wait({*id});
+    auto got = evaluate_all({candidate}, eo, own);
     if (!got) return Unexpected{got.error()};
     return std::move(got->front());
+  }
+  /// Every candidate sent at once, for the workers to share; their verdicts in the same order.
+  Expected<std::vector<Expected<Verdict>>> evaluate_all(const std::vector<std::filesystem::path>& candidates, const EvalOptions& eo,
+                                                        bool own) {
+    std::vector<std::string> jobs;
+    for (const auto& c : candidates) {
+      auto id = send(c, eo, own);
+      if (!id) return Unexpected{id.error()};
+      jobs.push_back(*id);
+    }
+    return wait(jobs);
   }
 };
 

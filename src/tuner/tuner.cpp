@@ -375,16 +375,14 @@ Expected<json> tune(const TuneOptions& in) {
     if (opt.remote) {
       // Elsewhere: every point not evaluated before goes to the queue at once, for its workers to share.
       std::vector<size_t> todo;
-      std::vector<std::string> jobs;
+      std::vector<fs::path> sent;
       for (size_t k = 0; k < files.size() && k < points.size(); ++k)
         if (!done.count(hashes[k])) {
-          auto job = opt.remote->send(files[k], quick, true);
-          if (!job) return Unexpected{job.error()};
           todo.push_back(k);
-          jobs.push_back(*job);
+          sent.push_back(files[k]);
         }
       say(fmt::format("evaluating {} parameter point(s) on {}", todo.size(), opt.remote->describe()));
-      auto got = opt.remote->wait(jobs);
+      auto got = opt.remote->evaluate_all(sent, quick, true);
       if (!got) return Unexpected{got.error()};
       for (size_t i = 0; i < todo.size(); ++i) spread[todo[i]] = std::move((*got)[i]);
     } else if (opt.devices.size() > 1) {
