@@ -22,7 +22,7 @@
 
 #include "agent/optimize.h"
 #include "backends/backend.h"
-#include "backends/cuda/cuda_backend.h"
+#include "backends/target.h"
 #include "core/discover.h"
 #include "core/hash.h"
 #include "core/paths.h"
@@ -257,10 +257,8 @@ std::vector<fs::path> bundled_candidates(const TaskEntry& e, const std::string& 
   for (const auto& f : fs::directory_iterator(dir, ec)) {
     const std::string name = f.path().filename().string();
     auto ends = [&](const std::string& suf) { return name.size() > suf.size() && name.compare(name.size() - suf.size(), suf.size(), suf) == 0; };
-    bool takes = false;
-    if (target == "opencl") takes = ends(".cl.cpp");
-    else if (target == "cpu") takes = ends(".cpp") && !ends(".cl.cpp");
-    else if (target == "cuda") takes = ends(".cu");
+    const Target* own = target_of_file(f.path());
+    bool takes = own != nullptr && own->name == target;
     if (e.format == "kernelbench" && ends(".py")) takes = true;  // Triton or ModelNew, on the worker's device
     if (takes) out.push_back(f.path());
   }
@@ -469,11 +467,13 @@ json run_here(const TaskEntry& e, const BenchOptions& opt, std::unique_ptr<Torch
   return row;
 }
 
-/// What a kfab started for one task on one device sees: that GPU alone (cuda), counted as kfab counts
-/// them (PCI bus order, within what this kfab was given itself); nothing for cpu and opencl.
-Expected<std::vector<std::pair<std::string, std::string>>> device_env(const std::string& target, int device) {
-  if (target != "cuda") return std::vector<std::pair<std::string, std::string>>{};
-  return cuda_device_env(device);
+/// What a kfab started for one task on one device sees: that device alone where the target pins (a
+/// GPU, counted as kfab counts them: PCI bus order, within what this kfab was given itself); nothing
+/// for targets that do not.
+Expected<DeviceEnv> device_env(const std::string& target, int device) {
+  const Target* t = find_target(target);
+  if (t == nullptr || t->pin == nullptr) return DeviceEnv{};
+  return t->pin(device);
 }
 
 /// A one-task bench to be resumed (`kfab bench --resume`) with this bench's settings: what a device's
@@ -601,6 +601,138 @@ json task_row_from(const fs::path& dir, const TaskEntry& e, int device, const st
   return row;
 }
 
+/// A pipe write of a whole line; false when the other end is gone.
+bool send_line(int fd, const std::string& line) {
+  size_t off = 0;
+  while (off < line.size()) {
+    const ssize_t n = ::write(fd, line.data() + off, line.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    off += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+/// The kfabs of run_on_devices: one per slot (an entry of `devices`), started when first needed and
+/// again after one died, each given one task at a time.
+class DeviceSlots {
+ public:
+  struct Slot {
+    int device = 0;
+    std::optional<Child> child;
+    const TaskEntry* entry = nullptr;  ///< the task it runs; null: idle
+    fs::path dir;
+    std::string reply;
+  };
+  using Finish = std::function<Expected<void>(json)>;
+
+  DeviceSlots(const std::vector<TaskEntry>& entries, const BenchOptions& opt, const json& bench, const std::vector<int>& devices,
+              Finish finish, fs::path self, std::vector<std::string> prefix)
+      : entries_(entries), opt_(opt), bench_(bench), devices_(devices), finish_(std::move(finish)), self_(std::move(self)),
+        prefix_(std::move(prefix)), slots(devices.size()) {
+    for (size_t i = 0; i < devices.size(); ++i) slots[i].device = devices[i];
+  }
+
+  size_t index_of(const TaskEntry* e) const { return static_cast<size_t>(e - entries_.data()); }
+
+  /// Gives slot i the task `e` in its own folder (a one-task bench to be resumed).
+  Expected<void> start(Slot& s, size_t i, const TaskEntry* e) {
+    std::error_code ec;
+    s.entry = e;
+    s.dir = task_bench_dir(opt_, index_of(e), task_name(*e));
+    fs::remove_all(s.dir, ec);
+    fs::create_directories(s.dir, ec);
+    if (ec) return make_error("cannot create " + s.dir.string() + ": " + ec.message());
+    // The task's own bench, made to be resumed: this bench's settings, the task as its suite.
+    json one = one_task_bench(bench_, bench_["bench"].get<std::string>() + "-" + fs::path(s.dir).filename().string());
+    one["suite"] = fs::absolute(e->path).string();
+    if (auto ok = write_file_atomic(s.dir / "bench.json", dump_json(one, 1)); !ok) return ok;
+    if (auto ok = write_file_atomic(s.dir / "device.txt", std::to_string(s.device) + "\n"); !ok) return ok;
+    if (auto ok = ensure(s, i); !ok) {
+      s.entry = nullptr;
+      return finish_(task_row_from(s.dir, *e, s.device, "did not start (" + ok.error().message + ")"));
+    }
+    if (!send_line(s.child->request_fd(), fs::absolute(s.dir).string() + "\n")) {
+      const ExitStatus how = s.child->wait(std::chrono::steady_clock::now() + std::chrono::seconds(5));
+      s.child.reset();
+      s.entry = nullptr;
+      return finish_(task_row_from(s.dir, *e, s.device, how.describe()));
+    }
+    return {};
+  }
+
+  /// Its reply ("done" or "error MESSAGE") or its end: the task's row.
+  Expected<void> collect(Slot& s) {
+    char buf[4096];
+    for (;;) {
+      const ssize_t n = ::read(s.child->reply_fd(), buf, sizeof buf);
+      if (n > 0) {
+        s.reply.append(buf, static_cast<size_t>(n));
+        if (s.reply.find('\n') != std::string::npos) break;
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      // the pipe closed: the kfab ended without a reply
+      const ExitStatus how = s.child->wait(std::chrono::steady_clock::now() + std::chrono::seconds(10));
+      s.child.reset();
+      const TaskEntry* e = std::exchange(s.entry, nullptr);
+      return finish_(task_row_from(s.dir, *e, s.device, how.describe()));
+    }
+    const std::string line = s.reply.substr(0, s.reply.find('\n'));
+    s.reply.clear();
+    const TaskEntry* e = std::exchange(s.entry, nullptr);
+    json row = task_row_from(s.dir, *e, s.device, "ended its task");
+    if (line.rfind("error ", 0) == 0 && row.value("disposition", "") == "error") row["error"] = printable(line.substr(6), 2000);
+    return finish_(std::move(row));
+  }
+
+  /// Every task has its row: an empty line ends each kfab.
+  void end() {
+    for (auto& s : slots)
+      if (s.child) {
+        send_line(s.child->request_fd(), "\n");
+        s.child->wait(std::chrono::steady_clock::now() + std::chrono::seconds(60));
+      }
+  }
+
+ private:
+  /// A slot's kfab, started when it is first needed and again after one died.
+  Expected<void> ensure(Slot& s, size_t i) {
+    if (s.child) return {};
+    auto env = device_env(opt_.target, s.device);
+    if (!env) return Unexpected{env.error()};
+    SpawnOptions so;
+    so.argv = prefix_;
+    for (const std::string& a : {self_.string(), std::string("bench"), std::string("--serve-slot")}) so.argv.push_back(a);
+    so.env = *env;
+    // A GPU named twice is shared: a task waits (within its deadline) for memory the other holds
+    // rather than being refused for it.
+    if (find_target(opt_.target)->gpu && std::count(devices_.begin(), devices_.end(), s.device) > 1 && !std::getenv("KFAB_ROOM_WAIT_S"))
+      so.env.emplace_back("KFAB_ROOM_WAIT_S", "900");
+    std::error_code ec;
+    fs::create_directories(opt_.out_dir / "tasks", ec);
+    so.output_file = opt_.out_dir / "tasks" / fmt::format("slot-{}-device-{}.log", i, s.device);
+    so.protocol_pipes = true;
+    so.stop_signal = SIGTERM;  // it ends its own runners and workers
+    auto child = Child::spawn(so);
+    if (!child) return make_error("cannot start a kfab for device " + std::to_string(s.device) + ": " + child.error().message);
+    s.child.emplace(std::move(*child));
+    s.reply.clear();
+    return {};
+  }
+
+  const std::vector<TaskEntry>& entries_;
+  const BenchOptions& opt_;
+  const json& bench_;
+  const std::vector<int>& devices_;
+  Finish finish_;
+  fs::path self_;
+  std::vector<std::string> prefix_;
+
+ public:
+  std::vector<Slot> slots;
+};
+
 /// The tasks spread over `devices`: a kfab per entry of `devices` (`kfab bench --serve-slot`, pinned
 /// to its device), each running one task at a time as a one-task bench of this bench's settings in
 /// the task's own folder (`--resume` of it), its tracer kept from task to task. A kfab that dies
@@ -614,22 +746,11 @@ Expected<void> run_on_devices(const std::vector<const TaskEntry*>& todo, const s
   if (ec) return make_error("cannot find kfab's own executable (/proc/self/exe): " + ec.message());
   // A test's way in (tests/integration/bench_test.cpp): a command each device's kfab is started under.
   const char* p = std::getenv("KFAB_BENCH_TASK_PREFIX");
-  const std::vector<std::string> prefix = p ? split(p, ' ') : std::vector<std::string>{};
-
-  struct Slot {
-    int device = 0;
-    std::optional<Child> child;
-    const TaskEntry* entry = nullptr;  ///< the task it runs; null: idle
-    fs::path dir;
-    std::string reply;
-  };
-  std::vector<Slot> slots(devices.size());
-  for (size_t i = 0; i < devices.size(); ++i) slots[i].device = devices[i];
+  DeviceSlots pool(entries, opt, bench, devices, finish, self, p ? split(p, ' ') : std::vector<std::string>{});
   std::deque<const TaskEntry*> queue;
-  auto index_of = [&](const TaskEntry* e) { return static_cast<size_t>(e - entries.data()); };
   for (const TaskEntry* e : todo) {
     // A task whose kfab finished before this bench stopped keeps the row it wrote.
-    const fs::path dir = task_bench_dir(opt, index_of(e), task_name(*e));
+    const fs::path dir = task_bench_dir(opt, pool.index_of(e), task_name(*e));
     if (auto text = read_file(dir / "bench.json")) {
       try {
         const json b = json::parse(*text);
@@ -645,105 +766,23 @@ Expected<void> run_on_devices(const std::vector<const TaskEntry*>& todo, const s
     }
     queue.push_back(e);
   }
-
-  auto send = [](int fd, const std::string& line) {
-    size_t off = 0;
-    while (off < line.size()) {
-      const ssize_t n = ::write(fd, line.data() + off, line.size() - off);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return false;
-      off += static_cast<size_t>(n);
-    }
-    return true;
-  };
-  // A slot's kfab, started when it is first needed and again after one died.
-  auto ensure = [&](Slot& s, size_t i) -> Expected<void> {
-    if (s.child) return {};
-    auto env = device_env(opt.target, s.device);
-    if (!env) return Unexpected{env.error()};
-    SpawnOptions so;
-    so.argv = prefix;
-    for (const std::string& a : {self.string(), std::string("bench"), std::string("--serve-slot")}) so.argv.push_back(a);
-    so.env = *env;
-    // A GPU named twice is shared: a task waits (within its deadline) for memory the other holds
-    // rather than being refused for it.
-    if (opt.target == "cuda" && std::count(devices.begin(), devices.end(), s.device) > 1 && !std::getenv("KFAB_ROOM_WAIT_S"))
-      so.env.emplace_back("KFAB_ROOM_WAIT_S", "900");
-    fs::create_directories(opt.out_dir / "tasks", ec);
-    so.output_file = opt.out_dir / "tasks" / fmt::format("slot-{}-device-{}.log", i, s.device);
-    so.protocol_pipes = true;
-    so.stop_signal = SIGTERM;  // it ends its own runners and workers
-    auto child = Child::spawn(so);
-    if (!child) return make_error("cannot start a kfab for device " + std::to_string(s.device) + ": " + child.error().message);
-    s.child.emplace(std::move(*child));
-    s.reply.clear();
-    return {};
-  };
-  auto start = [&](Slot& s, size_t i, const TaskEntry* e) -> Expected<void> {
-    s.entry = e;
-    s.dir = task_bench_dir(opt, index_of(e), task_name(*e));
-    fs::remove_all(s.dir, ec);
-    fs::create_directories(s.dir, ec);
-    if (ec) return make_error("cannot create " + s.dir.string() + ": " + ec.message());
-    // The task's own bench, made to be resumed: this bench's settings, the task as its suite.
-    json one = one_task_bench(bench, bench["bench"].get<std::string>() + "-" + fs::path(s.dir).filename().string());
-    one["suite"] = fs::absolute(e->path).string();
-    if (auto ok = write_file_atomic(s.dir / "bench.json", dump_json(one, 1)); !ok) return ok;
-    if (auto ok = write_file_atomic(s.dir / "device.txt", std::to_string(s.device) + "\n"); !ok) return ok;
-    if (auto ok = ensure(s, i); !ok) {
-      s.entry = nullptr;
-      return finish(task_row_from(s.dir, *e, s.device, "did not start (" + ok.error().message + ")"));
-    }
-    if (!send(s.child->request_fd(), fs::absolute(s.dir).string() + "\n")) {
-      const ExitStatus how = s.child->wait(std::chrono::steady_clock::now() + std::chrono::seconds(5));
-      s.child.reset();
-      s.entry = nullptr;
-      return finish(task_row_from(s.dir, *e, s.device, how.describe()));
-    }
-    return {};
-  };
-  // Its reply ("done" or "error MESSAGE") or its end: the task's row.
-  auto collect = [&](Slot& s) -> Expected<void> {
-    char buf[4096];
-    for (;;) {
-      const ssize_t n = ::read(s.child->reply_fd(), buf, sizeof buf);
-      if (n > 0) {
-        s.reply.append(buf, static_cast<size_t>(n));
-        if (s.reply.find('\n') != std::string::npos) break;
-        continue;
-      }
-      if (n < 0 && errno == EINTR) continue;
-      // the pipe closed: the kfab ended without a reply
-      const ExitStatus how = s.child->wait(std::chrono::steady_clock::now() + std::chrono::seconds(10));
-      s.child.reset();
-      const TaskEntry* e = std::exchange(s.entry, nullptr);
-      return finish(task_row_from(s.dir, *e, s.device, how.describe()));
-    }
-    const std::string line = s.reply.substr(0, s.reply.find('\n'));
-    s.reply.clear();
-    const TaskEntry* e = std::exchange(s.entry, nullptr);
-    json row = task_row_from(s.dir, *e, s.device, "ended its task");
-    if (line.rfind("error ", 0) == 0 && row.value("disposition", "") == "error") row["error"] = printable(line.substr(6), 2000);
-    return finish(std::move(row));
-  };
-
   for (;;) {
-    for (size_t i = 0; i < slots.size(); ++i)
-      if (!slots[i].entry && !queue.empty()) {
+    for (size_t i = 0; i < pool.slots.size(); ++i)
+      if (!pool.slots[i].entry && !queue.empty()) {
         const TaskEntry* e = queue.front();
         queue.pop_front();
-        if (auto ok = start(slots[i], i, e); !ok) return ok;
+        if (auto ok = pool.start(pool.slots[i], i, e); !ok) return ok;
       }
     std::vector<pollfd> fds;
-    std::vector<Slot*> busy;
-    for (auto& s : slots)
+    std::vector<DeviceSlots::Slot*> busy;
+    for (auto& s : pool.slots)
       if (s.entry) {
         fds.push_back({s.child->reply_fd(), POLLIN, 0});
         busy.push_back(&s);
       }
     if (busy.empty() && queue.empty()) break;
     std::string now;
-    for (const Slot* s : busy) now += (now.empty() ? "" : ", ") + task_name(*s->entry) + " on " + std::to_string(s->device);
+    for (const auto* s : busy) now += (now.empty() ? "" : ", ") + task_name(*s->entry) + " on " + std::to_string(s->device);
     if (now != st.current) {
       st.current = now;
       st.elapsed_s = elapsed();
@@ -754,14 +793,9 @@ Expected<void> run_on_devices(const std::vector<const TaskEntry*>& todo, const s
     if (n < 0 && errno != EINTR) return make_error(std::string("poll: ") + std::strerror(errno));
     for (size_t k = 0; n > 0 && k < fds.size(); ++k)
       if (fds[k].revents != 0)
-        if (auto ok = collect(*busy[k]); !ok) return ok;
+        if (auto ok = pool.collect(*busy[k]); !ok) return ok;
   }
-  // Every task has its row: an empty line ends each kfab.
-  for (auto& s : slots)
-    if (s.child) {
-      send(s.child->request_fd(), "\n");
-      s.child->wait(std::chrono::steady_clock::now() + std::chrono::seconds(60));
-    }
+  pool.end();
   return {};
 }
 
@@ -860,6 +894,43 @@ Expected<void> run_on_queue(const std::vector<const TaskEntry*>& todo, const std
 
 }  // namespace
 
+namespace {
+
+/// A new bench's record (bench.json): its settings and no rows yet; a resumed one's keeps its start,
+/// its machine and its rows.
+json bench_record(const BenchOptions& opt, const std::string& id, const Backend& backend, const json& previous) {
+  json bench = {{"bench", id},
+                {"suite", opt.suite.string()},
+                {"target", opt.target},
+                {"mode", opt.mode},
+                {"llm", opt.mode == "optimize" ? (opt.llm.empty() ? "tuner" : opt.llm) : "none"},
+                {"device", backend.describe()},
+                {"started_at", utc_now_iso()},
+                {"out_dir", fs::absolute(opt.out_dir).string()},
+                {"tasks", json::array()}};
+  if (!opt.filter.empty()) bench["filter"] = opt.filter;
+  if (opt.sample > 0) bench["sample"] = opt.sample;
+  bench["settings"] = bench_settings(opt);
+  if (!previous.is_object()) return bench;
+  bench["started_at"] = previous.value("started_at", utc_now_iso());
+  bench["resumed_at"] = previous.value("resumed_at", json::array());
+  bench["resumed_at"].push_back(utc_now_iso());
+  if (previous.contains("machine")) bench["machine"] = previous["machine"];
+  for (const auto& row : previous["tasks"])
+    if (row.is_object() && row.contains("path")) bench["tasks"].push_back(row);
+  return bench;
+}
+
+/// A task's row as one line of progress.
+std::string row_line(const json& row) {
+  return fmt::format("{}: {}{}{}", row.value("task", std::string()), row["disposition"].get<std::string>(),
+                     std::isfinite(num(row, "speedup")) ? fmt::format(" {:.2f}x", num(row, "speedup"))
+                                                        : (row.contains("error") ? ": " + printable(row["error"].get<std::string>(), 200) : ""),
+                     row.contains("device") ? fmt::format(" (device {})", row["device"].get<int>()) : "");
+}
+
+}  // namespace
+
 Expected<json> run_bench(const BenchOptions& opt_in) {
   BenchOptions opt = opt_in;
   json previous;
@@ -877,21 +948,19 @@ Expected<json> run_bench(const BenchOptions& opt_in) {
   if (entries.empty())
     return make_error("no tasks under " + opt.suite.string() + (opt.filter.empty() ? "" : " match " + opt.filter),
                       "`kfab tasks PATH` lists what kfab finds there");
-  if (opt.target.empty()) opt.target = make_backend("cuda")->probe() > 0 ? "cuda" : "cpu";
+  if (opt.target.empty()) opt.target = default_target().name;
   auto backend = make_backend(opt.target);
-  if (!backend) return make_error("unknown target \"" + opt.target + "\"", "accepted: cpu, cuda, opencl");
+  if (!backend) return make_error("unknown target \"" + opt.target + "\"", "accepted: " + target_names());
   if (backend->probe() == 0) return make_error("target " + opt.target + " is not available here: " + backend->describe());
   if (opt.mode != "optimize" && opt.mode != "eval") return make_error("unknown bench mode " + opt.mode, "optimize or eval");
-  // The devices: as given, else those the stopped bench used, else every GPU of a cuda host with several.
-  std::vector<int> devices = opt.devices;
-  if (devices.empty() && previous.is_object() && previous.contains("devices") && previous["devices"].is_array())
+  // The devices: as given, else those the stopped bench used, else every GPU of a host with several.
+  std::vector<int> given = opt.devices;
+  if (given.empty() && previous.is_object() && previous.contains("devices") && previous["devices"].is_array())
     for (const auto& d : previous["devices"])
-      if (d.is_number_integer()) devices.push_back(d.get<int>());
-  if (auto d = spread_devices(*backend, devices); d) {
-    devices = std::move(*d);
-  } else {
-    return Unexpected{d.error()};
-  }
+      if (d.is_number_integer()) given.push_back(d.get<int>());
+  auto spread = spread_devices(*backend, given);
+  if (!spread) return Unexpected{spread.error()};
+  const std::vector<int> devices = std::move(*spread);
 
   const std::string id = previous.is_object() ? previous.value("bench", new_run_id()) : new_run_id();
   if (opt.out_dir.empty()) opt.out_dir = fs::path("kfab-bench") / id;
@@ -901,34 +970,12 @@ Expected<json> run_bench(const BenchOptions& opt_in) {
 
   const auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-  json bench = {{"bench", id},
-                {"suite", opt.suite.string()},
-                {"target", opt.target},
-                {"mode", opt.mode},
-                {"llm", opt.mode == "optimize" ? (opt.llm.empty() ? "tuner" : opt.llm) : "none"},
-                {"device", backend->describe()},
-                {"started_at", utc_now_iso()},
-                {"out_dir", fs::absolute(opt.out_dir).string()},
-                {"tasks", json::array()}};
-  if (!opt.filter.empty()) bench["filter"] = opt.filter;
-  if (opt.sample > 0) bench["sample"] = opt.sample;
-  bench["settings"] = bench_settings(opt);
+  json bench = bench_record(opt, id, *backend, previous);
   // Resumed: the finished rows stay (a task that was under way when the bench stopped runs again), and
   // the wall time goes on from where it stopped.
   std::set<std::string> finished;
-  double wall_before = 0.0;
-  if (previous.is_object()) {
-    bench["started_at"] = previous.value("started_at", utc_now_iso());
-    bench["resumed_at"] = previous.value("resumed_at", json::array());
-    bench["resumed_at"].push_back(utc_now_iso());
-    wall_before = previous.value("wall_s", 0.0);
-    if (previous.contains("machine")) bench["machine"] = previous["machine"];
-    for (const auto& row : previous["tasks"]) {
-      if (!row.is_object() || !row.contains("path")) continue;
-      finished.insert(row["path"].get<std::string>());
-      bench["tasks"].push_back(row);
-    }
-  }
+  for (const auto& row : bench["tasks"]) finished.insert(row["path"].get<std::string>());
+  const double wall_before = previous.is_object() ? previous.value("wall_s", 0.0) : 0.0;
   // bench.json after every task: a bench killed half-way keeps what it finished
   auto save = [&](bool final_) -> Expected<void> {
     bench["wall_s"] = wall_before + elapsed();
@@ -965,11 +1012,7 @@ Expected<json> run_bench(const BenchOptions& opt_in) {
       best_speed = num(row, "speedup");
       st.best = fmt::format("{} {:.2f}x", name, best_speed);
     }
-    if (opt.say)
-      opt.say(fmt::format("{}: {}{}{}", name, row["disposition"].get<std::string>(),
-                          std::isfinite(num(row, "speedup")) ? fmt::format(" {:.2f}x", num(row, "speedup"))
-                                                             : (row.contains("error") ? ": " + printable(row["error"].get<std::string>(), 200) : ""),
-                          row.contains("device") ? fmt::format(" (device {})", row["device"].get<int>()) : ""));
+    if (opt.say) opt.say(row_line(row));
     bench["tasks"].push_back(std::move(row));
     ++st.done;
     st.elapsed_s = elapsed();

@@ -10,7 +10,7 @@
 #include <mutex>
 #include <thread>
 
-#include "backends/cuda/cuda_backend.h"
+#include "backends/target.h"
 #include "core/discover.h"
 #include "core/hash.h"
 #include "core/paths.h"
@@ -141,10 +141,14 @@ Expected<json> task_job_payload(const TaskEntry& e, const json& one) {
 Expected<void> run_worker(const WorkerOptions& opt_in) {
   WorkerOptions opt = opt_in;
   if (opt.device >= 0) {
-    // Pinned before anything of this process or its children touches a GPU.
-    auto env = cuda_device_env(opt.device);
-    if (!env) return Unexpected{env.error()};
-    for (const auto& [k, v] : *env) ::setenv(k.c_str(), v.c_str(), 1);
+    // Pinned before anything of this process or its children touches a device: every target that
+    // pins its processes to a device is pinned to this one.
+    for (const Target* t : targets()) {
+      if (t->pin == nullptr) continue;
+      auto env = t->pin(opt.device);
+      if (!env) return Unexpected{env.error()};
+      for (const auto& [k, v] : *env) ::setenv(k.c_str(), v.c_str(), 1);
+    }
   }
   // Workers of a queue may share a GPU: a job waits (within its deadline) for memory another holds
   // rather than being refused for it.

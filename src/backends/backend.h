@@ -58,6 +58,8 @@ class Backend {
   virtual std::string describe() const = 0;
   /// Builds a source file, using the compile cache.
   virtual BuildOutcome<BuildResult> build(const std::filesystem::path& source) = 0;
+  /// The devices of this target the process sees (GPUs); 0 where it does not count them.
+  virtual int device_count() const { return 0; }
 };
 
 /// Every backend compiled in, best first where probe() > 0.

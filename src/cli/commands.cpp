@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "backends/backend.h"
+#include "backends/target.h"
 #include "core/discover.h"
 #include "core/doctor.h"
 #include "core/hash.h"
@@ -21,9 +22,11 @@
 #include "core/process.h"
 #include "core/text.h"
 #include "eval/evaluator.h"
+#include "eval/runner_pair.h"
 #include "eval/torch_harness.h"
 #include "cli/mcp.h"
 #include "agent/optimize.h"
+#include "tuner/fused.h"
 #include "tuner/templates.h"
 #include "tuner/tuner.h"
 #include "app/bench.h"
@@ -201,8 +204,9 @@ int Commands::run() {
 
 namespace {
 
-/// Where a task runs when no --target is given and the file does not decide: cuda with a GPU, else cpu.
-std::string default_device_target() { return make_backend("cuda")->probe() > 0 ? "cuda" : "cpu"; }
+/// Where a task runs when no --target is given and the file does not decide: a GPU target usable here,
+/// else the host's.
+std::string default_device_target() { return std::string(default_target().name); }
 
 int bad_input(bool as_json, const std::string& message, const std::string& hint = {}) {
   if (as_json) {
@@ -224,8 +228,7 @@ std::string fmt_num(const json& j, const char* spec = "{:.3g}") {
 /// is refused with the figures), before anything runs: on the cpu, the runner's address-space limit;
 /// on a device, the machine's memory, which holds the host copies of the tensors.
 Expected<void> fits_target(const Task& task, const std::string& target, const EvalOptions& opt, const std::string& remedy = {}) {
-  RunnerOptions ro = opt.runner;
-  ro.for_target(target);
+  RunnerOptions ro = for_target(opt.runner, target);
   FitScope scope;
   scope.heldout = opt.heldout;
   if (ro.limit_address_space) {
@@ -402,7 +405,7 @@ int Commands::tasks() {
 
 int Commands::check_tasks(const std::vector<TaskEntry>& entries) {
   EvalOptions opt = eval_options();
-  TorchInspector kb(target_.empty() ? "cpu" : target_, opt);
+  TorchInspector kb(target_.empty() ? std::string(host_target().name) : target_, opt);
   json arr = json::array();
   int degenerate = 0, failed = 0, checked = 0;
   for (const auto& e : entries) {
@@ -450,8 +453,12 @@ std::string reason_group(const std::string& reason) {
 }  // namespace
 
 int Commands::coverage_tasks(const std::vector<TaskEntry>& entries) {
-  const std::string target = target_.empty() ? "cuda" : target_;
-  if (target != "cpu" && target != "cuda") return bad_input(json_, "--coverage counts the templates of cpu or cuda, not " + target);
+  // default: the GPU target the tuner generates for, whether or not this machine has the GPU
+  std::string target = target_;
+  for (const Target* t : targets())
+    if (target.empty() && t->gpu && printer_for(t->name) != nullptr) target = t->name;
+  if (printer_for(target) == nullptr || find_target(target) == nullptr || find_target(target)->torch_device.empty())
+    return bad_input(json_, "--coverage counts the templates of " + printer_targets() + ", not " + target);
   TorchInspector tracer(target, eval_options());
   json problems = json::array();
   std::map<std::string, int> groups;
@@ -535,16 +542,16 @@ int Commands::optimize_task() {
     auto task = open_task(task_);
     if (!task) return bad_input(json_, task.error().message, task.error().hint);
     if (t.target.empty() && task->kernelbench()) {
-      t.target = make_backend("cuda")->probe() == 0 ? "cpu" : "cuda";  // KernelBench tasks: the GPU where there is one
+      t.target = default_torch_target().name;  // KernelBench tasks: the GPU where there is one
       if (!json_ && !quiet_) std::cerr << "kfab: target " << t.target << "\n";
     } else if (t.target.empty()) {
       // The best target present for which the tuner has a template for this task.
-      for (const char* cand : {"cuda", "cpu"}) {
-        if (make_backend(cand)->probe() == 0 || templates_for(task->task, cand).empty()) continue;
-        t.target = cand;
+      for (const auto& b : make_backends()) {
+        if (b->probe() == 0 || templates_for(task->task, std::string(b->target())).empty()) continue;
+        t.target = b->target();
         break;
       }
-      if (t.target.empty()) t.target = "cpu";  // tune() says what is missing
+      if (t.target.empty()) t.target = default_target().name;  // tune() says what is missing
       if (!json_ && !quiet_) std::cerr << "kfab: target " << t.target << "\n";
     }
     t.budget = budget_tuner_;

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backends/target.h"
 #include "cli/commands.h"
 #include "core/hash.h"
 #include "core/paths.h"
@@ -40,11 +41,17 @@ json schema(json properties, std::vector<std::string> required) {
 
 json tools() {
   const json task = {{"type", "string"}, {"description", "a task folder (task.toml) or a KernelBench-format .py file"}};
+  json names = json::array();
+  std::string suffixes;
+  for (const Target* t : targets()) {
+    names.push_back(t->name);
+    suffixes += (suffixes.empty() ? "" : ", ") + std::string(t->suffix) + " " + std::string(t->name);
+  }
   const json candidate = {{"type", "string"},
-                          {"description", "path of the candidate file (.cpp cpu, .cu cuda, .cl.cpp opencl; .py for KernelBench tasks)"}};
+                          {"description", "path of the candidate file (" + suffixes + "; .py for KernelBench tasks)"}};
   const json source = {{"type", "string"}, {"description", "the candidate's source, instead of a path (with filename)"}};
   const json filename = {{"type", "string"}, {"description", "the file name for `source`, whose suffix picks the kind (e.g. my_kernel.cu)"}};
-  const json target = {{"type", "string"}, {"enum", {"cpu", "cuda", "opencl"}}, {"description", "default: the best target present for the file"}};
+  const json target = {{"type", "string"}, {"enum", names}, {"description", "default: the best target present for the file"}};
   return json::array({
       {{"name", "list_tasks"},
        {"description", "The tasks under a folder (native task.toml folders and KernelBench-format files)."},

@@ -285,6 +285,184 @@ Expected<std::vector<ShapeBinding>> read_shape_sets(const ManifestReader& r, con
   return out;
 }
 
+/// [[input]] and [[output]]: unique names.
+Expected<void> read_tensors(ManifestReader& r, const toml::table& root, Task& task) {
+  std::set<std::string> names;
+  for (const bool is_input : {true, false}) {
+    const char* key = is_input ? "input" : "output";
+    const toml::node* n = root.get(key);
+    if (n == nullptr) {
+      if (is_input) continue;
+      return r.fail(nullptr, "output", "missing", "at least one [[output]] table");
+    }
+    const toml::array* arr = n->as_array();
+    if (arr == nullptr || (!is_input && arr->empty()))
+      return r.fail(n, key, "must be an array of tables", std::string("[[") + key + "]] tables");
+    for (size_t i = 0; i < arr->size(); ++i) {
+      auto spec = read_tensor(r, *arr->get(i), std::string(key) + "[" + std::to_string(i) + "]", is_input);
+      if (!spec) return Unexpected{spec.error()};
+      if (!names.insert(spec->name).second)
+        return r.fail(arr->get(i), std::string(key) + "(" + spec->name + ").name", "duplicate tensor name", "unique names");
+      (is_input ? task.inputs : task.outputs).push_back(std::move(*spec));
+    }
+  }
+
+  return {};
+}
+
+/// [shapes]: tune, heldout and gpu.tune; [op_params].
+Expected<void> read_shapes(ManifestReader& r, const toml::table& root, Task& task) {
+  const toml::node* shapes_node = root.get("shapes");
+  if (shapes_node == nullptr || !shapes_node->is_table())
+    return r.fail(shapes_node, "shapes", shapes_node ? "must be a table" : "missing", "[shapes] with tune = [...] and heldout = [...]");
+  const toml::table& shapes = *shapes_node->as_table();
+  if (auto ok = r.only_keys(shapes, "shapes.", {"tune", "heldout", "gpu"}); !ok) return Unexpected{ok.error()};
+  auto tune = read_shape_sets(r, shapes, shapes_node, "tune", true);
+  if (!tune) return Unexpected{tune.error()};
+  task.tune = std::move(*tune);
+  auto held = read_shape_sets(r, shapes, shapes_node, "heldout", false);
+  if (!held) return Unexpected{held.error()};
+  task.heldout = std::move(*held);
+  if (const toml::node* gpu = shapes.get("gpu")) {
+    if (!gpu->is_table())
+      return r.fail(gpu, "shapes.gpu", "must be a table", "[shapes.gpu] with tune = [...]: the tuning shapes on a GPU");
+    if (auto ok = r.only_keys(*gpu->as_table(), "shapes.gpu.", {"tune"}); !ok) return Unexpected{ok.error()};
+    auto g = read_shape_sets(r, *gpu->as_table(), gpu, "tune", true, "shapes.gpu.");
+    if (!g) return Unexpected{g.error()};
+    task.tune_gpu = std::move(*g);
+  }
+
+  if (const toml::node* op = root.get("op_params")) {
+    if (!op->is_table()) return r.fail(op, "op_params", "must be a table", "[op_params] with numbers, e.g. eps = 1e-6");
+    for (const auto& [k, v] : *op->as_table()) {
+      auto d = v.value<double>();
+      if (!d) return r.fail(&v, "op_params." + std::string(k.str()), "must be a number", "e.g. eps = 1e-6");
+      task.op_params[std::string(k.str())] = *d;
+    }
+  }
+
+  return {};
+}
+
+/// [reference]: source, and the GPU baseline `cuda`.
+Expected<void> read_reference(ManifestReader& r, const toml::table& root, Task& task) {
+  std::error_code ec;
+  const toml::node* ref = root.get("reference");
+  if (ref == nullptr || !ref->is_table())
+    return r.fail(ref, "reference", ref ? "must be a table" : "missing", "[reference] with source = \"reference.cpp\"");
+  if (auto ok = r.only_keys(*ref->as_table(), "reference.", {"source", "cuda"}); !ok) return Unexpected{ok.error()};
+  auto src = r.string_field(*ref->as_table(), ref, "reference.", "source", true);
+  if (!src) return Unexpected{src.error()};
+  task.reference = task.dir / *src;
+  if (!fs::is_regular_file(task.reference, ec))
+    return r.fail(ref->as_table()->get("source"), "reference.source",
+                  "file " + task.reference.string() + " does not exist",
+                  "a C++ file beside task.toml implementing kfab_run");
+  auto cuda_src = r.string_field(*ref->as_table(), ref, "reference.", "cuda", false);
+  if (!cuda_src) return Unexpected{cuda_src.error()};
+  if (!cuda_src->empty()) {
+    task.reference_cuda = task.dir / *cuda_src;
+    if (!fs::is_regular_file(task.reference_cuda, ec))
+      return r.fail(ref->as_table()->get("cuda"), "reference.cuda", "file " + task.reference_cuda.string() + " does not exist",
+                    "a .cu file beside task.toml implementing kfab_run on device pointers: the GPU baseline");
+  }
+
+  return {};
+}
+
+/// [tolerance] and [cost].
+Expected<void> read_tolerance_and_cost(ManifestReader& r, const toml::table& root, Task& task) {
+  if (const toml::node* tol = root.get("tolerance")) {
+    if (!tol->is_table()) return r.fail(tol, "tolerance", "must be a table", "[tolerance] with atol and rtol");
+    if (auto ok = r.only_keys(*tol->as_table(), "tolerance.", {"atol", "rtol"}); !ok) return Unexpected{ok.error()};
+    for (std::string_view key : {"atol", "rtol"}) {
+      auto v = r.number_field(*tol->as_table(), "tolerance.", key);
+      if (!v) return Unexpected{v.error()};
+      if (v->has_value() && **v < 0.0) return r.fail(tol->as_table()->get(key), "tolerance." + std::string(key), "must not be negative", "a number >= 0");
+      (key == "atol" ? task.atol : task.rtol) = *v;
+    }
+  }
+
+  if (const toml::node* cost = root.get("cost")) {
+    if (!cost->is_table()) return r.fail(cost, "cost", "must be a table", "[cost] with flops and bytes expressions");
+    if (auto ok = r.only_keys(*cost->as_table(), "cost.", {"flops", "bytes"}); !ok) return Unexpected{ok.error()};
+    for (std::string_view key : {"flops", "bytes"}) {
+      const toml::node* n = cost->as_table()->get(key);
+      if (n == nullptr) continue;
+      std::string text;
+      if (auto s = n->as_string()) text = s->get();
+      else if (auto i = n->as_integer()) text = std::to_string(i->get());
+      else return r.fail(n, "cost." + std::string(key), "must be an expression string", "e.g. \"2*M*N*K\"");
+      (key == "flops" ? task.cost_flops : task.cost_bytes) = text;
+    }
+  }
+
+  return {};
+}
+
+// Every expression must evaluate in every shape set, to a positive integer for dimensions, and every
+// shape must be one a machine could hold: element counts and bytes that overflow 64 bits, or an
+// evaluation past kMaxEvaluationBytes, are the task's fault, never a candidate's crash.
+Expected<void> check_shape_set(ManifestReader& r, const toml::table& root, const Task& task, const ShapeBinding& b,
+                                const std::string& set_name, size_t entry) {
+  const std::string where = "shapes." + set_name + "[" + std::to_string(entry) + "] {" + format_binding(b) + "}";
+  uint64_t held = 0;  // bytes one evaluation of this shape holds at once
+  std::string largest_field;
+  uint64_t largest = 0;
+  const toml::node* largest_at = nullptr;
+  for (const bool is_input : {true, false}) {
+    const auto& list = is_input ? task.inputs : task.outputs;
+    const char* key = is_input ? "input" : "output";
+    for (size_t i = 0; i < list.size(); ++i) {
+      const auto& t = list[i];
+      const toml::node* at = root[key][i]["shape"].node();
+      const std::string field = std::string(key) + "(" + t.name + ").shape";
+      int64_t elements = 1;
+      for (size_t d = 0; d < t.shape.size(); ++d) {
+        const auto& e = t.shape[d];
+        auto v = eval_expr(e, b);
+        if (!v)
+          return r.fail(at, field, v.error().message + " in shapes." + set_name + " {" + format_binding(b) + "}",
+                        "bind every shape symbol in every entry of shapes.tune and shapes.heldout");
+        if (*v < 1.0 || std::floor(*v) != *v)
+          return r.fail(at, field, "\"" + e + "\" is " + std::to_string(*v) + " in shapes." + set_name + " {" + format_binding(b) + "}",
+                        "a positive integer");
+        if (*v >= 0x1p63)
+          return r.fail(at, field + "[" + std::to_string(d) + "]", "\"" + e + "\" is " + fmt_count(*v) + " in " + where +
+                            ", past a 64-bit integer", "dimensions below 2^63 whose tensors fit a machine's memory");
+        if (__builtin_mul_overflow(elements, static_cast<int64_t>(*v), &elements))
+          return r.fail(at, field, "the element count overflows a 64-bit integer in " + where + " (at dimension " +
+                            std::to_string(d) + ", \"" + e + "\")",
+                        "shapes whose tensors fit a machine's memory (at most " + fmt_bytes(kMaxEvaluationBytes) + " an evaluation)");
+      }
+      uint64_t bytes = 0;
+      if (__builtin_mul_overflow(static_cast<uint64_t>(elements), static_cast<uint64_t>(dtype_size(t.dtype)), &bytes) ||
+          __builtin_add_overflow(held, bytes, &held) || __builtin_add_overflow(held, bytes, &held))
+        return r.fail(at, field, fmt_count(static_cast<double>(elements)) + " elements in " + where + ": the bytes overflow 64 bits",
+                      "shapes whose tensors fit a machine's memory (at most " + fmt_bytes(kMaxEvaluationBytes) + " an evaluation)");
+      if (bytes > largest) {
+        largest = bytes;
+        largest_field = field;
+        largest_at = at;
+      }
+    }
+  }
+  if (held > kMaxEvaluationBytes)
+    return r.fail(largest_at, largest_field,
+                  fmt_bytes(largest) + " in " + where + "; one evaluation of the shape holds " + fmt_bytes(held) +
+                      " (the inputs and their snapshot, the candidate's and the reference's outputs), past kfab's limit of " +
+                      fmt_bytes(kMaxEvaluationBytes),
+                  "shapes whose tensors fit a machine's memory");
+  for (const auto& [key, text] : {std::pair<std::string, std::string>{"flops", task.cost_flops}, {"bytes", task.cost_bytes}}) {
+    if (text.empty()) continue;
+    auto v = eval_expr(text, b);
+    if (!v)
+      return r.fail(root["cost"][key].node(), "cost." + key, v.error().message + " in shapes." + set_name + " {" + format_binding(b) + "}",
+                    "an expression of the shape symbols");
+  }
+  return {};
+}
+
 }  // namespace
 
 Expected<Task> load_task(const fs::path& path) {
@@ -326,167 +504,16 @@ Expected<Task> load_task(const fs::path& path) {
   if (!formula) return Unexpected{formula.error()};
   task.formula = *formula;
 
-  std::set<std::string> names;
-  for (const bool is_input : {true, false}) {
-    const char* key = is_input ? "input" : "output";
-    const toml::node* n = root.get(key);
-    if (n == nullptr) {
-      if (is_input) continue;
-      return r.fail(nullptr, "output", "missing", "at least one [[output]] table");
-    }
-    const toml::array* arr = n->as_array();
-    if (arr == nullptr || (!is_input && arr->empty()))
-      return r.fail(n, key, "must be an array of tables", std::string("[[") + key + "]] tables");
-    for (size_t i = 0; i < arr->size(); ++i) {
-      auto spec = read_tensor(r, *arr->get(i), std::string(key) + "[" + std::to_string(i) + "]", is_input);
-      if (!spec) return Unexpected{spec.error()};
-      if (!names.insert(spec->name).second)
-        return r.fail(arr->get(i), std::string(key) + "(" + spec->name + ").name", "duplicate tensor name", "unique names");
-      (is_input ? task.inputs : task.outputs).push_back(std::move(*spec));
-    }
-  }
-
-  const toml::node* shapes_node = root.get("shapes");
-  if (shapes_node == nullptr || !shapes_node->is_table())
-    return r.fail(shapes_node, "shapes", shapes_node ? "must be a table" : "missing", "[shapes] with tune = [...] and heldout = [...]");
-  const toml::table& shapes = *shapes_node->as_table();
-  if (auto ok = r.only_keys(shapes, "shapes.", {"tune", "heldout", "gpu"}); !ok) return Unexpected{ok.error()};
-  auto tune = read_shape_sets(r, shapes, shapes_node, "tune", true);
-  if (!tune) return Unexpected{tune.error()};
-  task.tune = std::move(*tune);
-  auto held = read_shape_sets(r, shapes, shapes_node, "heldout", false);
-  if (!held) return Unexpected{held.error()};
-  task.heldout = std::move(*held);
-  if (const toml::node* gpu = shapes.get("gpu")) {
-    if (!gpu->is_table())
-      return r.fail(gpu, "shapes.gpu", "must be a table", "[shapes.gpu] with tune = [...]: the tuning shapes on a GPU");
-    if (auto ok = r.only_keys(*gpu->as_table(), "shapes.gpu.", {"tune"}); !ok) return Unexpected{ok.error()};
-    auto g = read_shape_sets(r, *gpu->as_table(), gpu, "tune", true, "shapes.gpu.");
-    if (!g) return Unexpected{g.error()};
-    task.tune_gpu = std::move(*g);
-  }
-
-  if (const toml::node* op = root.get("op_params")) {
-    if (!op->is_table()) return r.fail(op, "op_params", "must be a table", "[op_params] with numbers, e.g. eps = 1e-6");
-    for (const auto& [k, v] : *op->as_table()) {
-      auto d = v.value<double>();
-      if (!d) return r.fail(&v, "op_params." + std::string(k.str()), "must be a number", "e.g. eps = 1e-6");
-      task.op_params[std::string(k.str())] = *d;
-    }
-  }
-
-  const toml::node* ref = root.get("reference");
-  if (ref == nullptr || !ref->is_table())
-    return r.fail(ref, "reference", ref ? "must be a table" : "missing", "[reference] with source = \"reference.cpp\"");
-  if (auto ok = r.only_keys(*ref->as_table(), "reference.", {"source", "cuda"}); !ok) return Unexpected{ok.error()};
-  auto src = r.string_field(*ref->as_table(), ref, "reference.", "source", true);
-  if (!src) return Unexpected{src.error()};
-  task.reference = task.dir / *src;
-  if (!fs::is_regular_file(task.reference, ec))
-    return r.fail(ref->as_table()->get("source"), "reference.source",
-                  "file " + task.reference.string() + " does not exist",
-                  "a C++ file beside task.toml implementing kfab_run");
-  auto cuda_src = r.string_field(*ref->as_table(), ref, "reference.", "cuda", false);
-  if (!cuda_src) return Unexpected{cuda_src.error()};
-  if (!cuda_src->empty()) {
-    task.reference_cuda = task.dir / *cuda_src;
-    if (!fs::is_regular_file(task.reference_cuda, ec))
-      return r.fail(ref->as_table()->get("cuda"), "reference.cuda", "file " + task.reference_cuda.string() + " does not exist",
-                    "a .cu file beside task.toml implementing kfab_run on device pointers: the GPU baseline");
-  }
-
-  if (const toml::node* tol = root.get("tolerance")) {
-    if (!tol->is_table()) return r.fail(tol, "tolerance", "must be a table", "[tolerance] with atol and rtol");
-    if (auto ok = r.only_keys(*tol->as_table(), "tolerance.", {"atol", "rtol"}); !ok) return Unexpected{ok.error()};
-    for (std::string_view key : {"atol", "rtol"}) {
-      auto v = r.number_field(*tol->as_table(), "tolerance.", key);
-      if (!v) return Unexpected{v.error()};
-      if (v->has_value() && **v < 0.0) return r.fail(tol->as_table()->get(key), "tolerance." + std::string(key), "must not be negative", "a number >= 0");
-      (key == "atol" ? task.atol : task.rtol) = *v;
-    }
-  }
-
-  if (const toml::node* cost = root.get("cost")) {
-    if (!cost->is_table()) return r.fail(cost, "cost", "must be a table", "[cost] with flops and bytes expressions");
-    if (auto ok = r.only_keys(*cost->as_table(), "cost.", {"flops", "bytes"}); !ok) return Unexpected{ok.error()};
-    for (std::string_view key : {"flops", "bytes"}) {
-      const toml::node* n = cost->as_table()->get(key);
-      if (n == nullptr) continue;
-      std::string text;
-      if (auto s = n->as_string()) text = s->get();
-      else if (auto i = n->as_integer()) text = std::to_string(i->get());
-      else return r.fail(n, "cost." + std::string(key), "must be an expression string", "e.g. \"2*M*N*K\"");
-      (key == "flops" ? task.cost_flops : task.cost_bytes) = text;
-    }
-  }
-
-  // Every expression must evaluate in every shape set, to a positive integer for dimensions, and every
-  // shape must be one a machine could hold: element counts and bytes that overflow 64 bits, or an
-  // evaluation past kMaxEvaluationBytes, are the task's fault, never a candidate's crash.
-  auto check_set = [&](const ShapeBinding& b, const std::string& set_name, size_t entry) -> Expected<void> {
-    const std::string where = "shapes." + set_name + "[" + std::to_string(entry) + "] {" + format_binding(b) + "}";
-    uint64_t held = 0;  // bytes one evaluation of this shape holds at once
-    std::string largest_field;
-    uint64_t largest = 0;
-    const toml::node* largest_at = nullptr;
-    for (const bool is_input : {true, false}) {
-      const auto& list = is_input ? task.inputs : task.outputs;
-      const char* key = is_input ? "input" : "output";
-      for (size_t i = 0; i < list.size(); ++i) {
-        const auto& t = list[i];
-        const toml::node* at = root[key][i]["shape"].node();
-        const std::string field = std::string(key) + "(" + t.name + ").shape";
-        int64_t elements = 1;
-        for (size_t d = 0; d < t.shape.size(); ++d) {
-          const auto& e = t.shape[d];
-          auto v = eval_expr(e, b);
-          if (!v)
-            return r.fail(at, field, v.error().message + " in shapes." + set_name + " {" + format_binding(b) + "}",
-                          "bind every shape symbol in every entry of shapes.tune and shapes.heldout");
-          if (*v < 1.0 || std::floor(*v) != *v)
-            return r.fail(at, field, "\"" + e + "\" is " + std::to_string(*v) + " in shapes." + set_name + " {" + format_binding(b) + "}",
-                          "a positive integer");
-          if (*v >= 0x1p63)
-            return r.fail(at, field + "[" + std::to_string(d) + "]", "\"" + e + "\" is " + fmt_count(*v) + " in " + where +
-                              ", past a 64-bit integer", "dimensions below 2^63 whose tensors fit a machine's memory");
-          if (__builtin_mul_overflow(elements, static_cast<int64_t>(*v), &elements))
-            return r.fail(at, field, "the element count overflows a 64-bit integer in " + where + " (at dimension " +
-                              std::to_string(d) + ", \"" + e + "\")",
-                          "shapes whose tensors fit a machine's memory (at most " + fmt_bytes(kMaxEvaluationBytes) + " an evaluation)");
-        }
-        uint64_t bytes = 0;
-        if (__builtin_mul_overflow(static_cast<uint64_t>(elements), static_cast<uint64_t>(dtype_size(t.dtype)), &bytes) ||
-            __builtin_add_overflow(held, bytes, &held) || __builtin_add_overflow(held, bytes, &held))
-          return r.fail(at, field, fmt_count(static_cast<double>(elements)) + " elements in " + where + ": the bytes overflow 64 bits",
-                        "shapes whose tensors fit a machine's memory (at most " + fmt_bytes(kMaxEvaluationBytes) + " an evaluation)");
-        if (bytes > largest) {
-          largest = bytes;
-          largest_field = field;
-          largest_at = at;
-        }
-      }
-    }
-    if (held > kMaxEvaluationBytes)
-      return r.fail(largest_at, largest_field,
-                    fmt_bytes(largest) + " in " + where + "; one evaluation of the shape holds " + fmt_bytes(held) +
-                        " (the inputs and their snapshot, the candidate's and the reference's outputs), past kfab's limit of " +
-                        fmt_bytes(kMaxEvaluationBytes),
-                    "shapes whose tensors fit a machine's memory");
-    for (const auto& [key, text] : {std::pair<std::string, std::string>{"flops", task.cost_flops}, {"bytes", task.cost_bytes}}) {
-      if (text.empty()) continue;
-      auto v = eval_expr(text, b);
-      if (!v)
-        return r.fail(root["cost"][key].node(), "cost." + key, v.error().message + " in shapes." + set_name + " {" + format_binding(b) + "}",
-                      "an expression of the shape symbols");
-    }
-    return {};
-  };
+  if (auto ok = read_tensors(r, root, task); !ok) return Unexpected{ok.error()};
+  if (auto ok = read_shapes(r, root, task); !ok) return Unexpected{ok.error()};
+  if (auto ok = read_reference(r, root, task); !ok) return Unexpected{ok.error()};
+  if (auto ok = read_tolerance_and_cost(r, root, task); !ok) return Unexpected{ok.error()};
   for (size_t i = 0; i < task.tune.size(); ++i)
-    if (auto ok = check_set(task.tune[i], "tune", i); !ok) return Unexpected{ok.error()};
+    if (auto ok = check_shape_set(r, root, task, task.tune[i], "tune", i); !ok) return Unexpected{ok.error()};
   for (size_t i = 0; i < task.heldout.size(); ++i)
-    if (auto ok = check_set(task.heldout[i], "heldout", i); !ok) return Unexpected{ok.error()};
+    if (auto ok = check_shape_set(r, root, task, task.heldout[i], "heldout", i); !ok) return Unexpected{ok.error()};
   for (size_t i = 0; i < task.tune_gpu.size(); ++i)
-    if (auto ok = check_set(task.tune_gpu[i], "gpu.tune", i); !ok) return Unexpected{ok.error()};
+    if (auto ok = check_shape_set(r, root, task, task.tune_gpu[i], "gpu.tune", i); !ok) return Unexpected{ok.error()};
   return task;
 }
 

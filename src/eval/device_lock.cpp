@@ -5,17 +5,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <mutex>
 #include <fmt/format.h>
 
-#include "core/doctor.h"
-#include "core/text.h"
 
 namespace kfab {
 
@@ -28,38 +24,7 @@ fs::path lock_dir() {
   return d && *d ? fs::path(d) : fs::path("/tmp/kfab-locks");
 }
 
-bool all_digits(const std::string& s) {
-  if (s.empty()) return false;
-  for (char c : s)
-    if (c < '0' || c > '9') return false;
-  return true;
-}
-
 }  // namespace
-
-std::string DeviceLock::cuda_key(const std::map<std::string, std::string>& env) {
-  std::string visible;
-  if (auto it = env.find("CUDA_VISIBLE_DEVICES"); it != env.end()) {
-    visible = it->second;
-  } else if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v && *v) {
-    visible = v;
-  }
-  // device 0 of the process: the first entry; unset, NVML's device 0 (CUDA counts fastest first,
-  // which on a host of one kind of GPU is PCI order too)
-  std::string first = visible.empty() ? "0" : split(visible, ',').front();
-  if (all_digits(first)) {
-    // NVML's start costs tens of ms: each index is asked once per process
-    static std::mutex mu;
-    static std::map<std::string, std::string> known;
-    std::lock_guard<std::mutex> hold(mu);
-    auto it = known.find(first);
-    if (it == known.end()) it = known.emplace(first, gpu_pci_address(static_cast<unsigned>(std::stoul(first)))).first;
-    if (!it->second.empty()) return "gpu-" + it->second;
-  }
-  std::string key = "gpu-";
-  for (char c : first) key += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.') ? c : '_';
-  return key;
-}
 
 DeviceLock::DeviceLock(const std::string& key, const std::function<void(const std::string&)>& say) {
   if (const char* off = std::getenv("KFAB_DEVICE_LOCK"); off && std::string(off) == "off") return;

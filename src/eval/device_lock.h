@@ -15,12 +15,9 @@
 
 namespace kfab {
 
+/// Each target names its devices' locks (Target::lock_key: a GPU's PCI address).
 class DeviceLock {
  public:
-  /// The lock's name for the GPU a process with `env` on top of this one's uses as its device 0: its
-  /// PCI address where NVML gives it, else the CUDA_VISIBLE_DEVICES entry as written.
-  static std::string cuda_key(const std::map<std::string, std::string>& env);
-
   /// Blocks until this process holds the lock of `key`; says (once) that it waits, and for whom. A
   /// lock that cannot be made (a read-only /tmp) is said once and not held.
   DeviceLock(const std::string& key, const std::function<void(const std::string&)>& say);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <random>
 
+#include "backends/target.h"
 #include "core/hash.h"
 #include "core/compare.h"
 #include "eval/device_lock.h"
@@ -124,6 +125,75 @@ Expected<Verdict> Evaluator::evaluate(const fs::path& candidate) {
   return v;
 }
 
+namespace {
+
+/// Verifies one shape: for each seed the trusted answer, then the candidate twice, its outputs
+/// poisoned with a different pattern each time (both calls must write every element); then the last
+/// seed's inputs changed in four places (`perturb`): a candidate that caches its answer under a sample
+/// of the input values replays a stale answer there. Each comparison is made while the candidate's
+/// process is stopped; `acc` gathers their statistics.
+JobOutcome verify_shape(Harness& h, ShapeCase& sc, int seeds, uint64_t perturb, json& acc) {
+  // One step: the trusted answer for (index, perturb), then the candidate's calls (call number,
+  // poison pattern).
+  auto step = [&](int index, uint64_t change, std::initializer_list<std::pair<int, int>> calls) -> JobOutcome {
+    JobOutcome r = h.reference(sc, index, change);
+    if (!r.ok) return r;
+    for (const auto& [call, pattern] : calls) {
+      JobOutcome c = h.call(sc, index, change, call, pattern);
+      if (!c.ok) return c;
+      acc = merge_stats(acc, c.body);
+    }
+    return r;
+  };
+  JobOutcome o;
+  o.ok = true;
+  for (int seed = 0; seed < seeds && o.ok; ++seed) o = step(seed, 0, {{1, 0x5a}, {2, 0xa5}});
+  if (o.ok && seeds > 0) o = step(seeds - 1, perturb, {{kPerturbedCall, 0x5a}});
+  return o;
+}
+
+/// One timed shape into its result: times, cost, bandwidth and the roofline decision. False where the
+/// verdict is decided (a failure while timing, a time below the bound): `v` says which.
+bool take_timing(Harness& h, const ShapeCase& sc, TimedShape& t, std::optional<MachinePeaks>& peaks,
+                 const std::function<void(const std::string&)>& say, Verdict& v, ShapeResult& sr) {
+  if (t.outcome.failure) {
+    v.disposition = *t.outcome.failure;
+    v.detail = fmt::format("shape {} while timing: {}", sc.label(), t.outcome.detail);
+    if (*t.outcome.failure == Disposition::Incorrect) {
+      sr.status = "incorrect";
+      sr.errors = t.evidence;
+    }
+    return false;
+  }
+  sr.time = summarize(t.times["candidate"]);
+  if (!t.baselines.empty()) sr.baseline = summarize(t.times[t.baselines.front()]);
+  sr.extra["inputs"] = t.inputs;
+  h.describe_timing(sc, sr, t.times);
+  take_cost(sr, h.flops(sc), h.bytes(sc));
+  if (!peaks) return true;
+  // Before rejecting, the peaks are measured again: the bound must not rest on a measurement taken on
+  // a busy machine (the decision keeps the higher figures, with a margin on top).
+  const bool enforce = h.roofline_enforced(*peaks);
+  const RooflineDecision rd = decide_roofline(sr.time->median, h.flops(sc), h.bytes(sc), *peaks, enforce, [&] {
+    say("machine peaks, measured again before a rejection");
+    return h.peaks(true);
+  });
+  v.machine = peaks->to_json();
+  sr.bound_ms = rd.bound_ms;
+  if (rd.bound_ms) sr.extra["roofline"] = rd.compared_with;
+  take_bandwidth(sr, h.bytes(sc), *peaks);
+  if (rd.below_bound && !enforce) sr.extra["warning"] = h.unenforced_warning();
+  if (rd.reject) {
+    v.disposition = Disposition::Rejected;
+    v.detail = fmt::format("shape {}: {}", sc.label(), rd.text);
+    sr.status = "rejected";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 Expected<Verdict> Evaluator::evaluate_unguarded(const fs::path& candidate) {
   const auto start = Clock::now();
   auto say = [&](const std::string& s) {
@@ -135,7 +205,8 @@ Expected<Verdict> Evaluator::evaluate_unguarded(const fs::path& candidate) {
   v.target = target_;
   v.candidate = candidate.string();
   // Defaults depend on the target: a device call is cheap to repeat and noisier one by one.
-  const bool device = target_ != "cpu";
+  const Target* tgt = find_target(target_);
+  const bool device = tgt != nullptr && !tgt->on_host;
   const auto [min_calls, min_time_s, warmup] = timing_defaults(opt_.min_calls, opt_.min_time_s, opt_.warmup, device);
   bool begun = false;
   auto finish = [&]() -> Expected<Verdict> {
@@ -176,26 +247,7 @@ Expected<Verdict> Evaluator::evaluate_unguarded(const fs::path& candidate) {
     ShapeResult& sr = v.shapes[i];
     say(fmt::format("verify {}{}", sc.label(), sc.heldout ? " (held out)" : ""));
     json acc;
-    // One step: the trusted answer for (index, perturb), then the candidate's calls (call number,
-    // poison pattern), each compared while the candidate's process is stopped.
-    auto step = [&](int index, uint64_t perturb, std::initializer_list<std::pair<int, int>> calls) -> JobOutcome {
-      JobOutcome r = h.reference(sc, index, perturb);
-      if (!r.ok) return r;
-      for (const auto& [call, pattern] : calls) {
-        JobOutcome c = h.call(sc, index, perturb, call, pattern);
-        if (!c.ok) return c;
-        acc = merge_stats(acc, c.body);
-      }
-      return r;
-    };
-    JobOutcome o;
-    o.ok = true;
-    // Each seed: the candidate twice, its outputs poisoned with a different pattern each time (both
-    // calls must write every element), against the trusted answer.
-    for (int seed = 0; seed < opt_.seeds && o.ok; ++seed) o = step(seed, 0, {{1, 0x5a}, {2, 0xa5}});
-    // The last seed's inputs changed in four places: a candidate that caches its answer under a sample
-    // of the input values replays a stale answer here.
-    if (o.ok && opt_.seeds > 0) o = step(opt_.seeds - 1, fresh(), {{kPerturbedCall, 0x5a}});
+    const JobOutcome o = verify_shape(h, sc, opt_.seeds, fresh(), acc);
     sr.shape = sc.shape;
     if (o.task_error) return task_error(o);
     if (o.failure) {
@@ -226,8 +278,8 @@ Expected<Verdict> Evaluator::evaluate_unguarded(const fs::path& candidate) {
 
   // From the machine's peaks to the last baseline, this process alone times on its GPU.
   std::optional<DeviceLock> lock;
-  if (target_ == "cuda") {
-    lock.emplace(DeviceLock::cuda_key(opt_.runner.env), say);
+  if (tgt != nullptr && tgt->lock_key != nullptr) {
+    lock.emplace(tgt->lock_key(opt_.runner.env), say);
     if (lock->waited_s() > 0.0) v.extra["waited_for_device_s"] = lock->waited_s();
   }
   std::optional<MachinePeaks> peaks = h.peaks(false);
@@ -242,40 +294,7 @@ Expected<Verdict> Evaluator::evaluate_unguarded(const fs::path& candidate) {
     say("time " + sc.label());
     TimedShape t = time_shape(h, sc, min_calls, min_time_s, opt_.max_calls, opt_.max_time_s, warmup, device ? 4 : 8, rng);
     if (t.outcome.task_error) return task_error(t.outcome);
-    if (t.outcome.failure) {
-      v.disposition = *t.outcome.failure;
-      v.detail = fmt::format("shape {} while timing: {}", sc.label(), t.outcome.detail);
-      if (*t.outcome.failure == Disposition::Incorrect) {
-        sr.status = "incorrect";
-        sr.errors = t.evidence;
-      }
-      return finish();
-    }
-    sr.time = summarize(t.times["candidate"]);
-    if (!t.baselines.empty()) sr.baseline = summarize(t.times[t.baselines.front()]);
-    sr.extra["inputs"] = t.inputs;
-    h.describe_timing(sc, sr, t.times);
-    take_cost(sr, h.flops(sc), h.bytes(sc));
-    if (peaks) {
-      // Before rejecting, the peaks are measured again: the bound must not rest on a measurement
-      // taken on a busy machine (the decision keeps the higher figures, with a margin on top).
-      const bool enforce = h.roofline_enforced(*peaks);
-      const RooflineDecision rd = decide_roofline(sr.time->median, h.flops(sc), h.bytes(sc), *peaks, enforce, [&] {
-        say("machine peaks, measured again before a rejection");
-        return h.peaks(true);
-      });
-      v.machine = peaks->to_json();
-      sr.bound_ms = rd.bound_ms;
-      if (rd.bound_ms) sr.extra["roofline"] = rd.compared_with;
-      take_bandwidth(sr, h.bytes(sc), *peaks);
-      if (rd.below_bound && !enforce) sr.extra["warning"] = h.unenforced_warning();
-      if (rd.reject) {
-        v.disposition = Disposition::Rejected;
-        v.detail = fmt::format("shape {}: {}", sc.label(), rd.text);
-        sr.status = "rejected";
-        return finish();
-      }
-    }
+    if (!take_timing(h, sc, t, peaks, say, v, sr)) return finish();
     if (sr.baseline) {
       log_base += std::log(sr.baseline->median / sr.time->median);
       ++timed;

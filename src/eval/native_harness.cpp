@@ -21,7 +21,12 @@ Error no_space(const BuildFailure& f) {
 }  // namespace
 
 NativeHarness::NativeHarness(Task task, std::string target)
-    : task_(std::move(task)), target_(std::move(target)), backend_(make_backend(target_)) {}
+    : task_(std::move(task)), target_(std::move(target)), tgt_(find_target(target_)), backend_(make_backend(target_)) {}
+
+fs::path NativeHarness::task_baseline() const {
+  // a task's [reference] names its own baseline per target by the target's key (`cuda = ...`)
+  return tgt_->task_baseline == "cuda" ? task_.reference_cuda : fs::path();
+}
 
 void NativeHarness::end() {
   runners_.reset();
@@ -36,18 +41,16 @@ Expected<std::vector<ShapeCase>> NativeHarness::begin(const fs::path& candidate,
   auto say = [&](const std::string& s) {
     if (opt.progress) opt.progress(s);
   };
-  if (!backend_) return make_error("unknown target \"" + target_ + "\"", "accepted: cpu, cuda, opencl");
+  if (!backend_ || tgt_ == nullptr) return make_error("unknown target \"" + target_ + "\"", "accepted: " + target_names());
   v.dsl = std::string(backend_->dsl());
-  if (target_ != "cpu") v.baseline = "cpu reference (the task's oracle, timed on the host)";
+  if (!tgt_->on_host) v.baseline = "cpu reference (the task's oracle, timed on the host)";
   v.protocol.update({{"order", "reference (trusted runner), candidate, candidate"},
                      {"isolation", "the reference runs in a trusted runner that never loads candidate code; outputs are "
                                    "compared by kfab while the candidate's runner is stopped"},
                      {"timed_inputs", "the timing seed's inputs (never verified), four elements changed anew before each "
                                       "timed call; sampled calls and the last checked against the reference"},
-                     {"flush", target_ == "cpu" ? "clflushopt of every operand before each timed call"
-                                                : "a read of 2x L2 on the stream before each timed call"},
-                     {"timer", target_ == "cpu" ? "steady_clock around the call"
-                                                : "CUDA events on the runner's stream; context synchronized after each call"}});
+                     {"flush", tgt_->flush},
+                     {"timer", tgt_->timer}});
 
   json tolerances = json::object();
   for (const auto& o : task_.outputs) {
@@ -69,16 +72,16 @@ Expected<std::vector<ShapeCase>> NativeHarness::begin(const fs::path& candidate,
   const auto build_start = std::chrono::steady_clock::now();
   auto ref_build = std::async(std::launch::async, [&] { return backend_->build(task_.reference); });
   gpu_baseline_error_.clear();
-  if (target_ == "cuda" && !task_.reference_cuda.empty() && opt.time) {
-    baseline_build_ = std::async(std::launch::async, [this] { return backend_->build(task_.reference_cuda); });
-    v.baseline = "gpu baseline " + task_.reference_cuda.filename().string();
+  if (!task_baseline().empty() && opt.time) {
+    baseline_build_ = std::async(std::launch::async, [this] { return backend_->build(task_baseline()); });
+    v.baseline = "gpu baseline " + task_baseline().filename().string();
   }
   // On a GPU the trusted runner, idle while nvcc works, measures the device's peaks meanwhile (a cold
   // cache measures the copy bandwidth once): they are needed right after the build. An OpenCL device
   // may be this CPU, which the compilers keep busy: it is measured after the build.
   has_cost_ = !task_.cost_flops.empty() || !task_.cost_bytes.empty();
   std::future<std::optional<MachinePeaks>> peaks_early;
-  const bool peaks_during_build = target_ == "cuda";
+  const bool peaks_during_build = tgt_->gpu;
   if (peaks_during_build)
     peaks_early = std::async(std::launch::async, [this] { return device_peaks(runners_->trusted(), target_, false); });
   auto cand = backend_->build(candidate);
@@ -103,12 +106,12 @@ Expected<std::vector<ShapeCase>> NativeHarness::begin(const fs::path& candidate,
   runners_->set_artifacts(candidate_artifact_, reference_artifact_);
 
   // The device's peaks come first on a device: whether it is a GPU picks the tuning shapes.
-  if (target_ != "cpu" && !peaks_during_build) {
+  if (!tgt_->on_host && !peaks_during_build) {
     say("device peaks");
     device_peaks_ = device_peaks(runners_->trusted(), target_, false);
   }
   if (device_peaks_ && has_cost_) v.machine = device_peaks_->to_json();
-  const bool gpu_device = target_ == "cuda" || (device_peaks_ && device_peaks_->enforce);
+  const bool gpu_device = tgt_->gpu || (device_peaks_ && device_peaks_->enforce);
   if (gpu_device && !task_.tune_gpu.empty()) v.protocol["tuning_shapes"] = "shapes.gpu.tune (a GPU)";
   std::vector<ShapeCase> shapes;
   for (const auto& s : task_.tune_for(gpu_device)) shapes.push_back({s, json(), false});
@@ -168,10 +171,10 @@ std::optional<Tolerance> NativeHarness::tolerance_of(const json& errors) const {
 }
 
 std::vector<std::string> NativeHarness::baselines(const ShapeCase&) {
-  if (target_ == "cuda" && !task_.reference_cuda.empty() && !runners_->has_gpu_baseline()) {
+  if (!task_baseline().empty() && !runners_->has_gpu_baseline()) {
     // The GPU baseline (built beside the candidate) is timed in place of the C++ reference.
-    if (opt_ && opt_->progress) opt_->progress("build GPU baseline " + task_.reference_cuda.filename().string());
-    auto b = baseline_build_.valid() ? baseline_build_.get() : backend_->build(task_.reference_cuda);
+    if (opt_ && opt_->progress) opt_->progress("build GPU baseline " + task_baseline().filename().string());
+    auto b = baseline_build_.valid() ? baseline_build_.get() : backend_->build(task_baseline());
     if (b.ok()) runners_->set_gpu_baseline(b.value().artifact.string());
     else gpu_baseline_error_ = b.failure().message;
   }
@@ -259,7 +262,7 @@ void NativeHarness::describe_timing(const ShapeCase&, ShapeResult& sr, const std
 
 std::optional<MachinePeaks> NativeHarness::peaks(bool again) {
   if (!has_cost_) return std::nullopt;
-  if (target_ != "cpu") {
+  if (!tgt_->on_host) {
     if (again) device_peaks_ = device_peaks(runners_->trusted(), target_, true);
     return device_peaks_;
   }
@@ -269,13 +272,16 @@ std::optional<MachinePeaks> NativeHarness::peaks(bool again) {
 
 void NativeHarness::after_timing(Verdict& v) {
   if (!opt_ || !opt_->profile) return;
-  if (target_ != "cuda") {
-    v.profile = {{"error", "profiling is for the cuda target (ncu)"}};
+  if (tgt_->profiler != "ncu") {
+    std::string with;
+    for (const Target* t : targets())
+      if (!t->profiler.empty()) with += (with.empty() ? "" : ", ") + std::string(t->name) + " (" + std::string(t->profiler) + ")";
+    v.profile = {{"error", "profiling is for targets with a profiler: " + with}};
     return;
   }
   if (opt_->progress) opt_->progress("profile with ncu");
   const ShapeBinding& shape = task_.tune_for(true).front();
-  auto p = ncu_profile(task_, candidate_artifact_, reference_artifact_, "cuda", shape, opt_->base_seed,
+  auto p = ncu_profile(task_, candidate_artifact_, reference_artifact_, target_, shape, opt_->base_seed,
                        std::max(120.0, opt_->runner.timeout_s));
   v.profile = p ? json{{"shape", shape}, {"kernels", *p}} : json{{"error", p.error().message}};
 }

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "backends/backend.h"
+#include "backends/target.h"
 #include "eval/harness.h"
 #include "eval/runner_pair.h"
 
@@ -52,7 +53,10 @@ class NativeHarness final : public Harness {
 
   Task task_;
   std::string target_;
+  const Target* tgt_ = nullptr;  ///< nullptr for a name no target has (begin() says so)
   std::unique_ptr<Backend> backend_;
+  /// The task's own baseline on this target (reference.cuda); empty: the C++ reference is timed.
+  std::filesystem::path task_baseline() const;
   const EvalOptions* opt_ = nullptr;
   std::unique_ptr<RunnerPair> runners_;
   std::optional<MachinePeaks> device_peaks_;  ///< measured at begin() on a device: they pick the shapes

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "backends/target.h"
 #include "core/hash.h"
 #include "core/paths.h"
 #include "runner/runner_client.h"
@@ -322,6 +323,11 @@ RooflineDecision decide_roofline(double median_ms, std::optional<double> flops, 
                          peaks.reject_margin, *d.reject_below_ms, again);
   d.compared_with["text"] = d.text;
   return d;
+}
+
+std::optional<MachinePeaks> target_peaks(RunnerClient& runner, const std::string& target, bool remeasure) {
+  const Target* t = find_target(target);
+  return t == nullptr || t->on_host ? cpu_peaks(runner, remeasure) : device_peaks(runner, target, remeasure);
 }
 
 }  // namespace kfab

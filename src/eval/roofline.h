@@ -60,6 +60,8 @@ std::optional<MachinePeaks> cpu_peaks(RunnerClient& runner, bool remeasure = fal
 /// A device target's peaks (cuda, opencl): the larger of the device table (H100, H200) and the highest
 /// device-to-device copy measured, cached like the CPU's. nullopt when the runner cannot open the device.
 std::optional<MachinePeaks> device_peaks(RunnerClient& runner, const std::string& target, bool remeasure = false);
+/// cpu_peaks for a target in host memory, device_peaks for any other.
+std::optional<MachinePeaks> target_peaks(RunnerClient& runner, const std::string& target, bool remeasure = false);
 
 /// max(flops / peak, bytes / bandwidth) in ms, both peaks raised by the margin; nullopt without cost.
 std::optional<double> bound_ms(std::optional<double> flops, std::optional<double> bytes, const MachinePeaks& peaks);

@@ -2,22 +2,31 @@
 
 #include <unistd.h>
 
+#include "backends/target.h"
+
 namespace kfab {
 
 using json = nlohmann::json;
 
+RunnerOptions for_target(RunnerOptions o, std::string_view target) {
+  const Target* t = find_target(target);
+  o.for_target(t == nullptr || t->on_host, t != nullptr && t->runner_spawns);
+  return o;
+}
+
 namespace {
 
 RunnerOptions candidate_options(RunnerOptions o, const std::string& target) {
-  o.for_target(target);
+  o = for_target(std::move(o), target);
   o.freeze_between_jobs = true;
   o.trusted = false;
-  o.preopen = target != "cpu" ? target : std::string();
+  const Target* t = find_target(target);
+  o.preopen = t != nullptr && !t->on_host ? target : std::string();
   return o;
 }
 
 RunnerOptions trusted_options(RunnerOptions o, const std::string& target) {
-  o.for_target(target);
+  o = for_target(std::move(o), target);
   o.freeze_between_jobs = false;
   o.trusted = true;
   o.preopen.clear();

@@ -21,6 +21,10 @@
 
 namespace kfab {
 
+/// `o` set for the runner of a target (its Target's memory and process rules); an unknown name gets a
+/// host target's rules.
+RunnerOptions for_target(RunnerOptions o, std::string_view target);
+
 /// Outputs mapped from a runner's shared memory, as tensors kfab can compare.
 struct MappedOutputs {
   SharedRegion region;

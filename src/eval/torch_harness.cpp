@@ -13,6 +13,7 @@
 #include "core/stamp.h"
 #include "core/text.h"
 #include "eval/evaluator.h"
+#include "eval/runner_pair.h"
 #include "core/stats.h"
 
 namespace kfab {
@@ -20,13 +21,21 @@ namespace kfab {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
+bool is_python_dsl(std::string_view dsl) { return dsl == "modelnew" || dsl == "triton" || dsl == "python"; }
+
+std::string python_dsl_rules(std::string_view dsl) {
+  if (dsl == "triton")
+    return "Python with Triton: a module defining run(inputs, outputs) that launches @triton.jit kernels and writes the "
+           "preallocated outputs in place; no torch operations doing the computation.";
+  if (dsl == "modelnew") return "Python: a module defining class ModelNew(nn.Module) with the same constructor and forward signature as Model.";
+  return {};
+}
+
 std::string kb_candidate_dsl(const fs::path& candidate) {
+  // a native candidate: its target's language, where that target runs KernelBench-format tasks
+  if (const Target* t = target_of_file(candidate)) return t->torch_device.empty() ? std::string() : std::string(t->dsl);
   const std::string name = candidate.filename().string();
-  auto ends = [&](const std::string& s) { return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0; };
-  if (ends(".cu")) return "cuda";
-  if (ends(".cl.cpp")) return {};
-  if (ends(".cpp")) return "cpp";
-  if (!ends(".py")) return {};
+  if (name.size() < 3 || name.compare(name.size() - 3, 3, ".py") != 0) return {};
   auto text = read_file(candidate);
   if (!text) return {};
   if (text->find("class ModelNew") != std::string::npos) return "modelnew";
@@ -89,7 +98,8 @@ struct JobDeadline {
 /// ten of each on the CPU. Those rates lie far below any machine's: a deadline is there to end a hang,
 /// and no honest job of a problem of 17 GB (KernelBench's largest) comes near it.
 JobDeadline job_deadline(double base, const json& fp, const std::string& target) {
-  const bool device = target != "cpu";
+  const Target* t = find_target(target);
+  const bool device = t != nullptr && !t->on_host;
   const double per_gb = device ? 1.0 : 10.0, per_tflop = device ? 1.0 : 10.0;
   std::string rule = fmt::format("--timeout ({:g} s), plus {:g} s per GB of inputs, outputs and weights and {:g} s per "
                                  "Tflop of one forward (FlopCounterMode, fake tensors)",
@@ -110,7 +120,8 @@ int64_t verify_seed(const EvalOptions& opt, int index) { return static_cast<int6
 }  // namespace
 
 TorchHarness::TorchHarness(fs::path task_file, std::string target)
-    : task_file_(std::move(task_file)), task_abs_(fs::absolute(task_file_).string()), target_(std::move(target)) {}
+    : task_file_(std::move(task_file)), task_abs_(fs::absolute(task_file_).string()), target_(std::move(target)),
+      tgt_(find_target(target_)) {}
 
 TorchHarness::~TorchHarness() = default;
 
@@ -149,7 +160,7 @@ void TorchHarness::finish(Verdict& v) {
   }
   // Each worker's peak of device memory over this evaluation (torch's allocator: what it took from
   // the device, its own context aside), and the device's size.
-  if (target_ != "cuda" || !trusted_ || !worker_) return;
+  if (tgt_ == nullptr || !tgt_->gpu || !trusted_ || !worker_) return;
   json mem = json::object();
   double sum = 0.0;
   for (auto [name, w] : {std::pair<const char*, RunnerClient*>{"trusted_worker", trusted_.get()}, {"candidate_worker", worker_.get()}}) {
@@ -187,8 +198,12 @@ Expected<std::vector<ShapeCase>> TorchHarness::begin(const fs::path& candidate, 
   auto say = [&](const std::string& s) {
     if (opt.progress) opt.progress(s);
   };
-  if (target_ != "cpu" && target_ != "cuda")
-    return make_error("a KernelBench-format task runs on cpu or cuda, not " + target_, "choose with --target");
+  if (tgt_ == nullptr || tgt_->torch_device.empty()) {
+    std::string torch_targets;
+    for (const Target* t : targets())
+      if (!t->torch_device.empty()) torch_targets += (torch_targets.empty() ? "" : " or ") + std::string(t->name);
+    return make_error("a KernelBench-format task runs on " + torch_targets + ", not " + target_, "choose with --target");
+  }
   if (opt.dtype != "f32" && opt.dtype != "f16" && opt.dtype != "bf16" && opt.dtype != "f64")
     return make_error("unknown --dtype " + opt.dtype, "accepted: f32, f16, bf16, f64");
   v.dsl = kb_candidate_dsl(candidate);
@@ -197,14 +212,15 @@ Expected<std::vector<ShapeCase>> TorchHarness::begin(const fs::path& candidate, 
                       "give a .cpp (cpu) or .cu (cuda) file exporting kfab_run, a .py defining ModelNew, or a .py "
                       "defining run(inputs, outputs)");
   std::unique_ptr<Backend> native;
-  if (v.dsl == "cpp" || v.dsl == "cuda") {
-    if ((v.dsl == "cuda") != (target_ == "cuda"))
-      return make_error(candidate.string() + ": a ." + (v.dsl == "cuda" ? "cu" : "cpp") + " candidate runs on the " +
-                            (v.dsl == "cuda" ? "cuda" : "cpu") + " target, not " + target_,
+  if (const Target* own = is_python_dsl(v.dsl) ? nullptr : target_of_file(candidate)) {
+    if (own != tgt_)
+      return make_error(candidate.string() + ": a " + std::string(own->suffix) + " candidate runs on the " + std::string(own->name) +
+                            " target, not " + target_,
                         "choose the target with --target");
-    native = make_backend(v.dsl == "cuda" ? "cuda" : "cpu");
-    // nvcc builds where no GPU is (torch then says there is none); a missing compiler is said here.
-    if (native->probe() == 0 && v.dsl != "cuda")
+    native = own->make_backend();
+    // A device's compiler builds where no device is (torch then says there is none); a missing host
+    // compiler is said here.
+    if (native->probe() == 0 && own->on_host)
       return make_error("the " + std::string(native->target()) + " backend is not available here: " + native->describe());
   }
 
@@ -243,7 +259,7 @@ Expected<std::vector<ShapeCase>> TorchHarness::begin(const fs::path& candidate, 
                         "interpreter");
     if (w == trusted_.get()) info_ = hello.body;
   }
-  if (target_ == "cuda" && !info_.value("cuda", false))
+  if (!tgt_->on_host && !info_.value(std::string(tgt_->torch_device), false))
     return make_error("torch sees no CUDA device here (torch " + info_.value("torch", std::string("?")) + ")",
                       "use --target cpu, or a torch built with CUDA");
   if (v.dsl == "triton" && info_["triton"].is_null())
@@ -263,7 +279,7 @@ Expected<std::vector<ShapeCase>> TorchHarness::begin(const fs::path& candidate, 
   v.protocol["timeout_s"] = timeout_s_;
   v.protocol["timeout_rule"] = deadline.rule;
   if (desc_.contains("footprint") && !desc_["footprint"].contains("error")) v.extra["problem_bytes"] = desc_["footprint"];
-  if (target_ == "cuda")
+  if (tgt_->gpu)
     for (RunnerClient* w : {trusted_.get(), worker_.get()}) (void)w->run({{"op", "memory"}, {"reset", true}});
   v.baseline = "torch eager " + info_.value("torch", std::string());
   // What `speedup` compares: a ModelNew is timed end to end (its forward, as KernelBench times it); any
@@ -273,7 +289,7 @@ Expected<std::vector<ShapeCase>> TorchHarness::begin(const fs::path& candidate, 
       v.dsl == "modelnew"
           ? "end to end: ModelNew.forward against Model.forward (torch eager), each call as KernelBench times it"
           : "kernel: the candidate's call on preallocated outputs (" +
-                std::string(v.dsl == "cpp" || v.dsl == "cuda" ? "kfab_run, through ctypes" : "run(inputs, outputs)") +
+                std::string(!is_python_dsl(v.dsl) ? "kfab_run, through ctypes" : "run(inputs, outputs)") +
                 ") against Model.forward (torch eager); an exported ModelNew adds allocating the outputs and a call "
                 "through its torch extension";
   v.protocol.update(
@@ -300,7 +316,7 @@ Expected<std::vector<ShapeCase>> TorchHarness::begin(const fs::path& candidate, 
   shape_outputs_.clear();
   std::vector<ShapeCase> shapes;
   json tune = json::object();
-  if (target_ != "cpu" && desc_.contains("gpu") && !desc_["gpu"].empty()) {
+  if (tgt_->gpu && desc_.contains("gpu") && !desc_["gpu"].empty()) {
     tune = desc_["gpu"];
     v.protocol["tuning_shapes"] = "KFAB_GPU (a GPU)";
   }
@@ -446,7 +462,7 @@ void TorchHarness::describe_timing(const ShapeCase& s, ShapeResult& sr, const st
   json b;
   sr.extra["timer"] = cand_prep_.value("timer", "");
   if (cand_prep_.contains("own_kernels")) sr.extra["own_kernels"] = cand_prep_["own_kernels"];
-  if (target_ == "cuda") {
+  if (tgt_ != nullptr && tgt_->gpu) {
     b["candidate_wall"] = summarize(walls_).to_json();
     b["empty_call_wall"] = cand_prep_.value("empty_call_wall", json::object());
     if (end_body_.contains("clocks")) b["clocks"] = end_body_["clocks"];
@@ -535,7 +551,7 @@ void TorchHarness::time_end_to_end(ShapeResult& sr) {
   auto fail = [&](const std::string& why) { sr.extra["end_to_end"] = {{"error", why}}; };
   if (opt_->progress) opt_->progress("the exported ModelNew, end to end");
   std::string extension;
-  if (dsl_ == "cpp" || dsl_ == "cuda") {
+  if (!is_python_dsl(dsl_)) {
     auto e = modelnew_extension();
     if (!e) return fail("the ModelNew extension does not build: " + e.error().message);
     extension = *e;
@@ -571,10 +587,8 @@ std::optional<double> TorchHarness::cost(const char* key, const ShapeCase& s) co
 std::optional<MachinePeaks> TorchHarness::peaks(bool again) {
   // The machine's peaks for the roofline bound come from kfab-runner (cached after the first time).
   if (desc_.value("cost", json::object()).empty()) return std::nullopt;
-  RunnerOptions ro = opt_->runner;
-  ro.for_target(target_);
-  RunnerClient runner(ro);
-  return target_ != "cpu" ? device_peaks(runner, target_, again) : cpu_peaks(runner, again);
+  RunnerClient runner(for_target(opt_->runner, target_));
+  return target_peaks(runner, target_, again);
 }
 
 TorchInspector::TorchInspector(std::string target, EvalOptions opt)

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "backends/backend.h"
+#include "backends/target.h"
 #include "eval/harness.h"
 #include "runner/runner_client.h"
 
@@ -19,6 +20,10 @@ namespace kfab {
 /// "modelnew" (a .py defining ModelNew), "triton" (a .py with run() that uses Triton), "python"
 /// (a .py with run() that does not); empty when the file is none of these.
 std::string kb_candidate_dsl(const std::filesystem::path& candidate);
+/// The languages of Python candidates (modelnew, triton, python), which the Python worker runs.
+bool is_python_dsl(std::string_view dsl);
+/// What a candidate in such a language is, for the prompts; empty for another language.
+std::string python_dsl_rules(std::string_view dsl);
 
 /// `source` with every assignment to `key` at the start of a line (KFAB_HELDOUT in a KernelBench
 /// file, heldout in a task.toml) replaced by a comment, continuation lines included (brackets are
@@ -85,7 +90,7 @@ class TorchHarness final : public Harness {
   std::optional<double> bytes(const ShapeCase& s) const override { return cost("bytes", s); }
   /// On the CPU the worker cannot evict the operands from the caches between calls (Python cannot
   /// clflush): a time below the bound is reported there, not rejected.
-  bool roofline_enforced(const MachinePeaks& p) const override { return p.enforce && target_ != "cpu"; }
+  bool roofline_enforced(const MachinePeaks& p) const override { return p.enforce && tgt_ != nullptr && !tgt_->on_host; }
   std::string unenforced_warning() const override {
     return "below the roofline bound, which is not enforced here: the Python worker does not flush the CPU's caches";
   }
@@ -104,6 +109,7 @@ class TorchHarness final : public Harness {
   std::filesystem::path task_file_;
   std::string task_abs_;
   std::string target_;
+  const Target* tgt_ = nullptr;  ///< nullptr for a name no target has (begin() says so)
   const EvalOptions* opt_ = nullptr;
   bool keep_workers_ = false;
   std::unique_ptr<RunnerClient> worker_, trusted_;

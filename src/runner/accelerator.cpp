@@ -1,20 +1,18 @@
 #include "runner/accelerator.h"
 
-#include "runner/cuda_driver.h"
-#include "runner/opencl_device.h"
-
 namespace kfab {
 
-Accelerator* accelerator(std::string_view target) {
-  if (target == "cuda") {
-    static cuda::CudaDevice d;
-    return &d;
-  }
-  if (target == "opencl") {
-    static OpenClDevice d;
-    return &d;
-  }
-  return nullptr;
+// Each target's device half (backends/<name>/device*.cpp), from the one list of targets.
+#define KFAB_TARGET(name) Accelerator* name##_device();
+#include "backends/targets.def"
+#undef KFAB_TARGET
+
+DeviceFor accelerator(std::string_view target) {
+#define KFAB_TARGET(name) \
+  if (target == #name) return {true, name##_device()};
+#include "backends/targets.def"
+#undef KFAB_TARGET
+  return {false, nullptr};
 }
 
 }  // namespace kfab

@@ -77,8 +77,12 @@ class Accelerator {
   virtual std::string no_clocks_why() const { return "this device does not report its clocks"; }
 };
 
-/// The runner's accelerator for a target ("cuda", "opencl"); nullptr for "cpu" or an unknown one.
-/// Opened by the caller; one per runner process.
-Accelerator* accelerator(std::string_view target);
+/// A target's device in this runner: `known` false for a name no target has; `device` nullptr for a
+/// target whose candidates run on the host. Opened by the caller; one per runner process.
+struct DeviceFor {
+  bool known = false;
+  Accelerator* device = nullptr;
+};
+DeviceFor accelerator(std::string_view target);
 
 }  // namespace kfab

@@ -236,9 +236,10 @@ std::optional<json> prepare(const json& req, Setup*& out) {
     for (const auto& o : s->task->outputs) s->outs.emplace_back(o.dtype, s->task->dims(o, s->shape));
   }
   for (auto& t : s->outs) s->out_views.push_back(t.view());
-  if (target != "cpu" && (candidate || s->gpu_baseline)) {
-    s->dev = accelerator(target);
-    if (s->dev == nullptr) return failure("protocol_error", "unknown target " + target);
+  const DeviceFor device = accelerator(target);
+  if (!device.known) return failure("protocol_error", "unknown target " + target);
+  if (device.device != nullptr && (candidate || s->gpu_baseline)) {
+    s->dev = device.device;
     if (auto e = s->dev->open(); !e.empty()) return failure("device_error", e);
     auto mirror = [&](const std::vector<kfab_tensor>& views, const std::vector<HostTensor>& host,
                       std::vector<void*>& handles, std::vector<kfab_tensor>& dviews) {
@@ -695,9 +696,10 @@ json time_end_job(const json&) {
 }
 
 json machine_job(const json& req) {
-  if (const std::string target = req.value("target", "cpu"); target != "cpu") {
-    Accelerator* dev = accelerator(target);
-    if (dev == nullptr) return failure("protocol_error", "unknown target " + target);
+  const std::string target = req.value("target", "cpu");
+  const DeviceFor device = accelerator(target);
+  if (!device.known) return failure("protocol_error", "unknown target " + target);
+  if (Accelerator* dev = device.device) {
     if (auto e = dev->open(); !e.empty()) return failure("device_error", e);
     json j = dev->describe();
     j["ok"] = true;

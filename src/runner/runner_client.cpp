@@ -40,10 +40,10 @@ RunnerClient::RunnerClient(RunnerOptions opt) : opt_(opt) {
   }
 }
 
-void RunnerOptions::for_target(const std::string& target) {
-  limit_address_space = target == "cpu";
+void RunnerOptions::for_target(bool on_host, bool spawns) {
+  limit_address_space = on_host;
   deny_processes = true;
-  allow_spawn = target == "opencl";
+  allow_spawn = spawns;
 }
 
 namespace {

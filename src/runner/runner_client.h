@@ -42,10 +42,11 @@ struct RunnerOptions {
   /// The runner serves the reference only (kfab-runner --trusted): it refuses candidate code.
   bool trusted = false;
 
-  /// Settings that follow from the target the runner serves: the address-space limit for the CPU
-  /// only (drivers reserve far more than they use); for OpenCL, whose PoCL runs a linker for every
-  /// program it builds, programs may be started by posix_spawn (not fork).
-  void for_target(const std::string& target);
+  /// Settings that follow from the target the runner serves (eval's for_target() looks them up): the
+  /// address-space limit for a target in host memory only (drivers reserve far more than they use);
+  /// `spawns` for a target whose runtime starts programs (PoCL runs a linker for every program it
+  /// builds): posix_spawn is allowed, never fork.
+  void for_target(bool on_host, bool spawns);
 };
 
 /// The smaller of 8 GiB and half the machine's memory.

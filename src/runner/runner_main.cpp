@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
       ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
       kfab::runner::set_trusted();
     } else if (a == "--open" && i + 1 < argc) {
-      if (kfab::Accelerator* dev = kfab::accelerator(argv[++i])) (void)dev->open();
+      if (kfab::Accelerator* dev = kfab::accelerator(argv[++i]).device) (void)dev->open();
     }
   }
   for (;;) {

@@ -157,8 +157,8 @@ std::string cpu_generate(const Task& t, const TemplateParams& params) {
 const KernelTemplate kFusedCpu{"cpu_fused_rows", "cpu", 1, cuda_applies, cpu_grid, cpu_generate};
 
 bool gemm_applies(const Task& t) { return task_gemm(t).has_value(); }
-std::vector<TemplateParams> gemm_cuda_grid(const Task&) { return gemm_grid("cuda"); }
-std::vector<TemplateParams> gemm_cpu_grid(const Task&) { return gemm_grid("cpu"); }
+std::vector<TemplateParams> gemm_cuda_task_grid(const Task&) { return gemm_cuda_grid(); }
+std::vector<TemplateParams> gemm_cpu_task_grid(const Task&) { return gemm_cpu_grid(); }
 
 std::string gemm_cuda_generate(const Task& t, const TemplateParams& params) {
   auto g = task_gemm(t);
@@ -169,8 +169,8 @@ std::string gemm_cpu_generate(const Task& t, const TemplateParams& params) {
   return g ? generate_gemm_cpp(*g, params, "GEMM + epilogue for " + t.name) : "#error the task no longer states a GEMM\n";
 }
 
-const KernelTemplate kGemmCuda{"cuda_gemm_epilogue", "cuda", 2, gemm_applies, gemm_cuda_grid, gemm_cuda_generate};
-const KernelTemplate kGemmCpu{"cpu_gemm_epilogue", "cpu", 2, gemm_applies, gemm_cpu_grid, gemm_cpu_generate};
+const KernelTemplate kGemmCuda{"cuda_gemm_epilogue", "cuda", 2, gemm_applies, gemm_cuda_task_grid, gemm_cuda_generate};
+const KernelTemplate kGemmCpu{"cpu_gemm_epilogue", "cpu", 2, gemm_applies, gemm_cpu_task_grid, gemm_cpu_generate};
 
 }  // namespace
 
@@ -178,5 +178,45 @@ const KernelTemplate& gemm_cuda_template() { return kGemmCuda; }
 const KernelTemplate& gemm_cpu_template() { return kGemmCpu; }
 const KernelTemplate& fused_cuda_template() { return kFusedCuda; }
 const KernelTemplate& fused_cpu_template() { return kFusedCpu; }
+
+namespace {
+const Printer kCudaPrinter{"cuda",
+                           fused_cuda_template,
+                           gemm_cuda_template,
+                           fused_grid,
+                           generate_fused_cuda,
+                           gemm_cuda_grid,
+                           generate_gemm_cuda,
+                           {{"scan", "cuda_row_scan"},
+                            {"middle_sum", "cuda_middle_sum"},
+                            {"transpose", "cuda_tiled_transpose"},
+                            {"group_norm", "cuda_group_norm"},
+                            {"avg_pool2d", "cuda_avg_pool2d"}}};
+const Printer kCppPrinter{"cpu",
+                          fused_cpu_template,
+                          gemm_cpu_template,
+                          [](const Program&, int64_t) { return fused_cpu_grid(); },
+                          generate_fused_cpp,
+                          gemm_cpu_grid,
+                          generate_gemm_cpp,
+                          {{"scan", "cpu_rowwise_cumsum"},
+                           {"middle_sum", "cpu_middle_sum"},
+                           {"transpose", "cpu_tiled_transpose"},
+                           {"group_norm", "cpu_group_norm"},
+                           {"avg_pool2d", "cpu_avg_pool2d"}}};
+const Printer* const kPrinters[] = {&kCudaPrinter, &kCppPrinter};
+}  // namespace
+
+const Printer* printer_for(std::string_view target) {
+  for (const Printer* p : kPrinters)
+    if (p->target == target) return p;
+  return nullptr;
+}
+
+std::string printer_targets() {
+  std::string out;
+  for (const Printer* p : kPrinters) out += (out.empty() ? "" : " or ") + std::string(p->target);
+  return out;
+}
 
 }  // namespace kfab

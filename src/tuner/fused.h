@@ -3,7 +3,9 @@
 /// elementwise chains, row reductions, softmax-like and norm-like rows and losses, on any task whose
 /// computation is known as a program (a native task's `formula`, a traced KernelBench Model).
 
+#include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/expected.h"
@@ -49,7 +51,8 @@ struct GemmProgram {
 
 std::string generate_gemm_cuda(const GemmProgram& gp, const TemplateParams& params, const std::string& title);
 std::string generate_gemm_cpp(const GemmProgram& gp, const TemplateParams& params, const std::string& title);
-std::vector<TemplateParams> gemm_grid(const std::string& target);
+std::vector<TemplateParams> gemm_cuda_grid();
+std::vector<TemplateParams> gemm_cpu_grid();
 
 /// The GEMM program of a native task of op class matmul or matmul_epilogue: inputs A [M, K] and B
 /// ([K, N] or [N, K]) first, then the epilogue's; its `formula` over `acc` and the other inputs'
@@ -59,6 +62,24 @@ Expected<GemmProgram> task_gemm(const Task& task);
 /// The tuner's templates for native GEMM tasks, on cuda and on cpu.
 const KernelTemplate& gemm_cuda_template();
 const KernelTemplate& gemm_cpu_template();
+
+/// What the tuner prints for one target's language: its templates for row programs and GEMMs with
+/// their parameter grids and printers, and its dedicated templates of single-op Models a program
+/// cannot state, by the trace's kind. One per language the tuner generates (CUDA C++, C++).
+struct Printer {
+  std::string_view target;
+  const KernelTemplate& (*rows_template)();
+  const KernelTemplate& (*gemm_template)();
+  std::vector<TemplateParams> (*rows_grid)(const Program& p, int64_t n);
+  std::string (*rows)(const Program& p, const TemplateParams& params, const std::string& title);
+  std::vector<TemplateParams> (*gemm_grid)();
+  std::string (*gemm)(const GemmProgram& gp, const TemplateParams& params, const std::string& title);
+  std::map<std::string, std::string> dedicated;  ///< trace kind -> template name
+};
+/// The printer for a target; nullptr where the tuner generates nothing.
+const Printer* printer_for(std::string_view target);
+/// The targets the tuner generates for ("cuda or cpu").
+std::string printer_targets();
 
 std::vector<std::string> split_lines(const std::string& s);
 

@@ -1183,13 +1183,15 @@ std::string generate_gemm_cpp(const GemmProgram& gp, const TemplateParams& tp, c
   return generate_gemm_cpp_impl(gp, tp, title);
 }
 
-std::vector<TemplateParams> gemm_grid(const std::string& target) {
+std::vector<TemplateParams> gemm_cpu_grid() {
   std::vector<TemplateParams> g;
-  if (target == "cpu") {
-    for (const char* mb : {"8", "4", "16"})
-      for (const char* kb : {"256", "128"}) g.push_back({{"rows", mb}, {"kblock", kb}});
-    return g;
-  }
+  for (const char* mb : {"8", "4", "16"})
+    for (const char* kb : {"256", "128"}) g.push_back({{"rows", mb}, {"kblock", kb}});
+  return g;
+}
+
+std::vector<TemplateParams> gemm_cuda_grid() {
+  std::vector<TemplateParams> g;
   // {bm, bn, bk, tm, tn}: 256 threads each; the large tiles first (large GEMMs), the small ones for
   // shapes that would leave most of the GPU idle with them
   for (const auto& t : std::vector<std::array<int, 5>>{

@@ -15,11 +15,12 @@
 #include <thread>
 
 #include "backends/backend.h"
-#include "backends/cuda/cuda_backend.h"
+#include "backends/target.h"
 #include "core/hash.h"
 #include "core/paths.h"
 #include "core/stamp.h"
 #include "core/text.h"
+#include "store/run.h"
 #include "store/store.h"
 #include "eval/torch_harness.h"
 #include "tuner/fused.h"
@@ -45,26 +46,15 @@ std::string no_native_template(const Task& task, const std::string& target) {
   return fmt::format("the built-in tuner has no template for op class \"{}\" on {}", task.op_class, target);
 }
 
-/// The dedicated templates of single-op Models a program cannot state, by the trace's kind.
-const std::map<std::string, std::string>& dedicated_templates(const std::string& target) {
-  static const std::map<std::string, std::string> cuda = {
-      {"scan", "cuda_row_scan"}, {"middle_sum", "cuda_middle_sum"}, {"transpose", "cuda_tiled_transpose"}, {"group_norm", "cuda_group_norm"},
-      {"avg_pool2d", "cuda_avg_pool2d"}};
-  static const std::map<std::string, std::string> cpu = {
-      {"scan", "cpu_rowwise_cumsum"}, {"middle_sum", "cpu_middle_sum"}, {"transpose", "cpu_tiled_transpose"}, {"group_norm", "cpu_group_norm"},
-      {"avg_pool2d", "cpu_avg_pool2d"}};
-  return target == "cuda" ? cuda : cpu;
-}
-
 }  // namespace
 
 Expected<TracedPlan> plan_traced(const json& traced, const std::string& target) {
   if (!traced.value("supported", false)) return make_error(traced.value("reason", std::string("?")), kTracedHint);
   TracedPlan plan;
   if (const std::string kind = traced.value("kind", std::string()); !kind.empty()) {
-    const auto& by_kind = dedicated_templates(target);
-    const auto it = by_kind.find(kind);
-    plan.dedicated = it == by_kind.end() ? nullptr : template_named(it->second);
+    const Printer* printer = printer_for(target);
+    const auto it = printer != nullptr ? printer->dedicated.find(kind) : std::map<std::string, std::string>::const_iterator{};
+    plan.dedicated = printer == nullptr || it == printer->dedicated.end() ? nullptr : template_named(it->second);
     if (plan.dedicated == nullptr) return make_error("the traced Model is a \"" + kind + "\", which has no template on " + target);
     plan.kind = kind;
     plan.template_name = plan.dedicated->name;
@@ -103,8 +93,9 @@ Expected<TracedPlan> plan_traced(const json& traced, const std::string& target) 
   plan.program = std::move(*p);
   plan.program.row_dims = traced.value("row_dims", 1);
   if (plan.program.row_dims < 1) return make_error("the traced program is malformed: row_dims < 1");
-  plan.template_name = plan.is_gemm ? (target == "cuda" ? gemm_cuda_template() : gemm_cpu_template()).name
-                                    : (target == "cuda" ? fused_cuda_template() : fused_cpu_template()).name;
+  const Printer* printer = printer_for(target);
+  if (printer == nullptr) return make_error("the built-in tuner generates no kernels for " + target, kTracedHint);
+  plan.template_name = (plan.is_gemm ? printer->gemm_template() : printer->rows_template()).name;
   return plan;
 }
 
@@ -127,6 +118,292 @@ json tuner_coverage(const LoadedTask& task, const std::string& target, TorchInsp
   return row;
 }
 
+namespace {
+
+struct Point {
+  std::string tmpl;
+  TemplateParams params;
+};
+
+/// What a tune searches: the (template, parameter point) pairs, the source each generates, and the
+/// cache key's material (what the task computes, where, with which templates). Not moved once
+/// filled: `source` refers to its members.
+struct SearchSpace {
+  Task task;
+  std::vector<Point> points;
+  std::function<std::string(const Point&)> source;
+  std::string material;
+  json program_json;  ///< a KernelBench task's traced program (kept in the cache: a rerun needs no trace)
+  Program program;
+  GemmProgram gemm_program;
+};
+
+/// A KernelBench Model: traced (or its trace taken from the cache), then a dedicated template of a
+/// single-op Model, a GEMM with its epilogue, or a fused row program.
+Expected<void> traced_space(SearchSpace& sp, const TuneOptions& opt, const LoadedTask& loaded, const Backend& backend,
+                            const std::function<void(const std::string&)>& say) {
+  const Printer* printer = printer_for(opt.target);
+  if (printer == nullptr)
+    return make_error("the built-in tuner generates kernels for KernelBench-format tasks on " + printer_targets(),
+                      "use --target " + printer_targets() + ", or --llm PROVIDER:MODEL for " + opt.task.string());
+  const KernelTemplate& fused = printer->rows_template();
+  const KernelTemplate& gemm = printer->gemm_template();
+  auto text = read_file(opt.task);
+  if (!text) return make_error("cannot read " + opt.task.string());
+  sp.task = loaded.task;
+  sp.material = *text + '\0' + opt.target + '\0' + backend.describe() + '\0' + fused.name + std::to_string(fused.version) + '\0' +
+                gemm.name + std::to_string(gemm.version);
+  // single-op tasks a program cannot state go to a dedicated template (the trace's "kind")
+  for (const auto& [kind, name] : printer->dedicated)
+    if (const auto* t2 = template_named(name)) sp.material += '\0' + name + std::to_string(t2->version);
+  // the cache may hold the traced program; otherwise the Python worker traces the Model
+  const fs::path cache_file = cache_dir() / "tuner" / (hash_hex(sp.material).substr(0, 24) + ".json");
+  if (!opt.fresh)
+    if (auto c = read_file(cache_file)) try {
+        sp.program_json = json::parse(*c).at("program");
+      } catch (const json::exception&) {
+        sp.program_json = nullptr;
+      }
+  if (sp.program_json.is_null() || !sp.program_json.is_object()) {
+    say("tracing the Model (torch make_fx) to find a fusible program");
+    std::unique_ptr<TorchInspector> own;
+    if (opt.tracer == nullptr) own = std::make_unique<TorchInspector>(opt.target, opt.eval);
+    auto tr = (opt.tracer != nullptr ? *opt.tracer : *own).trace(opt.task);
+    if (!tr) return Unexpected{tr.error()};
+    sp.program_json = *tr;
+  }
+  auto plan = plan_traced(sp.program_json, opt.target);
+  if (!plan)
+    return make_error("the built-in tuner has no template for " + opt.task.filename().string() + ": " + plan.error().message,
+                      plan.error().hint);
+  if (plan->dedicated != nullptr) {
+    const KernelTemplate* dedicated = plan->dedicated;
+    say("the Model is one " + plan->kind + ": template " + dedicated->name);
+    // the numbers the template needs beyond the tensors (a group count, eps), from the trace
+    if (!plan->op_params.empty()) {
+      for (const auto& [k, v] : plan->op_params) sp.task.op_params[k] = v;
+      sp.task.op_class = plan->kind;
+    }
+    for (const auto& g : dedicated->grid(sp.task)) sp.points.push_back({dedicated->name, g});
+    sp.source = [&sp, dedicated](const Point& pt) { return dedicated->generate(sp.task, pt.params); };
+    return {};
+  }
+  sp.program = std::move(plan->program);
+  sp.gemm_program = std::move(plan->gemm);
+  say(std::string(plan->is_gemm ? "a GEMM (" + gemm.name + "), then the epilogue" : "program") + ":\n" +
+      sp.program_json.value("formula", std::string()));
+  if (plan->is_gemm) {
+    sp.gemm_program.epilogue = sp.program;
+    for (const auto& g : printer->gemm_grid()) sp.points.push_back({gemm.name, g});
+    sp.source = [&sp, printer](const Point& pt) { return printer->gemm(sp.gemm_program, pt.params, "GEMM + epilogue for " + sp.task.name); };
+  } else {
+    for (const auto& g : printer->rows_grid(sp.program, sp.program_json.value("n", int64_t{1024}))) sp.points.push_back({fused.name, g});
+    sp.source = [&sp, printer](const Point& pt) { return printer->rows(sp.program, pt.params, "fused row program for " + sp.task.name); };
+  }
+  return {};
+}
+
+/// A native task: every template that applies to its op class on the target.
+Expected<void> native_space(SearchSpace& sp, const TuneOptions& opt, const LoadedTask& loaded, const Backend& backend) {
+  sp.task = loaded.task;
+  const auto templates = templates_for(sp.task, opt.target);
+  if (templates.empty()) return make_error(no_native_template(sp.task, opt.target), kNativeTemplatesHint);
+  const auto manifest = read_file(sp.task.manifest);
+  const auto reference = read_file(sp.task.reference);
+  if (!manifest || !reference) return make_error("the task's files cannot be read: " + sp.task.manifest.string());
+  sp.material = *manifest + '\0' + *reference + '\0' + opt.target + '\0' + backend.describe();
+  for (const auto* t2 : templates) {
+    sp.material += '\0' + t2->name + std::to_string(t2->version);
+    for (auto& g : t2->grid(sp.task)) sp.points.push_back({t2->name, g});
+  }
+  sp.source = [&sp, templates](const Point& pt) {
+    for (const auto* t2 : templates)
+      if (t2->name == pt.tmpl) return t2->generate(sp.task, pt.params);
+    return std::string("#error no template ") + pt.tmpl + "\n";
+  };
+  return {};
+}
+
+/// The cached winner of an earlier search of this task here, where its template is still searched.
+std::optional<std::pair<double, Point>> cached_winner(const fs::path& cache_file, const std::vector<Point>& points,
+                                                      const std::function<void(const std::string&)>& say) {
+  auto text = read_file(cache_file);
+  if (!text) return std::nullopt;
+  try {
+    const json c = json::parse(*text);
+    Point pt{c.at("template").get<std::string>(), c.at("params").get<TemplateParams>()};
+    if (std::none_of(points.begin(), points.end(), [&](const Point& q) { return q.tmpl == pt.tmpl; })) return std::nullopt;
+    const double speedup = c.value("speedup", 0.0);
+    say(fmt::format("cached: {} ({}), {:.2f}x when searched on {}", pt.tmpl, format_params(pt.params), speedup,
+                    c.value("measured_at", std::string("?"))));
+    return std::pair<double, Point>{speedup, pt};
+  } catch (const json::exception&) {
+    return std::nullopt;  // a damaged entry: search again
+  }
+}
+
+/// The built-in tuner as a Proposer: every parameter point at once (up to the budget), written and
+/// compiled first, several compilers at once; a point evaluated before the run stopped is taken from
+/// the store, not evaluated again.
+class TemplateTuner final : public Proposer {
+ public:
+  TemplateTuner(const TuneOptions& opt, const SearchSpace& sp, Backend& backend, std::string ext,
+                std::function<void(const std::string&)> say)
+      : opt_(opt), sp_(sp), backend_(backend), ext_(std::move(ext)), say_(std::move(say)) {}
+
+  Expected<std::vector<Proposal>> propose(Run& run) override {
+    if (proposed_) return std::vector<Proposal>{};
+    proposed_ = true;
+    // the points the run evaluated before it stopped, by their source's hash (the same template and
+    // point generate the same source), with the step that recorded each
+    std::map<std::string, Store::Step> done;
+    for (const auto& st : run.earlier())
+      if (st.role == "tuner" && !st.candidate_hash.empty()) done.emplace(st.candidate_hash, st);
+    std::map<std::string, int> per_template;
+    std::vector<fs::path> to_build;
+    std::vector<Proposal> out;
+    const size_t n = std::min(sp_.points.size(), static_cast<size_t>(std::max(opt_.budget, 0)));
+    searched_.assign(n, json());
+    if (n < sp_.points.size()) stopped_ = "parameter-point budget spent";
+    for (size_t k = 0; k < n; ++k) {
+      const Point& pt = sp_.points[k];
+      const fs::path file = run.out_dir() / fmt::format("{}_{:02d}{}", pt.tmpl, per_template[pt.tmpl]++, ext_);
+      const std::string src = sp_.source(pt);
+      if (auto ok = write_file_atomic(file, src); !ok) return Unexpected{ok.error()};
+      if (auto d = done.find(hash_hex(src)); d != done.end()) {
+        taken_from_store(run, k, d->second);
+        continue;
+      }
+      to_build.push_back(file);
+      Proposal p;
+      p.role = "tuner";
+      p.file = file;
+      p.tag = k;
+      out.push_back(std::move(p));
+    }
+    if (!opt_.remote) {
+      const size_t workers = std::clamp<size_t>(std::thread::hardware_concurrency() / 2, 1, 8);
+      say_(fmt::format("compiling {} parameter point(s), {} at a time", to_build.size(), std::min(workers, to_build.size())));
+      std::atomic<size_t> next{0};
+      std::vector<std::thread> pool;
+      for (size_t w = 0; w < std::min(workers, to_build.size()); ++w)
+        pool.emplace_back([&] {
+          for (size_t k = next++; k < to_build.size(); k = next++) (void)backend_.build(to_build[k]);  // failures resurface in evaluate()
+        });
+      for (auto& t : pool) t.join();
+    }
+    return out;
+  }
+
+  std::string detail(const Proposal& p, const Verdict& v) const override {
+    const Point& pt = sp_.points[p.tag];
+    return pt.tmpl + " (" + format_params(pt.params) + "): " + v.detail;
+  }
+
+  Expected<void> observe(Run&, const Proposal& p, const Verdict* v, const Store::Step&) override {
+    const Point& pt = sp_.points[p.tag];
+    ++evaluated_;
+    say_(fmt::format("{} ({}): {}{}", pt.tmpl, format_params(pt.params), disposition_name(v->disposition),
+                     v->speedup ? fmt::format(" {:.2f}x", *v->speedup) : (v->passed() ? "" : ": " + printable(v->detail, 300))));
+    if (v->passed() && v->speedup) ranked_.push_back({*v->speedup, pt});
+    json copy = json::array();
+    for (const auto& sh : v->shapes)
+      if (auto it = sh.extra.find("percent_of_copy_bandwidth"); it != sh.extra.end() && it->is_number()) copy.push_back(*it);
+    searched_[p.tag] = {{"template", pt.tmpl}, {"params", pt.params}, {"disposition", disposition_name(v->disposition)},
+                        {"speedup", v->speedup ? json(*v->speedup) : json()}, {"percent_of_copy_bandwidth", copy}, {"wall_s", v->wall_s},
+                        {"detail", v->passed() ? std::string() : printable(v->detail, 300)}};
+    return {};
+  }
+
+  std::string stopped() const override { return stopped_; }
+  /// Passing points, fastest first.
+  std::vector<std::pair<double, Point>> ranked() const {
+    auto r = ranked_;
+    std::stable_sort(r.begin(), r.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    return r;
+  }
+  json searched() const {
+    json out = json::array();
+    for (const auto& s : searched_)
+      if (!s.is_null()) out.push_back(s);
+    return out;
+  }
+  int evaluated() const { return evaluated_; }
+  int resumed() const { return resumed_; }
+
+ private:
+  void taken_from_store(Run& run, size_t k, const Store::Step& st) {
+    const Point& pt = sp_.points[k];
+    ++evaluated_;
+    ++resumed_;
+    say_(fmt::format("{} ({}): {}{} (evaluated before the run stopped)", pt.tmpl, format_params(pt.params), st.disposition,
+                     st.speedup ? fmt::format(" {:.2f}x", *st.speedup) : ""));
+    if (st.disposition == "passed" && st.speedup) ranked_.push_back({*st.speedup, pt});
+    json copy = json::array();
+    double wall = 0.0;
+    if (st.evaluation_id)
+      if (auto vj = run.store().evaluation_verdict(*st.evaluation_id)) {
+        wall = vj->value("wall_s", 0.0);
+        if (vj->contains("shapes") && (*vj)["shapes"].is_array())
+          for (const auto& sh : (*vj)["shapes"])
+            if (sh.contains("percent_of_copy_bandwidth") && sh["percent_of_copy_bandwidth"].is_number() && !sh.value("heldout", false))
+              copy.push_back(sh["percent_of_copy_bandwidth"]);
+      }
+    searched_[k] = {{"template", pt.tmpl}, {"params", pt.params}, {"disposition", st.disposition},
+                    {"speedup", st.speedup ? json(*st.speedup) : json()}, {"percent_of_copy_bandwidth", copy}, {"wall_s", wall},
+                    {"detail", st.disposition == "passed" ? std::string() : printable(st.detail, 300)}, {"resumed", true}};
+  }
+
+  const TuneOptions& opt_;
+  const SearchSpace& sp_;
+  Backend& backend_;
+  std::string ext_;
+  std::function<void(const std::string&)> say_;
+  bool proposed_ = false;
+  std::string stopped_ = "every parameter point evaluated";
+  std::vector<std::pair<double, Point>> ranked_;
+  std::vector<json> searched_;
+  int evaluated_ = 0, resumed_ = 0;
+};
+
+/// The final check: the winner on every shape with the full protocol, written as the run's best
+/// file; where it fails (a held-out shape), the runners-up in order (at most three in all).
+struct FinalCheck {
+  std::optional<Verdict> verdict;
+  Point chosen;
+  double searched_speedup = 0.0;  ///< what the search measured of it
+  fs::path best_file;
+  int attempts = 0;
+};
+Expected<FinalCheck> final_check(Run& run, Evaluations& evals, const TuneOptions& opt, const SearchSpace& sp,
+                                 const std::vector<std::pair<double, Point>>& ranked, const std::string& ext,
+                                 const std::function<void(const std::string&)>& say) {
+  FinalCheck fc;
+  EvalOptions full = opt.eval;
+  full.heldout = true;
+  full.end_to_end = !sp.program_json.is_null();  // a KernelBench winner's exported ModelNew, timed end to end beside it
+  for (size_t k = 0; k < ranked.size() && k < 3; ++k) {
+    const Point& pt = ranked[k].second;
+    ++fc.attempts;
+    auto file = run.write_best(sp.source(pt), ext);
+    if (!file) return Unexpected{file.error()};
+    fc.best_file = *file;
+    say(fmt::format("final{}: {} ({}) on every shape, held-out ones included", k == 0 ? "" : " (runner-up " + std::to_string(k) + ")",
+                    pt.tmpl, format_params(pt.params)));
+    auto v = evals.evaluate(fc.best_file, full);
+    if (!v) return Unexpected{v.error()};
+    if (auto ok = run.record(sp.task, fc.best_file, *v, "final", v->detail); !ok) return Unexpected{ok.error()};
+    fc.verdict = *v;
+    fc.chosen = pt;
+    fc.searched_speedup = ranked[k].first;
+    if (v->passed()) break;
+    say(fmt::format("  {}: {}", disposition_name(v->disposition), printable(v->detail, 300)));
+  }
+  return fc;
+}
+
+}  // namespace
+
 Expected<json> tune(const TuneOptions& in) {
   TuneOptions opt = in;
   auto say = [&](const std::string& s) {
@@ -134,6 +411,7 @@ Expected<json> tune(const TuneOptions& in) {
   };
   auto backend = make_backend(opt.target);
   if (!backend) return make_error("unknown target " + opt.target);
+  const Target& target = *find_target(opt.target);  // make_backend found it
   // A host with several GPUs: every one of them, unless told otherwise (a bench's kfab sees one).
   auto devices = spread_devices(*backend, opt.devices);
   if (!devices) return Unexpected{devices.error()};
@@ -141,373 +419,83 @@ Expected<json> tune(const TuneOptions& in) {
   auto loaded = open_task(opt.task);
   if (!loaded) return Unexpected{loaded.error()};
   const bool kb = loaded->kernelbench();
+  SearchSpace sp;
+  if (auto ok = kb ? traced_space(sp, opt, *loaded, *backend, say) : native_space(sp, opt, *loaded, *backend); !ok)
+    return Unexpected{ok.error()};
+  const std::string ext(target.suffix);
 
-  // What is searched: (template, parameter point) pairs, each of which generates a source.
-  struct Point {
-    std::string tmpl;
-    TemplateParams params;
-  };
-  std::vector<Point> points;
-  std::function<std::string(const Point&)> source;
-  Task task;
-  std::string material;  // the cache key's material: what the task computes, where, which templates
-  json program_json;     // a KernelBench task's traced program (kept in the cache: a rerun needs no trace)
-  Program program;
-  GemmProgram gemm_program;
-  // One evaluator for the whole search; for a KernelBench task its workers are kept (torch imports
-  // once): the candidates are kfab's own.
-  // With devices, each evaluator's runners and workers see one GPU; the first evaluator runs the
-  // points the search does not spread and the winner's final check.
-  std::vector<std::vector<std::pair<std::string, std::string>>> pins;
-  if (opt.target == "cuda")
-    for (int d : opt.devices) {
-      auto env = cuda_device_env(d);
-      if (!env) return Unexpected{env.error()};
-      pins.push_back(std::move(*env));
-    }
-  auto pinned = [&](EvalOptions eo, size_t slot) {
-    if (slot < pins.size())
-      for (const auto& [k, v] : pins[slot]) eo.runner.env[k] = v;
-    return eo;
-  };
-  Evaluator evaluator(*loaded, opt.target, pinned(opt.eval, 0));
-  evaluator.keep_workers();
-  auto evaluate = [&](const fs::path& file, const EvalOptions& eo) -> Expected<Verdict> {
-    if (opt.remote) return opt.remote->evaluate(file, eo, true);
-    evaluator.set_options(pinned(eo, 0));
-    return evaluator.evaluate(file);
-  };
-  const std::string ext = opt.target == "cuda" ? ".cu" : ".cpp";
-  if (kb) {
-    if (opt.target != "cuda" && opt.target != "cpu")
-      return make_error("the built-in tuner generates kernels for KernelBench-format tasks on cuda and cpu",
-                        "use --target cuda or cpu, or --llm PROVIDER:MODEL for " + opt.task.string());
-    const KernelTemplate& fused = opt.target == "cuda" ? fused_cuda_template() : fused_cpu_template();
-    auto text = read_file(opt.task);
-    if (!text) return make_error("cannot read " + opt.task.string());
-    task = loaded->task;
-    const KernelTemplate& gemm = opt.target == "cuda" ? gemm_cuda_template() : gemm_cpu_template();
-    material = *text + '\0' + opt.target + '\0' + backend->describe() + '\0' + fused.name + std::to_string(fused.version) + '\0' +
-               gemm.name + std::to_string(gemm.version);
-    // single-op tasks a program cannot state go to a dedicated template (the trace's "kind")
-    const auto& by_kind = dedicated_templates(opt.target);
-    for (const auto& [kind, name] : by_kind)
-      if (const auto* t2 = template_named(name)) material += '\0' + name + std::to_string(t2->version);
-    // the cache may hold the traced program; otherwise the Python worker traces the Model
-    const fs::path cache_file = cache_dir() / "tuner" / (hash_hex(material).substr(0, 24) + ".json");
-    if (!opt.fresh)
-      if (auto c = read_file(cache_file))
-        try {
-          program_json = json::parse(*c).at("program");
-        } catch (const json::exception&) {
-          program_json = nullptr;
-        }
-    if (program_json.is_null() || !program_json.is_object()) {
-      say("tracing the Model (torch make_fx) to find a fusible program");
-      std::unique_ptr<TorchInspector> own;
-      if (opt.tracer == nullptr) own = std::make_unique<TorchInspector>(opt.target, opt.eval);
-      auto tr = (opt.tracer != nullptr ? *opt.tracer : *own).trace(opt.task);
-      if (!tr) return Unexpected{tr.error()};
-      program_json = *tr;
-    }
-    auto plan = plan_traced(program_json, opt.target);
-    if (!plan) return make_error("the built-in tuner has no template for " + opt.task.filename().string() + ": " + plan.error().message,
-                                 plan.error().hint);
-    if (plan->dedicated != nullptr) {
-      const KernelTemplate* dedicated = plan->dedicated;
-      say("the Model is one " + plan->kind + ": template " + dedicated->name);
-      // the numbers the template needs beyond the tensors (a group count, eps), from the trace
-      if (!plan->op_params.empty()) {
-        for (const auto& [k, v] : plan->op_params) task.op_params[k] = v;
-        task.op_class = plan->kind;
-      }
-      for (const auto& g : dedicated->grid(task)) points.push_back({dedicated->name, g});
-      source = [&, dedicated](const Point& pt) { return dedicated->generate(task, pt.params); };
-    } else {
-      program = std::move(plan->program);
-      gemm_program = std::move(plan->gemm);
-      const bool is_gemm = plan->is_gemm;
-      say(std::string(is_gemm ? "a GEMM (" + gemm.name + "), then the epilogue" : "program") + ":\n" +
-          program_json.value("formula", std::string()));
-      if (is_gemm) {
-        gemm_program.epilogue = program;
-        for (const auto& g : gemm_grid(opt.target)) points.push_back({gemm.name, g});
-        source = [&](const Point& pt) {
-          return opt.target == "cuda" ? generate_gemm_cuda(gemm_program, pt.params, "GEMM + epilogue for " + task.name)
-                                      : generate_gemm_cpp(gemm_program, pt.params, "GEMM + epilogue for " + task.name);
-        };
-      } else {
-        const auto grid = opt.target == "cuda" ? fused_grid(program, program_json.value("n", int64_t{1024})) : fused_cpu_grid();
-        for (const auto& g : grid) points.push_back({fused.name, g});
-        source = [&](const Point& pt) {
-          return opt.target == "cuda" ? generate_fused_cuda(program, pt.params, "fused row program for " + task.name)
-                                      : generate_fused_cpp(program, pt.params, "fused row program for " + task.name);
-        };
-      }
-    }
-  } else {
-    task = loaded->task;
-    const auto templates = templates_for(task, opt.target);
-    if (templates.empty()) return make_error(no_native_template(task, opt.target), kNativeTemplatesHint);
-    const auto manifest = read_file(task.manifest);
-    const auto reference = read_file(task.reference);
-    if (!manifest || !reference) return make_error("the task's files cannot be read: " + task.manifest.string());
-    material = *manifest + '\0' + *reference + '\0' + opt.target + '\0' + backend->describe();
-    for (const auto* t2 : templates) {
-      material += '\0' + t2->name + std::to_string(t2->version);
-      for (auto& g : t2->grid(task)) points.push_back({t2->name, g});
-    }
-    source = [&, templates](const Point& pt) {
-      for (const auto* t2 : templates)
-        if (t2->name == pt.tmpl) return t2->generate(task, pt.params);
-      return std::string("#error no template ") + pt.tmpl + "\n";
-    };
+  // One evaluator per device for the whole search (its workers kept: the candidates are kfab's own);
+  // the first runs the winner's final check.
+  std::vector<DeviceEnv> pins;
+  if (target.pin != nullptr) {
+    auto pinned = device_pins(target, opt.devices);
+    if (!pinned) return Unexpected{pinned.error()};
+    pins = std::move(*pinned);
   }
+  Evaluations evals(*loaded, opt.target, pins, opt.remote, true);
+  evals.devices = opt.devices;
+
   auto store_r = Store::open(Store::default_path());
   if (!store_r) return Unexpected{store_r.error()};
-  Store& store = **store_r;
-  const fs::path cache_file = cache_dir() / "tuner" / (hash_hex(material).substr(0, 24) + ".json");
+  RunSpec spec{sp.task.name, opt.task, opt.target, "tuner", "tune",
+               json{{"budget", opt.budget}, {"queue", opt.remote ? opt.remote->where() : json()}}, opt.out_dir, opt.resume};
+  auto started = Run::start(**store_r, spec);
+  if (!started) return Unexpected{started.error()};
+  Run& run = *started;
+  opt.out_dir = run.out_dir();
+  const std::string stamp = run.id().substr(0, run.id().rfind('-'));  // the run's UTC time, for the cache entry
+  const fs::path cache_file = cache_dir() / "tuner" / (hash_hex(sp.material).substr(0, 24) + ".json");
+  if (opt.remote) opt.remote->begin_run(run.id());
+  size_t before = 0;
+  for (const auto& st : run.earlier()) before += st.role == "tuner" && !st.candidate_hash.empty();
+  say(fmt::format("run {} (built-in tuner, no LLM): {} parameter point(s) for {}{}", run.id(), sp.points.size(),
+                  kb ? "a traced KernelBench Model" : "op class " + sp.task.op_class,
+                  run.resumed() ? fmt::format("; resumed, {} evaluated before it stopped", before) : ""));
 
-  const std::string run = opt.resume.empty() ? new_run_id() : opt.resume;
-  const std::string stamp = run.substr(0, run.rfind('-'));  // the run's UTC time, for the cache entry
-  if (opt.out_dir.empty()) opt.out_dir = fs::path("kfab-runs") / run;
-  std::error_code ec;
-  fs::create_directories(opt.out_dir, ec);
-  int64_t seq = 0;
-  // On --resume: the points the run evaluated before it stopped, by their source's hash (the same
-  // template and point generate the same source), with the step that recorded each.
-  std::map<std::string, Store::Step> done;
-  if (opt.resume.empty()) {
-    if (auto ok = store.create_run(run, task.name, fs::absolute(opt.task).string(), opt.target, "tuner", "tune",
-                                   dump_json(json{{"budget", opt.budget},
-                                                  {"out_dir", fs::absolute(opt.out_dir).string()},
-                                                  {"queue", opt.remote ? opt.remote->where() : json()}}));
-        !ok)
-      return Unexpected{ok.error()};
-  } else {
-    auto steps = store.run_steps(run);
-    if (!steps) return Unexpected{steps.error()};
-    for (const auto& st : *steps) {
-      seq = std::max(seq, st.seq);
-      if (st.role == "tuner" && !st.candidate_hash.empty()) done.emplace(st.candidate_hash, st);
-    }
-    (void)store.set_run_status(run, "running");
-  }
-  if (opt.remote) opt.remote->begin_run(run);
-  say(fmt::format("run {} (built-in tuner, no LLM): {} parameter point(s) for {}{}", run, points.size(),
-                  kb ? "a traced KernelBench Model" : "op class " + task.op_class,
-                  opt.resume.empty() ? "" : fmt::format("; resumed, {} evaluated before it stopped", done.size())));
-
-  int evaluated = 0, resumed = 0;
-  auto record = [&](const fs::path& file, const Verdict& v, const std::string& role, const std::string& detail) -> Expected<void> {
-    auto src = read_file(file);
-    auto id = store.record_evaluation(task, src ? *src : "", v);
-    Store::Step s;
-    s.seq = ++seq;
-    s.role = role;
-    s.candidate_hash = v.candidate_hash;
-    s.candidate_path = fs::absolute(file).string();
-    if (id) s.evaluation_id = *id;
-    s.disposition = std::string(disposition_name(v.disposition));
-    s.speedup = v.speedup;
-    s.detail = detail;
-    return store.add_step(run, s);
-  };
-
-  // Passing points, fastest first once the search is over; the cache holds the one that passed the
-  // final check.
+  // The search: short protocol (2 seeds, tuning shapes, brief timing); the winner gets the full one.
+  // A cached winner of an earlier search here skips it.
+  std::optional<std::pair<double, Point>> hit;
+  if (!opt.fresh && !run.resumed()) hit = cached_winner(cache_file, sp.points, say);
+  TemplateTuner tuner(opt, sp, *backend, ext, say);
   std::vector<std::pair<double, Point>> ranked;
-  bool cached = false;
-  if (!opt.fresh && opt.resume.empty())
-    if (auto text = read_file(cache_file)) {
-      try {
-        const json c = json::parse(*text);
-        Point pt{c.at("template").get<std::string>(), c.at("params").get<TemplateParams>()};
-        bool known = false;
-        for (const auto& q : points) known = known || q.tmpl == pt.tmpl;
-        if (known) {
-          ranked.push_back({c.value("speedup", 0.0), pt});
-          cached = true;
-          say(fmt::format("cached: {} ({}), {:.2f}x when searched on {}", pt.tmpl, format_params(pt.params), ranked[0].first,
-                          c.value("measured_at", std::string("?"))));
-        }
-      } catch (const json::exception&) {
-        ranked.clear();  // a damaged entry: search again
-      }
-    }
-  std::string stopped = cached ? "cached result (--fresh searches again)" : "every parameter point evaluated";
-  json searched = json::array();  // every point of the search: its verdict in brief (the trajectory)
-  if (!cached) {
-    // The search: short protocol (2 seeds, tuning shapes, brief timing); the winner gets the full one.
+  if (hit) {
+    ranked.push_back(*hit);
+  } else {
     EvalOptions quick = opt.eval;
     quick.seeds = 2;
     quick.heldout = false;
-    quick.min_time_s = opt.target == "cpu" ? 0.15 : 0.03;
+    quick.min_time_s = target.tuner_min_time_s;
     quick.progress = nullptr;
     quick.compile_baseline = false;  // torch.compile is timed for the winner only
-    // Every point's source is written and compiled first, several compilers at once (the builds
-    // land in the compile cache, so the evaluations below find them there).
-    std::map<std::string, int> per_template;
-    std::vector<fs::path> files, to_build;
-    std::vector<std::string> hashes;
-    for (const auto& pt : points) {
-      if (static_cast<int>(files.size()) >= opt.budget) break;
-      files.push_back(opt.out_dir / fmt::format("{}_{:02d}{}", pt.tmpl, per_template[pt.tmpl]++, ext));
-      const std::string src = source(pt);
-      hashes.push_back(hash_hex(src));
-      if (auto ok = write_file_atomic(files.back(), src); !ok) return Unexpected{ok.error()};
-      if (!done.count(hashes.back())) to_build.push_back(files.back());
-    }
-    if (!opt.remote) {
-      const size_t workers = std::clamp<size_t>(std::thread::hardware_concurrency() / 2, 1, 8);
-      say(fmt::format("compiling {} parameter point(s), {} at a time", to_build.size(), std::min(workers, to_build.size())));
-      std::atomic<size_t> next{0};
-      std::vector<std::thread> pool;
-      for (size_t w = 0; w < std::min(workers, to_build.size()); ++w)
-        pool.emplace_back([&] {
-          for (size_t k = next++; k < to_build.size(); k = next++) (void)backend->build(to_build[k]);  // failures resurface in evaluate()
-        });
-      for (auto& t : pool) t.join();
-    }
-    // Spread over devices: every point not evaluated before is evaluated first, an evaluator per
-    // device taking the next point as it finishes one; the verdicts are then taken in point order.
-    std::vector<std::optional<Expected<Verdict>>> spread(files.size());
-    if (opt.remote) {
-      // Elsewhere: every point not evaluated before goes to the queue at once, for its workers to share.
-      std::vector<size_t> todo;
-      std::vector<fs::path> sent;
-      for (size_t k = 0; k < files.size() && k < points.size(); ++k)
-        if (!done.count(hashes[k])) {
-          todo.push_back(k);
-          sent.push_back(files[k]);
-        }
-      say(fmt::format("evaluating {} parameter point(s) on {}", todo.size(), opt.remote->describe()));
-      auto got = opt.remote->evaluate_all(sent, quick, true);
-      if (!got) return Unexpected{got.error()};
-      for (size_t i = 0; i < todo.size(); ++i) spread[todo[i]] = std::move((*got)[i]);
-    } else if (opt.devices.size() > 1) {
-      std::vector<size_t> todo;
-      for (size_t k = 0; k < files.size() && k < points.size(); ++k)
-        if (!done.count(hashes[k])) todo.push_back(k);
-      say(fmt::format("evaluating {} parameter point(s) on devices {}", todo.size(), fmt::join(opt.devices, ",")));
-      std::atomic<size_t> next{0};
-      std::mutex say_mu;
-      auto work = [&](size_t slot, Evaluator& ev) {
-        for (size_t i = next++; i < todo.size(); i = next++) {
-          const size_t k = todo[i];
-          ev.set_options(pinned(quick, slot));
-          spread[k] = ev.evaluate(files[k]);
-          std::lock_guard<std::mutex> lock(say_mu);
-          if (*spread[k])
-            say(fmt::format("  {} ({}) on device {}: {}", points[k].tmpl, format_params(points[k].params), opt.devices[slot],
-                            disposition_name((*spread[k])->disposition)));
-        }
-      };
-      std::vector<std::unique_ptr<Evaluator>> others;
-      std::vector<std::thread> threads;
-      for (size_t slot = 1; slot < opt.devices.size(); ++slot) {
-        others.push_back(std::make_unique<Evaluator>(*loaded, opt.target, pinned(quick, slot)));
-        others.back()->keep_workers();
-      }
-      for (size_t slot = 1; slot < opt.devices.size(); ++slot)
-        threads.emplace_back(work, slot, std::ref(*others[slot - 1]));
-      work(0, evaluator);
-      for (auto& t : threads) t.join();
-    }
-    for (size_t k = 0; k < points.size(); ++k) {
-      const Point& pt = points[k];
-      if (evaluated >= opt.budget || k >= files.size()) {
-        stopped = "parameter-point budget spent";
-        break;
-      }
-      const fs::path& file = files[k];
-      if (auto d = done.find(hashes[k]); d != done.end()) {  // evaluated before the run stopped
-        const Store::Step& st = d->second;
-        ++evaluated;
-        ++resumed;
-        say(fmt::format("{} ({}): {}{} (evaluated before the run stopped)", pt.tmpl, format_params(pt.params), st.disposition,
-                        st.speedup ? fmt::format(" {:.2f}x", *st.speedup) : ""));
-        if (st.disposition == "passed" && st.speedup) ranked.push_back({*st.speedup, pt});
-        json copy = json::array();
-        double wall = 0.0;
-        if (st.evaluation_id)
-          if (auto vj = store.evaluation_verdict(*st.evaluation_id)) {
-            wall = vj->value("wall_s", 0.0);
-            if (vj->contains("shapes") && (*vj)["shapes"].is_array())
-              for (const auto& sh : (*vj)["shapes"])
-                if (sh.contains("percent_of_copy_bandwidth") && sh["percent_of_copy_bandwidth"].is_number() && !sh.value("heldout", false))
-                  copy.push_back(sh["percent_of_copy_bandwidth"]);
-          }
-        searched.push_back({{"template", pt.tmpl}, {"params", pt.params}, {"disposition", st.disposition},
-                            {"speedup", st.speedup ? json(*st.speedup) : json()}, {"percent_of_copy_bandwidth", copy}, {"wall_s", wall},
-                            {"detail", st.disposition == "passed" ? std::string() : printable(st.detail, 300)}, {"resumed", true}});
-        continue;
-      }
-      auto v = spread[k] ? std::move(*spread[k]) : evaluate(file, quick);
-      if (!v) return Unexpected{v.error()};
-      ++evaluated;
-      say(fmt::format("{} ({}): {}{}", pt.tmpl, format_params(pt.params), disposition_name(v->disposition),
-                      v->speedup ? fmt::format(" {:.2f}x", *v->speedup) : (v->passed() ? "" : ": " + printable(v->detail, 300))));
-      if (auto ok = record(file, *v, "tuner", pt.tmpl + " (" + format_params(pt.params) + "): " + v->detail); !ok)
-        return Unexpected{ok.error()};
-      if (v->passed() && v->speedup) ranked.push_back({*v->speedup, pt});
-      json copy = json::array();
-      for (const auto& sh : v->shapes)
-        if (auto it = sh.extra.find("percent_of_copy_bandwidth"); it != sh.extra.end() && it->is_number()) copy.push_back(*it);
-      searched.push_back({{"template", pt.tmpl}, {"params", pt.params}, {"disposition", disposition_name(v->disposition)},
-                          {"speedup", v->speedup ? json(*v->speedup) : json()}, {"percent_of_copy_bandwidth", copy}, {"wall_s", v->wall_s},
-                          {"detail", v->passed() ? std::string() : printable(v->detail, 300)}});
-    }
-    std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    if (auto ok = run.drive(tuner, sp.task, evals, quick, say); !ok) return Unexpected{ok.error()};
+    ranked = tuner.ranked();
   }
-  json result = {{"run", run}, {"out_dir", fs::absolute(opt.out_dir).string()}, {"candidates", evaluated}, {"stopped_because", stopped},
-                 {"points", searched}};
-  if (!opt.resume.empty()) result["resumed_points"] = resumed;  // taken from the store, not evaluated again
+  const std::string stopped = hit ? "cached result (--fresh searches again)" : tuner.stopped();
+  json result = {{"run", run.id()}, {"out_dir", fs::absolute(opt.out_dir).string()}, {"candidates", tuner.evaluated()},
+                 {"stopped_because", stopped}, {"points", tuner.searched()}};
+  if (run.resumed()) result["resumed_points"] = tuner.resumed();  // taken from the store, not evaluated again
   if (ranked.empty()) {
-    (void)store.set_run_status(run, "failed");
+    run.finish(false);
     result["best"] = {{"candidate", nullptr}, {"disposition", "none"}, {"speedup", nullptr}};
-    result["steps"] = seq;
+    result["steps"] = run.seq();
     return result;
   }
-  // The winner, on every shape with the full protocol; where it fails (a held-out shape), the
-  // runners-up in order (at most three in all).
-  const fs::path best_file = opt.out_dir / ("best" + ext);
-  EvalOptions full = opt.eval;
-  full.heldout = true;
-  full.end_to_end = kb;  // the winner's exported ModelNew, timed end to end beside it
-  std::optional<Verdict> final_v;
-  Point chosen;
-  int attempts = 0;  // final checks: 1 when the search's winner held on every shape
-  for (size_t k = 0; k < ranked.size() && k < 3; ++k) {
-    const Point& pt = ranked[k].second;
-    ++attempts;
-    if (auto ok = write_file_atomic(best_file, source(pt)); !ok) return Unexpected{ok.error()};
-    say(fmt::format("final{}: {} ({}) on every shape, held-out ones included", k == 0 ? "" : " (runner-up " + std::to_string(k) + ")",
-                    pt.tmpl, format_params(pt.params)));
-    auto v = evaluate(best_file, full);
-    if (!v) return Unexpected{v.error()};
-    if (auto ok = record(best_file, *v, "final", v->detail); !ok) return Unexpected{ok.error()};
-    final_v = *v;
-    chosen = pt;
-    if (v->passed()) {
-      if (!cached) {
-        json entry = {{"template", pt.tmpl}, {"params", pt.params}, {"speedup", ranked[k].first},
-                      {"measured_at", stamp}, {"device", backend->describe()}};
-        if (kb) entry["program"] = program_json;
-        (void)write_file_atomic(cache_file, dump_json(entry, 2));
-      }
-      break;
-    }
-    say(fmt::format("  {}: {}", disposition_name(v->disposition), printable(v->detail, 300)));
+  auto fc = final_check(run, evals, opt, sp, ranked, ext, say);
+  if (!fc) return Unexpected{fc.error()};
+  const Verdict& v = *fc->verdict;
+  if (v.passed() && !hit) {
+    json entry = {{"template", fc->chosen.tmpl}, {"params", fc->chosen.params}, {"speedup", fc->searched_speedup},
+                  {"measured_at", stamp}, {"device", backend->describe()}};
+    if (kb) entry["program"] = sp.program_json;
+    (void)write_file_atomic(cache_file, dump_json(entry, 2));
   }
-  const Verdict& v = *final_v;
-  (void)store.set_run_status(run, v.passed() ? "finished" : "failed");
-  result["best"] = {{"candidate", fs::absolute(best_file).string()}, {"disposition", disposition_name(v.disposition)},
+  run.finish(v.passed());
+  result["best"] = {{"candidate", fs::absolute(fc->best_file).string()}, {"disposition", disposition_name(v.disposition)},
                     {"speedup", v.speedup ? json(*v.speedup) : json()}, {"detail", v.detail}};
-  result["tuner"] = {{"template", chosen.tmpl}, {"params", chosen.params}, {"cached", cached}};
-  if (kb) result["tuner"]["program"] = program_json.value("kind", program_json.value("formula", std::string()));
-  result["steps"] = seq;
-  result["final_attempts"] = attempts;
+  result["tuner"] = {{"template", fc->chosen.tmpl}, {"params", fc->chosen.params}, {"cached", hit.has_value()}};
+  if (kb) result["tuner"]["program"] = sp.program_json.value("kind", sp.program_json.value("formula", std::string()));
+  result["steps"] = run.seq();
+  result["final_attempts"] = fc->attempts;
   result["verdict"] = v.to_json();
   return result;
 }

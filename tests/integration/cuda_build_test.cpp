@@ -141,7 +141,7 @@ TEST_F(CudaBuild, GemmEpiloguesCompileAtEveryPoint) {
     ASSERT_TRUE(task.has_value()) << t;
     auto gp = task_gemm(*task);
     ASSERT_TRUE(gp.has_value()) << t << ": " << gp.error().message;
-    for (const auto& point : gemm_grid("cuda")) build(t, generate_gemm_cuda(*gp, point, t));
+    for (const auto& point : gemm_cuda_grid()) build(t, generate_gemm_cuda(*gp, point, t));
   }
   GemmProgram ln;
   ln.a = 0, ln.b = 1, ln.trans_b = true, ln.tensors = 4, ln.bind = {2, 3, -1};
@@ -149,7 +149,7 @@ TEST_F(CudaBuild, GemmEpiloguesCompileAtEveryPoint) {
                          {{"g", VClass::C}, {"b", VClass::C}, {"acc", VClass::E}}, {"y"});
   ASSERT_TRUE(p.has_value()) << p.error().message;
   ln.epilogue = *p;
-  const std::string src = generate_gemm_cuda(ln, gemm_grid("cuda").front(), "linear_layernorm_relu");
+  const std::string src = generate_gemm_cuda(ln, gemm_cuda_grid().front(), "linear_layernorm_relu");
   EXPECT_NE(src.find("kfab_rows_cached"), std::string::npos) << "a row-reducing epilogue runs as a row kernel";
   build("linear_layernorm_relu", src);
   EXPECT_EQ(built, 11);

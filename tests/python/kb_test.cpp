@@ -283,7 +283,7 @@ TEST_F(KbEval, TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest) {
       gp.epilogue = *p;
       if (!nvcc.has_compiler()) continue;
       const auto f = scratch() / (stem + ".cu");
-      ASSERT_TRUE(write_file_atomic(f, generate_gemm_cuda(gp, gemm_grid("cuda").front(), stem)).has_value());
+      ASSERT_TRUE(write_file_atomic(f, generate_gemm_cuda(gp, gemm_cuda_grid().front(), stem)).has_value());
       auto b = nvcc.build(f);
       ASSERT_TRUE(b.ok()) << stem << "\n" << b.failure().message;
       ++compiled;

@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include "backends/target.h"
 #include "eval/device_lock.h"
 
 namespace kfab {
@@ -82,8 +83,10 @@ TEST_F(DeviceLockTest, OffTimesWithoutIt) {
 
 TEST_F(DeviceLockTest, ADeviceNamedByUuidIsItsOwnKey) {
   // NVML answers only for a device index; a UUID or MIG name is the key as written, made file-safe
-  EXPECT_EQ(DeviceLock::cuda_key({{"CUDA_VISIBLE_DEVICES", "GPU-8d2c/1,GPU-77"}}), "gpu-GPU-8d2c_1");
-  const std::string k = DeviceLock::cuda_key({{"CUDA_VISIBLE_DEVICES", "1"}});
+  const auto key = find_target("cuda")->lock_key;
+  ASSERT_NE(key, nullptr);
+  EXPECT_EQ(key({{"CUDA_VISIBLE_DEVICES", "GPU-8d2c/1,GPU-77"}}), "gpu-GPU-8d2c_1");
+  const std::string k = key({{"CUDA_VISIBLE_DEVICES", "1"}});
   // with NVML the PCI address of device 1, without it "1"
   EXPECT_TRUE(k == "gpu-1" || (k.size() == std::string("gpu-0000:00:06.0").size() && k.rfind("gpu-", 0) == 0)) << k;
 }

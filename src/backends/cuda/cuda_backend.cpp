@@ -83,20 +83,6 @@ Expected<std::vector<std::pair<std::string, std::string>>> cuda_device_env(int d
                                                           {"CUDA_DEVICE_ORDER", order && *order ? order : "PCI_BUS_ID"}};
 }
 
-Expected<std::vector<int>> spread_devices(const Backend& backend, std::vector<int> given) {
-  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
-  const int gpus = cuda ? cuda->device_count() : 0;
-  if (given.empty() && gpus > 1)
-    for (int d = 0; d < gpus; ++d) given.push_back(d);
-  for (int d : given)
-    if (d < 0)
-      return make_error(fmt::format("device {}: devices are counted from 0", d), "--devices 0,1");
-    else if (gpus > 0 && d >= gpus)
-      return make_error(fmt::format("device {}: this host has {} GPU{} (0 to {})", d, gpus, gpus == 1 ? "" : "s", gpus - 1),
-                        "--devices takes indices as nvidia-smi counts them, comma-separated: --devices 0,1");
-  return given;
-}
-
 CudaBackend::CudaBackend() {
   nvcc_ = find_program("nvcc");
   if (nvcc_.empty() && fs::exists("/usr/local/cuda/bin/nvcc")) nvcc_ = "/usr/local/cuda/bin/nvcc";

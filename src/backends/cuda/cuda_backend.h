@@ -19,10 +19,6 @@ namespace kfab {
 /// An Error for a device past this kfab's own CUDA_VISIBLE_DEVICES.
 Expected<std::vector<std::pair<std::string, std::string>>> cuda_device_env(int device);
 
-/// The devices a run spreads its evaluations over: `given`, else every GPU of a cuda host with several
-/// (empty: one device, unpinned; nothing to spread on other targets). An Error for a negative index or
-/// one past the host's GPUs.
-Expected<std::vector<int>> spread_devices(const Backend& backend, std::vector<int> given);
 
 class CudaBackend final : public Backend {
  public:
@@ -40,7 +36,7 @@ class CudaBackend final : public Backend {
   const std::string& arch() const { return arch_; }
   bool has_compiler() const { return !nvcc_.empty(); }
   /// The GPUs this process sees (CUDA_VISIBLE_DEVICES applies); 0 without one.
-  int device_count() const { return devices_; }
+  int device_count() const override { return devices_; }
 
  private:
   std::string nvcc_;

@@ -1,8 +1,8 @@
-#include "runner/cuda_driver.h"
+#include "backends/cuda/device.h"
 
 #include <dlfcn.h>
 
-#include "runner/l2_flush_ptx.h"
+#include "backends/cuda/l2_flush_ptx.h"
 
 #include <algorithm>
 #include <utility>

@@ -1,4 +1,4 @@
-#include "runner/opencl_device.h"
+#include "backends/opencl/device.h"
 
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
