@@ -59,7 +59,7 @@ log "doctor"
 build-gpu/kfab doctor 2>&1 | tee -a "$out/summary.txt"
 
 # KFAB_GPU_STAGES picks what runs after the build (default: all of them, in this order):
-#   tests      ctest, labels unit|integration|python|gpu (KFAB_GPU_QUICK=1: gpu only)
+#   tests      ctest, labels unit|integration|python|gpu (KFAB_GPU_QUICK=1: gpu only, then the conformance suite)
 #   kb         tasks/kb/rms_norm.py with its CUDA and Triton candidates against torch eager and
 #              torch.compile, each exported as a ModelNew and checked by bench/modelnew_allclose.py
 #   evals      every bundled CUDA candidate, cold then warm cache, and a table of % of copy bandwidth
@@ -83,6 +83,8 @@ build-gpu/kfab doctor 2>&1 | tee -a "$out/summary.txt"
 #   overhead   bench/cuda_overhead.py: kfab against torch load_inline
 #   stability  bench/timing_stability.sh: 5 medians and ncu
 #   cpu        bench/core_suite.sh on the cpu target (skipped with KFAB_SKIP_CPU_BENCH=1)
+#   beforeafter  scripts/before_after.sh with the build of KFAB_BEFORE_TREE (a source tree of another
+#              commit, e.g. `git archive REV | tar x -C before-tree`, carried) and this one
 stages=${KFAB_GPU_STAGES:-tests kb evals profile overhead stability cpu}
 want() { [[ " $stages " == *" $1 "* ]]; }
 export KFAB_CACHE_DIR=$PWD/build-gpu/cache KFAB_DATA_DIR=$PWD/build-gpu/data
@@ -94,6 +96,21 @@ if want tests; then
   ctest --test-dir build-gpu -L "$labels" --output-on-failure -j 8 >"$out/ctest.log" 2>&1
   rc=$?
   tail -8 "$out/ctest.log" | tee -a "$out/summary.txt"
+  if [ -n "${KFAB_GPU_QUICK:-}" ]; then
+    log "conformance suite (tests/integration/suite_test.cpp: every broken candidate on every target)"
+    ctest --test-dir build-gpu -R Conformance --output-on-failure -j 8 >"$out/conformance.log" 2>&1 || rc=1
+    tail -4 "$out/conformance.log" | tee -a "$out/summary.txt"
+  fi
+fi
+if want beforeafter; then
+  log "beforeafter: the built-in tuner's benches with the build of $KFAB_BEFORE_TREE (before) and this one (after)"
+  tree=${KFAB_BEFORE_TREE:?KFAB_BEFORE_TREE names the source tree of the build before}
+  PKG_CONFIG_PATH=$lib/pkgconfig cmake -S "$tree" -B "$tree/build-gpu" -DCMAKE_PREFIX_PATH="$root/usr" \
+    -DCMAKE_BUILD_RPATH="$lib" >"$out/before_build.log" 2>&1 &&
+    cmake --build "$tree/build-gpu" -j "$(nproc)" --target kfab kfab-runner >>"$out/before_build.log" 2>&1 ||
+    { log "the before build failed"; tail -20 "$out/before_build.log"; }
+  [ -x build-gpu/kfab-runner ] || cmake --build build-gpu -j "$(nproc)" --target kfab kfab-runner >>"$out/build.log" 2>&1
+  scripts/before_after.sh "$tree/build-gpu/kfab" build-gpu/kfab "$out/before_after" ${KFAB_BEFORE_SUITES:-}
 fi
 if want kb; then
   log "kb: tasks/kb/rms_norm.py, CUDA and Triton candidates, torch eager and torch.compile, exported ModelNew"
