@@ -105,12 +105,16 @@ fi
 if want beforeafter; then
   log "beforeafter: the built-in tuner's benches with the build of $KFAB_BEFORE_TREE (before) and this one (after)"
   tree=${KFAB_BEFORE_TREE:?KFAB_BEFORE_TREE names the source tree of the build before}
-  PKG_CONFIG_PATH=$lib/pkgconfig cmake -S "$tree" -B "$tree/build-gpu" -DCMAKE_PREFIX_PATH="$root/usr" \
+  # built outside the tree: a carried folder replaces what a call built in it
+  bb=/tmp/kfab-before-build
+  PKG_CONFIG_PATH=$lib/pkgconfig cmake -S "$tree" -B "$bb" -DCMAKE_PREFIX_PATH="$root/usr" \
     -DCMAKE_BUILD_RPATH="$lib" >"$out/before_build.log" 2>&1 &&
-    cmake --build "$tree/build-gpu" -j "$(nproc)" --target kfab kfab-runner >>"$out/before_build.log" 2>&1 ||
+    cmake --build "$bb" -j "$(nproc)" --target kfab kfab-runner >>"$out/before_build.log" 2>&1 ||
     { log "the before build failed"; tail -20 "$out/before_build.log"; }
   [ -x build-gpu/kfab-runner ] || cmake --build build-gpu -j "$(nproc)" --target kfab kfab-runner >>"$out/build.log" 2>&1
-  scripts/before_after.sh "$tree/build-gpu/kfab" build-gpu/kfab "$out/before_after" ${KFAB_BEFORE_SUITES:-}
+  # KFAB_BEFORE_SUITES: SUITE:ARGS entries separated by ';' (default: scripts/before_after.sh's)
+  IFS=';' read -ra specs <<<"${KFAB_BEFORE_SUITES:-}"
+  scripts/before_after.sh "$bb/kfab" build-gpu/kfab "$out/before_after" "${specs[@]}"
 fi
 if want kb; then
   log "kb: tasks/kb/rms_norm.py, CUDA and Triton candidates, torch eager and torch.compile, exported ModelNew"
