@@ -897,22 +897,9 @@ std::string gemm_head(const GemmProgram& gp, const TemplateParams& tp, const std
   return s;
 }
 
-std::string generate_gemm_cuda_impl(const GemmProgram& gp, const TemplateParams& tp, const std::string& title) {
-  const Program& p = gp.epilogue;
-  Gen g(p);
-  const int pin = product_input(gp);
-  const bool fused = pointwise_only(p, g);
-  const int BM = param(tp, "bm", 128), BN = param(tp, "bn", 128), BK = param(tp, "bk", 8), TM = param(tp, "tm", 8), TN = param(tp, "tn", 8);
-  std::string s = gemm_head(gp, tp, title, fused ? "A tiled GEMM, epilogue applied to the registers" : "A tiled GEMM, then a row kernel");
-  s += kPrelude;
-  s += kHostHelpers;
-  Parts rows;
-  if (fused) {
-    s += args_struct(p);
-  } else {
-    rows = rows_parts(p, g, {{"block", "256"}, {"group", "256"}, {"items", "8"}});  // declares Args too
-    s += rows.code;
-  }
+/// The end of the CUDA GEMM kernel, over its accumulators acc[TM][TN]: a pointwise epilogue applied in
+/// the registers and written to the outputs (`fused`), else the product written for the row kernel.
+std::string gemm_cuda_epilogue(const Program& p, Gen& g, int pin, bool fused) {
   std::string epi;
   if (fused) {
     const std::string kconst = g.kconsts();
@@ -929,6 +916,55 @@ std::string generate_gemm_cuda_impl(const GemmProgram& gp, const TemplateParams&
           "#pragma unroll\n    for (int jj = 0; jj < TN; ++jj) {\n      const int64_t c = n0 + tx * TN + jj;\n"
           "      if (c < n) o.C[row * n + c] = acc[ii][jj];\n    }\n  }\n";
   }
+  return epi;
+}
+
+/// kfab_run's end for the CUDA GEMM: the grid, the float4 choice and the launch; with a row kernel
+/// after it, the product's buffer (b.setup), kept between calls.
+std::string gemm_cuda_launch(bool fused, int pin, Binding& b) {
+  if (!fused)
+    b.setup = fmt::format(R"(  // the product's buffer, kept between calls (grown when a shape needs more)
+  static float* product = nullptr;
+  static int64_t capacity = 0;
+  if (total > capacity) {{
+    if (product != nullptr) cudaFree(product);
+    product = nullptr, capacity = 0;
+    if (cudaMalloc(reinterpret_cast<void**>(&product), sizeof(float) * static_cast<size_t>(total)) != cudaSuccess) return 4;
+    capacity = total;
+  }}
+  a.in{} = product;
+)",
+                          pin);
+  std::string launch = fmt::format(R"(  if (total == 0) return 0;
+  const int64_t gx = (n + BN - 1) / BN, gy = (rows + BM - 1) / BM;
+  if (gx > 2147483647 || gy > 65535) return 6;
+  const Operands o{{static_cast<const float*>(A.data), static_cast<const float*>(W.data), {c}}};
+  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
+  const bool v4 = K % 4 == 0 && (TRANS_B || n % 4 == 0) && kfab_aligned16(A.data) && kfab_aligned16(W.data);
+  if (v4) kfab_gemm<true><<<grid, NT, 0, stream>>>(o, a, rows, n, K);
+  else kfab_gemm<false><<<grid, NT, 0, stream>>>(o, a, rows, n, K);
+)",
+                                   fmt::arg("c", fused ? "nullptr" : "product"));
+  return launch;
+}
+
+std::string generate_gemm_cuda_impl(const GemmProgram& gp, const TemplateParams& tp, const std::string& title) {
+  const Program& p = gp.epilogue;
+  Gen g(p);
+  const int pin = product_input(gp);
+  const bool fused = pointwise_only(p, g);
+  const int BM = param(tp, "bm", 128), BN = param(tp, "bn", 128), BK = param(tp, "bk", 8), TM = param(tp, "tm", 8), TN = param(tp, "tn", 8);
+  std::string s = gemm_head(gp, tp, title, fused ? "A tiled GEMM, epilogue applied to the registers" : "A tiled GEMM, then a row kernel");
+  s += kPrelude;
+  s += kHostHelpers;
+  Parts rows;
+  if (fused) {
+    s += args_struct(p);
+  } else {
+    rows = rows_parts(p, g, {{"block", "256"}, {"group", "256"}, {"items", "8"}});  // declares Args too
+    s += rows.code;
+  }
+  const std::string epi = gemm_cuda_epilogue(p, g, pin, fused);
   s += fmt::format(R"(
 constexpr int BM = {bm}, BN = {bn}, BK = {bk}, TM = {tm}, TN = {tn};  // block tile, depth, outputs per thread
 constexpr int NT = (BM / TM) * (BN / TN);                             // threads per block
@@ -1038,29 +1074,7 @@ __global__ void __launch_bounds__(NT) kfab_gemm(Operands o, Args a, int64_t rows
                    fmt::arg("bm", BM), fmt::arg("bn", BN), fmt::arg("bk", BK), fmt::arg("tm", TM), fmt::arg("tn", TN),
                    fmt::arg("trans", gp.trans_b ? "true" : "false"), fmt::arg("epi", epi));
   Binding b = gemm_binding(gp, true);
-  if (!fused)
-    b.setup = fmt::format(R"(  // the product's buffer, kept between calls (grown when a shape needs more)
-  static float* product = nullptr;
-  static int64_t capacity = 0;
-  if (total > capacity) {{
-    if (product != nullptr) cudaFree(product);
-    product = nullptr, capacity = 0;
-    if (cudaMalloc(reinterpret_cast<void**>(&product), sizeof(float) * static_cast<size_t>(total)) != cudaSuccess) return 4;
-    capacity = total;
-  }}
-  a.in{} = product;
-)",
-                          pin);
-  std::string launch = fmt::format(R"(  if (total == 0) return 0;
-  const int64_t gx = (n + BN - 1) / BN, gy = (rows + BM - 1) / BM;
-  if (gx > 2147483647 || gy > 65535) return 6;
-  const Operands o{{static_cast<const float*>(A.data), static_cast<const float*>(W.data), {c}}};
-  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
-  const bool v4 = K % 4 == 0 && (TRANS_B || n % 4 == 0) && kfab_aligned16(A.data) && kfab_aligned16(W.data);
-  if (v4) kfab_gemm<true><<<grid, NT, 0, stream>>>(o, a, rows, n, K);
-  else kfab_gemm<false><<<grid, NT, 0, stream>>>(o, a, rows, n, K);
-)",
-                                   fmt::arg("c", fused ? "nullptr" : "product"));
+  std::string launch = gemm_cuda_launch(fused, pin, b);
   if (!fused) launch += rows.launch;
   s += host(p, g, launch, true, &b);
   return s;
