@@ -16,12 +16,13 @@
 #include "core/expected.h"
 #include "eval/evaluator.h"
 #include "eval/remote.h"
+#include "store/run.h"
 
 namespace kfab {
 
-struct OptimizeOptions {
-  std::filesystem::path task;          ///< a native task folder or a KernelBench-format .py file
-  std::string target;                  ///< cpu, cuda, opencl
+/// The LLM agents' run (RunOptions: with devices, an evolve generation's children are evaluated at
+/// once, one per device; with `remote`, every candidate goes to the queue).
+struct OptimizeOptions : RunOptions {
   std::string dsl;                     ///< cpp, cuda, opencl, triton, modelnew (default: the target's)
   std::string llm;                     ///< PROVIDER:MODEL or replay:RUN
   std::filesystem::path config;        ///< provider config (empty: ~/.config/kfab/config.toml)
@@ -30,17 +31,7 @@ struct OptimizeOptions {
   double budget_wall_s = 0.0;          ///< 0: none
   int64_t budget_tokens = 0;           ///< 0: none
   double budget_dollars = 0.0;         ///< 0: none
-  std::filesystem::path out_dir;       ///< candidates and best.<ext> (default: kfab-runs/RUN)
-  std::string resume;                  ///< a run id to continue
   std::filesystem::path prompts_dir;   ///< role prompt files (default: the source tree's prompts/)
-  EvalOptions eval;
-  /// cuda: the GPUs an evolve generation's children are evaluated on at once, one per device (empty:
-  /// every GPU of a host with several); the other steps use the first.
-  std::vector<int> devices;
-  /// Evaluations done elsewhere (`--redis`: the workers of a job queue): every candidate goes there,
-  /// an evolve generation's children at once. Null: here.
-  RemoteEvaluations* remote = nullptr;
-  std::function<void(const std::string&)> progress;
 };
 
 /// {"run", "best": {"candidate", "disposition", "speedup"}, "steps", "out_dir", "tokens_in",

@@ -418,15 +418,17 @@ json run_here(const TaskEntry& e, const BenchOptions& opt, std::unique_ptr<Torch
     Expected<json> r = make_error("");
     std::function<void(const std::string&)> progress;
     if (opt.detail) progress = [&](const std::string& s) { opt.detail(name + ": " + s); };
+    RunOptions base;
+    base.task = e.path;
+    base.target = opt.target;
+    base.out_dir = opt.out_dir / "runs" / name;
+    base.eval = opt.eval;
+    base.progress = progress;
     if (opt.llm.empty() || opt.llm == "none") {
       TuneOptions t;
-      t.task = e.path;
-      t.target = opt.target;
+      static_cast<RunOptions&>(t) = base;
       t.budget = opt.points;
       t.fresh = opt.fresh;
-      t.out_dir = opt.out_dir / "runs" / name;
-      t.eval = opt.eval;
-      t.progress = progress;
       if (e.format == "kernelbench") {
         if (!tracer) tracer = std::make_unique<TorchInspector>(opt.target, opt.eval);
         t.tracer = tracer.get();
@@ -434,13 +436,9 @@ json run_here(const TaskEntry& e, const BenchOptions& opt, std::unique_ptr<Torch
       r = tune(t);
     } else {
       OptimizeOptions o;
-      o.task = e.path;
-      o.target = opt.target;
+      static_cast<RunOptions&>(o) = base;
       o.llm = opt.llm;
       o.budget_candidates = opt.budget;
-      o.out_dir = opt.out_dir / "runs" / name;
-      o.eval = opt.eval;
-      o.progress = progress;
       r = optimize(o);
     }
     if (!r) {

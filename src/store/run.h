@@ -19,6 +19,24 @@
 
 namespace kfab {
 
+/// What every run's subcommand takes (the tuner's TuneOptions and the agents' OptimizeOptions add
+/// their own).
+struct RunOptions {
+  std::filesystem::path task;     ///< a native task folder or a KernelBench-format .py file
+  std::string target;             ///< cpu, cuda, opencl (the tuner: cpu where empty)
+  std::filesystem::path out_dir;  ///< candidates and best.<ext> (default: kfab-runs/RUN)
+  /// A stopped run to go on with (--resume): its settings win, and what it evaluated is not
+  /// evaluated again.
+  std::string resume;
+  EvalOptions eval;  ///< the final check's protocol (a search may use a shorter one)
+  /// The devices candidates evaluated together are spread over, an evaluator pinned to each (a GPU
+  /// target: every GPU of a host with several where empty); other evaluations run on the first.
+  std::vector<int> devices;
+  /// Evaluations done elsewhere (--redis: the workers of a job queue). Null: here.
+  RemoteEvaluations* remote = nullptr;
+  std::function<void(const std::string&)> progress;
+};
+
 /// What a run is, as stored when it is created.
 struct RunSpec {
   std::string task_name;

@@ -16,32 +16,24 @@
 #include "eval/evaluator.h"
 #include "eval/remote.h"
 #include "eval/torch_harness.h"
+#include "store/run.h"
 #include "tuner/fused.h"
 #include "tuner/templates.h"
 
 namespace kfab {
 
-struct TuneOptions {
-  std::filesystem::path task;
-  std::string target = "cpu";
-  int budget = 64;                ///< parameter points to evaluate, at most
-  bool fresh = false;             ///< search again even when a cached result exists
-  std::filesystem::path out_dir;  ///< default kfab-runs/RUN
-  /// A stopped tuner run to go on with (kfab optimize --resume): the points it evaluated are taken from
-  /// the store, not evaluated again; task, target, budget and out_dir must be the run's.
-  std::string resume;
-  EvalOptions eval;               ///< the final evaluation's protocol (the search uses 2 seeds and short timing)
-  std::function<void(const std::string&)> progress;
+/// The built-in tuner's run (RunOptions: on --resume the points it evaluated are taken from the
+/// store, not evaluated again, and task, target, budget and out_dir must be the run's; the search
+/// uses 2 seeds and short timing, the winner's final check `eval`; with devices, the search's points
+/// are spread over them and the final check runs on the first; with `remote`, every point and the
+/// final check go to the queue and nothing is built or run here).
+struct TuneOptions : RunOptions {
+  TuneOptions() { target = "cpu"; }
+  int budget = 64;     ///< parameter points to evaluate, at most
+  bool fresh = false;  ///< search again even when a cached result exists
   /// Traces KernelBench files: a bench passes one for all its tasks (torch imports once, and a task
   /// the tuner refuses costs a trace, not a worker's start). Null: the tuner starts its own.
   TorchInspector* tracer = nullptr;
-  /// The devices the search's points are spread over, an evaluator pinned to each (cuda:
-  /// CUDA_VISIBLE_DEVICES of its runners and workers, PCI bus order; cpu, opencl: slots that run at
-  /// once); the winner's final check runs on the first. Empty: one evaluator, as the process is.
-  std::vector<int> devices;
-  /// Evaluations done elsewhere (`kfab optimize --redis`: the workers of a job queue): every point
-  /// and the final check go there, nothing is built or run here. Null: here.
-  RemoteEvaluations* remote = nullptr;
 };
 
 /// What the built-in tuner makes of a traced KernelBench Model (python/kfab_worker/trace.py): the
