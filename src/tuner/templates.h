@@ -4,6 +4,7 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/task.h"
@@ -55,5 +56,9 @@ const KernelTemplate* template_named(const std::string& name);
 
 /// "a=1, b=x"
 std::string format_params(const TemplateParams& p);
+
+/// The text of a fixed kernel of include/kfab/templates/ (between its kfab:begin and kfab:end
+/// lines), embedded at build time; empty for a name there is none of.
+std::string_view template_text(std::string_view name);
 
 }  // namespace kfab

@@ -159,4 +159,26 @@ TEST_F(CudaBuild, ArchitectureComesFromTheDeviceOrDefaultsToHopper) {
   EXPECT_EQ(backend_.arch().rfind("sm_", 0), 0u);
 }
 
+// Each fixed kernel of include/kfab/templates/ compiles on its own (tests/templates/NAME.cu includes
+// it after what a generated candidate puts before it), and the tuner splices in its text.
+TEST_F(CudaBuild, TemplateHeadersCompileOnTheirOwn) {
+  const std::filesystem::path root(KFAB_SOURCE_DIR);
+  int built = 0;
+  for (const auto& h : std::filesystem::directory_iterator(root / "include/kfab/templates")) {
+    const std::string name = h.path().filename().string();
+    if (h.path().extension() != ".cuh") continue;
+    const auto unit = root / "tests/templates" / (h.path().stem().string() + ".cu");
+    ASSERT_TRUE(std::filesystem::exists(unit)) << name << " has no " << unit;
+    auto r = backend_.build(unit);
+    ASSERT_TRUE(r.ok()) << name << "\n" << r.failure().message;
+    auto text = read_file(h.path());
+    ASSERT_TRUE(text.has_value());
+    const std::string_view embedded = template_text(name);
+    ASSERT_FALSE(embedded.empty()) << name << " is not embedded";
+    EXPECT_NE(text->find(std::string(embedded)), std::string::npos) << name << ": the embedded text is not the header's";
+    ++built;
+  }
+  EXPECT_GE(built, 1);
+}
+
 }  // namespace kfab::test

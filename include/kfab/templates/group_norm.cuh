@@ -1,0 +1,282 @@
+#pragma once
+// The built-in tuner's CUDA group norm (tuner/group_norm.cpp): a block per (sample, group), or a
+// cluster of blocks where the group is large, its values kept in registers or shared memory. The text
+// between the kfab:begin and kfab:end lines is spliced into the candidates the tuner writes.
+//
+// Before it, a candidate defines `constexpr int B` (threads per block) and `IMAX` (the most float4 a
+// thread keeps), and includes <cooperative_groups.h>, <cuda_runtime.h>, <cstdint> and
+// kfab/candidate.h; tests/templates/group_norm.cu compiles it on its own.
+// kfab:begin
+struct Gn {
+  const float* __restrict__ x;
+  const float* __restrict__ w;
+  const float* __restrict__ b;
+  float* __restrict__ y;
+  int64_t L, HW, CG;
+  int G;
+  float eps;
+};
+
+// Writes V normalised values at element c of a group: (v - mean) * rstd * weight + bias. A vector
+// within one channel (the usual case) reads its weight and bias once; one 32-bit division a vector
+// finds the channel (a 64-bit one per element would make the kernel compute-bound).
+template <int V>
+__device__ __forceinline__ void kfab_write(const Gn& a, float* yr, int64_t c, int64_t c0base, const float* vals, float mean, float rstd) {
+  const uint32_t hw = static_cast<uint32_t>(a.HW);
+  uint32_t q = static_cast<uint32_t>(c) / hw;
+  uint32_t r = static_cast<uint32_t>(c) - q * hw;
+  float o[V];
+  if (r + V <= hw) {
+    const float sc = rstd * __ldg(a.w + c0base + q), sh = __ldg(a.b + c0base + q);
+#pragma unroll
+    for (int k = 0; k < V; ++k) o[k] = (vals[k] - mean) * sc + sh;
+  } else {
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      o[k] = (vals[k] - mean) * rstd * __ldg(a.w + c0base + q) + __ldg(a.b + c0base + q);
+      if (++r == hw) r = 0, ++q;
+    }
+  }
+  if constexpr (V == 4) __stcs(reinterpret_cast<float4*>(yr + c), make_float4(o[0], o[1], o[2], o[3]));
+  else __stcs(yr + c, o[0]);
+}
+
+// The block's totals of (sum, sum of squares): warp shuffles, then one barrier.
+__device__ __forceinline__ float2 kfab_block_sum2(float2 v, float2* red) {
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) {
+    v.x += __shfl_xor_sync(0xffffffffu, v.x, off);
+    v.y += __shfl_xor_sync(0xffffffffu, v.y, off);
+  }
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+  __syncthreads();
+  float2 s = make_float2(0.0f, 0.0f);
+#pragma unroll
+  for (int k = 0; k < B / 32; ++k) s.x += red[k].x, s.y += red[k].y;
+  return s;
+}
+
+// mean and 1 / sqrt(var + eps) from the totals of d = x - shift over L values
+__device__ __forceinline__ float2 kfab_stats(float2 t, float shift, int64_t L, float eps) {
+  const float md = t.x / static_cast<float>(L);
+  const float var = fmaxf(t.y / static_cast<float>(L) - md * md, 0.0f);
+  return make_float2(shift + md, rsqrtf(var + eps));
+}
+
+// IT vectors of V values of a group, from element lo + (it * B + thread) * V below hi, into v;
+// returns the thread's (sum, sum of squares) of v - shift.
+template <int V, int IT>
+__device__ __forceinline__ float2 kfab_load(const float* xr, int64_t lo, int64_t hi, float shift, float* v) {
+#pragma unroll
+  for (int it = 0; it < IT; ++it) {
+    const int64_t c = lo + (static_cast<int64_t>(it) * B + threadIdx.x) * V;
+    if (c < hi) {
+      if constexpr (V == 4) {
+        const float4 q = __ldcs(reinterpret_cast<const float4*>(xr + c));
+        v[it * 4] = q.x, v[it * 4 + 1] = q.y, v[it * 4 + 2] = q.z, v[it * 4 + 3] = q.w;
+      } else {
+        v[it] = __ldcs(xr + c);
+      }
+    }
+  }
+  float2 sq = make_float2(0.0f, 0.0f);
+#pragma unroll
+  for (int it = 0; it < IT; ++it) {
+    const int64_t c = lo + (static_cast<int64_t>(it) * B + threadIdx.x) * V;
+    if (c < hi)
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const float d = v[it * V + k] - shift;
+        sq.x += d;
+        sq.y += d * d;
+      }
+  }
+  return sq;
+}
+
+// MODE 0: the group in registers (IT vectors of V a thread); 1: in dynamic shared memory; 2: read
+// from global memory (L2) again for the output.
+template <int MODE, int V, int IT>
+__global__ void __launch_bounds__(B) kfab_group_norm(Gn a) {
+  __shared__ float2 red[B / 32];
+  extern __shared__ float4 cache4[];
+  float* cache = reinterpret_cast<float*>(cache4);
+  const int64_t row = blockIdx.x;
+  const int64_t c0base = static_cast<int64_t>(row % a.G) * a.CG;  // the group's first channel
+  const float* xr = a.x + row * a.L;
+  float* yr = a.y + row * a.L;
+  const int64_t L = a.L;
+  const float shift = __ldg(xr);
+  float v[MODE == 0 ? IT * V : 1];
+  (void)v, (void)cache;
+  float2 sq = make_float2(0.0f, 0.0f);
+  if constexpr (MODE == 0) {
+    sq = kfab_load<V, IT>(xr, 0, L, shift, v);
+  } else {
+    for (int64_t c = static_cast<int64_t>(threadIdx.x) * V; c < L; c += static_cast<int64_t>(B) * V) {
+      float q[V];
+      if constexpr (V == 4) {
+        const float4 f = MODE == 1 ? __ldcs(reinterpret_cast<const float4*>(xr + c)) : __ldg(reinterpret_cast<const float4*>(xr + c));
+        if constexpr (MODE == 1) cache4[c / 4] = f;
+        q[0] = f.x, q[1] = f.y, q[2] = f.z, q[3] = f.w;
+      } else {
+        q[0] = MODE == 1 ? __ldcs(xr + c) : __ldg(xr + c);
+        if constexpr (MODE == 1) cache[c] = q[0];
+      }
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const float d = q[k] - shift;
+        sq.x += d;
+        sq.y += d * d;
+      }
+    }
+  }
+  const float2 st = kfab_stats(kfab_block_sum2(sq, red), shift, L, a.eps);
+  if constexpr (MODE == 0) {
+#pragma unroll
+    for (int it = 0; it < IT; ++it) {
+      const int64_t c = (static_cast<int64_t>(it) * B + threadIdx.x) * V;
+      if (c < L) kfab_write<V>(a, yr, c, c0base, v + it * V, st.x, st.y);
+    }
+  } else {
+    for (int64_t c = static_cast<int64_t>(threadIdx.x) * V; c < L; c += static_cast<int64_t>(B) * V) {
+      float vals[V];
+#pragma unroll
+      for (int k = 0; k < V; ++k) vals[k] = MODE == 1 ? cache[c + k] : __ldg(xr + c + k);
+      kfab_write<V>(a, yr, c, c0base, vals, st.x, st.y);
+    }
+  }
+}
+
+// A group split across the CL blocks of a cluster, each keeping its part in registers. Each block
+// writes its totals into every block's shared memory (after a barrier that says all have started,
+// whose arrival is made before the loads); one cluster barrier later every block reads them locally,
+// so no block waits for the others to finish reading before it leaves.
+template <int CL, int V, int IT>
+__global__ void __launch_bounds__(B) kfab_group_norm_cluster(Gn a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");  // this block has started
+  cg::cluster_group cluster = cg::this_cluster();
+  __shared__ float2 red[B / 32];
+  __shared__ float2 part[CL];
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int64_t row = blockIdx.x / CL;
+  const int64_t L = a.L;
+  const int64_t chunk = (L + static_cast<int64_t>(CL) * V - 1) / (static_cast<int64_t>(CL) * V) * V;
+  const int64_t lo = rank * chunk, hi = lo + chunk < L ? lo + chunk : L;
+  const int64_t c0base = static_cast<int64_t>(row % a.G) * a.CG;
+  const float* xr = a.x + row * L;
+  float* yr = a.y + row * L;
+  const float shift = __ldg(xr);
+  float v[IT * V];
+  const float2 sq = kfab_block_sum2(kfab_load<V, IT>(xr, lo, hi, shift, v), red);
+  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");  // every block of the cluster has started
+  if (threadIdx.x < CL) *cluster.map_shared_rank(&part[rank], static_cast<int>(threadIdx.x)) = sq;
+  cluster.sync();
+  float2 tot = make_float2(0.0f, 0.0f);
+#pragma unroll
+  for (int r = 0; r < CL; ++r) tot.x += part[r].x, tot.y += part[r].y;  // in rank order: the same in every block
+  const float2 st = kfab_stats(tot, shift, L, a.eps);
+#pragma unroll
+  for (int it = 0; it < IT; ++it) {
+    const int64_t c = lo + (static_cast<int64_t>(it) * B + threadIdx.x) * V;
+    if (c < hi) kfab_write<V>(a, yr, c, c0base, v + it * V, st.x, st.y);
+  }
+#endif
+}
+
+template <int CL, int V, int IT>
+int kfab_launch_cluster(const Gn& a, int64_t rows, cudaStream_t stream) {
+  if (rows * CL > 2147483647) return 6;
+  if constexpr (CL > 8) {  // a non-portable cluster size: allowed once per kernel
+    static const bool allowed = [] {
+      const bool ok = cudaFuncSetAttribute(kfab_group_norm_cluster<CL, V, IT>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
+      if (!ok) (void)cudaGetLastError();  // not this call's error: the caller falls back
+      return ok;
+    }();
+    if (!allowed) return 7;
+  }
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(rows * CL));
+  cfg.blockDim = dim3(B);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = CL;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  if constexpr (CL > 8) {  // whether a cluster of CL such blocks fits the device at all
+    static int fits = -1;
+    if (fits < 0) {
+      int n = 0;
+      fits = cudaOccupancyMaxActiveClusters(&n, kfab_group_norm_cluster<CL, V, IT>, &cfg) == cudaSuccess && n > 0 ? 1 : 0;
+      (void)cudaGetLastError();
+    }
+    if (!fits) return 7;
+  }
+  return cudaLaunchKernelEx(&cfg, kfab_group_norm_cluster<CL, V, IT>, a) == cudaSuccess ? 0 : 5;
+}
+
+// The smallest cluster (then the fewest registers) whose blocks hold the group: CL blocks of B
+// threads, IT vectors of V a thread. 7: this cluster size cannot be launched here.
+template <int CL, int V>
+int kfab_try_cluster(const Gn& a, int64_t rows, cudaStream_t stream, bool* done) {
+  const int64_t per = static_cast<int64_t>(CL) * B * V;
+  *done = true;
+  if (a.L <= per * 1) return kfab_launch_cluster<CL, V, 1>(a, rows, stream);
+  if (a.L <= per * 2 && IMAX >= 2) return kfab_launch_cluster<CL, V, 2>(a, rows, stream);
+  if (a.L <= per * 4 && IMAX >= 4) return kfab_launch_cluster<CL, V, 4>(a, rows, stream);
+  if (a.L <= per * 8 && IMAX >= 8) return kfab_launch_cluster<CL, V, 8>(a, rows, stream);
+  *done = false;
+  return 0;
+}
+
+template <int MODE, int V, int IT>
+int kfab_launch(const Gn& a, int64_t rows, size_t smem, cudaStream_t stream) {
+  static size_t allowed = 48 * 1024;  // raised once per larger request, not on every call
+  if (smem > allowed) {
+    if (cudaFuncSetAttribute(kfab_group_norm<MODE, V, IT>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) != cudaSuccess)
+      return 4;
+    allowed = smem;
+  }
+  kfab_group_norm<MODE, V, IT><<<static_cast<unsigned>(rows), B, smem, stream>>>(a);
+  return 0;
+}
+
+template <int V>
+int kfab_dispatch(const Gn& a, int64_t rows, cudaStream_t stream) {
+  const int64_t per = static_cast<int64_t>(B) * V;  // elements a block covers per register vector
+  if (a.L <= per * 1) return kfab_launch<0, V, 1>(a, rows, 0, stream);
+  if (a.L <= per * 2 && IMAX >= 2) return kfab_launch<0, V, 2>(a, rows, 0, stream);
+  if (a.L <= per * 4 && IMAX >= 4) return kfab_launch<0, V, 4>(a, rows, 0, stream);
+  if (V == 4 && a.L <= per * 8 && IMAX >= 8) return kfab_launch<0, V, 8>(a, rows, 0, stream);
+  static int clusters = -1;  // whether the device launches clusters (Hopper and later)
+  if (clusters < 0) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&clusters, cudaDevAttrClusterLaunch, dev) != cudaSuccess)
+      clusters = 0;
+  }
+  if (clusters > 0) {
+    bool done = false;
+    int rc = kfab_try_cluster<2, V>(a, rows, stream, &done);
+    if (!done) rc = kfab_try_cluster<4, V>(a, rows, stream, &done);
+    if (!done) rc = kfab_try_cluster<8, V>(a, rows, stream, &done);
+    if (!done) rc = kfab_try_cluster<16, V>(a, rows, stream, &done);
+    if (done && rc != 7) return rc;
+  }
+  static int smem_max = -1;
+  if (smem_max < 0) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+      smem_max = 48 * 1024;
+  }
+  const int64_t bytes = a.L * static_cast<int64_t>(sizeof(float));
+  if (bytes + static_cast<int64_t>(sizeof(float2)) * (B / 32) <= smem_max) return kfab_launch<1, V, 1>(a, rows, static_cast<size_t>(bytes), stream);
+  return kfab_launch<2, V, 1>(a, rows, 0, stream);
+}
+
+// kfab:end
