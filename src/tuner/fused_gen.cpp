@@ -409,6 +409,169 @@ struct Parts {
   std::string launch;
 };
 
+// The two ways to reach a row's elements: cached in registers, or streamed from global memory.
+std::string row_loop(bool cached, const std::string& inner) {
+  if (cached)
+    return "#pragma unroll\n  for (int it = 0; it < IT; ++it) {\n    const int64_t c0 = (static_cast<int64_t>(it) * G + lane) * V;\n"
+           "    if (c0 < n) {\n#pragma unroll\n      for (int v = 0; v < V; ++v) {\n        const int64_t c = c0 + v;\n" +
+           inner + "      }\n    }\n  }\n";
+  return "  for (int64_t c0 = static_cast<int64_t>(lane) * V; c0 < n; c0 += static_cast<int64_t>(G) * V) {\n"
+         "#pragma unroll\n      for (int v = 0; v < V; ++v) {\n        const int64_t c = c0 + v;\n" +
+         inner + "      }\n  }\n";
+}
+std::function<std::string(int)> row_access(bool cached) {
+  if (cached) return [](int i) { return fmt::format("x{}[it * V + v]", i); };
+  return [](int i) { return fmt::format("__ldg(a.in{} + r0 + c)", i); };
+}
+
+// A pick of a row's element at a per-row column (NAN out of range), as r<k>.
+void emit_pick(const Program& p, const Gen& g, size_t k, std::vector<bool>& picked, std::string& b) {
+    const PNode& n = p.nodes[k];
+    picked[k] = true;
+    const PNode& ix = p.nodes[n.args[1]];
+    const std::string col = ix.op == "in" && p.inputs[ix.input].integer ? fmt::format("static_cast<int64_t>(qi{})", ix.input)
+                                                                        : fmt::format("static_cast<int64_t>({})", g.value(n.args[1]));
+    b += fmt::format("  float r{} = NAN;\n  {{\n    const int64_t c = {};\n    if (c >= 0 && c < n) {{\n", k, col);
+    b += g.element({n.args[0]}, [](int i) { return fmt::format("__ldg(a.in{} + r0 + c)", i); }, "c", "      ");
+    b += fmt::format("      r{} = {};\n    }}\n  }}\n", k, g.value(n.args[0]));
+}
+
+// The row kernel's statements for its per-row values: constants, per-row inputs, row reductions over
+// the elements, shares of all-reductions, picks and pointwise values, in the program's order.
+void row_statements(const Program& p, const Gen& g, bool cached, std::string& b) {
+  std::vector<bool> picked(p.nodes.size());
+  for (size_t k = 0; k < p.nodes.size(); ++k) {
+    const PNode& n = p.nodes[k];
+    if (!g.live[k] || n.op == "const") continue;
+    if (n.cls == VClass::K && !n.after_all) {
+      std::vector<std::string> args;
+      for (int x : n.args) args.push_back(g.value(x));
+      b += fmt::format("  const float k{} = {};\n", k, n.op == "in" ? fmt::format("__ldg(a.in{})", n.input) : pointwise(p, n, args));
+      continue;
+    }
+    if (n.op == "in" && n.cls == VClass::R) {
+      const auto& in = p.inputs[n.input];
+      if (in.integer) b += fmt::format("  const long long qi{0} = live ? static_cast<long long>(a.in{0}[row]) : 0;\n", n.input);
+      b += fmt::format("  const float r{} = {};\n", k,
+                       in.integer ? fmt::format("static_cast<float>(qi{})", n.input) : fmt::format("live ? a.in{}[row] : 0.0f", n.input));
+      // a pick of an input at this column goes here, before the reductions: its load's latency
+      // then overlaps them instead of following them
+      for (size_t k2 = k + 1; k2 < p.nodes.size(); ++k2)
+        if (g.live[k2] && p.nodes[k2].op == "pick" && p.nodes[k2].args[1] == static_cast<int>(k) &&
+            p.nodes[p.nodes[k2].args[0]].op == "in")
+          emit_pick(p, g, k2, picked, b);
+      continue;
+    }
+    if (n.cls != VClass::R && !is_all_reduction(n.op)) continue;  // E/C values are computed per element
+    if (is_row_reduction(n.op) || g.redslot[k] >= 0) {
+      const int arg = n.args[0];
+      const int opc = n.op == "rowmax" ? 1 : n.op == "rowmin" ? 2 : 0;
+      const char* init = opc == 1 ? "-INFINITY" : opc == 2 ? "INFINITY" : "0.0f";
+      const std::string acc = fmt::format("s{}", k);
+      b += fmt::format("  float {} = {};\n", acc, init);
+      b += row_loop(cached, g.element({arg}, row_access(cached), "c", "        ") +
+                            fmt::format("        {0} = kfab_combine<{1}>({0}, {2});\n", acc, opc, g.value(arg)));
+      b += fmt::format("  {0} = kfab_group<G, {1}>({0}, red[{2}]);\n", acc, opc, g.redslot[k]);
+      if (is_row_reduction(n.op))
+        b += fmt::format("  const float r{} = {};\n", k, n.op == "rowmean" ? acc + " / static_cast<float>(n)" : acc);
+      else
+        b += fmt::format("  if (lane == 0 && live) kfab_part[{}][threadIdx.x / G] += static_cast<double>({});\n", g.allslot[k], acc);
+      continue;
+    }
+    if (is_all_reduction(n.op)) {  // of a per-row value
+      b += fmt::format("  if (lane == 0 && live) kfab_part[{}][threadIdx.x / G] += static_cast<double>({});\n", g.allslot[k],
+                       g.value(n.args[0]));
+      continue;
+    }
+    if (n.op == "pick") {
+      if (!picked[k]) emit_pick(p, g, k, picked, b);
+      continue;
+    }
+    std::vector<std::string> args;  // a per-row pointwise value
+    for (int x : n.args) args.push_back(g.value(x));
+    b += fmt::format("  const float r{} = {};\n", k, pointwise(p, n, args));
+  }
+}
+
+// The row kernel's per-element outputs, written a vector at a time, and its per-row ones.
+void row_outputs(const Program& p, const Gen& g, bool cached, std::string& b) {
+  // outputs
+  std::vector<int> eouts;
+  for (size_t j = 0; j < p.outputs.size(); ++j) {
+    const int id = p.outputs[j].second;
+    if (p.nodes[id].cls == VClass::E) eouts.push_back(static_cast<int>(j));
+    if (p.nodes[id].cls == VClass::R) b += fmt::format("  if (lane == 0 && live) a.out{}[row] = {};\n", j, g.value(id));
+  }
+  if (!eouts.empty()) {
+    std::vector<int> ids;
+    for (int j : eouts) ids.push_back(p.outputs[j].second);
+    std::string inner = g.element(ids, row_access(cached), "c", "        ");
+    for (int j : eouts) inner += fmt::format("        o{}[v] = {};\n", j, g.value(p.outputs[j].second));
+    std::string decl, store;
+    for (int j : eouts) {
+      decl += fmt::format("    float o{}[V];\n", j);
+      store += fmt::format(
+          "    if constexpr (V == 4) __stcs(reinterpret_cast<float4*>(a.out{0} + r0 + c0), make_float4(o{0}[0], o{0}[1], o{0}[2], o{0}[3]));\n"
+          "    else __stcs(a.out{0} + r0 + c0, o{0}[0]);\n",
+          j);
+    }
+    const std::string guard = "    if (!live) continue;\n";
+    if (cached)
+      b += "#pragma unroll\n  for (int it = 0; it < IT; ++it) {\n    const int64_t c0 = (static_cast<int64_t>(it) * G + lane) * V;\n"
+           "    if (c0 >= n) continue;\n" + guard + decl + "#pragma unroll\n    for (int v = 0; v < V; ++v) {\n      const int64_t c = c0 + v;\n" +
+           inner + "    }\n" + store + "  }\n";
+    else
+      b += "  for (int64_t c0 = static_cast<int64_t>(lane) * V; c0 < n; c0 += static_cast<int64_t>(G) * V) {\n" + guard + decl +
+           "#pragma unroll\n    for (int v = 0; v < V; ++v) {\n      const int64_t c = c0 + v;\n" + inner + "    }\n" + store + "  }\n";
+  }
+}
+
+// A row kernel's body: cached (the row in registers) or streamed.
+std::string row_kernel_body(const Program& p, const Gen& g, bool cached, bool any_k_out) {
+  const auto ein = g.e_inputs();
+  std::string b;
+  b += "  const int lane = threadIdx.x % G;\n";
+  b += "  __shared__ float red_s[NRED][G > 32 ? G / 32 : 1];\n  float* red[NRED];\n#pragma unroll\n"
+       "  for (int k = 0; k < NRED; ++k) red[k] = red_s[k];\n  (void)red;\n";
+  if (any_k_out)
+    b += "  __shared__ double kfab_part[NALL][B / G];  // the block's rows' shares of each all-reduction\n"
+         "  if (lane == 0)\n#pragma unroll\n    for (int k = 0; k < NALL; ++k) kfab_part[k][threadIdx.x / G] = 0.0;\n";
+  // A block takes B / G rows at a time (a chunk), chunk blockIdx.x, then gridDim.x further on: one
+  // chunk a block when the grid has a block a chunk; with a grid of resident blocks (persist) a
+  // block goes on to its next rows at once, and pays its all-reductions' atomics and counter once.
+  b += "  const int64_t chunks = (rows + B / G - 1) / (B / G);\n"
+       "  for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {\n"
+       "  const int64_t row = chunk * (B / G) + threadIdx.x / G;\n"
+       "  const bool live = row < rows;\n  const int64_t r0 = (live ? row : 0) * n;\n";
+  if (cached) {
+    for (int i : ein) b += fmt::format("  float x{}[IT * V];\n", i);
+    std::string ld;
+    for (int i : ein)
+      ld += fmt::format(
+          "      if constexpr (V == 4) {{\n        const float4 q = __ldcs(reinterpret_cast<const float4*>(a.in{0} + r0 + c0));\n"
+          "        x{0}[it * 4] = q.x, x{0}[it * 4 + 1] = q.y, x{0}[it * 4 + 2] = q.z, x{0}[it * 4 + 3] = q.w;\n"
+          "      }} else {{\n        x{0}[it] = __ldcs(a.in{0} + r0 + c0);\n      }}\n",
+          i);
+    b += "#pragma unroll\n  for (int it = 0; it < IT; ++it) {\n    const int64_t c0 = (static_cast<int64_t>(it) * G + lane) * V;\n"
+         "    if (c0 < n) {\n" + ld + "    }\n  }\n";
+  }
+  row_statements(p, g, cached, b);
+  row_outputs(p, g, cached, b);
+  // the next chunk's reductions reuse the shared slots this one's may still be reading
+  b += "  if constexpr (G > 32) {\n    if (chunk + gridDim.x < chunks) __syncthreads();\n  }\n  }  // chunks\n";
+  if (any_k_out)  // warp 0 adds the block's shares (one atomic a sum); the last block to finish turns the sums into the scalar outputs
+    b += "  __syncthreads();\n  if (threadIdx.x < 32) {\n#pragma unroll\n    for (int k = 0; k < NALL; ++k) {\n      double t = 0.0;\n"
+         "      for (int r = threadIdx.x; r < B / G; r += 32) t += kfab_part[k][r];\n"
+         "#pragma unroll\n      for (int off = 16; off > 0; off /= 2) t += __shfl_xor_sync(0xffffffffu, t, off);\n"
+         "      if (threadIdx.x == 0) atomicAdd(&a.ws[(blockIdx.x % NSPREAD) * NALL + k], t);\n    }\n"
+         "    __threadfence();  // the sums, before the block is counted\n"
+         "    unsigned last = threadIdx.x == 0 && atomicAdd(&kfab_blocks_done, 1u) == gridDim.x - 1;\n"
+         "    last = __shfl_sync(0xffffffffu, last, 0);\n"
+         "    if (last) {\n      __threadfence();\n      kfab_finish_scalars(a, rows, n);\n"
+         "      if (threadIdx.x == 0) atomicExch(&kfab_blocks_done, 0u);\n    }\n  }\n";
+  return b;
+}
+
 Parts rows_parts(const Program& p, const Gen& g, const TemplateParams& tp) {
   const int B = param(tp, "block", 256), I = param(tp, "items", 4), P = param(tp, "persist", 0);
   // group=auto: a warp per row where the row fits a warp's registers (and there are rows enough),
@@ -448,155 +611,8 @@ __device__ __forceinline__ float kfab_group(float v, float* slot) {
   return v;
 }
 )";
-  const auto ein = g.e_inputs();
   bool any_k_out = false;  // scalar outputs (all-reductions)
   for (const auto& o : p.outputs) any_k_out = any_k_out || p.nodes[o.second].cls == VClass::K;
-  // The two ways to reach the row's elements: cached in registers, or streamed from global memory.
-  auto loop = [&](bool cached, const std::string& inner) {
-    if (cached)
-      return "#pragma unroll\n  for (int it = 0; it < IT; ++it) {\n    const int64_t c0 = (static_cast<int64_t>(it) * G + lane) * V;\n"
-             "    if (c0 < n) {\n#pragma unroll\n      for (int v = 0; v < V; ++v) {\n        const int64_t c = c0 + v;\n" +
-             inner + "      }\n    }\n  }\n";
-    return "  for (int64_t c0 = static_cast<int64_t>(lane) * V; c0 < n; c0 += static_cast<int64_t>(G) * V) {\n"
-           "#pragma unroll\n      for (int v = 0; v < V; ++v) {\n        const int64_t c = c0 + v;\n" +
-           inner + "      }\n  }\n";
-  };
-  auto access = [](bool cached) -> std::function<std::string(int)> {
-    if (cached) return [](int i) { return fmt::format("x{}[it * V + v]", i); };
-    return [](int i) { return fmt::format("__ldg(a.in{} + r0 + c)", i); };
-  };
-  auto kernel_body = [&](bool cached) {
-    std::string b;
-    b += "  const int lane = threadIdx.x % G;\n";
-    b += "  __shared__ float red_s[NRED][G > 32 ? G / 32 : 1];\n  float* red[NRED];\n#pragma unroll\n"
-         "  for (int k = 0; k < NRED; ++k) red[k] = red_s[k];\n  (void)red;\n";
-    if (any_k_out)
-      b += "  __shared__ double kfab_part[NALL][B / G];  // the block's rows' shares of each all-reduction\n"
-           "  if (lane == 0)\n#pragma unroll\n    for (int k = 0; k < NALL; ++k) kfab_part[k][threadIdx.x / G] = 0.0;\n";
-    // A block takes B / G rows at a time (a chunk), chunk blockIdx.x, then gridDim.x further on: one
-    // chunk a block when the grid has a block a chunk; with a grid of resident blocks (persist) a
-    // block goes on to its next rows at once, and pays its all-reductions' atomics and counter once.
-    b += "  const int64_t chunks = (rows + B / G - 1) / (B / G);\n"
-         "  for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {\n"
-         "  const int64_t row = chunk * (B / G) + threadIdx.x / G;\n"
-         "  const bool live = row < rows;\n  const int64_t r0 = (live ? row : 0) * n;\n";
-    if (cached) {
-      for (int i : ein) b += fmt::format("  float x{}[IT * V];\n", i);
-      std::string ld;
-      for (int i : ein)
-        ld += fmt::format(
-            "      if constexpr (V == 4) {{\n        const float4 q = __ldcs(reinterpret_cast<const float4*>(a.in{0} + r0 + c0));\n"
-            "        x{0}[it * 4] = q.x, x{0}[it * 4 + 1] = q.y, x{0}[it * 4 + 2] = q.z, x{0}[it * 4 + 3] = q.w;\n"
-            "      }} else {{\n        x{0}[it] = __ldcs(a.in{0} + r0 + c0);\n      }}\n",
-            i);
-      b += "#pragma unroll\n  for (int it = 0; it < IT; ++it) {\n    const int64_t c0 = (static_cast<int64_t>(it) * G + lane) * V;\n"
-           "    if (c0 < n) {\n" + ld + "    }\n  }\n";
-    }
-    std::vector<bool> picked(p.nodes.size());
-    auto emit_pick = [&](size_t k) {
-      const PNode& n = p.nodes[k];
-      picked[k] = true;
-      const PNode& ix = p.nodes[n.args[1]];
-      const std::string col = ix.op == "in" && p.inputs[ix.input].integer ? fmt::format("static_cast<int64_t>(qi{})", ix.input)
-                                                                          : fmt::format("static_cast<int64_t>({})", g.value(n.args[1]));
-      b += fmt::format("  float r{} = NAN;\n  {{\n    const int64_t c = {};\n    if (c >= 0 && c < n) {{\n", k, col);
-      b += g.element({n.args[0]}, [](int i) { return fmt::format("__ldg(a.in{} + r0 + c)", i); }, "c", "      ");
-      b += fmt::format("      r{} = {};\n    }}\n  }}\n", k, g.value(n.args[0]));
-    };
-    for (size_t k = 0; k < p.nodes.size(); ++k) {
-      const PNode& n = p.nodes[k];
-      if (!g.live[k] || n.op == "const") continue;
-      if (n.cls == VClass::K && !n.after_all) {
-        std::vector<std::string> args;
-        for (int x : n.args) args.push_back(g.value(x));
-        b += fmt::format("  const float k{} = {};\n", k, n.op == "in" ? fmt::format("__ldg(a.in{})", n.input) : pointwise(p, n, args));
-        continue;
-      }
-      if (n.op == "in" && n.cls == VClass::R) {
-        const auto& in = p.inputs[n.input];
-        if (in.integer) b += fmt::format("  const long long qi{0} = live ? static_cast<long long>(a.in{0}[row]) : 0;\n", n.input);
-        b += fmt::format("  const float r{} = {};\n", k,
-                         in.integer ? fmt::format("static_cast<float>(qi{})", n.input) : fmt::format("live ? a.in{}[row] : 0.0f", n.input));
-        // a pick of an input at this column goes here, before the reductions: its load's latency
-        // then overlaps them instead of following them
-        for (size_t k2 = k + 1; k2 < p.nodes.size(); ++k2)
-          if (g.live[k2] && p.nodes[k2].op == "pick" && p.nodes[k2].args[1] == static_cast<int>(k) &&
-              p.nodes[p.nodes[k2].args[0]].op == "in")
-            emit_pick(k2);
-        continue;
-      }
-      if (n.cls != VClass::R && !is_all_reduction(n.op)) continue;  // E/C values are computed per element
-      if (is_row_reduction(n.op) || g.redslot[k] >= 0) {
-        const int arg = n.args[0];
-        const int opc = n.op == "rowmax" ? 1 : n.op == "rowmin" ? 2 : 0;
-        const char* init = opc == 1 ? "-INFINITY" : opc == 2 ? "INFINITY" : "0.0f";
-        const std::string acc = fmt::format("s{}", k);
-        b += fmt::format("  float {} = {};\n", acc, init);
-        b += loop(cached, g.element({arg}, access(cached), "c", "        ") +
-                              fmt::format("        {0} = kfab_combine<{1}>({0}, {2});\n", acc, opc, g.value(arg)));
-        b += fmt::format("  {0} = kfab_group<G, {1}>({0}, red[{2}]);\n", acc, opc, g.redslot[k]);
-        if (is_row_reduction(n.op))
-          b += fmt::format("  const float r{} = {};\n", k, n.op == "rowmean" ? acc + " / static_cast<float>(n)" : acc);
-        else
-          b += fmt::format("  if (lane == 0 && live) kfab_part[{}][threadIdx.x / G] += static_cast<double>({});\n", g.allslot[k], acc);
-        continue;
-      }
-      if (is_all_reduction(n.op)) {  // of a per-row value
-        b += fmt::format("  if (lane == 0 && live) kfab_part[{}][threadIdx.x / G] += static_cast<double>({});\n", g.allslot[k],
-                         g.value(n.args[0]));
-        continue;
-      }
-      if (n.op == "pick") {
-        if (!picked[k]) emit_pick(k);
-        continue;
-      }
-      std::vector<std::string> args;  // a per-row pointwise value
-      for (int x : n.args) args.push_back(g.value(x));
-      b += fmt::format("  const float r{} = {};\n", k, pointwise(p, n, args));
-    }
-    // outputs
-    std::vector<int> eouts;
-    for (size_t j = 0; j < p.outputs.size(); ++j) {
-      const int id = p.outputs[j].second;
-      if (p.nodes[id].cls == VClass::E) eouts.push_back(static_cast<int>(j));
-      if (p.nodes[id].cls == VClass::R) b += fmt::format("  if (lane == 0 && live) a.out{}[row] = {};\n", j, g.value(id));
-    }
-    if (!eouts.empty()) {
-      std::vector<int> ids;
-      for (int j : eouts) ids.push_back(p.outputs[j].second);
-      std::string inner = g.element(ids, access(cached), "c", "        ");
-      for (int j : eouts) inner += fmt::format("        o{}[v] = {};\n", j, g.value(p.outputs[j].second));
-      std::string decl, store;
-      for (int j : eouts) {
-        decl += fmt::format("    float o{}[V];\n", j);
-        store += fmt::format(
-            "    if constexpr (V == 4) __stcs(reinterpret_cast<float4*>(a.out{0} + r0 + c0), make_float4(o{0}[0], o{0}[1], o{0}[2], o{0}[3]));\n"
-            "    else __stcs(a.out{0} + r0 + c0, o{0}[0]);\n",
-            j);
-      }
-      const std::string guard = "    if (!live) continue;\n";
-      if (cached)
-        b += "#pragma unroll\n  for (int it = 0; it < IT; ++it) {\n    const int64_t c0 = (static_cast<int64_t>(it) * G + lane) * V;\n"
-             "    if (c0 >= n) continue;\n" + guard + decl + "#pragma unroll\n    for (int v = 0; v < V; ++v) {\n      const int64_t c = c0 + v;\n" +
-             inner + "    }\n" + store + "  }\n";
-      else
-        b += "  for (int64_t c0 = static_cast<int64_t>(lane) * V; c0 < n; c0 += static_cast<int64_t>(G) * V) {\n" + guard + decl +
-             "#pragma unroll\n    for (int v = 0; v < V; ++v) {\n      const int64_t c = c0 + v;\n" + inner + "    }\n" + store + "  }\n";
-    }
-    // the next chunk's reductions reuse the shared slots this one's may still be reading
-    b += "  if constexpr (G > 32) {\n    if (chunk + gridDim.x < chunks) __syncthreads();\n  }\n  }  // chunks\n";
-    if (any_k_out)  // warp 0 adds the block's shares (one atomic a sum); the last block to finish turns the sums into the scalar outputs
-      b += "  __syncthreads();\n  if (threadIdx.x < 32) {\n#pragma unroll\n    for (int k = 0; k < NALL; ++k) {\n      double t = 0.0;\n"
-           "      for (int r = threadIdx.x; r < B / G; r += 32) t += kfab_part[k][r];\n"
-           "#pragma unroll\n      for (int off = 16; off > 0; off /= 2) t += __shfl_xor_sync(0xffffffffu, t, off);\n"
-           "      if (threadIdx.x == 0) atomicAdd(&a.ws[(blockIdx.x % NSPREAD) * NALL + k], t);\n    }\n"
-           "    __threadfence();  // the sums, before the block is counted\n"
-           "    unsigned last = threadIdx.x == 0 && atomicAdd(&kfab_blocks_done, 1u) == gridDim.x - 1;\n"
-           "    last = __shfl_sync(0xffffffffu, last, 0);\n"
-           "    if (last) {\n      __threadfence();\n      kfab_finish_scalars(a, rows, n);\n"
-           "      if (threadIdx.x == 0) atomicExch(&kfab_blocks_done, 0u);\n    }\n  }\n";
-    return b;
-  };
   // the scalar outputs, from the all-reductions' sums, which are read and zeroed for the next call
   std::string fin;
   if (any_k_out) {
@@ -669,7 +685,7 @@ void kfab_go(K kernel, int64_t chunks, int threads, cudaStream_t stream, const A
   kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(a, rows, n);
 }}
 )",
-                   kernel_body(true), kernel_body(false));
+                   row_kernel_body(p, g, true, any_k_out), row_kernel_body(p, g, false, any_k_out));
   // The smallest register footprint that holds the row: IT = 1, 2, 4 .. I float4 per thread, so that
   // one parameter point fits every row length (a task's tuning shapes may differ in it).
   auto pick_it = [&](const std::string& bt, const std::string& gt, const std::string& blocks) {
