@@ -98,6 +98,27 @@ bool softmax_applies(const Task& t) {
          t.inputs[0].dtype == DType::F32 && t.outputs[0].dtype == DType::F32 && t.inputs[0].shape == t.outputs[0].shape;
 }
 
+/// kfab_run of a row template with one input and one output of its shape: the checks, then the loop over
+/// rows (OpenMP, `sched`) with r and o the row's input and output; the template writes the row's body.
+std::string one_row_in_out(const std::string& sched) {
+  return fmt::format(R"(
+KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void*) {{
+  if (in == nullptr || out == nullptr || n_in != 1 || n_out != 1) return 1;
+  const kfab_tensor& x = in[0];
+  kfab_tensor& y = out[0];
+  if (!kfab_dense_f32(x) || !kfab_dense_f32(y) || x.ndim != y.ndim) return 2;
+  int64_t rows = 0, n = 0;
+  if (!kfab_rows(x, y, &rows, &n)) return 3;
+  const float* xp = static_cast<const float*>(x.data);
+  float* yp = static_cast<float*>(y.data);
+#pragma omp parallel for {sched} if (rows * n > 32768)
+  for (int64_t i = 0; i < rows; ++i) {{
+    const float* r = xp + i * n;
+    float* o = yp + i * n;
+)",
+                     fmt::arg("sched", sched));
+}
+
 std::vector<TemplateParams> softmax_grid(const Task&) {
   std::vector<TemplateParams> g;
   for (const char* exp : {"poly", "libm"})
@@ -114,21 +135,8 @@ std::string softmax_generate(const Task& t, const TemplateParams& p) {
                               fmt::arg("params", format_params(p)));
   if (poly) s += kPolyExp;
   else s += "static inline float kfab_exp(float x) { return std::exp(x); }\n";
-  s += fmt::format(R"(
-KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void*) {{
-  if (in == nullptr || out == nullptr || n_in != 1 || n_out != 1) return 1;
-  const kfab_tensor& x = in[0];
-  kfab_tensor& y = out[0];
-  if (!kfab_dense_f32(x) || !kfab_dense_f32(y) || x.ndim != y.ndim) return 2;
-  int64_t rows = 0, n = 0;
-  if (!kfab_rows(x, y, &rows, &n)) return 3;
-  const float* xp = static_cast<const float*>(x.data);
-  float* yp = static_cast<float*>(y.data);
-#pragma omp parallel for {sched} if (rows * n > 32768)
-  for (int64_t i = 0; i < rows; ++i) {{
-    const float* r = xp + i * n;
-    float* o = yp + i * n;
-    float mx = -INFINITY;
+  s += one_row_in_out(schedule(p));
+  s += fmt::format(R"(    float mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
     for (int64_t j = 0; j < n; ++j) mx = r[j] > mx ? r[j] : mx;
     {acc} sum = 0;
@@ -271,21 +279,8 @@ std::vector<TemplateParams> cumsum_grid(const Task&) {
 
 std::string cumsum_generate(const Task&, const TemplateParams& p) {
   std::string s = fmt::format(fmt::runtime(kHeader), fmt::arg("name", "row-wise inclusive scan"), fmt::arg("params", format_params(p)));
-  s += fmt::format(R"(
-KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void*) {{
-  if (in == nullptr || out == nullptr || n_in != 1 || n_out != 1) return 1;
-  const kfab_tensor& x = in[0];
-  kfab_tensor& y = out[0];
-  if (!kfab_dense_f32(x) || !kfab_dense_f32(y) || x.ndim != y.ndim) return 2;
-  int64_t rows = 0, n = 0;
-  if (!kfab_rows(x, y, &rows, &n)) return 3;
-  const float* xp = static_cast<const float*>(x.data);
-  float* yp = static_cast<float*>(y.data);
-#pragma omp parallel for {sched} if (rows * n > 32768)
-  for (int64_t i = 0; i < rows; ++i) {{
-    const float* r = xp + i * n;
-    float* o = yp + i * n;
-    {acc} run = 0;
+  s += one_row_in_out(schedule(p));
+  s += fmt::format(R"(    {acc} run = 0;
     for (int64_t j = 0; j < n; ++j) {{
       run += r[j];
       o[j] = static_cast<float>(run);

@@ -337,10 +337,6 @@ const KernelTemplate kCudaTemplates[] = {
 
 }  // namespace
 
-std::vector<const KernelTemplate*> cuda_templates() {
-  std::vector<const KernelTemplate*> v;
-  for (const auto& t : kCudaTemplates) v.push_back(&t);
-  return v;
-}
+std::vector<const KernelTemplate*> cuda_templates() { return template_pointers(kCudaTemplates); }
 
 }  // namespace kfab

@@ -173,10 +173,6 @@ const KernelTemplate kGroupNorm[] = {
 
 }  // namespace
 
-std::vector<const KernelTemplate*> group_norm_templates() {
-  std::vector<const KernelTemplate*> v;
-  for (const auto& t : kGroupNorm) v.push_back(&t);
-  return v;
-}
+std::vector<const KernelTemplate*> group_norm_templates() { return template_pointers(kGroupNorm); }
 
 }  // namespace kfab

@@ -197,10 +197,6 @@ const KernelTemplate kPool[] = {
 
 }  // namespace
 
-std::vector<const KernelTemplate*> pool_templates() {
-  std::vector<const KernelTemplate*> v;
-  for (const auto& t : kPool) v.push_back(&t);
-  return v;
-}
+std::vector<const KernelTemplate*> pool_templates() { return template_pointers(kPool); }
 
 }  // namespace kfab

@@ -57,6 +57,14 @@ const KernelTemplate* template_named(const std::string& name);
 /// "a=1, b=x"
 std::string format_params(const TemplateParams& p);
 
+/// A family's table of templates as pointers, in its order.
+template <size_t N>
+std::vector<const KernelTemplate*> template_pointers(const KernelTemplate (&table)[N]) {
+  std::vector<const KernelTemplate*> v;
+  for (const auto& t : table) v.push_back(&t);
+  return v;
+}
+
 /// The text of a fixed kernel of include/kfab/templates/ (between its kfab:begin and kfab:end
 /// lines), embedded at build time; empty for a name there is none of.
 std::string_view template_text(std::string_view name);
