@@ -1,6 +1,7 @@
 # Writes OUT, a C++ file holding the text of each fixed-kernel header in HEADERS (include/kfab/templates/)
 # between its lines `// kfab:begin` and `// kfab:end`: what the tuner's generators splice into the
 # candidates they write, which stay one self-contained file. Run by the build (cmake -P).
+string(REPLACE "|" ";" HEADERS "${HEADERS}")  # the list, '|'-separated on the command line
 set(body "")
 foreach(header ${HEADERS})
   file(READ "${header}" text)

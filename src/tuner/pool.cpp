@@ -103,22 +103,15 @@ std::string pool_cuda_generate(const Task& t, const TemplateParams& p) {
 
 namespace {{
 
-bool kfab_dense_f32(const kfab_tensor& t, int32_t ndim) {{
-  if (t.dtype != KFAB_F32 || t.ndim != ndim || t.data == nullptr || t.shape == nullptr) return false;
-  int64_t expect = 1;
-  for (int32_t d = ndim - 1; d >= 0; --d) {{
-    if (t.shape[d] < 0) return false;
-    if (t.strides != nullptr && t.shape[d] > 1 && t.strides[d] != expect) return false;
-    expect *= t.shape[d];
-  }}
-  return true;
-}}
-
+)",
+                              format_params(p));
+  s += template_text("dense_ndim.h");
+  s += fmt::format(R"(
 constexpr int B = {};  // threads per block
 #define KFAB_INLINE __device__ __forceinline__
 #define KFAB_LOAD(p) __ldg(p)
 )",
-                              format_params(p), p.at("block"));
+                   p.at("block"));
   s += pool_constants(t);
   s += kAverage;
   s += R"(
@@ -159,21 +152,10 @@ std::string pool_cpu_generate(const Task& t, const TemplateParams& p) {
 
 namespace {{
 
-bool kfab_dense_f32(const kfab_tensor& t, int32_t ndim) {{
-  if (t.dtype != KFAB_F32 || t.ndim != ndim || t.data == nullptr || t.shape == nullptr) return false;
-  int64_t expect = 1;
-  for (int32_t d = ndim - 1; d >= 0; --d) {{
-    if (t.shape[d] < 0) return false;
-    if (t.strides != nullptr && t.shape[d] > 1 && t.strides[d] != expect) return false;
-    expect *= t.shape[d];
-  }}
-  return true;
-}}
-
-#define KFAB_INLINE static inline
-#define KFAB_LOAD(p) (*(p))
 )",
                               format_params(p));
+  s += template_text("dense_ndim.h");
+  s += "\n#define KFAB_INLINE static inline\n#define KFAB_LOAD(p) (*(p))\n";
   s += pool_constants(t);
   s += kAverage;
   s += "\n}  // namespace\n\nKFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void*) {\n";
