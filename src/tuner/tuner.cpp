@@ -426,13 +426,10 @@ Expected<json> tune(const TuneOptions& in) {
 
   // One evaluator per device for the whole search (its workers kept: the candidates are kfab's own);
   // the first runs the winner's final check.
-  std::vector<DeviceEnv> pins;
-  if (target.pin != nullptr) {
-    auto pinned = device_pins(target, opt.devices);
-    if (!pinned) return Unexpected{pinned.error()};
-    pins = std::move(*pinned);
-  }
-  Evaluations evals(*loaded, opt.target, pins, opt.remote, true);
+  // (a target that does not pin gets unpinned evaluators that run at once: cpu and opencl slots)
+  auto pins = device_pins(target, opt.devices);
+  if (!pins) return Unexpected{pins.error()};
+  Evaluations evals(*loaded, opt.target, std::move(*pins), opt.remote, true);
   evals.devices = opt.devices;
 
   auto store_r = Store::open(Store::default_path());
@@ -474,6 +471,7 @@ Expected<json> tune(const TuneOptions& in) {
   json result = {{"run", run.id()}, {"out_dir", fs::absolute(opt.out_dir).string()}, {"candidates", tuner.evaluated()},
                  {"stopped_because", stopped}, {"points", tuner.searched()}};
   if (run.resumed()) result["resumed_points"] = tuner.resumed();  // taken from the store, not evaluated again
+  if (evals.spreads() && !opt.remote) result["devices"] = opt.devices;  // what the search was spread over
   if (ranked.empty()) {
     run.finish(false);
     result["best"] = {{"candidate", nullptr}, {"disposition", "none"}, {"speedup", nullptr}};

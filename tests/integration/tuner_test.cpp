@@ -65,6 +65,8 @@ TEST(Tuner, DevicesSpreadThePointsAndEvaluateEachOnce) {
   const auto a = nlohmann::json::parse(one.out), b = nlohmann::json::parse(two.out);
   EXPECT_EQ(b["best"]["disposition"], "passed") << b.dump(1);
   EXPECT_EQ(b["candidates"], 4);
+  EXPECT_EQ(b["devices"], nlohmann::json::array({0, 1})) << "the search spread over two slots";
+  EXPECT_FALSE(a.contains("devices")) << "one evaluator";
   ASSERT_EQ(b["points"].size(), 4u);
   ASSERT_EQ(a["points"].size(), 4u);
   for (size_t i = 0; i < 4; ++i) {
