@@ -60,7 +60,7 @@ Commands::Commands(CLI::App& app) : app_(app) {
 
   optimize_ = app.add_subcommand("optimize", "search for a faster correct candidate with LLM agents (planner, coder, fixer, analyst)");
   optimize_->add_option("TASK", task_, "task folder, task.toml or KernelBench-format .py (not with --resume)");
-  optimize_->add_option("--target", target_, "cpu, cuda or opencl (default: cuda when a GPU is here, else cpu)");
+  optimize_->add_option("--target", target_, target_names() + " (default: cuda when a GPU is here, else cpu)");
   optimize_->add_option("--dsl", dsl_, "cpp, cuda, opencl, triton, modelnew (default: the target's native one)");
   optimize_->add_option("--llm", llm_, "PROVIDER:MODEL from the config, or replay:RUN (a recorded run's exchanges, no network); "
                                         "none or absent: the built-in tuner");
@@ -96,7 +96,7 @@ Commands::Commands(CLI::App& app) : app_(app) {
                                        "writes bench.json, tasks.csv, scores.csv and an HTML report");
   bench_suite_ = bench_->add_option("SUITE", path_, "a folder of tasks (tasks/core, tasks/kb) or one task");
   bench_->add_option("--resume", bench_resume_, "BENCH_DIR: go on with a stopped bench in its folder (its suite and settings)");
-  bench_->add_option("--target", target_, "cpu, cuda or opencl (default: cuda when a GPU is here, else cpu)");
+  bench_->add_option("--target", target_, target_names() + " (default: cuda when a GPU is here, else cpu)");
   bench_->add_option("--report", html_, "the HTML report (default OUT/report.html)");
   bench_->add_option("--out", out_, "folder for the scores, the report and the runs' candidates (default kfab-bench/BENCH)");
   bench_->add_flag("--eval", bench_eval_, "evaluate each task's bundled candidates instead of optimizing");
@@ -161,7 +161,7 @@ Commands::Commands(CLI::App& app) : app_(app) {
   eval_ = app.add_subcommand("eval", "verify and time one candidate against the task's reference");
   eval_->add_option("TASK", task_, "task folder, task.toml, or a KernelBench-format .py file")->required();
   eval_->add_option("CANDIDATE", candidate_, "candidate source file")->required();
-  eval_->add_option("--target", target_, "cpu, cuda or opencl (default: the best target present that takes the file)");
+  eval_->add_option("--target", target_, target_names() + " (default: the best target present that takes the file)");
   eval_->add_option("--timeout", timeout_s_, "seconds each runner job may take before it is killed")
       ->capture_default_str()->check(CLI::PositiveNumber);
   eval_->add_option("--seeds", seeds_, "seeds per shape")->capture_default_str()->check(CLI::Range(1, 1000));
@@ -203,6 +203,14 @@ int Commands::run() {
 }
 
 namespace {
+
+/// "cpu takes .cpp, cuda .cu, opencl .cl.cpp", from the targets.
+std::string suffixes_hint() {
+  std::string s;
+  for (const Target* t : targets())
+    s += (s.empty() ? "" : ", ") + std::string(t->name) + (s.empty() ? " takes " : " ") + std::string(t->suffix);
+  return s;
+}
 
 /// Where a task runs when no --target is given and the file does not decide: a GPU target usable here,
 /// else the host's.
@@ -700,11 +708,10 @@ Expected<std::unique_ptr<Backend>> Commands::native_backend_for(const std::strin
       }
     }
     if (!backend)
-      return make_error("no target available here takes " + candidate,
-                        "cpu takes .cpp, cuda .cu (with nvcc and a GPU), opencl .cl.cpp; `kfab doctor` says what is here");
+      return make_error("no target available here takes " + candidate, suffixes_hint() + "; `kfab doctor` says what is here");
   } else {
     backend = make_backend(target_);
-    if (!backend) return make_error("unknown target \"" + target_ + "\"", "accepted: cpu, cuda, opencl");
+    if (!backend) return make_error("unknown target \"" + target_ + "\"", "accepted: " + target_names());
     if (backend->probe() == 0) return make_error("target " + target_ + " is not available here: " + backend->describe());
   }
   if (fit(*backend) == 0) {
