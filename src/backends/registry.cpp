@@ -37,7 +37,7 @@ const Target* target_of_file(const std::filesystem::path& file) {
   const Target* best = nullptr;
   size_t best_len = 0;
   for (const Target* t : targets())
-    for (const std::string& s : t->make_backend()->extensions())
+    for (const std::string& s : t->suffixes)
       if (s.size() > best_len && name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0) {
         best = t;
         best_len = s.size();

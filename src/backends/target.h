@@ -31,6 +31,9 @@ struct Target {
   std::string_view dsl;
   std::string_view suffix;
   std::string_view dsl_rules;
+  /// Every suffix of a file it takes (its Backend's extensions()): data, so that finding a file's
+  /// target builds no Backend (which probes the machine).
+  std::vector<std::string> suffixes;
 
   // Where a candidate's data live.
   /// In host memory, called on the host: no Accelerator, the runner's address space is limited.

@@ -136,6 +136,8 @@ struct SearchSpace {
   json program_json;  ///< a KernelBench task's traced program (kept in the cache: a rerun needs no trace)
   Program program;
   GemmProgram gemm_program;
+  /// The tuner's cache entry for this task here (the winner, a KernelBench Model's traced program).
+  fs::path cache_file() const { return cache_dir() / "tuner" / (hash_hex(material).substr(0, 24) + ".json"); }
 };
 
 /// A KernelBench Model: traced (or its trace taken from the cache), then a dedicated template of a
@@ -157,7 +159,7 @@ Expected<void> traced_space(SearchSpace& sp, const TuneOptions& opt, const Loade
   for (const auto& [kind, name] : printer->dedicated)
     if (const auto* t2 = template_named(name)) sp.material += '\0' + name + std::to_string(t2->version);
   // the cache may hold the traced program; otherwise the Python worker traces the Model
-  const fs::path cache_file = cache_dir() / "tuner" / (hash_hex(sp.material).substr(0, 24) + ".json");
+  const fs::path cache_file = sp.cache_file();
   if (!opt.fresh)
     if (auto c = read_file(cache_file)) try {
         sp.program_json = json::parse(*c).at("program");
@@ -441,7 +443,7 @@ Expected<json> tune(const TuneOptions& in) {
   Run& run = *started;
   opt.out_dir = run.out_dir();
   const std::string stamp = run.id().substr(0, run.id().rfind('-'));  // the run's UTC time, for the cache entry
-  const fs::path cache_file = cache_dir() / "tuner" / (hash_hex(sp.material).substr(0, 24) + ".json");
+  const fs::path cache_file = sp.cache_file();
   if (opt.remote) opt.remote->begin_run(run.id());
   size_t before = 0;
   for (const auto& st : run.earlier()) before += st.role == "tuner" && !st.candidate_hash.empty();

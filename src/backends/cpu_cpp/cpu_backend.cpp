@@ -3,6 +3,7 @@
 
 
 #include "backends/compile_cache.h"
+#include "backends/target.h"
 
 namespace kfab {
 
@@ -24,5 +25,8 @@ BuildOutcome<BuildResult> CpuBackend::build(const fs::path& source) {
   if (compiler_version_.empty()) return BuildFailure{"no C++ compiler: " + compiler_ + " is not on PATH (set CXX or install g++)"};
   return compile_cached({"cpu", compiler_, compiler_version_, flags(), {}, 120.0}, source);
 }
+
+const Target& cpu_target();
+std::vector<std::string> CpuBackend::extensions() const { return cpu_target().suffixes; }
 
 }  // namespace kfab

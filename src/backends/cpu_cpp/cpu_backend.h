@@ -13,7 +13,7 @@ class CpuBackend final : public Backend {
   CpuBackend();
   std::string_view target() const override { return "cpu"; }
   std::string_view dsl() const override { return "cpp"; }
-  std::vector<std::string> extensions() const override { return {".cpp", ".cc", ".cxx"}; }
+  std::vector<std::string> extensions() const override;  ///< its Target's suffixes
   int probe() const override { return compiler_version_.empty() ? 0 : 10; }
   std::string describe() const override;
   BuildOutcome<BuildResult> build(const std::filesystem::path& source) override;

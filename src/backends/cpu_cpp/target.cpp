@@ -16,6 +16,7 @@ const Target& cpu_target() {
     t.suffix = ".cpp";
     t.dsl_rules = "C++20 for the CPU, one file exporting kfab_run (KFAB_EXPORT), built with g++ -O3 -march=native -fopenmp; "
                   "OpenMP and SIMD intrinsics are allowed.";
+    t.suffixes = {".cpp", ".cc", ".cxx"};
     t.on_host = true;
     t.torch_device = "cpu";
     t.flush = "clflushopt of every operand before each timed call";

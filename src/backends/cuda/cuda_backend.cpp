@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "backends/compile_cache.h"
+#include "backends/target.h"
 #include "core/doctor.h"
 #include "core/hash.h"
 #include "core/paths.h"
@@ -131,5 +132,8 @@ BuildOutcome<BuildResult> CudaBackend::build(const fs::path& source) {
   if (text->find("cublas_v2.h") != std::string::npos) spec.link_flags.push_back("-lcublas");
   return compile_cached(spec, source);
 }
+
+const Target& cuda_target();
+std::vector<std::string> CudaBackend::extensions() const { return cuda_target().suffixes; }
 
 }  // namespace kfab

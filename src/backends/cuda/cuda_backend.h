@@ -25,7 +25,7 @@ class CudaBackend final : public Backend {
   CudaBackend();
   std::string_view target() const override { return "cuda"; }
   std::string_view dsl() const override { return "cuda"; }
-  std::vector<std::string> extensions() const override { return {".cu"}; }
+  std::vector<std::string> extensions() const override;  ///< its Target's suffixes
   /// 30 with nvcc and a GPU, else 0 (builds still work with nvcc alone, e.g. in CI).
   int probe() const override { return nvcc_.empty() || gpu_.empty() ? 0 : 30; }
   std::string describe() const override;

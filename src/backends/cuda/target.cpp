@@ -57,6 +57,7 @@ const Target& cuda_target() {
     t.dsl_rules = "CUDA C++ for an NVIDIA GPU, one .cu file exporting kfab_run (KFAB_EXPORT), built with nvcc -O3 for the "
                   "GPU's architecture; enqueue all work on the given stream; no device-wide synchronization, no allocation "
                   "per call.";
+    t.suffixes = {".cu"};
     t.gpu = true;
     t.torch_device = "cuda";
     t.triton = true;

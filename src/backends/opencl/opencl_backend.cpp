@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "backends/compile_cache.h"
+#include "backends/target.h"
 #include "core/doctor.h"
 
 namespace kfab {
@@ -33,5 +34,8 @@ BuildOutcome<BuildResult> OpenClBackend::build(const fs::path& source) {
   spec.flags.insert(spec.flags.end(), include.begin(), include.end());
   return compile_cached(spec, source);
 }
+
+const Target& opencl_target();
+std::vector<std::string> OpenClBackend::extensions() const { return opencl_target().suffixes; }
 
 }  // namespace kfab

@@ -15,7 +15,7 @@ class OpenClBackend final : public Backend {
   OpenClBackend();
   std::string_view target() const override { return "opencl"; }
   std::string_view dsl() const override { return "opencl"; }
-  std::vector<std::string> extensions() const override { return {".cl.cpp"}; }
+  std::vector<std::string> extensions() const override;  ///< its Target's suffixes
   /// 20 with a C++ compiler, the OpenCL headers and a platform with a device; else 0.
   int probe() const override { return usable_ ? 20 : 0; }
   std::string describe() const override { return description_; }

@@ -12,6 +12,7 @@ const Target& opencl_target() {
     t.suffix = ".cl.cpp";
     t.dsl_rules = "OpenCL: a C++ host file exporting kfab_run whose kernels are OpenCL C source strings built at run time; "
                   "data are cl_mem, the stream is the cl_command_queue.";
+    t.suffixes = {".cl.cpp"};
     t.runner_spawns = true;
     t.flush = "on a GPU device, a fill of a buffer twice its global memory cache, on the queue, before each timed call; none on a CPU device";
     t.timer = "profiling markers on the runner's queue around the call; the queue finished after each call";
