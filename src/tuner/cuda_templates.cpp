@@ -23,8 +23,7 @@ namespace {{
 
 std::string header(const char* name, const TemplateParams& p) {
   return fmt::format(fmt::runtime(kHeader), fmt::arg("name", name), fmt::arg("params", format_params(p))) +
-         std::string(template_text("dense_ndim.h")) +
-         "bool kfab_aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }\n";
+         std::string(template_text("host_checks.h"));
 }
 
 // ---- cumsum along the last dimension: a block per row, tiles of B * V elements ------------------
@@ -40,73 +39,22 @@ std::string scan_generate(const Task&, const TemplateParams& p) {
   s += fmt::format(R"(
 constexpr int B = {block};  // threads per block (one row at a time)
 
-// Each tile: every thread scans its V consecutive elements, the warps scan the thread totals with
-// shuffles, the first warp scans the warp totals; the running carry crosses tiles.
-template <int V>
-__global__ void __launch_bounds__(B) kfab_scan_rows(const float* __restrict__ x, float* __restrict__ y, int64_t rows, int64_t n) {{
-  __shared__ float warp_total[B / 32];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {{
-    const float* xr = x + row * n;
-    float* yr = y + row * n;
-    float carry = 0.0f;
-    for (int64_t base = 0; base < n; base += static_cast<int64_t>(B) * V) {{
-      const int64_t c = base + static_cast<int64_t>(threadIdx.x) * V;
-      float v[V];
-      if constexpr (V == 4) {{
-        if (c < n) {{
-          const float4 q = __ldcs(reinterpret_cast<const float4*>(xr + c));
-          v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
-        }} else {{
-          v[0] = v[1] = v[2] = v[3] = 0.0f;
-        }}
-      }} else {{
-        v[0] = c < n ? __ldcs(xr + c) : 0.0f;
-      }}
-#pragma unroll
-      for (int j = 1; j < V; ++j) v[j] += v[j - 1];
-      float t = v[V - 1];
-#pragma unroll
-      for (int off = 1; off < 32; off *= 2) {{
-        const float u = __shfl_up_sync(0xffffffffu, t, off);
-        if (lane >= off) t += u;
-      }}
-      if (lane == 31) warp_total[warp] = t;
-      __syncthreads();
-      if (warp == 0) {{
-        float w = lane < B / 32 ? warp_total[lane] : 0.0f;
-#pragma unroll
-        for (int off = 1; off < 32; off *= 2) {{
-          const float u = __shfl_up_sync(0xffffffffu, w, off);
-          if (lane >= off) w += u;
-        }}
-        if (lane < B / 32) warp_total[lane] = w;
-      }}
-      __syncthreads();
-      const float before = carry + (warp > 0 ? warp_total[warp - 1] : 0.0f) + (t - v[V - 1]);
-      if constexpr (V == 4) {{
-        if (c < n) __stcs(reinterpret_cast<float4*>(yr + c), make_float4(v[0] + before, v[1] + before, v[2] + before, v[3] + before));
-      }} else {{
-        if (c < n) __stcs(yr + c, v[0] + before);
-      }}
-      carry += warp_total[B / 32 - 1];
-      __syncthreads();  // warp_total is rewritten by the next tile
-    }}
-  }}
-}}
+)",
+                   fmt::arg("block", p.at("block")));
+  s += template_text("row_scan.cuh");
+  s += R"(
+}  // namespace
 
-}}  // namespace
-
-KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void* stream_) {{
+KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void* stream_) {
   if (in == nullptr || out == nullptr || n_in != 1 || n_out != 1) return 1;
   const kfab_tensor& x = in[0];
   kfab_tensor& y = out[0];
   if (x.ndim < 1 || !kfab_dense_f32(x, x.ndim) || !kfab_dense_f32(y, x.ndim)) return 2;
   int64_t rows = 1;
-  for (int32_t d = 0; d < x.ndim; ++d) {{
+  for (int32_t d = 0; d < x.ndim; ++d) {
     if (x.shape[d] != y.shape[d]) return 3;
     if (d + 1 < x.ndim) rows *= x.shape[d];
-  }}
+  }
   const int64_t n = x.shape[x.ndim - 1];
   if (rows == 0 || n == 0) return 0;
   cudaStream_t stream = static_cast<cudaStream_t>(stream_);
@@ -116,9 +64,8 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, 
   if (n % 4 == 0 && kfab_aligned16(xp) && kfab_aligned16(yp)) kfab_scan_rows<4><<<grid, B, 0, stream>>>(xp, yp, rows, n);
   else kfab_scan_rows<1><<<grid, B, 0, stream>>>(xp, yp, rows, n);
   return cudaGetLastError() == cudaSuccess ? 0 : 4;
-}}
-)",
-                   fmt::arg("block", p.at("block")));
+}
+)";
   return s;
 }
 
@@ -142,60 +89,13 @@ std::string transpose_generate(const Task&, const TemplateParams& p) {
 constexpr int KT = {tiles};            // 32 x 32 tiles a block moves with float4 accesses (0: scalar only)
 constexpr bool MFAST = {mfast};        // blockIdx.x runs along M (else along N)
 
-// The scalar kernel: a 32 x 32 tile read and written by 32 x 8 threads.
-__global__ void __launch_bounds__(256) kfab_transpose(const float* __restrict__ x, float* __restrict__ y, int64_t m, int64_t n) {{
-  __shared__ float tile[32][33];  // +1: the column reads hit 32 different banks
-  const int64_t b = blockIdx.z;
-  const int64_t i0 = static_cast<int64_t>(MFAST ? blockIdx.x : blockIdx.y) * 32, j0 = static_cast<int64_t>(MFAST ? blockIdx.y : blockIdx.x) * 32;
-  const float* xb = x + b * m * n;
-  float* yb = y + b * m * n;
-#pragma unroll
-  for (int k = threadIdx.y; k < 32; k += 8) {{
-    const int64_t i = i0 + k, j = j0 + threadIdx.x;
-    if (i < m && j < n) tile[k][threadIdx.x] = __ldcs(xb + i * n + j);
-  }}
-  __syncthreads();
-#pragma unroll
-  for (int k = threadIdx.y; k < 32; k += 8) {{
-    const int64_t j = j0 + k, i = i0 + threadIdx.x;
-    if (i < m && j < n) __stcs(yb + j * m + i, tile[threadIdx.x][k]);
-  }}
-}}
+)",
+                   fmt::arg("tiles", p.at("tiles")), fmt::arg("mfast", p.at("order") == "m" ? "true" : "false"));
+  s += template_text("tiled_transpose.cuh");
+  s += R"(
+}  // namespace
 
-// M and N multiples of 4: 256 threads move KT tiles of 32 x 32, each thread reading a float4 of an
-// input row and writing a float4 of an output row per tile. Row stride 33 in shared memory: both the
-// scalar stores of a float4 and the column reads of one hit 32 different banks across a warp.
-__global__ void __launch_bounds__(256) kfab_transpose4(const float* __restrict__ x, float* __restrict__ y, int64_t m, int64_t n) {{
-  __shared__ float tile[KT > 0 ? KT : 1][32][33];
-  const int64_t b = blockIdx.z;
-  const int64_t i0 = static_cast<int64_t>(MFAST ? blockIdx.x : blockIdx.y) * 32;
-  const int64_t j0 = static_cast<int64_t>(MFAST ? blockIdx.y : blockIdx.x) * 32 * (KT > 0 ? KT : 1);
-  const float* xb = x + b * m * n;
-  float* yb = y + b * m * n;
-  const int r = threadIdx.x / 8, q = threadIdx.x % 8;  // a row of the tile, a float4 of it
-  float4 v[KT > 0 ? KT : 1];
-#pragma unroll
-  for (int t = 0; t < KT; ++t) {{
-    const int64_t i = i0 + r, j = j0 + t * 32 + q * 4;
-    v[t] = i < m && j < n ? __ldcs(reinterpret_cast<const float4*>(xb + i * n + j)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  }}
-#pragma unroll
-  for (int t = 0; t < KT; ++t) {{
-    float* d = &tile[t][r][q * 4];
-    d[0] = v[t].x, d[1] = v[t].y, d[2] = v[t].z, d[3] = v[t].w;
-  }}
-  __syncthreads();
-#pragma unroll
-  for (int t = 0; t < KT; ++t) {{
-    const int64_t j = j0 + t * 32 + r, i = i0 + q * 4;  // output row r of the tile, a float4 of it
-    if (j < n && i < m)
-      __stcs(reinterpret_cast<float4*>(yb + j * m + i), make_float4(tile[t][q * 4][r], tile[t][q * 4 + 1][r], tile[t][q * 4 + 2][r], tile[t][q * 4 + 3][r]));
-  }}
-}}
-
-}}  // namespace
-
-KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void* stream_) {{
+KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void* stream_) {
   if (in == nullptr || out == nullptr || n_in != 1 || n_out != 1) return 1;
   const kfab_tensor& x = in[0];
   kfab_tensor& y = out[0];
@@ -216,9 +116,8 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, 
   if (vec) kfab_transpose4<<<grid, 256, 0, stream>>>(xp, yp, m, n);
   else kfab_transpose<<<grid, dim3(32, 8), 0, stream>>>(xp, yp, m, n);
   return cudaGetLastError() == cudaSuccess ? 0 : 5;
-}}
-)",
-                   fmt::arg("tiles", p.at("tiles")), fmt::arg("mfast", p.at("order") == "m" ? "true" : "false"));
+}
+)";
   return s;
 }
 
@@ -244,50 +143,13 @@ std::string middle_sum_generate(const Task&, const TemplateParams& p) {
 constexpr int B = {block}, RY = {ry}, TARGET = {blocks};  // threads per block; row groups per block; blocks the launch aims for
 constexpr int CX = B / RY;                                // column vectors per block
 
-// Thread (tx, ty) of block (cx, split, b) sums rows r0 + ty, r0 + ty + RY, ... < r1 of the V columns
-// at (cx * CX + tx) * V; the RY partial sums meet in shared memory; with more than one split, the
-// blocks' sums meet in y through atomics (y is zeroed first).
-template <int V>
-__global__ void __launch_bounds__(B) kfab_middle_sum(const float* __restrict__ x, float* __restrict__ y, int64_t r, int64_t c) {{
-  __shared__ float part[RY][CX * V];
-  const int tx = threadIdx.x % CX, ty = threadIdx.x / CX;
-  const int64_t col = (static_cast<int64_t>(blockIdx.x) * CX + tx) * V;
-  const bool live = col < c;
-  const int64_t b = blockIdx.z;
-  const int64_t split = gridDim.y;
-  const int64_t per = (r + split - 1) / split;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * per, r1 = r0 + per < r ? r0 + per : r;
-  float acc[V] = {{}};
-  const float* xb = x + b * r * c + (live ? col : 0);
-  if (live) {{
-#pragma unroll 4
-    for (int64_t i = r0 + ty; i < r1; i += RY) {{
-      if constexpr (V == 4) {{
-        const float4 q = __ldcs(reinterpret_cast<const float4*>(xb + i * c));
-        acc[0] += q.x, acc[1] += q.y, acc[2] += q.z, acc[3] += q.w;
-      }} else {{
-        acc[0] += __ldcs(xb + i * c);
-      }}
-    }}
-  }}
-#pragma unroll
-  for (int v = 0; v < V; ++v) part[ty][tx * V + v] = acc[v];
-  __syncthreads();
-  // the first CX * V threads each finish one column: the RY partials in order
-  for (int k = threadIdx.x; k < CX * V; k += B) {{
-    const int64_t cc = static_cast<int64_t>(blockIdx.x) * CX * V + k;
-    if (cc >= c) continue;
-    float t = 0.0f;
-#pragma unroll
-    for (int j = 0; j < RY; ++j) t += part[j][k];
-    if (split == 1) y[b * c + cc] = t;
-    else if (r0 < r1) atomicAdd(y + b * c + cc, t);
-  }}
-}}
+)",
+                   fmt::arg("block", p.at("block")), fmt::arg("ry", p.at("ry")), fmt::arg("blocks", p.at("blocks")));
+  s += template_text("middle_sum.cuh");
+  s += R"(
+}  // namespace
 
-}}  // namespace
-
-KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void* stream_) {{
+KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void* stream_) {
   if (in == nullptr || out == nullptr || n_in != 1 || n_out != 1) return 1;
   const kfab_tensor& x = in[0];
   kfab_tensor& y = out[0];
@@ -314,16 +176,15 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, 
   if (vec) kfab_middle_sum<4><<<grid, B, 0, stream>>>(xp, yp, r, c);
   else kfab_middle_sum<1><<<grid, B, 0, stream>>>(xp, yp, r, c);
   return cudaGetLastError() == cudaSuccess ? 0 : 5;
-}}
-)",
-                   fmt::arg("block", p.at("block")), fmt::arg("ry", p.at("ry")), fmt::arg("blocks", p.at("blocks")));
+}
+)";
   return s;
 }
 
 const KernelTemplate kCudaTemplates[] = {
-    {"cuda_row_scan", "cuda", 1, cpu_applies_cumsum, scan_grid, scan_generate},
-    {"cuda_tiled_transpose", "cuda", 3, cpu_applies_transpose, transpose_grid, transpose_generate},
-    {"cuda_middle_sum", "cuda", 3, cpu_applies_middle_sum, middle_sum_grid, middle_sum_generate},
+    {"cuda_row_scan", "cuda", 2, cpu_applies_cumsum, scan_grid, scan_generate},
+    {"cuda_tiled_transpose", "cuda", 4, cpu_applies_transpose, transpose_grid, transpose_generate},
+    {"cuda_middle_sum", "cuda", 4, cpu_applies_middle_sum, middle_sum_grid, middle_sum_generate},
 };
 
 }  // namespace

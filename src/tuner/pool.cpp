@@ -26,20 +26,13 @@ bool pool_applies(const Task& t) {
   return t.inputs[0].dtype == DType::F32 && t.outputs[0].dtype == DType::F32 && t.inputs[0].shape.size() == 4;
 }
 
-// The window as constants, and the output size torch gives (pooling_output_shape).
+// The window as constants (include/kfab/templates/avg_pool.h computes with them).
 std::string pool_constants(const Task& t) {
   return fmt::format(R"(
 constexpr int64_t KH = {}, KW = {}, SH = {}, SW = {}, PH = {}, PW = {};
 constexpr bool CEIL = {}, INCLUDE_PAD = {};
 constexpr int64_t DIVISOR = {};  // divisor_override (0: none)
 
-int64_t kfab_pooled(int64_t in, int64_t k, int64_t s, int64_t p) {{
-  const int64_t span = in + 2 * p - k + (CEIL ? s - 1 : 0);
-  if (span < 0) return 0;
-  int64_t out = span / s + 1;
-  if (CEIL && (out - 1) * s >= in + p) --out;  // the last window must start inside the input or its left padding
-  return out;
-}}
 )",
                      op_int(t, "kh", 1), op_int(t, "kw", 1), op_int(t, "sh", 1), op_int(t, "sw", 1), op_int(t, "ph", 0),
                      op_int(t, "pw", 0), op_int(t, "ceil_mode", 0) ? "true" : "false",
@@ -58,31 +51,6 @@ constexpr const char* kChecks = R"(  if (in == nullptr || out == nullptr || n_in
   if (P == 0 || OH <= 0 || OW <= 0) return 0;
   const float* xp = static_cast<const float*>(x.data);
   float* yp = static_cast<float*>(y.data);
-)";
-
-// One output's average: a window wholly inside the input is summed by unrolled loops.
-constexpr const char* kAverage = R"(
-KFAB_INLINE float kfab_average(const float* __restrict__ plane, int64_t H, int64_t W, int64_t oh, int64_t ow) {
-  int64_t hs = oh * SH - PH, ws = ow * SW - PW;
-  int64_t he = hs + KH < H + PH ? hs + KH : H + PH, we = ws + KW < W + PW ? ws + KW : W + PW;
-  const int64_t pool = (he - hs) * (we - ws);
-  float s = 0.0f;
-  if (hs >= 0 && ws >= 0 && hs + KH <= H && ws + KW <= W) {
-    const float* p = plane + hs * W + ws;
-#pragma unroll
-    for (int64_t r = 0; r < KH; ++r)
-#pragma unroll
-      for (int64_t c = 0; c < KW; ++c) s += KFAB_LOAD(p + r * W + c);
-    he = hs + KH, we = ws + KW;
-  } else {
-    hs = hs > 0 ? hs : 0, ws = ws > 0 ? ws : 0;
-    he = he < H ? he : H, we = we < W ? we : W;
-    for (int64_t r = hs; r < he; ++r)
-      for (int64_t c = ws; c < we; ++c) s += KFAB_LOAD(plane + r * W + c);
-  }
-  const int64_t d = DIVISOR != 0 ? DIVISOR : INCLUDE_PAD ? pool : (he - hs) * (we - ws);
-  return d != 0 ? s / static_cast<float>(d) : 0.0f;
-}
 )";
 
 // ---- cuda: one thread an output, neighbouring threads along the output row ----------------------
@@ -105,7 +73,7 @@ namespace {{
 
 )",
                               format_params(p));
-  s += template_text("dense_ndim.h");
+  s += template_text("host_checks.h");
   s += fmt::format(R"(
 constexpr int B = {};  // threads per block
 #define KFAB_INLINE __device__ __forceinline__
@@ -113,7 +81,7 @@ constexpr int B = {};  // threads per block
 )",
                    p.at("block"));
   s += pool_constants(t);
-  s += kAverage;
+  s += template_text("avg_pool.h");
   s += R"(
 __global__ void __launch_bounds__(B) kfab_avg_pool(const float* __restrict__ x, float* __restrict__ y, int64_t P, int64_t H, int64_t W,
                                                    int64_t OH, int64_t OW) {
@@ -154,10 +122,10 @@ namespace {{
 
 )",
                               format_params(p));
-  s += template_text("dense_ndim.h");
+  s += template_text("host_checks.h");
   s += "\n#define KFAB_INLINE static inline\n#define KFAB_LOAD(p) (*(p))\n";
   s += pool_constants(t);
-  s += kAverage;
+  s += template_text("avg_pool.h");
   s += "\n}  // namespace\n\nKFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void*) {\n";
   s += kChecks;
   s += fmt::format(R"(#pragma omp parallel for schedule({})
@@ -173,8 +141,8 @@ namespace {{
 }
 
 const KernelTemplate kPool[] = {
-    {"cuda_avg_pool2d", "cuda", 1, pool_applies, pool_cuda_grid, pool_cuda_generate},
-    {"cpu_avg_pool2d", "cpu", 1, pool_applies, pool_cpu_grid, pool_cpu_generate},
+    {"cuda_avg_pool2d", "cuda", 2, pool_applies, pool_cuda_grid, pool_cuda_generate},
+    {"cpu_avg_pool2d", "cpu", 2, pool_applies, pool_cpu_grid, pool_cpu_generate},
 };
 
 }  // namespace

@@ -44,12 +44,12 @@ std::vector<const KernelTemplate*> group_norm_templates();
 std::vector<const KernelTemplate*> pool_templates();
 
 /// C++ source of `static inline float kfab_exp(float)`: exp as a polynomial that vectorises under
-/// `omp simd` (about 2e-7 relative error), for generated cpu candidates.
-const char* poly_exp_source();
+/// `omp simd` (about 2e-7 relative error), for generated cpu candidates (include/kfab/templates/poly_exp.h).
+std::string_view poly_exp_source();
 
 /// C++ source of `kfab_blocked_gemm<MB, KB>(a, b, c, m, n, k)`: C = A B (row-major f32), blocked,
-/// i-k-j order, rows of C across OpenMP threads, for generated cpu candidates.
-const char* blocked_gemm_source();
+/// i-k-j order, rows of C across OpenMP threads, for generated cpu candidates (include/kfab/templates/blocked_gemm.h).
+std::string_view blocked_gemm_source();
 
 /// A template by its name (cpu or cuda, fused ones excepted), or null.
 const KernelTemplate* template_named(const std::string& name);

@@ -1,0 +1,28 @@
+#pragma once
+// The reductions of the tuner's generated row kernels (tuner/print_cuda.cpp): a value combined over
+// the G threads that own a row, with shuffles inside a warp and, when G is a whole block of more
+// than one warp, through a shared slot per warp and one barrier. The text between the kfab:begin
+// and kfab:end lines is spliced into the candidates the tuner writes, inside an unnamed namespace;
+// tests/templates/row_reduce.cu compiles it on its own.
+// kfab:begin
+// op 0: sum, 1: max, 2: min
+template <int OP>
+__device__ __forceinline__ float kfab_combine(float x, float y) {
+  return OP == 0 ? x + y : OP == 1 ? fmaxf(x, y) : fminf(x, y);
+}
+// The reduction of v over the G threads of a row. With G > 32 (a whole block) the warps meet in
+// `slot`, which no other reduction uses, so one barrier suffices.
+template <int G, int OP>
+__device__ __forceinline__ float kfab_group(float v, float* slot) {
+#pragma unroll
+  for (int off = (G < 32 ? G : 32) / 2; off > 0; off /= 2) v = kfab_combine<OP>(v, __shfl_xor_sync(0xffffffffu, v, off));
+  if constexpr (G > 32) {
+    if (threadIdx.x % 32 == 0) slot[threadIdx.x / 32] = v;
+    __syncthreads();
+    v = slot[0];
+#pragma unroll
+    for (int w = 1; w < G / 32; ++w) v = kfab_combine<OP>(v, slot[w]);
+  }
+  return v;
+}
+// kfab:end

@@ -1,0 +1,88 @@
+// The parameter grids of the tuner's fused row programs and GEMMs, and what they can take; the
+// printers that generate the kernels are tuner/print_cuda.cpp (CUDA C++) and tuner/print_cpp.cpp (C++).
+#include "tuner/fused.h"
+
+#include <array>
+
+namespace kfab {
+
+std::vector<std::string> split_lines(const std::string& s) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos < s.size()) {
+    size_t e = s.find('\n', pos);
+    if (e == std::string::npos) e = s.size();
+    out.push_back(s.substr(pos, e - pos));
+    pos = e + 1;
+  }
+  return out;
+}
+
+Expected<void> fused_supported(const Program& p) {
+  bool main = false;
+  for (const auto& in : p.inputs) {
+    if (in.integer && in.cls != VClass::R) return make_error("integer input " + in.name + " is not per-row (only class indices are)");
+    if (in.cls == VClass::E && !in.integer) main = true;
+  }
+  if (!main) return make_error("no per-element f32 input: nothing to set the row shape");
+  return {};
+}
+
+std::vector<TemplateParams> fused_grid(const Program& p, int64_t n) {
+  std::vector<TemplateParams> g;
+  if (!p.needs_rows()) {
+    for (const auto& [b, u] : std::vector<std::pair<int, int>>{{256, 4}, {512, 2}, {256, 2}, {128, 8}})
+      g.push_back({{"kernel", "flat"}, {"block", std::to_string(b)}, {"unroll", std::to_string(u)}});
+    return g;
+  }
+  // A warp per row for short rows; a block per row otherwise, most promising first: 256 threads,
+  // then 512 and 128, 1024 for long rows. Each point keeps up to 8 float4 a thread and picks the
+  // smallest footprint that holds the row at run time; longer rows are streamed.
+  // first, a point that takes a warp per row for short rows and a block per row for long ones
+  g.push_back({{"kernel", "rows"}, {"block", n > 8192 ? "512" : "256"}, {"group", "auto"}, {"items", "8"}});
+  if (n <= 1024) g.push_back({{"kernel", "rows"}, {"block", "256"}, {"group", "32"}, {"items", "8"}});
+  for (int b : {256, 512, 128, 1024}) {
+    if (static_cast<int64_t>(b) * 4 * 8 < n && b < 1024) continue;  // the row would not fit: streamed
+    if (b > 128 && static_cast<int64_t>(b) * 4 > 2 * n) continue;     // more than half the threads would idle
+    if (b == 1024 && n < 8192) continue;
+    g.push_back({{"kernel", "rows"}, {"block", std::to_string(b)}, {"group", std::to_string(b)}, {"items", "8"}});
+  }
+  if (g.empty()) g.push_back({{"kernel", "rows"}, {"block", "1024"}, {"group", "1024"}, {"items", "8"}});  // streamed rows
+  // A program with a scalar output pays, per block, a reduction, an atomic, a fence and a counter
+  // before the block leaves: each point also with resident blocks that take rows in turn (and pay
+  // that once), the first also with two blocks' worth a slot.
+  bool all = false;
+  for (const auto& o : p.outputs) all = all || p.nodes[o.second].cls == VClass::K;
+  if (all) {
+    const size_t plain = g.size();
+    for (size_t i = 0; i < plain; ++i) {
+      g.push_back(g[i]);
+      g.back()["persist"] = "1";
+    }
+    g.push_back(g[0]);
+    g.back()["persist"] = "2";
+  }
+  return g;
+}
+
+std::vector<TemplateParams> fused_cpu_grid() { return {{{"schedule", "static"}}, {{"schedule", "dynamic"}}}; }
+
+std::vector<TemplateParams> gemm_cpu_grid() {
+  std::vector<TemplateParams> g;
+  for (const char* mb : {"8", "4", "16"})
+    for (const char* kb : {"256", "128"}) g.push_back({{"rows", mb}, {"kblock", kb}});
+  return g;
+}
+
+std::vector<TemplateParams> gemm_cuda_grid() {
+  std::vector<TemplateParams> g;
+  // {bm, bn, bk, tm, tn}: 256 threads each; the large tiles first (large GEMMs), the small ones for
+  // shapes that would leave most of the GPU idle with them
+  for (const auto& t : std::vector<std::array<int, 5>>{
+           {128, 128, 8, 8, 8}, {128, 64, 16, 8, 4}, {64, 128, 16, 4, 8}, {64, 64, 16, 4, 4}, {128, 128, 16, 8, 8}})
+    g.push_back({{"bm", std::to_string(t[0])}, {"bn", std::to_string(t[1])}, {"bk", std::to_string(t[2])}, {"tm", std::to_string(t[3])},
+                 {"tn", std::to_string(t[4])}});
+  return g;
+}
+
+}  // namespace kfab

@@ -1,0 +1,162 @@
+// The C++ printer for fused row programs (tuner/program.h) on the host: rows split across OpenMP
+// threads, each row's loops vectorised (omp simd), exp as the prelude's polynomial (it vectorises,
+// expf does not), all-reductions as OpenMP reductions into doubles. A GEMM runs the blocked GEMM
+// (include/kfab/templates/blocked_gemm.h) into a buffer, then the epilogue as a row program over it.
+#include <fmt/format.h>
+
+#include "tuner/rowgen.h"
+
+namespace kfab {
+
+using namespace rowgen;
+
+namespace {
+
+constexpr const char* kPrelude = R"(#include <kfab/candidate.h>
+
+#include <cmath>
+#include <cstdint>
+
+namespace {
+)";
+
+// after the polynomial exp (poly_exp_source())
+constexpr const char* kMath = R"(
+inline float kfab_rsqrt(float x) { return 1.0f / std::sqrt(x); }
+inline float kfab_gelu_erf(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.7071067811865476f)); }
+inline float kfab_gelu_tanh(float x) { return 0.5f * x * (1.0f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x))); }
+
+)";
+
+// A row's element c of input i.
+std::string row_element(int i) { return fmt::format("a.in{}[r0 + c]", i); }
+
+// One row's work inside the loop over rows; the scalars that need no all-reduction go before the
+// loop (`before`).
+class RowLoop final : public RowSteps {
+ public:
+  RowLoop(const Gen& g, Emitter& before, Emitter& body) : g_(g), p_(g.p), before_(before), e_(body) {}
+
+  void scalar(int k) override { before_.linef("const float k{} = {};", k, g_.scalar_expr(k)); }
+  void row_input(int k) override {
+    const int i = p_.nodes[k].input;
+    if (p_.inputs[i].integer) {
+      e_.linef("const long long qi{0} = static_cast<long long>(a.in{0}[row]);", i).linef("const float r{} = static_cast<float>(qi{});", k, i);
+    } else {
+      e_.linef("const float r{} = a.in{}[row];", k, i);
+    }
+  }
+  void reduce(int k, int op) override {
+    const int arg = p_.nodes[k].args[0];
+    const std::string v = g_.value(arg);
+    e_.linef("float s{} = {};", k, op == 1 ? "-INFINITY" : op == 2 ? "INFINITY" : "0.0f");
+    e_.linef("#pragma omp simd reduction({} : s{})", op == 1 ? "max" : op == 2 ? "min" : "+", k);
+    e_.open("for (int64_t c = 0; c < n; ++c)");
+    g_.element({arg}, row_element, "c", e_);
+    if (op == 1) e_.linef("s{0} = {1} > s{0} ? {1} : s{0};", k, v);
+    else if (op == 2) e_.linef("s{0} = {1} < s{0} ? {1} : s{0};", k, v);
+    else e_.linef("s{} += {};", k, v);
+    e_.close();
+    if (is_row_reduction(p_.nodes[k].op))
+      e_.linef("const float r{0} = {1};", k, p_.nodes[k].op == "rowmean" ? fmt::format("s{} / static_cast<float>(n)", k) : fmt::format("s{}", k));
+    else
+      e_.linef("acc{} += static_cast<double>(s{});", g_.allslot[k], k);
+  }
+  void share(int k) override { e_.linef("acc{} += static_cast<double>({});", g_.allslot[k], g_.value(p_.nodes[k].args[0])); }
+  void pick(int k) override { g_.pick(k, row_element, e_); }
+  void row_value(int k, const std::string& expr) override { e_.linef("const float r{} = {};", k, expr); }
+
+  // The per-row outputs, then the per-element ones in one vectorised pass.
+  void outputs() {
+    for (int j : g_.outputs_of(VClass::R)) e_.linef("a.out{}[row] = {};", j, g_.value(p_.outputs[j].second));
+    const std::vector<int> eouts = g_.outputs_of(VClass::E);
+    if (eouts.empty()) return;
+    std::vector<int> ids;
+    for (int j : eouts) ids.push_back(p_.outputs[j].second);
+    e_.line("#pragma omp simd").open("for (int64_t c = 0; c < n; ++c)");
+    g_.element(ids, row_element, "c", e_);
+    for (int j : eouts) e_.linef("a.out{}[r0 + c] = {};", j, g_.value(p_.outputs[j].second));
+    e_.close();
+  }
+
+ private:
+  const Gen& g_;
+  const Program& p_;
+  Emitter& before_;
+  Emitter& e_;
+};
+
+// The statements of kfab_run that compute the program over [rows, n].
+std::string launch(const Gen& g, const TemplateParams& tp) {
+  const Program& p = g.p;
+  Emitter e(1), body(2);
+  e.line("(void)vec;");
+  RowLoop rows(g, e, body);
+  walk_rows(g, rows);
+  rows.outputs();
+  std::string reduction;
+  for (int k = 0; k < g.n_all; ++k) {
+    e.linef("double acc{} = 0.0;", k);
+    reduction += fmt::format("{}acc{}", reduction.empty() ? " reduction(+ : " : ", ", k);
+  }
+  if (!reduction.empty()) reduction += ")";
+  const bool dynamic = tp.count("schedule") && tp.at("schedule") == "dynamic";
+  e.linef("#pragma omp parallel for schedule({}){} if (total > 32768)", dynamic ? "dynamic, 4" : "static", reduction);
+  e.open("for (int64_t row = 0; row < rows; ++row)").line("const int64_t r0 = row * n;").line("(void)r0;").raw(body.str()).close();
+  g.scalars([](int k, int slot, Emitter& s) { s.linef("const double w{} = acc{};", k, slot); },
+            [&](int k) { return !p.nodes[k].after_all && g.live[k]; },  // declared before the loop
+            "", e);
+  return e.take();
+}
+
+void prelude(Emitter& e) { e.raw(kPrelude).raw(poly_exp_source()).raw(kMath).raw(host_checks()).blank(); }
+
+}  // namespace
+
+std::string generate_fused_cpp(const Program& p, const TemplateParams& tp, const std::string& title) {
+  const Gen g(p, cpp_lang());
+  Emitter e;
+  head(title, tp, "Rows across OpenMP threads, SIMD along each row; the program", p, e);
+  prelude(e);
+  args_struct(p, e);
+  host(g, default_binding(p), launch(g, tp), e);
+  return e.take();
+}
+
+std::string generate_gemm_cpp(const GemmProgram& gp, const TemplateParams& tp, const std::string& title) {
+  const Program& p = gp.epilogue;
+  const Gen g(p, cpp_lang());
+  Emitter e;
+  head(title, tp,
+       fmt::format("A blocked GEMM (i-k-j order, SIMD along B's rows), then the epilogue over rows: C = A @ {}, then the epilogue",
+                   gp.trans_b ? "W^T (W is [N, K])" : "B"),
+       p, e);
+  e.line("#include <vector>").blank();
+  prelude(e);
+  e.raw(blocked_gemm_source()).blank();
+  args_struct(p, e);
+  Binding b = gemm_binding(gp);
+  b.setup = fmt::format(R"(  // the product (and W transposed to [K, N]), in buffers kept between calls
+  static std::vector<float> product, wt;
+  product.resize(static_cast<size_t>(total));
+  const float* ap = static_cast<const float*>(A.data);
+  const float* bp = static_cast<const float*>(W.data);
+  if ({trans}) {{
+    wt.resize(static_cast<size_t>(K * n));
+#pragma omp parallel for schedule(static) if (K * n > 262144)
+    for (int64_t j0 = 0; j0 < n; j0 += 32)
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t j = j0; j < j0 + 32 && j < n; ++j) wt[k * n + j] = bp[j * K + k];
+    bp = wt.data();
+  }}
+  float* cp = product.data();
+  kfab_blocked_gemm<{rows}, {kblock}>(ap, bp, cp, rows, n, K);
+  a.in{pin} = cp;
+)",
+                        fmt::arg("trans", gp.trans_b ? "true" : "false"), fmt::arg("rows", param(tp, "rows", 8)),
+                        fmt::arg("kblock", param(tp, "kblock", 256)), fmt::arg("pin", product_input(gp)));
+  host(g, b, launch(g, tp), e);
+  return e.take();
+}
+
+}  // namespace kfab

@@ -1,0 +1,450 @@
+// The CUDA C++ printer for fused row programs (tuner/program.h): one kernel per program, either a
+// flat elementwise kernel (no row structure) or a row kernel in which a group of G threads owns a
+// row, keeps its per-element inputs in registers (float4 where the row length and the pointers
+// allow), computes the row reductions in dependency order with shuffles (and one barrier each when
+// the group is a whole block), and writes per-element and per-row outputs; all-reductions go
+// through double atomics and a one-thread finishing step. A GEMM runs its tile (include/kfab/
+// templates/gemm_tile.cuh), then a pointwise epilogue in its registers or a row kernel over the product.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "tuner/rowgen.h"
+
+namespace kfab {
+
+using namespace rowgen;
+
+namespace {
+
+constexpr const char* kPrelude = R"(#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "kfab/candidate.h"
+
+namespace {
+
+__device__ __forceinline__ float kfab_gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f)); }
+__device__ __forceinline__ float kfab_gelu_tanh(float x) {
+  return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+
+)";
+
+// The loads of a thread's vectors of each per-element input `ins` into registers x<i>[slot * V ..]:
+// float4 when V is 4, streaming past L1 (the row is read once more at most, from registers).
+void load_vectors(const std::vector<int>& ins, const std::string& slot, const std::string& at, Emitter& e) {
+  for (int i : ins) {
+    e.open("if constexpr (V == 4)");
+    e.linef("const float4 q = __ldcs(reinterpret_cast<const float4*>(a.in{} + {}));", i, at);
+    e.linef("x{0}[{1} * 4] = q.x, x{0}[{1} * 4 + 1] = q.y, x{0}[{1} * 4 + 2] = q.z, x{0}[{1} * 4 + 3] = q.w;", i, slot);
+    e.reopen("} else {").linef("x{}[{}] = __ldcs(a.in{} + {});", i, slot, i, at).close();
+  }
+}
+
+// Stores of the per-element outputs o<j>[V] at `at`, a vector at a time, streaming.
+void store_vectors(const std::vector<int>& outs, const std::string& at, Emitter& e) {
+  for (int j : outs) {
+    e.linef("if constexpr (V == 4) __stcs(reinterpret_cast<float4*>(a.out{0} + {1}), make_float4(o{0}[0], o{0}[1], o{0}[2], o{0}[3]));", j, at);
+    e.linef("else __stcs(a.out{} + {}, o{}[0]);", j, at, j);
+  }
+}
+
+std::vector<int> output_ids(const Program& p, const std::vector<int>& outs) {
+  std::vector<int> ids;
+  for (int j : outs) ids.push_back(p.outputs[j].second);
+  return ids;
+}
+
+std::string generate_flat(const Program& p, const TemplateParams& tp, const std::string& title) {
+  const Gen g(p, cuda_lang());
+  const int B = param(tp, "block", 256), U = param(tp, "unroll", 4);
+  bool cols = false;
+  for (size_t k = 0; k < p.nodes.size(); ++k)
+    if (g.live[k] && p.nodes[k].op == "in" && p.nodes[k].cls == VClass::C) cols = true;
+  Emitter e;
+  head(title, tp, "A flat elementwise kernel; the program", p, e);
+  e.raw(kPrelude).raw(host_checks()).blank();
+  e.linef("constexpr int B = {}, U = {};  // threads per block, vectors per thread", B, U).blank();
+  args_struct(p, e);
+  e.blank().line("template <int V>").open("__global__ void __launch_bounds__(B) kfab_flat(Args a, int64_t total, int64_t n)");
+  e.line("const int64_t rows = n > 0 ? total / n : 0;").line("(void)rows;");
+  e.line("const int64_t base = static_cast<int64_t>(blockIdx.x) * B * U + threadIdx.x;");
+  g.kconsts(e);
+  const auto ein = g.e_inputs();
+  for (int i : ein) e.linef("float x{}[U * V];", i);
+  auto each_vector = [&](const std::function<void()>& body) {
+    e.line("#pragma unroll").open("for (int u = 0; u < U; ++u)").line("const int64_t i = (base + static_cast<int64_t>(u) * B) * V;");
+    e.open("if (i < total)");
+    body();
+    e.close().close();
+  };
+  each_vector([&] { load_vectors(ein, "u", "i", e); });
+  std::vector<int> outs(p.outputs.size());
+  for (size_t j = 0; j < outs.size(); ++j) outs[j] = static_cast<int>(j);
+  each_vector([&] {
+    if (cols) e.line("const int64_t c0 = i % n;");
+    for (int j : outs) e.linef("float o{}[V];", j);
+    e.line("#pragma unroll").open("for (int v = 0; v < V; ++v)");
+    if (cols) e.line("const int64_t c = c0 + v;");
+    g.element(output_ids(p, outs), [](int i) { return fmt::format("x{}[u * V + v]", i); }, "c", e);
+    for (int j : outs) e.linef("o{}[v] = {};", j, g.value(p.outputs[j].second));
+    e.close();
+    store_vectors(outs, "i", e);
+  });
+  e.close();
+  // a total that is not a multiple of 4 cannot take the float4 path
+  const std::string launch = R"(  vec = vec && total % 4 == 0;
+  if (total == 0) return 0;
+  const int v = vec ? 4 : 1;
+  const int64_t blocks = (total / v + static_cast<int64_t>(B) * U - 1) / (static_cast<int64_t>(B) * U);
+  if (blocks > 2147483647) return 6;
+  if (vec) kfab_flat<4><<<static_cast<unsigned>(blocks), B, 0, stream>>>(a, total, n);
+  else kfab_flat<1><<<static_cast<unsigned>(blocks), B, 0, stream>>>(a, total, n);
+)";
+  host(g, default_binding(p), launch, e);
+  return e.take();
+}
+
+// The generated text of a row kernel family: definitions and kernels, then the statements in
+// kfab_run that launch them (after the checks).
+struct Parts {
+  std::string code;
+  std::string launch;
+};
+
+// A row kernel's body, cached (the row in registers, IT vectors a thread) or streamed (every pass
+// over the row reads it from global memory, L2 for the later ones).
+class RowKernel final : public RowSteps {
+ public:
+  RowKernel(const Gen& g, bool cached, bool any_k_out, Emitter& e) : g_(g), p_(g.p), cached_(cached), any_k_out_(any_k_out), e_(e) {}
+
+  void emit() {
+    e_.line("const int lane = threadIdx.x % G;");
+    e_.line("__shared__ float red_s[NRED][G > 32 ? G / 32 : 1];").line("float* red[NRED];").line("#pragma unroll");
+    e_.line("for (int k = 0; k < NRED; ++k) red[k] = red_s[k];").line("(void)red;");
+    if (any_k_out_) {
+      e_.line("__shared__ double kfab_part[NALL][B / G];  // the block's rows' shares of each all-reduction");
+      e_.line("if (lane == 0)").line("#pragma unroll").indent().line("for (int k = 0; k < NALL; ++k) kfab_part[k][threadIdx.x / G] = 0.0;").dedent();
+    }
+    // A block takes B / G rows at a time (a chunk), chunk blockIdx.x, then gridDim.x further on: one
+    // chunk a block when the grid has a block a chunk; with a grid of resident blocks (persist) a
+    // block goes on to its next rows at once, and pays its all-reductions' atomics and counter once.
+    e_.line("const int64_t chunks = (rows + B / G - 1) / (B / G);");
+    e_.open("for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x)");
+    e_.line("const int64_t row = chunk * (B / G) + threadIdx.x / G;");
+    e_.line("const bool live = row < rows;").line("const int64_t r0 = (live ? row : 0) * n;");
+    if (cached_) {
+      const auto ein = g_.e_inputs();
+      for (int i : ein) e_.linef("float x{}[IT * V];", i);
+      e_.line("#pragma unroll").open("for (int it = 0; it < IT; ++it)").line("const int64_t c0 = (static_cast<int64_t>(it) * G + lane) * V;");
+      e_.open("if (c0 < n)");
+      load_vectors(ein, "it", "r0 + c0", e_);
+      e_.close().close();
+    }
+    walk_rows(g_, *this);
+    outputs();
+    // the next chunk's reductions reuse the shared slots this one's may still be reading
+    e_.open("if constexpr (G > 32)").line("if (chunk + gridDim.x < chunks) __syncthreads();").close();
+    e_.close("}  // chunks");
+    if (any_k_out_) finish_block();
+  }
+
+  void scalar(int k) override { e_.linef("const float k{} = {};", k, g_.scalar_expr(k)); }
+  void row_input(int k) override {
+    const int i = p_.nodes[k].input;
+    if (p_.inputs[i].integer) {
+      e_.linef("const long long qi{0} = live ? static_cast<long long>(a.in{0}[row]) : 0;", i);
+      e_.linef("const float r{} = static_cast<float>(qi{});", k, i);
+    } else {
+      e_.linef("const float r{} = live ? a.in{}[row] : 0.0f;", k, i);
+    }
+  }
+  void reduce(int k, int op) override {
+    const int arg = p_.nodes[k].args[0];
+    const std::string acc = fmt::format("s{}", k);
+    e_.linef("float {} = {};", acc, op == 1 ? "-INFINITY" : op == 2 ? "INFINITY" : "0.0f");
+    over_row([&] {
+      g_.element({arg}, access(), "c", e_);
+      e_.linef("{0} = kfab_combine<{1}>({0}, {2});", acc, op, g_.value(arg));
+    });
+    e_.linef("{0} = kfab_group<G, {1}>({0}, red[{2}]);", acc, op, g_.redslot[k]);
+    if (is_row_reduction(p_.nodes[k].op))
+      e_.linef("const float r{} = {};", k, p_.nodes[k].op == "rowmean" ? acc + " / static_cast<float>(n)" : acc);
+    else
+      e_.linef("if (lane == 0 && live) kfab_part[{}][threadIdx.x / G] += static_cast<double>({});", g_.allslot[k], acc);
+  }
+  void share(int k) override {
+    e_.linef("if (lane == 0 && live) kfab_part[{}][threadIdx.x / G] += static_cast<double>({});", g_.allslot[k], g_.value(p_.nodes[k].args[0]));
+  }
+  void pick(int k) override {
+    g_.pick(k, [](int i) { return fmt::format("__ldg(a.in{} + r0 + c)", i); }, e_);
+  }
+  void row_value(int k, const std::string& expr) override { e_.linef("const float r{} = {};", k, expr); }
+
+ private:
+  Access access() const {
+    if (cached_) return [](int i) { return fmt::format("x{}[it * V + v]", i); };
+    return [](int i) { return fmt::format("__ldg(a.in{} + r0 + c)", i); };
+  }
+
+  // `inner` for each element c of the thread's part of the row.
+  void over_row(const std::function<void()>& inner, bool outputs = false) {
+    if (cached_) {
+      e_.line("#pragma unroll").open("for (int it = 0; it < IT; ++it)").line("const int64_t c0 = (static_cast<int64_t>(it) * G + lane) * V;");
+    } else {
+      e_.open("for (int64_t c0 = static_cast<int64_t>(lane) * V; c0 < n; c0 += static_cast<int64_t>(G) * V)");
+    }
+    if (outputs) {
+      if (cached_) e_.line("if (c0 >= n) continue;");
+      inner();
+    } else {
+      if (cached_) e_.open("if (c0 < n)");
+      e_.line("#pragma unroll").open("for (int v = 0; v < V; ++v)").line("const int64_t c = c0 + v;");
+      inner();
+      e_.close();
+      if (cached_) e_.close();
+    }
+    e_.close();
+  }
+
+  // The per-element outputs, written a vector at a time, and the per-row ones.
+  void outputs() {
+    for (int j : g_.outputs_of(VClass::R)) e_.linef("if (lane == 0 && live) a.out{}[row] = {};", j, g_.value(p_.outputs[j].second));
+    const std::vector<int> eouts = g_.outputs_of(VClass::E);
+    if (eouts.empty()) return;
+    over_row(
+        [&] {
+          e_.line("if (!live) continue;");
+          for (int j : eouts) e_.linef("float o{}[V];", j);
+          e_.line("#pragma unroll").open("for (int v = 0; v < V; ++v)").line("const int64_t c = c0 + v;");
+          g_.element(output_ids(p_, eouts), access(), "c", e_);
+          for (int j : eouts) e_.linef("o{}[v] = {};", j, g_.value(p_.outputs[j].second));
+          e_.close();
+          store_vectors(eouts, "r0 + c0", e_);
+        },
+        true);
+  }
+
+  // Warp 0 adds the block's shares (one atomic a sum); the last block to finish turns the sums into
+  // the scalar outputs.
+  void finish_block() {
+    e_.line("__syncthreads();").open("if (threadIdx.x < 32)").line("#pragma unroll").open("for (int k = 0; k < NALL; ++k)");
+    e_.line("double t = 0.0;").line("for (int r = threadIdx.x; r < B / G; r += 32) t += kfab_part[k][r];").line("#pragma unroll");
+    e_.line("for (int off = 16; off > 0; off /= 2) t += __shfl_xor_sync(0xffffffffu, t, off);");
+    e_.line("if (threadIdx.x == 0) atomicAdd(&a.ws[(blockIdx.x % NSPREAD) * NALL + k], t);").close();
+    e_.line("__threadfence();  // the sums, before the block is counted");
+    e_.line("unsigned last = threadIdx.x == 0 && atomicAdd(&kfab_blocks_done, 1u) == gridDim.x - 1;");
+    e_.line("last = __shfl_sync(0xffffffffu, last, 0);");
+    e_.open("if (last)").line("__threadfence();").line("kfab_finish_scalars(a, rows, n);");
+    e_.line("if (threadIdx.x == 0) atomicExch(&kfab_blocks_done, 0u);").close().close();
+  }
+
+  const Gen& g_;
+  const Program& p_;
+  bool cached_, any_k_out_;
+  Emitter& e_;
+};
+
+// The scalar outputs, from the all-reductions' sums, which are read and zeroed for the next call.
+void finish_scalars(const Gen& g, Emitter& e) {
+  e.blank().line("// Scalar outputs, from the all-reductions' sums (read and zeroed for the next call), by one whole warp.");
+  e.open("__device__ void kfab_finish_scalars(const Args& a, int64_t rows, int64_t n)").line("(void)rows, (void)n;");
+  g.scalars(
+      [](int k, int slot, Emitter& s) {
+        s.linef("double w{} = 0.0;", k);
+        s.nested("for (int s = threadIdx.x; s < NSPREAD; s += 32)",
+                 fmt::format("w{} += __longlong_as_double(static_cast<long long>(atomicExch(reinterpret_cast<unsigned long long*>(&a.ws[s * NALL + {}]), "
+                             "0ull)));",
+                             k, slot));
+        s.line("#pragma unroll").linef("for (int off = 16; off > 0; off /= 2) w{0} += __shfl_xor_sync(0xffffffffu, w{0}, off);", k);
+      },
+      [](int) { return false; }, "if (threadIdx.x == 0) ", e);  // one warp runs it: lane 0 stores
+  e.close().blank().line("// The same when there are no rows (no row kernel ran).");
+  e.open("__global__ void kfab_finish(Args a, int64_t rows, int64_t n)");
+  e.line("if (threadIdx.x < 32 && blockIdx.x == 0) kfab_finish_scalars(a, rows, n);").close();
+}
+
+// The row kernels' launch: the smallest register footprint that holds the row, IT = 1, 2, 4 .. I
+// float4 a thread, so that one parameter point fits every row length (a task's tuning shapes may
+// differ in it); longer rows streamed.
+std::string rows_launch(int I, bool autog, bool any_k_out) {
+  Emitter e(1);
+  // an if-chain over IT, left open for the caller to go on with or close
+  auto pick_it = [&](const std::string& bt, const std::string& gt, const std::string& blocks) {
+    for (int it = 1; it <= I; it *= 2) {
+      const std::string cond = fmt::format("if (n <= static_cast<int64_t>({}) * {} * 4)", gt, it);
+      if (it == 1) e.open(cond);
+      else e.reopen("} else " + cond + " {");
+      e.linef("if (vec) kfab_go<P>(kfab_rows_cached<{0}, {1}, 4, {2}>, {3}, {0}, stream, a, rows, n);", bt, gt, it, blocks);
+      e.linef("else kfab_go<P>(kfab_rows_cached<{0}, {1}, 1, {2}>, {3}, {0}, stream, a, rows, n);", bt, gt, it * 4, blocks);
+    }
+  };
+  e.open("if (rows > 0)").line("const int64_t blocks = (rows + B / G - 1) / (B / G);").line("if (blocks > 2147483647) return 6;");
+  if (autog) {
+    e.line("// short rows, and enough of them: a warp per row, 8 rows a block").open("if (n <= 32 * 4 * I && rows >= 2048)");
+    pick_it("256", "32", "(rows + 7) / 8");
+    e.close().reopen("} else {");
+  }
+  pick_it("B", "G", "blocks");
+  e.reopen("} else if (vec) {").line("kfab_go<P>(kfab_rows_stream<B, G, 4>, blocks, B, stream, a, rows, n);");
+  e.reopen("} else {").line("kfab_go<P>(kfab_rows_stream<B, G, 1>, blocks, B, stream, a, rows, n);").close();
+  if (autog) e.close();
+  e.close();
+  if (any_k_out) e.line("if (rows == 0) kfab_finish<<<1, 32, 0, stream>>>(a, rows, n);");
+  return e.take();
+}
+
+Parts rows_parts(const Gen& g, const TemplateParams& tp) {
+  const Program& p = g.p;
+  const int B = param(tp, "block", 256), I = param(tp, "items", 4), P = param(tp, "persist", 0);
+  // group=auto: a warp per row where the row fits a warp's registers (and there are rows enough),
+  // the whole block per row otherwise, decided per call
+  const bool autog = tp.count("group") && tp.at("group") == "auto";
+  int G = autog ? B : std::min(param(tp, "group", B), B);
+  if (G > 32) G = B;  // more than a warp per row: the whole block
+  Emitter e;
+  e.linef("constexpr int B = {}, G = {}, I = {};  // threads per block, threads per row{}, at most I float4 a thread keeps", B, G, I,
+          autog ? " (or a warp per row of 256-thread blocks, for short rows)" : "");
+  e.linef("constexpr int NRED = {}, NALL = {};", std::max(1, g.n_red), std::max(1, g.n_all));
+  e.linef("constexpr int P = {};  // 0: a block a chunk of rows; P > 0: at most P blocks an SM can hold at once, each taking chunks in turn", P);
+  e.line("constexpr int NSPREAD = 64;  // all-reduction sums are spread over this many slots (less atomic contention)").blank();
+  args_struct(p, e);
+  e.line("__device__ double kfab_ws[NALL * NSPREAD];  // all-reduction sums; zero between calls");
+  e.line("__device__ unsigned int kfab_blocks_done;          // blocks of the current launch that have added theirs; zero between calls");
+  e.blank().raw(template_text("row_reduce.cuh")).raw(template_text("resident.cuh"));
+  bool any_k_out = false;  // scalar outputs (all-reductions)
+  for (const auto& o : p.outputs) any_k_out = any_k_out || p.nodes[o.second].cls == VClass::K;
+  if (any_k_out) finish_scalars(g, e);
+  e.blank().line("// A row kernel whose threads keep IT vectors of V floats of their row in registers (rows of up to");
+  e.line("// G * IT * V elements), G threads a row, B a block.").line("template <int B, int G, int V, int IT>");
+  e.open("__global__ void __launch_bounds__(B) kfab_rows_cached(Args a, int64_t rows, int64_t n)");
+  RowKernel(g, true, any_k_out, e).emit();
+  e.close().blank().line("// The same for longer rows: every pass over the row reads it from global memory (L2 for the later ones).");
+  e.line("template <int B, int G, int V>").open("__global__ void __launch_bounds__(B) kfab_rows_stream(Args a, int64_t rows, int64_t n)");
+  RowKernel(g, false, any_k_out, e).emit();
+  e.close();
+  std::string launch;
+  if (g.n_all > 0)  // kfab_ws is zero between calls: zero at module load, and zeroed again by the block that reads it
+    launch = "  static double* ws = nullptr;\n"
+             "  if (ws == nullptr && cudaGetSymbolAddress(reinterpret_cast<void**>(&ws), kfab_ws) != cudaSuccess) return 4;\n"
+             "  a.ws = ws;\n";
+  return {e.take(), launch + rows_launch(I, autog, any_k_out)};
+}
+
+std::string generate_rows(const Program& p, const TemplateParams& tp, const std::string& title) {
+  const Gen g(p, cuda_lang());
+  const int B = param(tp, "block", 256);
+  const int G = std::min(param(tp, "group", B), B) > 32 ? B : std::min(param(tp, "group", B), B);
+  const bool autog = tp.count("group") && tp.at("group") == "auto";
+  Emitter e;
+  head(title, tp, fmt::format("A row kernel ({} threads per row); the program", autog ? fmt::format("a warp or {}", B) : std::to_string(G)), p, e);
+  e.raw(kPrelude).raw(host_checks()).blank();
+  const Parts parts = rows_parts(g, tp);
+  e.raw(parts.code);
+  host(g, default_binding(p), parts.launch, e);
+  return e.take();
+}
+
+// ---- GEMM with an epilogue ----------------------------------------------------------------------
+
+/// The end of the GEMM kernel, over its accumulators acc[TM][TN]: a pointwise epilogue applied in
+/// the registers and written to the outputs (`fused`), else the product written for the row kernel.
+void gemm_epilogue(const Gen& g, int pin, bool fused, Emitter& e) {
+  const Program& p = g.p;
+  if (fused) g.kconsts(e);
+  e.line("#pragma unroll").open("for (int ii = 0; ii < TM; ++ii)").line("const int64_t row = m0 + ty * TM + ii;").line("if (row >= rows) continue;");
+  e.line("#pragma unroll").open("for (int jj = 0; jj < TN; ++jj)").line("const int64_t c = n0 + tx * TN + jj;");
+  if (fused) {
+    e.line("if (c >= n) continue;");
+    std::vector<int> outs;
+    for (const auto& o : p.outputs) outs.push_back(o.second);
+    g.element(outs, [&](int i) { return i == pin ? std::string("acc[ii][jj]") : fmt::format("__ldg(a.in{} + row * n + c)", i); }, "c", e);
+    for (size_t j = 0; j < p.outputs.size(); ++j) e.linef("a.out{}[row * n + c] = {};", j, g.value(p.outputs[j].second));
+  } else {
+    e.line("if (c < n) o.C[row * n + c] = acc[ii][jj];");
+  }
+  e.close().close();
+}
+
+/// kfab_run's end for the GEMM: the grid, the float4 choice and the launch; with a row kernel after
+/// it, the product's buffer (b.setup), kept between calls.
+std::string gemm_launch(bool fused, int pin, Binding& b) {
+  if (!fused)
+    b.setup = fmt::format(R"(  // the product's buffer, kept between calls (grown when a shape needs more)
+  static float* product = nullptr;
+  static int64_t capacity = 0;
+  if (total > capacity) {{
+    if (product != nullptr) cudaFree(product);
+    product = nullptr, capacity = 0;
+    if (cudaMalloc(reinterpret_cast<void**>(&product), sizeof(float) * static_cast<size_t>(total)) != cudaSuccess) return 4;
+    capacity = total;
+  }}
+  a.in{} = product;
+)",
+                          pin);
+  return fmt::format(R"(  if (total == 0) return 0;
+  const int64_t gx = (n + BN - 1) / BN, gy = (rows + BM - 1) / BM;
+  if (gx > 2147483647 || gy > 65535) return 6;
+  const Operands o{{static_cast<const float*>(A.data), static_cast<const float*>(W.data), {}}};
+  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
+  const bool v4 = K % 4 == 0 && (TRANS_B || n % 4 == 0) && kfab_aligned16(A.data) && kfab_aligned16(W.data);
+  if (v4) kfab_gemm<true><<<grid, NT, 0, stream>>>(o, a, rows, n, K);
+  else kfab_gemm<false><<<grid, NT, 0, stream>>>(o, a, rows, n, K);
+)",
+                     fused ? "nullptr" : "product");
+}
+
+}  // namespace
+
+std::string generate_fused_cuda(const Program& p, const TemplateParams& tp, const std::string& title) {
+  const auto it = tp.find("kernel");
+  if (it != tp.end() && it->second == "flat" && !p.needs_rows()) return generate_flat(p, tp, title);
+  return generate_rows(p, tp, title);
+}
+
+std::string generate_gemm_cuda(const GemmProgram& gp, const TemplateParams& tp, const std::string& title) {
+  const Program& p = gp.epilogue;
+  const Gen g(p, cuda_lang());
+  const int pin = product_input(gp);
+  const bool fused = pointwise_only(g);
+  Emitter e;
+  head(title, tp,
+       fmt::format("{}: C = A @ {}, then the epilogue", fused ? "A tiled GEMM, epilogue applied to the registers" : "A tiled GEMM, then a row kernel",
+                   gp.trans_b ? "W^T (W is [N, K])" : "B"),
+       p, e);
+  e.raw(kPrelude).raw(host_checks()).blank();
+  Parts rows;
+  if (fused) {
+    args_struct(p, e);
+  } else {
+    rows = rows_parts(g, {{"block", "256"}, {"group", "256"}, {"items", "8"}});  // declares Args too
+    e.raw(rows.code);
+  }
+  e.blank();
+  e.linef("constexpr int BM = {}, BN = {}, BK = {}, TM = {}, TN = {};  // block tile, depth, outputs per thread", param(tp, "bm", 128),
+          param(tp, "bn", 128), param(tp, "bk", 8), param(tp, "tm", 8), param(tp, "tn", 8));
+  e.line("constexpr int NT = (BM / TM) * (BN / TN);                             // threads per block");
+  e.linef("constexpr bool TRANS_B = {};                                     // B given as W [N, K]", gp.trans_b ? "true" : "false");
+  e.line("constexpr int LA = BM * BK / NT, LB = BN * BK / NT;                   // tile elements a thread stages");
+  e.line("static_assert(LA % 4 == 0 && LB % 4 == 0 && BK % 4 == 0 && BN % 4 == 0, \"tiles are staged 4 floats at a time\");").blank();
+  e.raw(template_text("gemm_tile.cuh")).blank();
+  e.line("template <bool VEC>").open("__global__ void __launch_bounds__(NT) kfab_gemm(Operands o, Args a, int64_t rows, int64_t n, int64_t K)");
+  e.line("const int tx = threadIdx.x % (BN / TN), ty = threadIdx.x / (BN / TN);");
+  e.line("const int64_t m0 = static_cast<int64_t>(blockIdx.y) * BM, n0 = static_cast<int64_t>(blockIdx.x) * BN;");
+  e.line("float acc[TM][TN] = {};").line("kfab_gemm_tile<VEC>(o, rows, n, K, m0, n0, acc);").line("(void)a, (void)o;");
+  gemm_epilogue(g, pin, fused, e);
+  e.close();
+  Binding b = gemm_binding(gp);
+  std::string launch = gemm_launch(fused, pin, b);
+  if (!fused) launch += rows.launch;
+  host(g, b, launch, e);
+  return e.take();
+}
+
+}  // namespace kfab

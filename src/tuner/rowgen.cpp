@@ -1,0 +1,339 @@
+#include "tuner/rowgen.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <map>
+
+namespace kfab::rowgen {
+
+std::string flit(double v) {
+  if (std::isnan(v)) return "NAN";
+  if (std::isinf(v)) return v > 0 ? "INFINITY" : "(-INFINITY)";
+  return fmt::format("{:.9g}f", v).find_first_of(".eEn") == std::string::npos ? fmt::format("{:.1f}f", v) : fmt::format("{:.9g}f", v);
+}
+
+namespace {
+
+// The device reads inputs through the read-only cache and has exp and rsqrt intrinsics.
+class CudaLang final : public Lang {
+ public:
+  std::string load(int input, std::string_view index) const override {
+    return index.empty() ? fmt::format("__ldg(a.in{})", input) : fmt::format("__ldg(a.in{} + {})", input, index);
+  }
+  std::string_view exp() const override { return "expf"; }
+  std::string_view rsqrt() const override { return "rsqrtf"; }
+  std::string_view stream() const override { return "cudaStream_t stream = static_cast<cudaStream_t>(stream_);"; }
+  std::string_view run_end() const override { return "return cudaGetLastError() == cudaSuccess ? 0 : 5;"; }
+};
+
+// The host's exp is the prelude's polynomial (it vectorises under omp simd; expf does not).
+class CppLang final : public Lang {
+ public:
+  std::string load(int input, std::string_view index) const override {
+    return fmt::format("a.in{}[{}]", input, index.empty() ? std::string_view("0") : index);
+  }
+  std::string_view exp() const override { return "kfab_exp"; }
+  std::string_view rsqrt() const override { return "kfab_rsqrt"; }
+  std::string_view stream() const override { return "(void)stream_;"; }
+  std::string_view run_end() const override { return "return 0;"; }
+};
+
+}  // namespace
+
+const Lang& cuda_lang() {
+  static const CudaLang l;
+  return l;
+}
+const Lang& cpp_lang() {
+  static const CppLang l;
+  return l;
+}
+
+std::string pointwise(const Program& p, const PNode& n, const std::vector<std::string>& a, const Lang& lang) {
+  const std::string& o = n.op;
+  const std::string exp(lang.exp()), rsqrt(lang.rsqrt());
+  if (o == "ncols") return "static_cast<float>(n)";
+  if (o == "nrows") return "static_cast<float>(rows)";
+  if (o == "pow") {
+    const PNode& e = p.nodes[n.args[1]];
+    if (e.op == "const") {
+      if (e.value == 1.0) return a[0];
+      if (e.value == 2.0) return "(" + a[0] + " * " + a[0] + ")";
+      if (e.value == 3.0) return "(" + a[0] + " * " + a[0] + " * " + a[0] + ")";
+      if (e.value == 0.5) return "sqrtf(" + a[0] + ")";
+      if (e.value == -0.5) return rsqrt + "(" + a[0] + ")";
+      if (e.value == -1.0) return "(1.0f / " + a[0] + ")";
+    }
+    return "powf(" + a[0] + ", " + a[1] + ")";
+  }
+  if (o == "neg") return "(-" + a[0] + ")";
+  if (o == "sigmoid") return "(1.0f / (1.0f + " + exp + "(-" + a[0] + ")))";
+  if (o == "silu") return "(" + a[0] + " / (1.0f + " + exp + "(-" + a[0] + ")))";
+  if (o == "sign") return "(float)((" + a[0] + " > 0.0f) - (" + a[0] + " < 0.0f))";
+  if (o == "not") return "(" + a[0] + " == 0.0f ? 1.0f : 0.0f)";
+  if (o == "reciprocal") return "(1.0f / " + a[0] + ")";
+  // one-argument functions
+  const std::map<std::string, std::string> fn = {
+      {"abs", "fabsf"},   {"exp", exp},     {"log", "logf"},   {"log1p", "log1pf"}, {"expm1", "expm1f"},   {"tanh", "tanhf"},
+      {"sqrt", "sqrtf"},  {"rsqrt", rsqrt}, {"erf", "erff"},   {"sin", "sinf"},     {"cos", "cosf"},       {"floor", "floorf"},
+      {"ceil", "ceilf"},  {"gelu_erf", "kfab_gelu_erf"},      {"gelu_tanh", "kfab_gelu_tanh"}};
+  if (auto it = fn.find(o); it != fn.end()) return it->second + "(" + a[0] + ")";
+  if (o == "relu") return "fmaxf(" + a[0] + ", 0.0f)";
+  const std::map<std::string, std::string> infix = {{"add", "+"}, {"sub", "-"}, {"mul", "*"}, {"div", "/"}};
+  if (auto it = infix.find(o); it != infix.end()) return "(" + a[0] + " " + it->second + " " + a[1] + ")";
+  if (o == "max") return "fmaxf(" + a[0] + ", " + a[1] + ")";
+  if (o == "min") return "fminf(" + a[0] + ", " + a[1] + ")";
+  const std::map<std::string, std::string> cmp = {{"lt", "<"}, {"le", "<="}, {"gt", ">"}, {"ge", ">="}, {"eq", "=="}, {"ne", "!="}};
+  if (auto it = cmp.find(o); it != cmp.end()) return "(" + a[0] + " " + it->second + " " + a[1] + " ? 1.0f : 0.0f)";
+  if (o == "and") return "(" + a[0] + " != 0.0f && " + a[1] + " != 0.0f ? 1.0f : 0.0f)";
+  if (o == "or") return "(" + a[0] + " != 0.0f || " + a[1] + " != 0.0f ? 1.0f : 0.0f)";
+  if (o == "where") return "(" + a[0] + " != 0.0f ? " + a[1] + " : " + a[2] + ")";
+  return "";
+}
+
+Gen::Gen(const Program& prog, const Lang& l)
+    : p(prog), lang(l), live(prog.nodes.size()), allslot(prog.nodes.size(), -1), redslot(prog.nodes.size(), -1) {
+  std::function<void(int)> mark = [&](int k) {
+    if (live[k]) return;
+    live[k] = true;
+    for (int a : p.nodes[k].args) mark(a);
+  };
+  for (const auto& [name, id] : p.outputs) mark(id);
+  for (size_t k = 0; k < p.nodes.size(); ++k) {
+    if (!live[k]) continue;
+    if (is_all_reduction(p.nodes[k].op)) allslot[k] = n_all++;
+    // an all-reduction of a per-element value reduces its row first
+    if (is_row_reduction(p.nodes[k].op) || (is_all_reduction(p.nodes[k].op) && p.nodes[p.nodes[k].args[0]].cls == VClass::E))
+      redslot[k] = n_red++;
+  }
+}
+
+std::string Gen::value(int k) const {
+  const PNode& n = p.nodes[k];
+  if (n.cls == VClass::E || n.cls == VClass::C) return fmt::format("e{}", k);
+  if (n.op == "const") return flit(n.value);
+  return fmt::format("{}{}", n.cls == VClass::K ? 'k' : 'r', k);
+}
+
+std::string Gen::scalar_expr(int k) const {
+  const PNode& n = p.nodes[k];
+  if (n.op == "in") return lang.load(n.input, "");
+  std::vector<std::string> args;
+  for (int x : n.args) args.push_back(value(x));
+  return pointwise(p, n, args, lang);
+}
+
+void Gen::element(const std::vector<int>& targets, const Access& access, const std::string& col, Emitter& e) const {
+  std::vector<bool> need(p.nodes.size());
+  std::function<void(int)> mark = [&](int k) {
+    const PNode& n = p.nodes[k];
+    if (need[k] || (n.cls != VClass::E && n.cls != VClass::C)) return;
+    need[k] = true;
+    for (int a : n.args) mark(a);
+  };
+  for (int t : targets) mark(t);
+  for (size_t k = 0; k < p.nodes.size(); ++k) {
+    if (!need[k]) continue;
+    const PNode& n = p.nodes[k];
+    std::string v;
+    if (n.op == "in") {
+      v = n.cls == VClass::E ? access(n.input) : lang.load(n.input, col);
+    } else {
+      std::vector<std::string> args;
+      for (int x : n.args) args.push_back(value(x));
+      v = pointwise(p, n, args, lang);
+    }
+    e.linef("const float e{} = {};", k, v);
+  }
+}
+
+void Gen::scalars(const std::function<void(int, int, Emitter&)>& sum, const std::function<bool(int)>& in_scope, std::string_view store,
+                  Emitter& e) const {
+  std::vector<bool> need(p.nodes.size());
+  std::function<void(int)> mark = [&](int k) {
+    if (need[k] || p.nodes[k].cls != VClass::K) return;
+    need[k] = true;
+    if (!is_all_reduction(p.nodes[k].op))
+      for (int x : p.nodes[k].args) mark(x);
+  };
+  for (const auto& o : p.outputs)
+    if (p.nodes[o.second].cls == VClass::K) mark(o.second);
+  for (size_t k = 0; k < p.nodes.size(); ++k) {
+    const PNode& n = p.nodes[k];
+    if (!need[k] || n.op == "const" || in_scope(static_cast<int>(k))) continue;
+    if (!is_all_reduction(n.op)) {
+      e.linef("const float k{} = {};", k, scalar_expr(static_cast<int>(k)));
+      continue;
+    }
+    const bool per_elem = p.nodes[n.args[0]].cls == VClass::E;
+    sum(static_cast<int>(k), allslot[k], e);
+    e.linef("const float k{} = static_cast<float>(w{}{});", k, k,
+            n.op == "allmean" ? (per_elem ? " / (static_cast<double>(rows) * static_cast<double>(n))" : " / static_cast<double>(rows)") : "");
+  }
+  for (int j : outputs_of(VClass::K)) e.linef("{}a.out{}[0] = {};", store, j, value(p.outputs[j].second));
+}
+
+void Gen::kconsts(Emitter& e) const {
+  for (size_t k = 0; k < p.nodes.size(); ++k)
+    if (live[k] && p.nodes[k].cls == VClass::K && p.nodes[k].op != "const") e.linef("const float k{} = {};", k, scalar_expr(static_cast<int>(k)));
+}
+
+void Gen::pick(int k, const Access& access, Emitter& e) const {
+  const PNode& n = p.nodes[k];
+  const PNode& ix = p.nodes[n.args[1]];
+  const std::string col = ix.op == "in" && p.inputs[ix.input].integer ? fmt::format("static_cast<int64_t>(qi{})", ix.input)
+                                                                      : fmt::format("static_cast<int64_t>({})", value(n.args[1]));
+  e.linef("float r{} = NAN;", k).open("");
+  e.linef("const int64_t c = {};", col).open("if (c >= 0 && c < n)");
+  element({n.args[0]}, access, "c", e);
+  e.linef("r{} = {};", k, value(n.args[0])).close().close();
+}
+
+std::vector<int> Gen::e_inputs() const {
+  std::vector<int> v;
+  for (size_t k = 0; k < p.nodes.size(); ++k)
+    if (live[k] && p.nodes[k].op == "in" && p.nodes[k].cls == VClass::E) v.push_back(p.nodes[k].input);
+  return v;
+}
+
+std::vector<int> Gen::outputs_of(VClass c) const {
+  std::vector<int> v;
+  for (size_t j = 0; j < p.outputs.size(); ++j)
+    if (p.nodes[p.outputs[j].second].cls == c) v.push_back(static_cast<int>(j));
+  return v;
+}
+
+void walk_rows(const Gen& g, RowSteps& steps) {
+  const Program& p = g.p;
+  std::vector<bool> picked(p.nodes.size());
+  for (size_t k = 0; k < p.nodes.size(); ++k) {
+    const PNode& n = p.nodes[k];
+    const int id = static_cast<int>(k);
+    if (!g.live[k] || n.op == "const") continue;
+    if (n.cls == VClass::K && !n.after_all) {
+      steps.scalar(id);
+    } else if (n.op == "in" && n.cls == VClass::R) {
+      steps.row_input(id);
+      for (size_t k2 = k + 1; k2 < p.nodes.size(); ++k2)
+        if (g.live[k2] && p.nodes[k2].op == "pick" && p.nodes[k2].args[1] == id && p.nodes[p.nodes[k2].args[0]].op == "in") {
+          steps.pick(static_cast<int>(k2));
+          picked[k2] = true;
+        }
+    } else if (n.cls != VClass::R && !is_all_reduction(n.op)) {
+      continue;  // per-element and per-column values are computed per element
+    } else if (is_row_reduction(n.op) || g.redslot[k] >= 0) {
+      steps.reduce(id, n.op == "rowmax" ? 1 : n.op == "rowmin" ? 2 : 0);
+    } else if (is_all_reduction(n.op)) {
+      steps.share(id);
+    } else if (n.op == "pick") {
+      if (!picked[k]) steps.pick(id);
+    } else {
+      std::vector<std::string> args;
+      for (int x : n.args) args.push_back(g.value(x));
+      steps.row_value(id, pointwise(p, n, args, g.lang));
+    }
+  }
+}
+
+void args_struct(const Program& p, Emitter& e) {
+  e.open("struct Args");
+  for (size_t i = 0; i < p.inputs.size(); ++i)
+    e.linef("const {}* __restrict__ in{};", p.inputs[i].integer ? (p.inputs[i].i32 ? "int32_t" : "long long") : "float", i);
+  for (size_t j = 0; j < p.outputs.size(); ++j) e.linef("float* __restrict__ out{};", j);
+  e.line("double* ws;").close("};");
+}
+
+Binding default_binding(const Program& p) {
+  Binding b;
+  b.n_in = static_cast<int>(p.inputs.size());
+  int main_in = -1;
+  for (size_t i = 0; i < p.inputs.size(); ++i) {
+    b.tensor.push_back(static_cast<int>(i));
+    if (main_in < 0 && p.inputs[i].cls == VClass::E && !p.inputs[i].integer) main_in = static_cast<int>(i);
+  }
+  Emitter e(1);
+  e.linef("const kfab_tensor& m = in[{}];", main_in);
+  if (p.row_dims <= 1) {
+    e.line("if (m.ndim < 1 || !kfab_dense(m)) return 2;").line("const int64_t n = m.shape[m.ndim - 1];");
+  } else {  // a row is the last row_dims dimensions
+    e.linef("if (m.ndim < {} || !kfab_dense(m)) return 2;", p.row_dims).line("int64_t n = 1;");
+    e.nested(fmt::format("for (int32_t d = m.ndim - {}; d < m.ndim; ++d)", p.row_dims), "n *= m.shape[d];");
+  }
+  e.line("const int64_t total = kfab_numel(m);").line("const int64_t rows = n > 0 ? total / n : 0;");
+  b.shape = e.take();
+  return b;
+}
+
+Binding gemm_binding(const GemmProgram& gp) {
+  Binding b;
+  b.n_in = gp.tensors;
+  b.tensor = gp.bind;
+  Emitter e(1);
+  e.linef("const kfab_tensor& A = in[{}];", gp.a).linef("const kfab_tensor& W = in[{}];", gp.b);
+  e.line("if (A.dtype != KFAB_F32 || W.dtype != KFAB_F32 || A.ndim != 2 || W.ndim != 2 || !kfab_dense(A) || !kfab_dense(W)) return 2;");
+  e.line("const int64_t rows = A.shape[0], K = A.shape[1];").linef("const int64_t n = W.shape[{}];", gp.trans_b ? 0 : 1);
+  e.linef("if (W.shape[{}] != K) return 2;", gp.trans_b ? 1 : 0).line("const int64_t total = rows * n;");
+  b.shape = e.take();
+  return b;
+}
+
+void host(const Gen& g, const Binding& b, const std::string& launch, Emitter& e) {
+  const Program& p = g.p;
+  e.blank().line("}  // namespace").blank();
+  e.open("KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void* stream_)");
+  e.linef("if (in == nullptr || out == nullptr || n_in != {} || n_out != {}) return 1;", b.n_in, p.outputs.size());
+  e.line(g.lang.stream()).raw(b.shape).line("bool vec = n % 4 == 0;").line("Args a{};");
+  auto check = [&](const std::string& t, VClass c, const char* dtype) {
+    const char* count = c == VClass::E ? "total" : c == VClass::C ? "n" : c == VClass::R ? "rows" : "1";
+    e.linef("if ({0}.dtype != {1} || !kfab_dense({0}) || kfab_numel({0}) != {2}) return 3;", t, dtype, count);
+  };
+  for (size_t i = 0; i < p.inputs.size(); ++i) {
+    const auto& in = p.inputs[i];
+    if (b.tensor[i] < 0) continue;
+    const std::string t = fmt::format("in[{}]", b.tensor[i]);
+    check(t, in.cls, in.integer ? (in.i32 ? "KFAB_I32" : "KFAB_I64") : "KFAB_F32");
+    e.linef("a.in{0} = static_cast<decltype(a.in{0})>({1}.data);", i, t);
+    if (in.cls == VClass::E || in.cls == VClass::C) e.linef("vec = vec && kfab_aligned16({}.data);", t);
+  }
+  for (size_t j = 0; j < p.outputs.size(); ++j) {
+    const std::string t = fmt::format("out[{}]", j);
+    const VClass c = p.nodes[p.outputs[j].second].cls;
+    check(t, c, "KFAB_F32");
+    e.linef("a.out{} = static_cast<float*>({}.data);", j, t);
+    if (c == VClass::E) e.linef("vec = vec && kfab_aligned16({}.data);", t);
+  }
+  e.raw(b.setup).raw(launch).line(g.lang.run_end()).close();
+}
+
+int param(const TemplateParams& p, const char* k, int dflt) {
+  auto it = p.find(k);
+  return it == p.end() ? dflt : std::atoi(it->second.c_str());
+}
+
+void head(const std::string& title, const TemplateParams& tp, const std::string& what, const Program& p, Emitter& e) {
+  e.linef("// Generated by kfab's built-in tuner: {} ({}).", title, format_params(tp)).linef("// {}:", what);
+  for (const auto& line : split_lines(p.describe())) e.line("//   " + line);
+}
+
+int product_input(const GemmProgram& gp) {
+  for (size_t i = 0; i < gp.bind.size(); ++i)
+    if (gp.bind[i] < 0) return static_cast<int>(i);
+  return -1;
+}
+
+bool pointwise_only(const Gen& g) {
+  const Program& p = g.p;
+  for (size_t k = 0; k < p.nodes.size(); ++k) {
+    const PNode& n = p.nodes[k];
+    if (g.live[k] && (n.cls == VClass::R || n.after_all || is_row_reduction(n.op) || is_all_reduction(n.op) || n.op == "pick"))
+      return false;
+  }
+  for (const auto& o : p.outputs)
+    if (p.nodes[o.second].cls != VClass::E) return false;
+  return true;
+}
+
+std::string_view host_checks() { return template_text("host_checks.h"); }
+
+}  // namespace kfab::rowgen

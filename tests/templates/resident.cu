@@ -1,0 +1,31 @@
+// include/kfab/templates/resident.cuh compiled on its own (tests/integration/cuda_build_test.cpp),
+// with what a generated candidate puts before it, and a kernel launched through it.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "kfab/candidate.h"
+
+namespace {
+
+#include "kfab/templates/resident.cuh"
+
+struct Args {
+  float* y;
+};
+
+__global__ void fill(Args a, int64_t rows, int64_t n) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x)
+    if (threadIdx.x < n) a.y[r * n + threadIdx.x] = 1.0f;
+}
+
+}  // namespace
+
+KFAB_EXPORT int kfab_run(const kfab_tensor*, int32_t, kfab_tensor* out, int32_t, void* stream) {
+  const Args a{static_cast<float*>(out[0].data)};
+  kfab_go<1>(fill, out[0].shape[0], 128, static_cast<cudaStream_t>(stream), a, out[0].shape[0], out[0].shape[1]);
+  return cudaGetLastError() == cudaSuccess ? 0 : 5;
+}
