@@ -42,163 +42,198 @@ namespace kfab::cli {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
+namespace {
+
+/// --atol and --rtol, alike wherever a subcommand evaluates.
+void add_tolerances(CLI::App& sub, MeasureArgs& m) {
+  sub.add_option("--atol", m.atol, "absolute tolerance of every output (default: the task's; KernelBench tasks: KernelBench's for the dtype)")
+      ->check(CLI::NonNegativeNumber);
+  sub.add_option("--rtol", m.rtol, "relative tolerance of every output (default: the task's; KernelBench tasks: KernelBench's for the dtype)")
+      ->check(CLI::NonNegativeNumber);
+}
+
+void add_options(CLI::App& sub, DoctorArgs& a) {
+  sub.add_flag("--json", a.json, "print one JSON object on stdout");
+  sub.add_option("--redis", a.queue.url, "redis://HOST[:PORT]: also the pool of that job queue (its workers and jobs)");
+  sub.add_option("--queue", a.queue.name, "the job queue's name on that server (default kfab)");
+}
+
+void add_options(CLI::App& sub, TasksArgs& a) {
+  sub.add_option("PATH", a.path, "a task folder, a task.toml or a folder of tasks")->capture_default_str();
+  sub.add_flag("--json", a.json, "print one JSON object on stdout");
+  sub.add_flag("--check", a.check, "KernelBench-format tasks: flag those whose outputs barely vary across seeds (runs each reference)");
+  sub.add_flag("--coverage", a.coverage, "which tasks the built-in tuner takes (tracing only: nothing is built or run), "
+                                         "and its refusals grouped with counts");
+  sub.add_option("--target", a.target, "--check: cpu or cuda (default cpu); --coverage: the target whose templates count (default cuda)");
+}
+
+void add_options(CLI::App& sub, OptimizeArgs& a) {
+  sub.add_option("TASK", a.task, "task folder, task.toml or KernelBench-format .py (not with --resume)");
+  sub.add_option("--target", a.target, target_names() + " (default: cuda when a GPU is here, else cpu)");
+  sub.add_option("--dsl", a.dsl, "cpp, cuda, opencl, triton, modelnew (default: the target's native one)");
+  sub.add_option("--llm", a.llm, "PROVIDER:MODEL from the config, or replay:RUN (a recorded run's exchanges, no network); "
+                                 "none or absent: the built-in tuner");
+  sub.add_option("--config", a.config, "provider config (default ~/.config/kfab/config.toml)");
+  sub.add_option("--strategy", a.strategy, "refine (one trajectory)")->capture_default_str();
+  sub.add_option("--budget", a.budget, "candidates to evaluate, at most")->capture_default_str()->check(CLI::Range(1, 100000));
+  sub.add_option("--budget-tokens", a.budget_tokens, "LLM tokens, at most (0: no limit)");
+  sub.add_option("--budget-dollars", a.budget_dollars, "dollars, at most (0: no limit)");
+  sub.add_option("--budget-time", a.budget_time_s, "seconds of wall time, at most (0: no limit)");
+  sub.add_option("--out", a.out, "folder for the candidates and best.<ext> (default kfab-runs/RUN)");
+  sub.add_option("--resume", a.resume, "continue a stopped run from the store");
+  sub.add_option("--points", a.points, "built-in tuner: parameter points to evaluate, at most")->capture_default_str();
+  sub.add_option("--devices", a.devices,
+                 "spread evaluations over these devices, comma-separated (cuda: GPU indices as nvidia-smi counts them, "
+                 "default every GPU; cpu, opencl: evaluations at once): the built-in tuner's points, an evolve "
+                 "generation's children; the other steps and the final check on the first")
+      ->delimiter(',');
+  sub.add_flag("--fresh", a.fresh, "built-in tuner: search again even when a cached result exists");
+  sub.add_option("--redis", a.queue.url,
+                 "redis://HOST[:PORT]: every evaluation becomes a job of this Redis server's job queue, done by "
+                 "`kfab worker --redis` processes on any host (the tuner's points at once, an evolve generation's "
+                 "children at once); nothing is built or run here");
+  sub.add_option("--queue", a.queue.name, "the job queue's name on that server (default kfab)");
+  sub.add_option("--timeout", a.measure.timeout_s, "seconds each runner job may take")->capture_default_str();
+  sub.add_flag("--quiet,-q", a.measure.quiet, "no progress lines on stderr");
+  add_tolerances(sub, a.measure);
+  sub.add_flag("--json", a.json, "print one JSON object on stdout");
+}
+
+void add_options(CLI::App& sub, BenchArgs& a) {
+  sub.add_option("SUITE", a.suite, "a folder of tasks (tasks/core, tasks/kb) or one task");
+  sub.add_option("--resume", a.resume, "BENCH_DIR: go on with a stopped bench in its folder (its suite and settings)");
+  sub.add_option("--target", a.target, target_names() + " (default: cuda when a GPU is here, else cpu)");
+  sub.add_option("--report", a.report, "the HTML report (default OUT/report.html)");
+  sub.add_option("--out", a.out, "folder for the scores, the report and the runs' candidates (default kfab-bench/BENCH)");
+  sub.add_flag("--eval", a.eval, "evaluate each task's bundled candidates instead of optimizing");
+  sub.add_option("--llm", a.llm, "PROVIDER:MODEL: optimize with LLM agents (default: the built-in tuner)");
+  sub.add_option("--budget", a.budget, "LLM: candidates per task, at most")->capture_default_str()->check(CLI::Range(1, 100000));
+  sub.add_option("--points", a.points, "built-in tuner: parameter points per task, at most")->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  sub.add_flag("--fresh", a.fresh, "built-in tuner: search again even when a cached result exists");
+  sub.add_option("--seeds", a.measure.seeds, "seeds per shape in the final checks")->capture_default_str()->check(CLI::Range(1, 1000));
+  sub.add_option("--min-time", a.measure.min_time_s, "seconds of timed calls per shape in the final checks, at least")->check(CLI::NonNegativeNumber);
+  sub.add_option("--timeout", a.measure.timeout_s, "seconds each runner job may take")->capture_default_str()->check(CLI::PositiveNumber);
+  sub.add_flag("--no-compile", a.measure.no_compile, "KernelBench tasks: do not time torch.compile");
+  sub.add_option("--filter", a.filter, "only the tasks whose path matches this regular expression");
+  sub.add_option("--sample", a.sample, "only this many of the tasks, spread evenly over them (after --filter)")->check(CLI::Range(1, 1000000));
+  sub.add_flag("--quiet,-q", a.measure.quiet, "no progress on stderr");
+  add_tolerances(sub, a.measure);
+  sub.add_flag("--json", a.json, "print the bench (scores and task rows) as one JSON object on stdout");
+  sub.add_option("--devices", a.devices,
+                 "spread the tasks over these devices, comma-separated (cuda: GPU indices as nvidia-smi counts them, one may "
+                 "repeat to share a GPU; default: every GPU; cpu, opencl: slots that run at once), a kfab per task")
+      ->delimiter(',');
+  sub.add_option("--redis", a.queue.url, "redis://HOST[:PORT]: the tasks become jobs of this Redis server's job queue, run by "
+                                         "`kfab worker` processes on any host");
+  sub.add_option("--queue", a.queue.name, "the job queue's name on that server (default kfab)");
+  // What `--devices` starts on each device: one-task bench folders to resume, a line each on fd 3, a
+  // reply line each on fd 4 ("done", or "error MESSAGE"); an empty line or the end of fd 3 ends it.
+  sub.add_flag("--serve-slot", a.serve_slot, "")->group("");
+}
+
+void add_options(CLI::App& sub, ReportArgs& a) {
+  sub.add_option("RUN", a.run, "a run id from the store, latest, or a bench folder (or its bench.json)")->required();
+  sub.add_option("--html", a.html, "write the HTML page to this file");
+  sub.add_option("--db", a.db, "the store (default: " + Store::default_path().string() + ")");
+  sub.add_flag("--json", a.json, "print the report's data as one JSON object on stdout");
+}
+
+void add_options(CLI::App& sub, ExportArgs& a) {
+  sub.add_option("CANDIDATE", a.candidate, "a .cpp, .cu or run() .py candidate")->required();
+  sub.add_option("--task", a.task, "the KernelBench-format task file the candidate is for")->required();
+  sub.add_option("--modelnew", a.modelnew, "the ModelNew file to write")->required();
+  sub.add_flag("--json", a.json, "print one JSON object on stdout");
+}
+
+void add_options(CLI::App& sub, WorkerArgs& a) {
+  sub.add_option("--redis", a.queue.url, "redis://HOST[:PORT][/DB] of the queue")->required();
+  sub.add_option("--queue", a.queue.name, "the job queue's name on that server (default kfab)");
+  sub.add_option("--device", a.device, "cuda: the GPU this worker runs on, as nvidia-smi counts them (a worker per GPU)")
+      ->check(CLI::NonNegativeNumber);
+  sub.add_option("--lease", a.lease_s, "seconds after which the job of a worker that stopped renewing it is taken over")
+      ->capture_default_str()->check(CLI::Range(1.0, 86400.0));
+  sub.add_option("--max-jobs", a.max_jobs, "end after this many jobs (default: never)")->check(CLI::NonNegativeNumber);
+  sub.add_option("--name", a.name, "its name in the queue (default HOST-PID)");
+  sub.add_option("--work-dir", a.work_dir, "where jobs are unpacked (default: under kfab's cache)");
+  sub.add_flag("--quiet,-q", a.quiet, "no progress on stderr");
+}
+
+void add_options(CLI::App& sub, SandboxArgs& a) {
+  sub.add_flag("--processes", a.processes, "let it start processes (as the Python worker may)");
+  sub.add_option("command", a.argv, "the command and its arguments (after --)")->required();
+}
+
+void add_options(CLI::App& sub, EvalArgs& a) {
+  sub.add_option("TASK", a.task, "task folder, task.toml, or a KernelBench-format .py file")->required();
+  sub.add_option("CANDIDATE", a.candidate, "candidate source file")->required();
+  sub.add_option("--target", a.target, target_names() + " (default: the best target present that takes the file)");
+  sub.add_option("--timeout", a.measure.timeout_s, "seconds each runner job may take before it is killed")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  sub.add_option("--seeds", a.measure.seeds, "seeds per shape")->capture_default_str()->check(CLI::Range(1, 1000));
+  sub.add_option("--min-calls", a.measure.min_calls, "timed calls per shape, at least (default: cpu 50, cuda 100)")->check(CLI::Range(1, 1000000));
+  sub.add_option("--min-time", a.measure.min_time_s, "seconds of timed calls per shape, at least (default: cpu 0.5, cuda/opencl 0.05)")
+      ->check(CLI::NonNegativeNumber);
+  sub.add_option("--memory-limit", a.measure.memory_gib, "address-space limit of the runner in GiB (default: min(8, RAM/2))")->check(CLI::PositiveNumber);
+  sub.add_option("--db", a.db, "the store (default: " + Store::default_path().string() + ")");
+  sub.add_flag("--no-store", a.no_store, "do not record the evaluation");
+  sub.add_flag("--no-heldout", a.measure.no_heldout, "verify the tuning shapes only (what a proposer may see)");
+  sub.add_flag("--quiet,-q", a.measure.quiet, "no progress lines on stderr");
+  sub.add_flag("--profile", a.measure.profile, "after a pass, profile the first tuning shape with ncu (cuda target)");
+  sub.add_option("--dtype", a.measure.dtype, "KernelBench tasks: the float dtype of inputs, weights and reference")->capture_default_str();
+  sub.add_option("--compile-mode", a.measure.compile_mode, "KernelBench tasks: torch.compile's mode (default, reduce-overhead, max-autotune)")
+      ->capture_default_str();
+  sub.add_flag("--no-compile", a.measure.no_compile, "KernelBench tasks: do not time torch.compile");
+  sub.add_flag("--no-end-to-end", a.no_end_to_end, "KernelBench tasks: do not time the exported ModelNew end to end");
+  sub.add_flag("--fresh-baselines", a.measure.fresh_baselines, "KernelBench tasks: time torch.compile again rather than use its cached time");
+  sub.add_option("--forbid", a.measure.forbid, "KernelBench tasks: an operation a Python candidate may not call (torch.xxx or aten.xxx), repeatable");
+  add_tolerances(sub, a.measure);
+  sub.add_flag("--json", a.json, "print one JSON object on stdout");
+}
+
+}  // namespace
+
 Commands::Commands(CLI::App& app) : app_(app) {
   app.add_flag("--json", json_, "print one JSON object on stdout");
 
   doctor_ = app.add_subcommand("doctor", "what is here: compilers, GPUs, ncu, python+torch, triton, OpenCL");
-  doctor_->add_flag("--json", json_, "print one JSON object on stdout");
-  doctor_->add_option("--redis", redis_url_, "redis://HOST[:PORT]: also the pool of that job queue (its workers and jobs)");
-  doctor_->add_option("--queue", queue_name_, "the job queue's name on that server (default kfab)");
-
+  add_options(*doctor_, doctor_args_);
   tasks_ = app.add_subcommand("tasks", "list tasks (native manifests and KernelBench files)");
-  tasks_->add_option("PATH", path_, "a task folder, a task.toml or a folder of tasks")->capture_default_str();
-  tasks_->add_flag("--json", json_, "print one JSON object on stdout");
-  tasks_->add_flag("--check", check_, "KernelBench-format tasks: flag those whose outputs barely vary across seeds (runs each reference)");
-  tasks_->add_flag("--coverage", coverage_, "which tasks the built-in tuner takes (tracing only: nothing is built or run), "
-                                             "and its refusals grouped with counts");
-  tasks_->add_option("--target", target_, "--check: cpu or cuda (default cpu); --coverage: the target whose templates count (default cuda)");
-
+  add_options(*tasks_, tasks_args_);
   optimize_ = app.add_subcommand("optimize", "search for a faster correct candidate with LLM agents (planner, coder, fixer, analyst)");
-  optimize_->add_option("TASK", task_, "task folder, task.toml or KernelBench-format .py (not with --resume)");
-  optimize_->add_option("--target", target_, target_names() + " (default: cuda when a GPU is here, else cpu)");
-  optimize_->add_option("--dsl", dsl_, "cpp, cuda, opencl, triton, modelnew (default: the target's native one)");
-  optimize_->add_option("--llm", llm_, "PROVIDER:MODEL from the config, or replay:RUN (a recorded run's exchanges, no network); "
-                                        "none or absent: the built-in tuner");
-  optimize_->add_option("--config", config_, "provider config (default ~/.config/kfab/config.toml)");
-  optimize_->add_option("--strategy", strategy_, "refine (one trajectory)")->capture_default_str();
-  optimize_->add_option("--budget", budget_, "candidates to evaluate, at most")->capture_default_str()->check(CLI::Range(1, 100000));
-  optimize_->add_option("--budget-tokens", budget_tokens_, "LLM tokens, at most (0: no limit)");
-  optimize_->add_option("--budget-dollars", budget_dollars_, "dollars, at most (0: no limit)");
-  optimize_->add_option("--budget-time", budget_time_s_, "seconds of wall time, at most (0: no limit)");
-  optimize_->add_option("--out", out_, "folder for the candidates and best.<ext> (default kfab-runs/RUN)");
-  optimize_->add_option("--resume", resume_, "continue a stopped run from the store");
-  optimize_->add_option("--points", budget_tuner_, "built-in tuner: parameter points to evaluate, at most")->capture_default_str();
-  optimize_->add_option("--devices", devices_,
-                        "spread evaluations over these devices, comma-separated (cuda: GPU indices as nvidia-smi counts them, "
-                        "default every GPU; cpu, opencl: evaluations at once): the built-in tuner's points, an evolve "
-                        "generation's children; the other steps and the final check on the first")
-      ->delimiter(',');
-  optimize_->add_flag("--fresh", fresh_, "built-in tuner: search again even when a cached result exists");
-  optimize_->add_option("--redis", redis_url_,
-                        "redis://HOST[:PORT]: every evaluation becomes a job of this Redis server's job queue, done by "
-                        "`kfab worker --redis` processes on any host (the tuner's points at once, an evolve generation's "
-                        "children at once); nothing is built or run here");
-  optimize_->add_option("--queue", queue_name_, "the job queue's name on that server (default kfab)");
-  optimize_->add_option("--timeout", timeout_s_, "seconds each runner job may take")->capture_default_str();
-  optimize_->add_flag("--quiet,-q", quiet_, "no progress lines on stderr");
-  optimize_->add_option("--atol", atol_, "absolute tolerance of every output (default: the task's; KernelBench tasks: KernelBench's for the dtype)")
-      ->check(CLI::NonNegativeNumber);
-  optimize_->add_option("--rtol", rtol_, "relative tolerance of every output (default: the task's; KernelBench tasks: KernelBench's for the dtype)")
-      ->check(CLI::NonNegativeNumber);
-  optimize_->add_flag("--json", json_, "print one JSON object on stdout");
-
+  add_options(*optimize_, optimize_args_);
   bench_ = app.add_subcommand("bench", "a suite of tasks: each optimized (or its bundled candidates evaluated) with its baselines, then scored; "
                                        "writes bench.json, tasks.csv, scores.csv and an HTML report");
-  bench_suite_ = bench_->add_option("SUITE", path_, "a folder of tasks (tasks/core, tasks/kb) or one task");
-  bench_->add_option("--resume", bench_resume_, "BENCH_DIR: go on with a stopped bench in its folder (its suite and settings)");
-  bench_->add_option("--target", target_, target_names() + " (default: cuda when a GPU is here, else cpu)");
-  bench_->add_option("--report", html_, "the HTML report (default OUT/report.html)");
-  bench_->add_option("--out", out_, "folder for the scores, the report and the runs' candidates (default kfab-bench/BENCH)");
-  bench_->add_flag("--eval", bench_eval_, "evaluate each task's bundled candidates instead of optimizing");
-  bench_->add_option("--llm", llm_, "PROVIDER:MODEL: optimize with LLM agents (default: the built-in tuner)");
-  bench_->add_option("--budget", budget_, "LLM: candidates per task, at most")->capture_default_str()->check(CLI::Range(1, 100000));
-  bench_->add_option("--points", budget_tuner_, "built-in tuner: parameter points per task, at most")->capture_default_str()
-      ->check(CLI::Range(1, 100000));
-  bench_->add_flag("--fresh", fresh_, "built-in tuner: search again even when a cached result exists");
-  bench_->add_option("--seeds", seeds_, "seeds per shape in the final checks")->capture_default_str()->check(CLI::Range(1, 1000));
-  bench_->add_option("--min-time", min_time_s_, "seconds of timed calls per shape in the final checks, at least")->check(CLI::NonNegativeNumber);
-  bench_->add_option("--timeout", timeout_s_, "seconds each runner job may take")->capture_default_str()->check(CLI::PositiveNumber);
-  bench_->add_flag("--no-compile", no_compile_, "KernelBench tasks: do not time torch.compile");
-  bench_->add_option("--filter", filter_, "only the tasks whose path matches this regular expression");
-  bench_->add_option("--sample", sample_, "only this many of the tasks, spread evenly over them (after --filter)")->check(CLI::Range(1, 1000000));
-  bench_->add_flag("--quiet,-q", quiet_, "no progress on stderr");
-  bench_->add_option("--atol", atol_, "absolute tolerance of every output (default: the task's; KernelBench tasks: KernelBench's for the dtype)")
-      ->check(CLI::NonNegativeNumber);
-  bench_->add_option("--rtol", rtol_, "relative tolerance of every output (default: the task's; KernelBench tasks: KernelBench's for the dtype)")
-      ->check(CLI::NonNegativeNumber);
-  bench_->add_flag("--json", json_, "print the bench (scores and task rows) as one JSON object on stdout");
-  bench_->add_option("--devices", devices_,
-                     "spread the tasks over these devices, comma-separated (cuda: GPU indices as nvidia-smi counts them, one may "
-                     "repeat to share a GPU; default: every GPU; cpu, opencl: slots that run at once), a kfab per task")
-      ->delimiter(',');
-  bench_->add_option("--redis", redis_url_, "redis://HOST[:PORT]: the tasks become jobs of this Redis server's job queue, run by "
-                                            "`kfab worker` processes on any host");
-  bench_->add_option("--queue", queue_name_, "the job queue's name on that server (default kfab)");
-  // What `--devices` starts on each device: one-task bench folders to resume, a line each on fd 3, a
-  // reply line each on fd 4 ("done", or "error MESSAGE"); an empty line or the end of fd 3 ends it.
-  bench_->add_flag("--serve-slot", serve_slot_, "")->group("");
-
+  add_options(*bench_, bench_args_);
   report_ = app.add_subcommand("report", "a stored run (or a bench folder) as a self-contained HTML page, or as text or JSON");
-  report_->add_option("RUN", task_, "a run id from the store, latest, or a bench folder (or its bench.json)")->required();
-  report_->add_option("--html", html_, "write the HTML page to this file");
-  report_->add_option("--db", db_, "the store (default: " + Store::default_path().string() + ")");
-  report_->add_flag("--json", json_, "print the report's data as one JSON object on stdout");
-
+  add_options(*report_, report_args_);
   mcp_ = app.add_subcommand("mcp", "an MCP server on stdio (JSON-RPC 2.0) for coding agents: list_tasks, describe_task, evaluate, profile, history, best");
-
   export_ = app.add_subcommand("export", "write a KernelBench ModelNew file for a candidate of a KernelBench-format task");
-  export_->add_option("CANDIDATE", candidate_, "a .cpp, .cu or run() .py candidate")->required();
-  export_->add_option("--task", task_, "the KernelBench-format task file the candidate is for")->required();
-  export_->add_option("--modelnew", out_, "the ModelNew file to write")->required();
-  export_->add_flag("--json", json_, "print one JSON object on stdout");
-
+  add_options(*export_, export_args_);
   worker_ = app.add_subcommand("worker", "take evaluation jobs (a bench's tasks) from a Redis job queue and run them here, "
                                          "one at a time, until stopped");
-  worker_->add_option("--redis", redis_url_, "redis://HOST[:PORT][/DB] of the queue")->required();
-  worker_->add_option("--queue", queue_name_, "the job queue's name on that server (default kfab)");
-  worker_->add_option("--device", worker_device_, "cuda: the GPU this worker runs on, as nvidia-smi counts them (a worker per GPU)")
-      ->check(CLI::NonNegativeNumber);
-  worker_->add_option("--lease", lease_s_, "seconds after which the job of a worker that stopped renewing it is taken over")
-      ->capture_default_str()->check(CLI::Range(1.0, 86400.0));
-  worker_->add_option("--max-jobs", max_jobs_, "end after this many jobs (default: never)")->check(CLI::NonNegativeNumber);
-  worker_->add_option("--name", worker_name_, "its name in the queue (default HOST-PID)");
-  worker_->add_option("--work-dir", worker_dir_, "where jobs are unpacked (default: under kfab's cache)");
-  worker_->add_flag("--quiet,-q", quiet_, "no progress on stderr");
+  add_options(*worker_, worker_args_);
   sandbox_ = app.add_subcommand("sandbox", "run a command in the sandbox candidates run in (writes confined to a temporary "
-                                          "folder, no network, no privilege), to see what a driver or library needs");
-  sandbox_->add_flag("--processes", sandbox_processes_, "let it start processes (as the Python worker may)");
-  sandbox_->add_option("command", sandbox_argv_, "the command and its arguments (after --)")->required();
+                                           "folder, no network, no privilege), to see what a driver or library needs");
+  add_options(*sandbox_, sandbox_args_);
   eval_ = app.add_subcommand("eval", "verify and time one candidate against the task's reference");
-  eval_->add_option("TASK", task_, "task folder, task.toml, or a KernelBench-format .py file")->required();
-  eval_->add_option("CANDIDATE", candidate_, "candidate source file")->required();
-  eval_->add_option("--target", target_, target_names() + " (default: the best target present that takes the file)");
-  eval_->add_option("--timeout", timeout_s_, "seconds each runner job may take before it is killed")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  eval_->add_option("--seeds", seeds_, "seeds per shape")->capture_default_str()->check(CLI::Range(1, 1000));
-  eval_->add_option("--min-calls", min_calls_, "timed calls per shape, at least (default: cpu 50, cuda 100)")->check(CLI::Range(1, 1000000));
-  eval_->add_option("--min-time", min_time_s_, "seconds of timed calls per shape, at least (default: cpu 0.5, cuda/opencl 0.05)")
-      ->check(CLI::NonNegativeNumber);
-  eval_->add_option("--memory-limit", memory_gib_, "address-space limit of the runner in GiB (default: min(8, RAM/2))")->check(CLI::PositiveNumber);
-  eval_->add_option("--db", db_, "the store (default: " + Store::default_path().string() + ")");
-  eval_->add_flag("--no-store", no_store_, "do not record the evaluation");
-  eval_->add_flag("--no-heldout", no_heldout_, "verify the tuning shapes only (what a proposer may see)");
-  eval_->add_flag("--quiet,-q", quiet_, "no progress lines on stderr");
-  eval_->add_flag("--profile", profile_, "after a pass, profile the first tuning shape with ncu (cuda target)");
-  eval_->add_option("--dtype", dtype_, "KernelBench tasks: the float dtype of inputs, weights and reference")->capture_default_str();
-  eval_->add_option("--compile-mode", compile_mode_, "KernelBench tasks: torch.compile's mode (default, reduce-overhead, max-autotune)")
-      ->capture_default_str();
-  eval_->add_flag("--no-compile", no_compile_, "KernelBench tasks: do not time torch.compile");
-  eval_->add_flag("--no-end-to-end", no_end_to_end_, "KernelBench tasks: do not time the exported ModelNew end to end");
-  eval_->add_flag("--fresh-baselines", fresh_baselines_, "KernelBench tasks: time torch.compile again rather than use its cached time");
-  eval_->add_option("--forbid", forbid_, "KernelBench tasks: an operation a Python candidate may not call (torch.xxx or aten.xxx), repeatable");
-  eval_->add_option("--atol", atol_, "absolute tolerance of every output (default: the task's; KernelBench tasks: KernelBench's for the dtype)")
-      ->check(CLI::NonNegativeNumber);
-  eval_->add_option("--rtol", rtol_, "relative tolerance of every output (default: the task's; KernelBench tasks: KernelBench's for the dtype)")
-      ->check(CLI::NonNegativeNumber);
-  eval_->add_flag("--json", json_, "print one JSON object on stdout");
+  add_options(*eval_, eval_args_);
 }
 
 int Commands::run() {
-  if (doctor_->parsed()) return doctor();
-  if (tasks_->parsed()) return tasks();
-  if (eval_->parsed()) return eval();
-  if (export_->parsed()) return export_modelnew();
+  for (bool* j : {&doctor_args_.json, &tasks_args_.json, &eval_args_.json, &export_args_.json, &optimize_args_.json, &bench_args_.json,
+                  &report_args_.json})
+    *j = *j || json_;
+  if (doctor_->parsed()) return doctor(doctor_args_);
+  if (tasks_->parsed()) return tasks(tasks_args_);
+  if (eval_->parsed()) return eval(eval_args_);
+  if (export_->parsed()) return export_modelnew(export_args_);
   if (mcp_->parsed()) return serve_mcp(std::cin, std::cout);
-  if (optimize_->parsed()) return optimize_task();
-  if (bench_->parsed()) return bench();
-  if (report_->parsed()) return report();
-  if (sandbox_->parsed()) return sandbox_command();
-  if (worker_->parsed()) return worker();
+  if (optimize_->parsed()) return optimize_task(optimize_args_);
+  if (bench_->parsed()) return bench(bench_args_);
+  if (report_->parsed()) return report(report_args_);
+  if (sandbox_->parsed()) return sandbox_command(sandbox_args_);
+  if (worker_->parsed()) return worker(worker_args_);
   return kExitBadInput;
 }
 
@@ -215,6 +250,40 @@ std::string suffixes_hint() {
 /// Where a task runs when no --target is given and the file does not decide: a GPU target usable here,
 /// else the host's.
 std::string default_device_target() { return std::string(default_target().name); }
+
+EvalOptions eval_options(const MeasureArgs& m) {
+  EvalOptions opt;
+  opt.seeds = m.seeds;
+  opt.min_calls = m.min_calls;
+  opt.min_time_s = m.min_time_s;
+  opt.profile = m.profile;
+  opt.runner.timeout_s = m.timeout_s;
+  if (m.memory_gib > 0) opt.runner.memory_bytes = static_cast<uint64_t>(m.memory_gib * (1ull << 30));
+  if (!m.quiet && ::isatty(2)) opt.progress = [](const std::string& s) { std::cerr << "kfab: " << s << "\n"; };
+  opt.dtype = m.dtype;
+  opt.compile_baseline = !m.no_compile;
+  opt.compile_mode = m.compile_mode;
+  opt.fresh_baselines = m.fresh_baselines;
+  opt.forbid = m.forbid;
+  opt.heldout = !m.no_heldout;
+  opt.atol = m.atol;
+  opt.rtol = m.rtol;
+  return opt;
+}
+
+QueueOptions queue_options(const QueueArgs& q) {
+  QueueOptions o;
+  o.url = q.url;
+  if (!q.name.empty()) o.name = q.name;
+  return o;
+}
+
+/// `kfab optimize --redis`: the run's evaluations as jobs of that queue.
+Expected<std::unique_ptr<QueueEvaluations>> open_remote(const QueueArgs& queue, const std::string& task, const std::string& target,
+                                                        const std::function<void(const std::string&)>& say) {
+  if (!queue_available()) return make_error("this kfab was built without hiredis: --redis needs it", "apt-get install libhiredis-dev, then build again");
+  return QueueEvaluations::open(queue_options(queue), task, target, say);
+}
 
 int bad_input(bool as_json, const std::string& message, const std::string& hint = {}) {
   if (as_json) {
@@ -268,19 +337,19 @@ std::string shape_list(const std::vector<ShapeBinding>& v) {
 
 }  // namespace
 
-int Commands::sandbox_command() {
+int Commands::sandbox_command(const SandboxArgs& a) {
   auto made = make_owned_temp_dir("kfab-sandbox");
   if (!made) return bad_input(false, made.error().message, made.error().hint);
   const fs::path dir = *made;
   SpawnOptions so;
-  so.argv = sandbox_argv_;
+  so.argv = a.argv;
   so.cwd = dir;
   // the environment a runner starts with: the allow-listed part of kfab's, and HOME and caches in the folder
   so.clean_env = true;
   so.env = sandbox_folder_env(dir);
   so.output_file = dir / "output.log";
-  so.limits.sandbox = {.enabled = true, .writable_dir = dir, .confine_signals = !sandbox_processes_,
-                       .deny_processes = !sandbox_processes_};
+  so.limits.sandbox = {.enabled = true, .writable_dir = dir, .confine_signals = !a.processes,
+                       .deny_processes = !a.processes};
   auto child = Child::spawn(so);
   int rc = kExitBadInput;
   if (!child) {
@@ -297,7 +366,7 @@ int Commands::sandbox_command() {
   return rc;
 }
 
-int Commands::doctor() {
+int Commands::doctor(const DoctorArgs& a) {
   json out = probe_system();
   out["backends"] = json::array();
   for (const auto& b : make_backends())
@@ -305,11 +374,9 @@ int Commands::doctor() {
   out["paths"] = {{"store", Store::default_path().string()}, {"cache", cache_dir().string()},
                   {"runner", runner_path().string()}, {"abi_include", abi_include_dir().string()}};
   out["cpu_cores"] = std::thread::hardware_concurrency();
-  if (!redis_url_.empty()) {
+  if (!a.queue.url.empty()) {
     // The pool: the consumer group's workers (jobs held, idle time) and the jobs not yet taken.
-    QueueOptions qo;
-    qo.url = redis_url_;
-    if (!queue_name_.empty()) qo.name = queue_name_;
+    const QueueOptions qo = queue_options(a.queue);
     json pool = {{"url", qo.url}, {"queue", qo.name}, {"found", false}};
     if (auto q = JobQueue::open(qo); !q) {
       pool["why"] = q.error().message;
@@ -322,7 +389,7 @@ int Commands::doctor() {
     }
     out["pool"] = pool;
   }
-  if (json_) {
+  if (a.json) {
     std::cout << dump_json(out, 2) << "\n";
     return kExitOk;
   }
@@ -361,12 +428,12 @@ int Commands::doctor() {
   return kExitOk;
 }
 
-int Commands::tasks() {
+int Commands::tasks(const TasksArgs& a) {
   std::error_code ec;
-  if (!fs::exists(path_, ec)) return bad_input(json_, path_ + ": no such file or folder", "give a task folder or a folder of tasks");
-  auto entries = discover_tasks(path_);
-  if (check_) return check_tasks(entries);
-  if (coverage_) return coverage_tasks(entries);
+  if (!fs::exists(a.path, ec)) return bad_input(a.json, a.path + ": no such file or folder", "give a task folder or a folder of tasks");
+  auto entries = discover_tasks(a.path);
+  if (a.check) return check_tasks(a, entries);
+  if (a.coverage) return coverage_tasks(a, entries);
   int broken = 0;
   json arr = json::array();
   Table table({"name", "format", "op class", "inputs", "outputs", "tune", "held out"});
@@ -400,10 +467,10 @@ int Commands::tasks() {
     }
     arr.push_back(j);
   }
-  if (json_) {
-    std::cout << dump_json(json{{"path", path_}, {"tasks", arr}, {"broken", broken}}, 2) << "\n";
+  if (a.json) {
+    std::cout << dump_json(json{{"path", a.path}, {"tasks", arr}, {"broken", broken}}, 2) << "\n";
   } else if (entries.empty()) {
-    std::cout << "no tasks under " << path_ << "\n";
+    std::cout << "no tasks under " << a.path << "\n";
   } else {
     std::cout << table.render();
     std::cout << fmt::format("{} tasks{}\n", entries.size(), broken ? fmt::format(", {} broken", broken) : "");
@@ -411,34 +478,34 @@ int Commands::tasks() {
   return broken ? kExitBadInput : kExitOk;
 }
 
-int Commands::check_tasks(const std::vector<TaskEntry>& entries) {
-  EvalOptions opt = eval_options();
-  TorchInspector kb(target_.empty() ? std::string(host_target().name) : target_, opt);
+int Commands::check_tasks(const TasksArgs& a, const std::vector<TaskEntry>& entries) {
+  EvalOptions opt = eval_options(MeasureArgs{});
+  TorchInspector kb(a.target.empty() ? std::string(host_target().name) : a.target, opt);
   json arr = json::array();
   int degenerate = 0, failed = 0, checked = 0;
   for (const auto& e : entries) {
     if (e.format != "kernelbench") continue;
     ++checked;
-    if (!quiet_ && ::isatty(2)) std::cerr << "kfab: check " << e.path.string() << "\n";
+    if (::isatty(2)) std::cerr << "kfab: check " << e.path.string() << "\n";
     auto r = kb.check(e.path);
     if (!r) {
       ++failed;
       arr.push_back({{"path", e.path.string()}, {"error", r.error().message}});
-      if (!json_) std::cout << e.path.stem().string() << ": ERROR " << r.error().message << "\n";
+      if (!a.json) std::cout << e.path.stem().string() << ": ERROR " << r.error().message << "\n";
       continue;
     }
     json j = *r;
     j["path"] = e.path.string();
     if (j.value("degenerate", false)) ++degenerate;
     arr.push_back(j);
-    if (!json_) {
+    if (!a.json) {
       std::string findings;
       for (const auto& s : j["shapes"])
         for (const auto& f : s["findings"]) findings += "\n    " + s["shape"].dump() + " " + f.get<std::string>();
       std::cout << e.path.stem().string() << ": " << (j.value("degenerate", false) ? "DEGENERATE" + findings : "ok") << "\n";
     }
   }
-  if (json_) std::cout << dump_json(json{{"checked", checked}, {"degenerate", degenerate}, {"errors", failed}, {"tasks", arr}}, 2) << "\n";
+  if (a.json) std::cout << dump_json(json{{"checked", checked}, {"degenerate", degenerate}, {"errors", failed}, {"tasks", arr}}, 2) << "\n";
   else std::cout << fmt::format("{} KernelBench-format tasks checked: {} degenerate, {} errors\n", checked, degenerate, failed);
   if (failed > 0) return kExitBadInput;
   return degenerate > 0 ? kExitFailed : kExitOk;
@@ -460,18 +527,18 @@ std::string reason_group(const std::string& reason) {
 
 }  // namespace
 
-int Commands::coverage_tasks(const std::vector<TaskEntry>& entries) {
+int Commands::coverage_tasks(const TasksArgs& a, const std::vector<TaskEntry>& entries) {
   // default: the GPU target the tuner generates for, whether or not this machine has the GPU
-  std::string target = target_;
+  std::string target = a.target;
   for (const Target* t : targets())
     if (target.empty() && t->gpu && printer_for(t->name) != nullptr) target = t->name;
   if (printer_for(target) == nullptr || find_target(target) == nullptr || find_target(target)->torch_device.empty())
-    return bad_input(json_, "--coverage counts the templates of " + printer_targets() + ", not " + target);
-  TorchInspector tracer(target, eval_options());
+    return bad_input(a.json, "--coverage counts the templates of " + printer_targets() + ", not " + target);
+  TorchInspector tracer(target, eval_options(MeasureArgs{}));
   json problems = json::array();
   std::map<std::string, int> groups;
   int taken = 0;
-  const bool tty = !quiet_ && ::isatty(2);
+  const bool tty = ::isatty(2);
   for (size_t i = 0; i < entries.size(); ++i) {
     const TaskEntry& e = entries[i];
     if (tty) std::cerr << fmt::format("kfab: [{}/{}] trace {}\n", i + 1, entries.size(), e.path.string());
@@ -489,8 +556,8 @@ int Commands::coverage_tasks(const std::vector<TaskEntry>& entries) {
   std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
   json reasons = json::array();
   for (const auto& [r, n] : sorted) reasons.push_back({{"reason", r}, {"count", n}});
-  if (json_) {
-    std::cout << dump_json(json{{"path", path_}, {"target", target}, {"total", entries.size()}, {"taken", taken},
+  if (a.json) {
+    std::cout << dump_json(json{{"path", a.path}, {"target", target}, {"total", entries.size()}, {"taken", taken},
                                 {"problems", problems}, {"refusals", reasons}}, 2)
               << "\n";
     return kExitOk;
@@ -498,60 +565,51 @@ int Commands::coverage_tasks(const std::vector<TaskEntry>& entries) {
   Table table({"refused because", "problems"});
   for (const auto& [r, n] : sorted) table.add({r, std::to_string(n)});
   if (!sorted.empty()) std::cout << table.render();
-  std::cout << fmt::format("the built-in tuner takes {} of {} tasks under {} on {} (tracing only)\n", taken, entries.size(), path_, target);
+  std::cout << fmt::format("the built-in tuner takes {} of {} tasks under {} on {} (tracing only)\n", taken, entries.size(), a.path, target);
   return kExitOk;
 }
 
-/// `kfab optimize --redis`: the run's evaluations as jobs of that queue.
-Expected<std::unique_ptr<QueueEvaluations>> Commands::open_remote(const std::string& task, const std::string& target,
-                                                                  const std::function<void(const std::string&)>& say) {
-  if (!queue_available()) return make_error("this kfab was built without hiredis: --redis needs it", "apt-get install libhiredis-dev, then build again");
-  QueueOptions q;
-  q.url = redis_url_;
-  if (!queue_name_.empty()) q.name = queue_name_;
-  return QueueEvaluations::open(q, task, target, say);
-}
 
-int Commands::optimize_task() {
-  if (resume_.empty() && task_.empty()) return bad_input(json_, "optimize needs a TASK (or --resume RUN)");
-  if (!redis_url_.empty() && !devices_.empty())
-    return bad_input(json_, "--devices with --redis: the queue's workers evaluate on their own devices",
+int Commands::optimize_task(OptimizeArgs a) {
+  if (a.resume.empty() && a.task.empty()) return bad_input(a.json, "optimize needs a TASK (or --resume RUN)");
+  if (!a.queue.url.empty() && !a.devices.empty())
+    return bad_input(a.json, "--devices with --redis: the queue's workers evaluate on their own devices",
                      "leave out --devices; start a `kfab worker --redis URL --device D` per GPU");
   // A run of the built-in tuner resumes in the tuner, with the run's own settings.
   TuneOptions t;
-  bool tuner = resume_.empty() && (llm_.empty() || llm_ == "none");
-  if (!resume_.empty()) {
+  bool tuner = a.resume.empty() && (a.llm.empty() || a.llm == "none");
+  if (!a.resume.empty()) {
     auto store = Store::open(Store::default_path());
-    if (!store) return bad_input(json_, store.error().message, store.error().hint);
-    auto info = (*store)->run_info(resume_);
-    if (!info) return bad_input(json_, info.error().message, info.error().hint);
+    if (!store) return bad_input(a.json, store.error().message, store.error().hint);
+    auto info = (*store)->run_info(a.resume);
+    if (!info) return bad_input(a.json, info.error().message, info.error().hint);
     if ((*info).value("llm", std::string()) == "tuner") {
       tuner = true;
-      t.resume = resume_;
-      task_ = (*info).value("task_path", std::string());
-      target_ = (*info).value("target", std::string());
+      t.resume = a.resume;
+      a.task = (*info).value("task_path", std::string());
+      a.target = (*info).value("target", std::string());
       const json& c = (*info)["config"];
-      budget_tuner_ = c.value("budget", budget_tuner_);
-      out_ = c.value("out_dir", out_);
+      a.points = c.value("budget", a.points);
+      a.out = c.value("out_dir", a.out);
     }
     // a run on many hosts sends its jobs to its queue again
     const json& c = (*info)["config"];
-    if (redis_url_.empty() && c.is_object() && c.contains("queue") && c["queue"].is_object()) {
-      redis_url_ = c["queue"].value("url", std::string());
-      queue_name_ = c["queue"].value("name", std::string());
-      if (task_.empty()) task_ = (*info).value("task_path", std::string());  // an agent run's: for the jobs' files
-      if (target_.empty()) target_ = (*info).value("target", std::string());
+    if (a.queue.url.empty() && c.is_object() && c.contains("queue") && c["queue"].is_object()) {
+      a.queue.url = c["queue"].value("url", std::string());
+      a.queue.name = c["queue"].value("name", std::string());
+      if (a.task.empty()) a.task = (*info).value("task_path", std::string());  // an agent run's: for the jobs' files
+      if (a.target.empty()) a.target = (*info).value("target", std::string());
     }
   }
   if (tuner) {
     // No LLM: the built-in tuner.
-    t.task = task_;
-    t.target = target_;
-    auto task = open_task(task_);
-    if (!task) return bad_input(json_, task.error().message, task.error().hint);
+    t.task = a.task;
+    t.target = a.target;
+    auto task = open_task(a.task);
+    if (!task) return bad_input(a.json, task.error().message, task.error().hint);
     if (t.target.empty() && task->kernelbench()) {
       t.target = default_torch_target().name;  // KernelBench tasks: the GPU where there is one
-      if (!json_ && !quiet_) std::cerr << "kfab: target " << t.target << "\n";
+      if (!a.json && !a.measure.quiet) std::cerr << "kfab: target " << t.target << "\n";
     } else if (t.target.empty()) {
       // The best target present for which the tuner has a template for this task.
       for (const auto& b : make_backends()) {
@@ -560,31 +618,31 @@ int Commands::optimize_task() {
         break;
       }
       if (t.target.empty()) t.target = default_target().name;  // tune() says what is missing
-      if (!json_ && !quiet_) std::cerr << "kfab: target " << t.target << "\n";
+      if (!a.json && !a.measure.quiet) std::cerr << "kfab: target " << t.target << "\n";
     }
-    t.budget = budget_tuner_;
-    t.fresh = fresh_;
-    t.out_dir = out_;
-    t.devices = devices_;
+    t.budget = a.points;
+    t.fresh = a.fresh;
+    t.out_dir = a.out;
+    t.devices = a.devices;
     for (int d : t.devices)
-      if (d < 0) return bad_input(json_, fmt::format("device {}: devices are counted from 0", d), "--devices 0,1");
-    t.eval = eval_options();
+      if (d < 0) return bad_input(a.json, fmt::format("device {}: devices are counted from 0", d), "--devices 0,1");
+    t.eval = eval_options(a.measure);
     std::unique_ptr<QueueEvaluations> remote;
-    if (!redis_url_.empty()) {
+    if (!a.queue.url.empty()) {
       // the workers check the room where they run
-      auto r = open_remote(task_, t.target, t.eval.progress);
-      if (!r) return bad_input(json_, r.error().message, r.error().hint);
+      auto r = open_remote(a.queue, a.task, t.target, t.eval.progress);
+      if (!r) return bad_input(a.json, r.error().message, r.error().hint);
       remote = std::move(*r);
       t.remote = remote.get();
-    } else if (auto fits = native_task_fits(task_, t.target, t.eval); !fits) {
-      return bad_input(json_, fits.error().message, fits.error().hint);
+    } else if (auto fits = native_task_fits(a.task, t.target, t.eval); !fits) {
+      return bad_input(a.json, fits.error().message, fits.error().hint);
     }
     t.progress = t.eval.progress;
     t.eval.progress = nullptr;
-    if (!json_ && !quiet_) std::cerr << "kfab: no --llm: the built-in tuner searches its kernel templates by measurement\n";
+    if (!a.json && !a.measure.quiet) std::cerr << "kfab: no --llm: the built-in tuner searches its kernel templates by measurement\n";
     auto r = tune(t);
-    if (!r) return bad_input(json_, r.error().message, r.error().hint);
-    if (json_) {
+    if (!r) return bad_input(a.json, r.error().message, r.error().hint);
+    if (a.json) {
       std::cout << dump_json(*r, 2) << "\n";
     } else {
       const json& b = (*r)["best"];
@@ -601,35 +659,35 @@ int Commands::optimize_task() {
     return (*r)["best"]["disposition"] == "passed" ? kExitOk : kExitFailed;
   }
   OptimizeOptions o;
-  o.task = task_;
-  o.target = target_.empty() ? default_device_target() : target_;
-  o.dsl = dsl_;
-  o.llm = llm_;
-  o.config = config_;
-  o.strategy = strategy_;
-  o.budget_candidates = budget_;
-  o.budget_tokens = budget_tokens_;
-  o.budget_dollars = budget_dollars_;
-  o.budget_wall_s = budget_time_s_;
-  o.out_dir = out_;
-  o.resume = resume_;
-  o.eval = eval_options();
-  o.devices = devices_;
+  o.task = a.task;
+  o.target = a.target.empty() ? default_device_target() : a.target;
+  o.dsl = a.dsl;
+  o.llm = a.llm;
+  o.config = a.config;
+  o.strategy = a.strategy;
+  o.budget_candidates = a.budget;
+  o.budget_tokens = a.budget_tokens;
+  o.budget_dollars = a.budget_dollars;
+  o.budget_wall_s = a.budget_time_s;
+  o.out_dir = a.out;
+  o.resume = a.resume;
+  o.eval = eval_options(a.measure);
+  o.devices = a.devices;
   std::unique_ptr<QueueEvaluations> remote;
-  if (!redis_url_.empty()) {
-    if (task_.empty()) return bad_input(json_, "--redis with --resume of a run that did not use a queue: give the task too", "");
-    auto r = open_remote(task_, o.target, o.eval.progress);
-    if (!r) return bad_input(json_, r.error().message, r.error().hint);
+  if (!a.queue.url.empty()) {
+    if (a.task.empty()) return bad_input(a.json, "--redis with --resume of a run that did not use a queue: give the task too", "");
+    auto r = open_remote(a.queue, a.task, o.target, o.eval.progress);
+    if (!r) return bad_input(a.json, r.error().message, r.error().hint);
     remote = std::move(*r);
     o.remote = remote.get();
-  } else if (!task_.empty()) {
-    if (auto fits = native_task_fits(task_, o.target, o.eval); !fits) return bad_input(json_, fits.error().message, fits.error().hint);
+  } else if (!a.task.empty()) {
+    if (auto fits = native_task_fits(a.task, o.target, o.eval); !fits) return bad_input(a.json, fits.error().message, fits.error().hint);
   }
   o.progress = o.eval.progress;
   o.eval.progress = nullptr;
   auto r = optimize(o);
-  if (!r) return bad_input(json_, r.error().message, r.error().hint);
-  if (json_) {
+  if (!r) return bad_input(a.json, r.error().message, r.error().hint);
+  if (a.json) {
     std::cout << dump_json(*r, 2) << "\n";
   } else {
     const json& b = (*r)["best"];
@@ -643,51 +701,51 @@ int Commands::optimize_task() {
   return (*r)["best"]["candidate"].is_null() || (*r)["best"]["disposition"] != "passed" ? kExitFailed : kExitOk;
 }
 
-int Commands::export_modelnew() {
+int Commands::export_modelnew(const ExportArgs& a) {
   std::error_code ec;
-  if (!fs::is_regular_file(candidate_, ec)) return bad_input(json_, candidate_ + ": no such candidate file");
-  auto task = open_task(task_);
+  if (!fs::is_regular_file(a.candidate, ec)) return bad_input(a.json, a.candidate + ": no such candidate file");
+  auto task = open_task(a.task);
   if (!task || !task->kernelbench())
-    return bad_input(json_, task_ + ": not a KernelBench-format task file", "export is for .py tasks (Model, get_inputs, get_init_inputs)");
-  if (fs::path(out_).extension() != ".py") return bad_input(json_, out_ + ": the ModelNew file must end in .py");
-  if (auto r = run_export({"--task", task_, "--candidate", candidate_, "--out", out_}, 60.0); !r)
-    return bad_input(json_, r.error().message);
-  if (json_) std::cout << dump_json(json{{"modelnew", out_}, {"task", task_}, {"candidate", candidate_}}, 2) << "\n";
-  else std::cout << "wrote " << out_ << ": ModelNew for " << fs::path(task_).stem().string() << " from " << candidate_ << "\n";
+    return bad_input(a.json, a.task + ": not a KernelBench-format task file", "export is for .py tasks (Model, get_inputs, get_init_inputs)");
+  if (fs::path(a.modelnew).extension() != ".py") return bad_input(a.json, a.modelnew + ": the ModelNew file must end in .py");
+  if (auto r = run_export({"--task", a.task, "--candidate", a.candidate, "--out", a.modelnew}, 60.0); !r)
+    return bad_input(a.json, r.error().message);
+  if (a.json) std::cout << dump_json(json{{"modelnew", a.modelnew}, {"task", a.task}, {"candidate", a.candidate}}, 2) << "\n";
+  else std::cout << "wrote " << a.modelnew << ": ModelNew for " << fs::path(a.task).stem().string() << " from " << a.candidate << "\n";
   return kExitOk;
 }
 
-int Commands::eval() {
+int Commands::eval(const EvalArgs& a) {
   // The task is opened once; its format picks how the candidate runs (eval/harness.h).
-  auto task = open_task(task_);
-  if (!task) return bad_input(json_, task.error().message, task.error().hint);
+  auto task = open_task(a.task);
+  if (!task) return bad_input(a.json, task.error().message, task.error().hint);
   std::error_code ec;
-  if (!fs::is_regular_file(candidate_, ec)) return bad_input(json_, candidate_ + ": no such candidate file");
-  const EvalOptions opt = eval_options();
-  std::string target = target_;
+  if (!fs::is_regular_file(a.candidate, ec)) return bad_input(a.json, a.candidate + ": no such candidate file");
+  const EvalOptions opt = eval_options(a.measure);
+  std::string target = a.target;
   if (task->kernelbench()) {
     // A KernelBench file runs where torch runs it: the GPU where there is one.
     if (target.empty()) target = default_device_target();
   } else {
-    auto backend = native_backend_for(candidate_);
-    if (!backend) return bad_input(json_, backend.error().message, backend.error().hint);
+    auto backend = native_backend_for(a.target, a.candidate);
+    if (!backend) return bad_input(a.json, backend.error().message, backend.error().hint);
     target = std::string((*backend)->target());
     if (auto fits = fits_target(task->task, target, opt, ", or a larger --memory-limit GIB"); !fits)
-      return bad_input(json_, fits.error().message, fits.error().hint);
+      return bad_input(a.json, fits.error().message, fits.error().hint);
   }
   EvalOptions eopt = opt;
-  eopt.end_to_end = task->kernelbench() && !no_end_to_end_;
+  eopt.end_to_end = task->kernelbench() && !a.no_end_to_end;
   Evaluator evaluator(*task, target, eopt);
   // What the command did before the evaluation (probing the machine, opening the task): part of what
   // a user waits for, outside the verdict's wall_s.
   const double startup_s = seconds_since_process_start();
-  auto verdict = evaluator.evaluate(candidate_);
-  if (!verdict) return bad_input(json_, verdict.error().message, verdict.error().hint);
+  auto verdict = evaluator.evaluate(a.candidate);
+  if (!verdict) return bad_input(a.json, verdict.error().message, verdict.error().hint);
   verdict->extra["phases_s"]["startup"] = startup_s;
-  return report_verdict(task->task, *verdict);
+  return report_verdict(a, task->task, *verdict);
 }
 
-Expected<std::unique_ptr<Backend>> Commands::native_backend_for(const std::string& candidate) const {
+Expected<std::unique_ptr<Backend>> Commands::native_backend_for(const std::string& target, const std::string& candidate) const {
   std::unique_ptr<Backend> backend;
   // How well a backend's extensions fit the file: the longest matching suffix (".cl.cpp" beats ".cpp").
   auto fit = [&](const Backend& b) {
@@ -697,7 +755,7 @@ Expected<std::unique_ptr<Backend>> Commands::native_backend_for(const std::strin
         best = std::max(best, e.size());
     return best;
   };
-  if (target_.empty()) {
+  if (target.empty()) {
     // The best target present that takes this kind of file.
     size_t best_fit = 0;
     for (auto& b : make_backends()) {
@@ -710,9 +768,9 @@ Expected<std::unique_ptr<Backend>> Commands::native_backend_for(const std::strin
     if (!backend)
       return make_error("no target available here takes " + candidate, suffixes_hint() + "; `kfab doctor` says what is here");
   } else {
-    backend = make_backend(target_);
-    if (!backend) return make_error("unknown target \"" + target_ + "\"", "accepted: " + target_names());
-    if (backend->probe() == 0) return make_error("target " + target_ + " is not available here: " + backend->describe());
+    backend = make_backend(target);
+    if (!backend) return make_error("unknown target \"" + target + "\"", "accepted: " + target_names());
+    if (backend->probe() == 0) return make_error("target " + target + " is not available here: " + backend->describe());
   }
   if (fit(*backend) == 0) {
     std::string list;
@@ -723,32 +781,13 @@ Expected<std::unique_ptr<Backend>> Commands::native_backend_for(const std::strin
   return backend;
 }
 
-EvalOptions Commands::eval_options() const {
-  EvalOptions opt;
-  opt.seeds = seeds_;
-  opt.min_calls = min_calls_;
-  opt.min_time_s = min_time_s_;
-  opt.profile = profile_;
-  opt.runner.timeout_s = timeout_s_;
-  if (memory_gib_ > 0) opt.runner.memory_bytes = static_cast<uint64_t>(memory_gib_ * (1ull << 30));
-  if (!quiet_ && ::isatty(2)) opt.progress = [](const std::string& s) { std::cerr << "kfab: " << s << "\n"; };
-  opt.dtype = dtype_;
-  opt.compile_baseline = !no_compile_;
-  opt.compile_mode = compile_mode_;
-  opt.fresh_baselines = fresh_baselines_;
-  opt.forbid = forbid_;
-  opt.heldout = !no_heldout_;
-  opt.atol = atol_;
-  opt.rtol = rtol_;
-  return opt;
-}
 
-int Commands::report_verdict(const Task& task, const Verdict& v) {
+int Commands::report_verdict(const EvalArgs& a, const Task& task, const Verdict& v) {
   json out = v.to_json();
-  if (!no_store_) {
-    const fs::path db = db_.empty() ? Store::default_path() : fs::path(db_);
+  if (!a.no_store) {
+    const fs::path db = a.db.empty() ? Store::default_path() : fs::path(a.db);
     auto store = Store::open(db);
-    auto source = read_file(candidate_);
+    auto source = read_file(a.candidate);
     // The verdict stands either way; a store that cannot take it (a full disk, a damaged file) is said
     // on stderr and, under --json, in "store": {"db", "error"}.
     auto not_recorded = [&](const Error& e) {
@@ -764,7 +803,7 @@ int Commands::report_verdict(const Task& task, const Verdict& v) {
     }
   }
 
-  if (json_) {
+  if (a.json) {
     std::cout << dump_json(out, 2) << "\n";
   } else {
     Table t({"shape", "set", "status", "max abs err", "max rel err", "median ms", "iqr ms", "n", "baseline ms", "speedup", "% of bound"});
@@ -835,24 +874,23 @@ std::string times(const json& v) { return v.is_number() ? fmt::format("{:.2f}x",
 
 }  // namespace
 
-int Commands::worker() {
+int Commands::worker(const WorkerArgs& a) {
   WorkerOptions w;
-  w.queue.url = redis_url_;
-  if (!queue_name_.empty()) w.queue.name = queue_name_;
-  w.queue.lease_s = lease_s_;
-  w.device = worker_device_;
-  w.max_jobs = max_jobs_;
-  w.name = worker_name_;
-  w.work_dir = worker_dir_;
-  w.eval = eval_options();
+  w.queue = queue_options(a.queue);
+  w.queue.lease_s = a.lease_s;
+  w.device = a.device;
+  w.max_jobs = a.max_jobs;
+  w.name = a.name;
+  w.work_dir = a.work_dir;
+  w.eval = eval_options(MeasureArgs{});
   w.eval.progress = nullptr;
-  if (!quiet_) w.say = [](const std::string& line) { std::cerr << "kfab: " << line << std::endl; };
+  if (!a.quiet) w.say = [](const std::string& line) { std::cerr << "kfab: " << line << std::endl; };
   auto r = run_worker(w);
   if (!r) return bad_input(false, r.error().message, r.error().hint);
   return 0;
 }
 
-int Commands::bench_serve_slot() {
+int Commands::bench_serve_slot(const BenchArgs& a) {
   std::unique_ptr<TorchInspector> tracer;  // warm from one task to the next
   // Not inherited by what the tasks start: a runner or worker that outlives this kfab must not keep
   // the reply pipe open (the bench waits for its end).
@@ -890,7 +928,7 @@ int Commands::bench_serve_slot() {
     }
     BenchOptions o;
     o.resume = dir;
-    o.eval = eval_options();
+    o.eval = eval_options(a.measure);
     o.eval.progress = nullptr;
     o.tracer = &tracer;
     o.say = [](const std::string& line) { std::cerr << "kfab: " << line << std::endl; };
@@ -904,50 +942,49 @@ int Commands::bench_serve_slot() {
   }
 }
 
-int Commands::bench() {
-  if (serve_slot_) return bench_serve_slot();
-  if (!redis_url_.empty() && !devices_.empty())
-    return bad_input(json_, "--devices with --redis: the queue's workers run the tasks on their own devices",
+int Commands::bench(const BenchArgs& a) {
+  if (a.serve_slot) return bench_serve_slot(a);
+  if (!a.queue.url.empty() && !a.devices.empty())
+    return bad_input(a.json, "--devices with --redis: the queue's workers run the tasks on their own devices",
                      "leave out --devices; start a `kfab worker --redis URL --device D` per GPU");
-  const bool suite_given = bench_suite_->count() > 0;
-  if (bench_resume_.empty() != suite_given)
-    return bad_input(json_, !suite_given ? "bench needs a SUITE (a folder of tasks), or --resume BENCH_DIR"
+  const bool suite_given = bench_->count("SUITE") > 0;
+  if (a.resume.empty() != suite_given)
+    return bad_input(a.json, !suite_given ? "bench needs a SUITE (a folder of tasks), or --resume BENCH_DIR"
                                           : "bench takes a SUITE or --resume BENCH_DIR, not both",
                      "--resume goes on with the suite and the settings the stopped bench was started with");
-  if (!bench_resume_.empty()) {
+  if (!a.resume.empty()) {
     // Everything comes from the stopped bench; options that would change it are refused, not ignored.
     for (const char* o : {"--target", "--eval", "--llm", "--budget", "--points", "--fresh", "--seeds", "--min-time",
                           "--timeout", "--no-compile", "--filter", "--sample", "--atol", "--rtol", "--out"})
       if (bench_->count(o) > 0)
-        return bad_input(json_, std::string(o) + " cannot change a bench that is resumed",
+        return bad_input(a.json, std::string(o) + " cannot change a bench that is resumed",
                          "resume without it (the bench's own settings apply), or start a new bench");
   }
   BenchOptions o;
-  o.resume = bench_resume_;
-  o.suite = path_;
-  o.target = target_;
-  o.mode = bench_eval_ ? "eval" : "optimize";
-  o.llm = llm_;
-  o.points = budget_tuner_;
-  o.budget = budget_;
-  o.fresh = fresh_;
-  o.out_dir = out_;
-  o.report = html_;
-  o.filter = filter_;
-  o.sample = sample_;
-  o.devices = devices_;
-  o.queue.url = redis_url_;
-  if (!queue_name_.empty()) o.queue.name = queue_name_;
-  o.eval = eval_options();
+  o.resume = a.resume;
+  o.suite = a.suite;
+  o.target = a.target;
+  o.mode = a.eval ? "eval" : "optimize";
+  o.llm = a.llm;
+  o.points = a.points;
+  o.budget = a.budget;
+  o.fresh = a.fresh;
+  o.out_dir = a.out;
+  o.report = a.report;
+  o.filter = a.filter;
+  o.sample = a.sample;
+  o.devices = a.devices;
+  o.queue = queue_options(a.queue);
+  o.eval = eval_options(a.measure);
   o.eval.progress = nullptr;
   if (suite_given) {  // a resumed bench's tasks were checked when it started
     std::error_code ec;
-    const std::string target = target_.empty() ? default_device_target() : target_;
-    auto selected = fs::exists(path_, ec) ? select_tasks(discover_tasks(path_), filter_, sample_) : std::vector<TaskEntry>{};
-    if (!selected) return bad_input(json_, selected.error().message, selected.error().hint);
+    const std::string target = a.target.empty() ? default_device_target() : a.target;
+    auto selected = fs::exists(a.suite, ec) ? select_tasks(discover_tasks(a.suite), a.filter, a.sample) : std::vector<TaskEntry>{};
+    if (!selected) return bad_input(a.json, selected.error().message, selected.error().hint);
     for (const auto& e : *selected)
       if (e.task)
-        if (auto fits = fits_target(*e.task, target, o.eval); !fits) return bad_input(json_, fits.error().message, fits.error().hint);
+        if (auto fits = fits_target(*e.task, target, o.eval); !fits) return bad_input(a.json, fits.error().message, fits.error().hint);
   }
   const bool tty = ::isatty(2) != 0;
   // On a terminal: the tuner's lines scroll above a status line that is redrawn in place; otherwise
@@ -957,7 +994,7 @@ int Commands::bench() {
     if (tty) std::cerr << "\r\033[K" << line << "\n" << status_line << std::flush;
     else std::cerr << line << "\n";
   };
-  if (!quiet_) {
+  if (!a.measure.quiet) {
     o.say = [&](const std::string& s) { print("kfab: " + s); };
     if (tty) o.detail = [&](const std::string& s) { print("  " + s); };
     o.status = [&, tty](const BenchStatus& st) {
@@ -975,10 +1012,10 @@ int Commands::bench() {
     };
   }
   auto r = run_bench(o);
-  if (tty && !quiet_) std::cerr << "\r\033[K" << std::flush;
-  if (!r) return bad_input(json_, r.error().message, r.error().hint);
+  if (tty && !a.measure.quiet) std::cerr << "\r\033[K" << std::flush;
+  if (!r) return bad_input(a.json, r.error().message, r.error().hint);
   const json& sc = (*r)["scores"];
-  if (json_) {
+  if (a.json) {
     json out = *r;
     for (auto& t : out["tasks"]) t.erase("report");  // the runs are in bench.json and the HTML page
     std::cout << dump_json(out, 2) << "\n";
@@ -1007,41 +1044,41 @@ int Commands::bench() {
   return sc["correct"] == sc["tasks"] ? kExitOk : kExitFailed;
 }
 
-int Commands::report() {
+int Commands::report(const ReportArgs& a) {
   std::error_code ec;
-  fs::path as_bench = task_;
+  fs::path as_bench = a.run;
   if (fs::is_directory(as_bench, ec)) as_bench /= "bench.json";
   if (fs::is_regular_file(as_bench, ec)) {
     auto text = read_file(as_bench);
-    if (!text) return bad_input(json_, text.error().message);
+    if (!text) return bad_input(a.json, text.error().message);
     json b;
     try {
       b = json::parse(*text);
     } catch (const json::exception& e) {
-      return bad_input(json_, as_bench.string() + ": not a bench file: " + e.what());
+      return bad_input(a.json, as_bench.string() + ": not a bench file: " + e.what());
     }
-    if (!b.is_object() || !b.contains("tasks")) return bad_input(json_, as_bench.string() + ": not a bench file (no \"tasks\")");
-    const fs::path out = html_.empty() ? as_bench.parent_path() / "report.html" : fs::path(html_);
-    if (auto ok = write_file_atomic(out, render_bench_html(b)); !ok) return bad_input(json_, ok.error().message);
-    if (json_) std::cout << dump_json(json{{"bench", b.value("bench", "")}, {"html", fs::absolute(out).string()}, {"scores", b.value("scores", json())}}, 2) << "\n";
+    if (!b.is_object() || !b.contains("tasks")) return bad_input(a.json, as_bench.string() + ": not a bench file (no \"tasks\")");
+    const fs::path out = a.html.empty() ? as_bench.parent_path() / "report.html" : fs::path(a.html);
+    if (auto ok = write_file_atomic(out, render_bench_html(b)); !ok) return bad_input(a.json, ok.error().message);
+    if (a.json) std::cout << dump_json(json{{"bench", b.value("bench", "")}, {"html", fs::absolute(out).string()}, {"scores", b.value("scores", json())}}, 2) << "\n";
     else std::cout << "report: " << fs::absolute(out).string() << "\n";
     return kExitOk;
   }
-  auto store = Store::open(db_.empty() ? Store::default_path() : fs::path(db_));
-  if (!store) return bad_input(json_, store.error().message);
-  std::string run = task_;
+  auto store = Store::open(a.db.empty() ? Store::default_path() : fs::path(a.db));
+  if (!store) return bad_input(a.json, store.error().message);
+  std::string run = a.run;
   if (run == "latest") {
     auto l = (*store)->latest_run();
-    if (!l || l->empty()) return bad_input(json_, "the store holds no run yet");
+    if (!l || l->empty()) return bad_input(a.json, "the store holds no run yet");
     run = *l;
   }
   auto rep = run_report(**store, run);
-  if (!rep) return bad_input(json_, rep.error().message, "`kfab report` takes a run id (kfab optimize prints it), latest, or a bench folder");
-  if (!html_.empty())
-    if (auto ok = write_file_atomic(html_, render_run_html(*rep)); !ok) return bad_input(json_, ok.error().message);
-  if (json_) {
+  if (!rep) return bad_input(a.json, rep.error().message, "`kfab report` takes a run id (kfab optimize prints it), latest, or a bench folder");
+  if (!a.html.empty())
+    if (auto ok = write_file_atomic(a.html, render_run_html(*rep)); !ok) return bad_input(a.json, ok.error().message);
+  if (a.json) {
     json out = *rep;
-    if (!html_.empty()) out["html"] = fs::absolute(html_).string();
+    if (!a.html.empty()) out["html"] = fs::absolute(a.html).string();
     std::cout << dump_json(out, 2) << "\n";
     return kExitOk;
   }
@@ -1052,7 +1089,7 @@ int Commands::report() {
     t.add({std::to_string(s["seq"].get<int64_t>()), s["role"].get<std::string>(), s["disposition"].get<std::string>(), times(s["speedup"]),
            s["detail"].get<std::string>().substr(0, 80)});
   std::cout << t.render();
-  if (!html_.empty()) std::cout << "report: " << fs::absolute(html_).string() << "\n";
+  if (!a.html.empty()) std::cout << "report: " << fs::absolute(a.html).string() << "\n";
   return kExitOk;
 }
 

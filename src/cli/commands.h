@@ -12,7 +12,6 @@
 #include "core/task.h"
 #include "eval/evaluator.h"
 #include "eval/verdict.h"
-#include "dist/remote_eval.h"
 
 namespace kfab::cli {
 
@@ -23,6 +22,125 @@ constexpr int kExitOk = 0;
 constexpr int kExitFailed = 1;
 constexpr int kExitBadInput = 2;
 
+/// What a subcommand passes on to the evaluator (EvalOptions). eval, optimize and bench each hold
+/// their own, bound to the options each offers; what a subcommand does not offer keeps these defaults.
+struct MeasureArgs {
+  double timeout_s = 60.0;
+  int seeds = 5;
+  int min_calls = 0;
+  double min_time_s = -1.0;
+  double memory_gib = 0.0;
+  bool quiet = false;  ///< also the subcommand's own progress lines
+  bool profile = false;
+  std::string dtype = "f32";
+  std::string compile_mode = "default";
+  bool no_compile = false;
+  bool fresh_baselines = false;
+  std::vector<std::string> forbid;
+  bool no_heldout = false;
+  std::optional<double> atol, rtol;
+};
+
+/// --redis URL and --queue NAME: a job queue on a Redis server.
+struct QueueArgs {
+  std::string url;
+  std::string name;  ///< empty: QueueOptions' default
+};
+
+struct DoctorArgs {
+  bool json = false;
+  QueueArgs queue;  ///< also the pool of that queue
+};
+
+struct TasksArgs {
+  std::string path = "tasks";
+  bool json = false;
+  bool check = false;
+  bool coverage = false;
+  std::string target;
+};
+
+struct EvalArgs {
+  std::string task;
+  std::string candidate;
+  std::string target;
+  std::string db;
+  bool no_store = false;
+  bool no_end_to_end = false;
+  bool json = false;
+  MeasureArgs measure;
+};
+
+struct ExportArgs {
+  std::string candidate;
+  std::string task;
+  std::string modelnew;
+  bool json = false;
+};
+
+struct OptimizeArgs {
+  std::string task;
+  std::string resume;
+  std::string target;
+  std::string dsl;
+  std::string llm;
+  std::string config;
+  std::string strategy = "refine";
+  int budget = 8;
+  int64_t budget_tokens = 0;
+  double budget_dollars = 0.0;
+  double budget_time_s = 0.0;
+  int points = 64;  ///< the built-in tuner's budget
+  bool fresh = false;
+  std::string out;
+  std::vector<int> devices;
+  QueueArgs queue;
+  bool json = false;
+  MeasureArgs measure;
+};
+
+struct BenchArgs {
+  std::string suite;
+  std::string resume;  ///< BENCH_DIR
+  std::string target;
+  std::string report;  ///< the HTML file
+  std::string out;
+  bool eval = false;
+  std::string llm;
+  int budget = 8;
+  int points = 64;
+  bool fresh = false;
+  std::string filter;
+  int sample = 0;
+  std::vector<int> devices;
+  QueueArgs queue;
+  bool serve_slot = false;  ///< hidden: what --devices starts on a device
+  bool json = false;
+  MeasureArgs measure;
+};
+
+struct ReportArgs {
+  std::string run;  ///< a run id, latest, or a bench folder
+  std::string html;
+  std::string db;
+  bool json = false;
+};
+
+struct WorkerArgs {
+  QueueArgs queue;
+  int device = -1;
+  double lease_s = 60.0;
+  int max_jobs = 0;
+  std::string name;
+  std::string work_dir;
+  bool quiet = false;
+};
+
+struct SandboxArgs {
+  bool processes = false;
+  std::vector<std::string> argv;
+};
+
 class Commands {
  public:
   explicit Commands(CLI::App& app);
@@ -30,24 +148,22 @@ class Commands {
   int run();
 
  private:
-  int doctor();
-  int tasks();
-  int eval();
-  /// The backend a native candidate file runs on: --target, or the best present that takes the file.
-  Expected<std::unique_ptr<Backend>> native_backend_for(const std::string& candidate) const;
-  int export_modelnew();
-  int optimize_task();
-  Expected<std::unique_ptr<QueueEvaluations>> open_remote(const std::string& task, const std::string& target,
-                                                          const std::function<void(const std::string&)>& say);
-  int bench();
-  int bench_serve_slot();
-  int worker();
-  int report();
-  int sandbox_command();
-  int check_tasks(const std::vector<TaskEntry>& entries);
-  int coverage_tasks(const std::vector<TaskEntry>& entries);
-  EvalOptions eval_options() const;
-  int report_verdict(const Task& task, const Verdict& v);
+  int doctor(const DoctorArgs& a);
+  int tasks(const TasksArgs& a);
+  int eval(const EvalArgs& a);
+  /// The backend a native candidate file runs on: `target`, or the best present that takes the file.
+  Expected<std::unique_ptr<Backend>> native_backend_for(const std::string& target, const std::string& candidate) const;
+  int export_modelnew(const ExportArgs& a);
+  /// By value: resuming a run takes its task, target and settings from the store.
+  int optimize_task(OptimizeArgs a);
+  int bench(const BenchArgs& a);
+  int bench_serve_slot(const BenchArgs& a);
+  int worker(const WorkerArgs& a);
+  int report(const ReportArgs& a);
+  int sandbox_command(const SandboxArgs& a);
+  int check_tasks(const TasksArgs& a, const std::vector<TaskEntry>& entries);
+  int coverage_tasks(const TasksArgs& a, const std::vector<TaskEntry>& entries);
+  int report_verdict(const EvalArgs& a, const Task& task, const Verdict& v);
 
   CLI::App& app_;
   CLI::App* doctor_ = nullptr;
@@ -60,59 +176,16 @@ class Commands {
   CLI::App* report_ = nullptr;
   CLI::App* sandbox_ = nullptr;
   CLI::App* worker_ = nullptr;
-  std::vector<std::string> sandbox_argv_;
-  bool sandbox_processes_ = false;
-  bool json_ = false;
-  std::string path_ = "tasks";
-  std::string task_;
-  std::string candidate_;
-  std::string target_;
-  std::string db_;
-  double timeout_s_ = 60.0;
-  int seeds_ = 5;
-  int min_calls_ = 0;
-  double min_time_s_ = -1.0;
-  double memory_gib_ = 0.0;
-  bool no_store_ = false;
-  bool quiet_ = false;
-  bool profile_ = false;
-  std::string dtype_ = "f32";
-  std::optional<double> atol_, rtol_;
-  std::string compile_mode_ = "default";
-  bool no_compile_ = false;
-  bool fresh_baselines_ = false;
-  std::vector<std::string> forbid_;
-  bool check_ = false;
-  bool coverage_ = false;
-  bool no_end_to_end_ = false;  ///< eval --no-end-to-end
-  std::string bench_resume_;  ///< bench --resume BENCH_DIR
-  std::vector<int> devices_;  ///< bench --devices
-  bool serve_slot_ = false;   ///< bench --serve-slot (hidden: what --devices starts on a device)
-  std::string redis_url_;     ///< bench and worker --redis
-  std::string queue_name_;    ///< --queue
-  int worker_device_ = -1;    ///< worker --device
-  double lease_s_ = 60.0;     ///< worker --lease
-  int max_jobs_ = 0;          ///< worker --max-jobs
-  std::string worker_name_;   ///< worker --name
-  std::string worker_dir_;    ///< worker --work-dir
-  CLI::Option* bench_suite_ = nullptr;  ///< bench SUITE (absent with --resume)
-  std::string filter_;  ///< bench --filter
-  int sample_ = 0;      ///< bench --sample
-  bool no_heldout_ = false;
-  std::string dsl_;
-  std::string llm_;
-  std::string config_;
-  std::string strategy_ = "refine";
-  std::string resume_;
-  int budget_ = 8;
-  int64_t budget_tokens_ = 0;
-  double budget_dollars_ = 0.0;
-  double budget_time_s_ = 0.0;
-  int budget_tuner_ = 64;
-  bool fresh_ = false;
-  std::string out_;
-  std::string html_;
-  bool bench_eval_ = false;
+  bool json_ = false;  ///< --json before the subcommand's name: as if given after it
+  DoctorArgs doctor_args_;
+  TasksArgs tasks_args_;
+  EvalArgs eval_args_;
+  ExportArgs export_args_;
+  OptimizeArgs optimize_args_;
+  BenchArgs bench_args_;
+  ReportArgs report_args_;
+  WorkerArgs worker_args_;
+  SandboxArgs sandbox_args_;
 };
 
 }  // namespace kfab::cli
