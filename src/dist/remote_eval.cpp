@@ -15,24 +15,30 @@ namespace kfab {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
+namespace {
+
+/// The protocol's plain fields under their JSON names, one list for both directions: `f(name, field)`
+/// for each. `forbid`, `atol` and `rtol` travel too, but may be absent or of another kind.
+template <typename Options, typename F>
+void protocol_fields(Options& eo, F&& f) {
+  // what is verified, how it is timed, then what only KernelBench-format tasks use
+  f("seeds", eo.seeds), f("base_seed", eo.base_seed), f("heldout", eo.heldout);
+  f("time", eo.time), f("min_calls", eo.min_calls), f("min_time_s", eo.min_time_s), f("max_calls", eo.max_calls);
+  f("max_time_s", eo.max_time_s), f("warmup", eo.warmup), f("timeout_s", eo.runner.timeout_s), f("profile", eo.profile);
+  f("dtype", eo.dtype), f("compile_baseline", eo.compile_baseline), f("end_to_end", eo.end_to_end);
+  f("compile_mode", eo.compile_mode), f("fresh_baselines", eo.fresh_baselines);
+}
+
+std::optional<double> number_or_none(const json& j, const char* key) {
+  return j.contains(key) && j[key].is_number() ? std::optional<double>(j[key].get<double>()) : std::nullopt;
+}
+
+}  // namespace
+
 json eval_options_to_json(const EvalOptions& eo) {
-  json j = {{"seeds", eo.seeds},
-            {"base_seed", eo.base_seed},
-            {"heldout", eo.heldout},
-            {"time", eo.time},
-            {"min_calls", eo.min_calls},
-            {"min_time_s", eo.min_time_s},
-            {"max_calls", eo.max_calls},
-            {"max_time_s", eo.max_time_s},
-            {"warmup", eo.warmup},
-            {"timeout_s", eo.runner.timeout_s},
-            {"profile", eo.profile},
-            {"dtype", eo.dtype},
-            {"compile_baseline", eo.compile_baseline},
-            {"end_to_end", eo.end_to_end},
-            {"compile_mode", eo.compile_mode},
-            {"fresh_baselines", eo.fresh_baselines},
-            {"forbid", eo.forbid}};
+  json j = json::object();
+  protocol_fields(eo, [&](const char* key, const auto& field) { j[key] = field; });
+  j["forbid"] = eo.forbid;
   if (eo.atol) j["atol"] = *eo.atol;
   if (eo.rtol) j["rtol"] = *eo.rtol;
   return j;
@@ -40,25 +46,10 @@ json eval_options_to_json(const EvalOptions& eo) {
 
 EvalOptions eval_options_from_json(const json& j, EvalOptions eo) {
   if (!j.is_object()) return eo;
-  eo.seeds = j.value("seeds", eo.seeds);
-  eo.base_seed = j.value("base_seed", eo.base_seed);
-  eo.heldout = j.value("heldout", eo.heldout);
-  eo.time = j.value("time", eo.time);
-  eo.min_calls = j.value("min_calls", eo.min_calls);
-  eo.min_time_s = j.value("min_time_s", eo.min_time_s);
-  eo.max_calls = j.value("max_calls", eo.max_calls);
-  eo.max_time_s = j.value("max_time_s", eo.max_time_s);
-  eo.warmup = j.value("warmup", eo.warmup);
-  eo.runner.timeout_s = j.value("timeout_s", eo.runner.timeout_s);
-  eo.profile = j.value("profile", eo.profile);
-  eo.dtype = j.value("dtype", eo.dtype);
-  eo.compile_baseline = j.value("compile_baseline", eo.compile_baseline);
-  eo.end_to_end = j.value("end_to_end", eo.end_to_end);
-  eo.compile_mode = j.value("compile_mode", eo.compile_mode);
-  eo.fresh_baselines = j.value("fresh_baselines", eo.fresh_baselines);
+  protocol_fields(eo, [&](const char* key, auto& field) { field = j.value(key, field); });
   if (j.contains("forbid") && j["forbid"].is_array()) eo.forbid = j["forbid"].get<std::vector<std::string>>();
-  eo.atol = j.contains("atol") && j["atol"].is_number() ? std::optional<double>(j["atol"].get<double>()) : std::nullopt;
-  eo.rtol = j.contains("rtol") && j["rtol"].is_number() ? std::optional<double>(j["rtol"].get<double>()) : std::nullopt;
+  eo.atol = number_or_none(j, "atol");
+  eo.rtol = number_or_none(j, "rtol");
   return eo;
 }
 
