@@ -29,18 +29,12 @@ std::optional<Disposition> parse_disposition(std::string_view s) {
 }
 
 nlohmann::json ShapeResult::to_json() const {
-  nlohmann::json j;
-  j["shape"] = shape;
-  j["heldout"] = heldout;
-  j["status"] = status;
-  j["correct"] = correct;
+  nlohmann::json j = {{"shape", shape}, {"heldout", heldout}, {"status", status}, {"correct", correct}};
   if (errors.is_object()) {
     j["max_abs_err"] = errors.value("max_abs_err", nlohmann::json());
     j["max_rel_err"] = errors.value("max_rel_err", nlohmann::json());
-    if (errors.contains("first_mismatch")) j["first_mismatch"] = errors["first_mismatch"];
-    if (errors.contains("outputs")) j["outputs"] = errors["outputs"];
-    if (errors.contains("checked")) j["checked"] = errors["checked"];
-    if (errors.contains("mismatches")) j["mismatches"] = errors["mismatches"];
+    for (const char* k : {"first_mismatch", "outputs", "checked", "mismatches"})
+      if (errors.contains(k)) j[k] = errors[k];
   }
   if (time) j["time_ms"] = time->to_json();
   if (baseline) j["baseline_ms"] = baseline->to_json();
@@ -54,22 +48,21 @@ nlohmann::json ShapeResult::to_json() const {
 }
 
 nlohmann::json Verdict::to_json() const {
-  nlohmann::json j;
-  j["task"] = task;
-  j["target"] = target;
-  j["dsl"] = dsl;
-  j["candidate"] = candidate;
-  j["candidate_hash"] = candidate_hash;
-  j["disposition"] = disposition_name(disposition);
-  j["detail"] = detail;
-  j["shapes"] = nlohmann::json::array();
+  nlohmann::json j = {{"task", task},
+                      {"target", target},
+                      {"dsl", dsl},
+                      {"candidate", candidate},
+                      {"candidate_hash", candidate_hash},
+                      {"disposition", disposition_name(disposition)},
+                      {"detail", detail},
+                      {"shapes", nlohmann::json::array()},
+                      {"speedup", speedup ? nlohmann::json(*speedup) : nlohmann::json()},
+                      {"baseline", baseline},
+                      {"build", build},
+                      {"machine", machine},
+                      {"protocol", protocol},
+                      {"wall_s", wall_s}};
   for (const auto& s : shapes) j["shapes"].push_back(s.to_json());
-  j["speedup"] = speedup ? nlohmann::json(*speedup) : nlohmann::json();
-  j["baseline"] = baseline;
-  j["build"] = build;
-  j["machine"] = machine;
-  j["protocol"] = protocol;
-  j["wall_s"] = wall_s;
   if (!profile.is_null()) j["profile"] = profile;
   for (const auto& [k, val] : extra.items()) j[k] = val;
   return j;
