@@ -3,6 +3,9 @@
 #include <sqlite3.h>
 #include <sys/statvfs.h>
 
+#include <algorithm>
+#include <iterator>
+
 #include "core/hash.h"
 #include "core/paths.h"
 #include "core/text.h"
@@ -109,20 +112,12 @@ Expected<void> Store::exec(const std::string& sql) {
   return {};
 }
 
-Expected<void> Store::migrate() {
-  if (auto ok = exec("BEGIN IMMEDIATE"); !ok) return ok;
-  int version = 0;
-  {
-    Stmt st(db_, "PRAGMA user_version");
-    if (st.ok() && st.step() == SQLITE_ROW) version = static_cast<int>(st.int_col(0));
-  }
-  if (version > kSchemaVersion) {
-    (void)exec("ROLLBACK");
-    return make_error("store schema version " + std::to_string(version) + " is newer than this kfab understands (" +
-                      std::to_string(kSchemaVersion) + ")");
-  }
-  if (version < 1) {
-    auto ok = exec(R"sql(
+namespace {
+
+/// The migration to each schema version from the one before: kMigrations[v] takes a store at version v
+/// to v + 1. A new version is a new entry, never an edit of an old one (stores in use have run it).
+constexpr const char* kMigrations[] = {
+    R"sql(
       CREATE TABLE tasks (
         id INTEGER PRIMARY KEY,
         name TEXT NOT NULL,
@@ -150,15 +145,9 @@ Expected<void> Store::migrate() {
       CREATE INDEX evaluations_by_candidate ON evaluations(candidate_hash);
       CREATE INDEX evaluations_by_task ON evaluations(task_id);
       PRAGMA user_version = 1;
-    )sql");
-    if (!ok) {
-      (void)exec("ROLLBACK");
-      return ok;
-    }
-  }
-  if (version < 2) {
+    )sql",
     // Optimization runs (kfab optimize): their steps, and every LLM exchange, content-addressed.
-    auto ok = exec(R"sql(
+    R"sql(
       CREATE TABLE runs (
         id TEXT PRIMARY KEY,
         task TEXT NOT NULL,
@@ -196,8 +185,26 @@ Expected<void> Store::migrate() {
         created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
         PRIMARY KEY (run_id, seq));
       PRAGMA user_version = 2;
-    )sql");
-    if (!ok) {
+    )sql",
+};
+
+}  // namespace
+
+Expected<void> Store::migrate() {
+  if (auto ok = exec("BEGIN IMMEDIATE"); !ok) return ok;
+  int version = 0;
+  {
+    Stmt st(db_, "PRAGMA user_version");
+    if (st.ok() && st.step() == SQLITE_ROW) version = static_cast<int>(st.int_col(0));
+  }
+  if (version > kSchemaVersion) {
+    (void)exec("ROLLBACK");
+    return make_error("store schema version " + std::to_string(version) + " is newer than this kfab understands (" +
+                      std::to_string(kSchemaVersion) + ")");
+  }
+  static_assert(std::size(kMigrations) == kSchemaVersion);
+  for (int v = std::max(version, 0); v < kSchemaVersion; ++v) {
+    if (auto ok = exec(kMigrations[v]); !ok) {
       (void)exec("ROLLBACK");
       return ok;
     }
