@@ -49,27 +49,25 @@ std::string gpu_lock_key(const std::map<std::string, std::string>& env) {
 }  // namespace
 
 const Target& cuda_target() {
-  static const Target t = [] {
-    Target t;
-    t.name = "cuda";
-    t.dsl = "cuda";
-    t.suffix = ".cu";
-    t.dsl_rules = "CUDA C++ for an NVIDIA GPU, one .cu file exporting kfab_run (KFAB_EXPORT), built with nvcc -O3 for the "
-                  "GPU's architecture; enqueue all work on the given stream; no device-wide synchronization, no allocation "
-                  "per call.";
-    t.suffixes = {".cu"};
-    t.gpu = true;
-    t.torch_device = "cuda";
-    t.triton = true;
-    t.task_baseline = "cuda";
-    t.flush = "a read of 2x L2 on the stream before each timed call";
-    t.timer = "CUDA events on the runner's stream; context synchronized after each call";
-    t.profiler = "ncu";
-    t.make_backend = []() -> std::unique_ptr<Backend> { return std::make_unique<CudaBackend>(); };
-    t.pin = [](int index) -> Expected<DeviceEnv> { return cuda_device_env(index); };
-    t.lock_key = gpu_lock_key;
-    return t;
-  }();
+  static const Target t{
+      .name = "cuda",
+      .dsl = "cuda",
+      .suffix = ".cu",
+      .dsl_rules = "CUDA C++ for an NVIDIA GPU, one .cu file exporting kfab_run (KFAB_EXPORT), built with nvcc -O3 for the "
+                   "GPU's architecture; enqueue all work on the given stream; no device-wide synchronization, no allocation "
+                   "per call.",
+      .suffixes = {".cu"},
+      .gpu = true,
+      .torch_device = "cuda",
+      .triton = true,
+      .task_baseline = "cuda",
+      .flush = "a read of 2x L2 on the stream before each timed call",
+      .timer = "CUDA events on the runner's stream; context synchronized after each call",
+      .profiler = "ncu",
+      .make_backend = []() -> std::unique_ptr<Backend> { return std::make_unique<CudaBackend>(); },
+      .pin = [](int index) -> Expected<DeviceEnv> { return cuda_device_env(index); },
+      .lock_key = gpu_lock_key,
+  };
   return t;
 }
 

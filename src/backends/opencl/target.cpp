@@ -5,20 +5,18 @@
 namespace kfab {
 
 const Target& opencl_target() {
-  static const Target t = [] {
-    Target t;
-    t.name = "opencl";
-    t.dsl = "opencl";
-    t.suffix = ".cl.cpp";
-    t.dsl_rules = "OpenCL: a C++ host file exporting kfab_run whose kernels are OpenCL C source strings built at run time; "
-                  "data are cl_mem, the stream is the cl_command_queue.";
-    t.suffixes = {".cl.cpp"};
-    t.runner_spawns = true;
-    t.flush = "on a GPU device, a fill of a buffer twice its global memory cache, on the queue, before each timed call; none on a CPU device";
-    t.timer = "profiling markers on the runner's queue around the call; the queue finished after each call";
-    t.make_backend = []() -> std::unique_ptr<Backend> { return std::make_unique<OpenClBackend>(); };
-    return t;
-  }();
+  static const Target t{
+      .name = "opencl",
+      .dsl = "opencl",
+      .suffix = ".cl.cpp",
+      .dsl_rules = "OpenCL: a C++ host file exporting kfab_run whose kernels are OpenCL C source strings built at run time; "
+                   "data are cl_mem, the stream is the cl_command_queue.",
+      .suffixes = {".cl.cpp"},
+      .runner_spawns = true,
+      .flush = "on a GPU device, a fill of a buffer twice its global memory cache, on the queue, before each timed call; none on a CPU device",
+      .timer = "profiling markers on the runner's queue around the call; the queue finished after each call",
+      .make_backend = []() -> std::unique_ptr<Backend> { return std::make_unique<OpenClBackend>(); },
+  };
   return t;
 }
 
