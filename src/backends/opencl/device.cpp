@@ -12,23 +12,16 @@ namespace kfab {
 
 namespace {
 
+// The ICD loader's entry points kfab uses, each bound to the symbol "cl" followed by its name.
+#define KFAB_CL_ENTRY_POINTS(X) \
+  X(GetPlatformIDs) X(GetPlatformInfo) X(GetDeviceIDs) X(GetDeviceInfo) X(CreateContext) X(CreateCommandQueue) \
+  X(CreateBuffer) X(ReleaseMemObject) X(EnqueueWriteBuffer) X(EnqueueReadBuffer) X(EnqueueCopyBuffer) \
+  X(EnqueueFillBuffer) X(EnqueueMarkerWithWaitList) X(GetEventProfilingInfo) X(ReleaseEvent) X(Finish)
+
 struct ClApi {
-  decltype(&clGetPlatformIDs) GetPlatformIDs;
-  decltype(&clGetPlatformInfo) GetPlatformInfo;
-  decltype(&clGetDeviceIDs) GetDeviceIDs;
-  decltype(&clGetDeviceInfo) GetDeviceInfo;
-  decltype(&clCreateContext) CreateContext;
-  decltype(&clCreateCommandQueue) CreateCommandQueue;
-  decltype(&clCreateBuffer) CreateBuffer;
-  decltype(&clReleaseMemObject) ReleaseMemObject;
-  decltype(&clEnqueueWriteBuffer) EnqueueWriteBuffer;
-  decltype(&clEnqueueReadBuffer) EnqueueReadBuffer;
-  decltype(&clEnqueueCopyBuffer) EnqueueCopyBuffer;
-  decltype(&clEnqueueFillBuffer) EnqueueFillBuffer;
-  decltype(&clEnqueueMarkerWithWaitList) EnqueueMarkerWithWaitList;
-  decltype(&clGetEventProfilingInfo) GetEventProfilingInfo;
-  decltype(&clReleaseEvent) ReleaseEvent;
-  decltype(&clFinish) Finish;
+#define KFAB_CL_MEMBER(name) decltype(&cl##name) name;
+  KFAB_CL_ENTRY_POINTS(KFAB_CL_MEMBER)
+#undef KFAB_CL_MEMBER
 };
 ClApi cl;
 
@@ -36,6 +29,15 @@ template <typename F>
 bool bind(void* h, F& fn, const char* name) {
   fn = reinterpret_cast<F>(::dlsym(h, name));
   return fn != nullptr;
+}
+
+/// Binds every entry point of `cl`; false if the library lacks one.
+bool bind_all(void* h) {
+  bool ok = true;
+#define KFAB_CL_BIND(name) ok = ok && bind(h, cl.name, "cl" #name);
+  KFAB_CL_ENTRY_POINTS(KFAB_CL_BIND)
+#undef KFAB_CL_BIND
+  return ok;
 }
 
 std::string info_string(cl_device_id d, cl_device_info what) {
@@ -50,16 +52,7 @@ std::string OpenClDevice::open() {
   if (queue_ != nullptr) return {};
   void* h = ::dlopen("libOpenCL.so.1", RTLD_NOW | RTLD_GLOBAL);
   if (h == nullptr) return "libOpenCL.so.1 not found (install ocl-icd-libopencl1 and a platform such as pocl-opencl-icd)";
-  const bool ok = bind(h, cl.GetPlatformIDs, "clGetPlatformIDs") && bind(h, cl.GetPlatformInfo, "clGetPlatformInfo") &&
-                  bind(h, cl.GetDeviceIDs, "clGetDeviceIDs") && bind(h, cl.GetDeviceInfo, "clGetDeviceInfo") &&
-                  bind(h, cl.CreateContext, "clCreateContext") && bind(h, cl.CreateCommandQueue, "clCreateCommandQueue") &&
-                  bind(h, cl.CreateBuffer, "clCreateBuffer") && bind(h, cl.ReleaseMemObject, "clReleaseMemObject") &&
-                  bind(h, cl.EnqueueWriteBuffer, "clEnqueueWriteBuffer") && bind(h, cl.EnqueueReadBuffer, "clEnqueueReadBuffer") &&
-                  bind(h, cl.EnqueueCopyBuffer, "clEnqueueCopyBuffer") && bind(h, cl.EnqueueFillBuffer, "clEnqueueFillBuffer") &&
-                  bind(h, cl.EnqueueMarkerWithWaitList, "clEnqueueMarkerWithWaitList") &&
-                  bind(h, cl.GetEventProfilingInfo, "clGetEventProfilingInfo") && bind(h, cl.ReleaseEvent, "clReleaseEvent") &&
-                  bind(h, cl.Finish, "clFinish");
-  if (!ok) return "libOpenCL.so.1 lacks an OpenCL 1.2 entry point";
+  if (!bind_all(h)) return "libOpenCL.so.1 lacks an OpenCL 1.2 entry point";
   cl_uint np = 0;
   if (cl.GetPlatformIDs(0, nullptr, &np) != CL_SUCCESS || np == 0) return "no OpenCL platform is installed";
   std::vector<cl_platform_id> plats(np);
