@@ -70,15 +70,15 @@ void add_options(CLI::App& sub, TasksArgs& a) {
 void add_options(CLI::App& sub, OptimizeArgs& a) {
   sub.add_option("TASK", a.task, "task folder, task.toml or KernelBench-format .py (not with --resume)");
   sub.add_option("--target", a.target, target_names() + " (default: cuda when a GPU is here, else cpu)");
-  sub.add_option("--dsl", a.dsl, "cpp, cuda, opencl, triton, modelnew (default: the target's native one)");
-  sub.add_option("--llm", a.llm, "PROVIDER:MODEL from the config, or replay:RUN (a recorded run's exchanges, no network); "
+  sub.add_option("--dsl", a.agents.dsl, "cpp, cuda, opencl, triton, modelnew (default: the target's native one)");
+  sub.add_option("--llm", a.agents.llm, "PROVIDER:MODEL from the config, or replay:RUN (a recorded run's exchanges, no network); "
                                  "none or absent: the built-in tuner");
-  sub.add_option("--config", a.config, "provider config (default ~/.config/kfab/config.toml)");
-  sub.add_option("--strategy", a.strategy, "refine (one trajectory)")->capture_default_str();
-  sub.add_option("--budget", a.budget, "candidates to evaluate, at most")->capture_default_str()->check(CLI::Range(1, 100000));
-  sub.add_option("--budget-tokens", a.budget_tokens, "LLM tokens, at most (0: no limit)");
-  sub.add_option("--budget-dollars", a.budget_dollars, "dollars, at most (0: no limit)");
-  sub.add_option("--budget-time", a.budget_time_s, "seconds of wall time, at most (0: no limit)");
+  sub.add_option("--config", a.agents.config, "provider config (default ~/.config/kfab/config.toml)");
+  sub.add_option("--strategy", a.agents.strategy, "refine (one trajectory)")->capture_default_str();
+  sub.add_option("--budget", a.agents.budget_candidates, "candidates to evaluate, at most")->capture_default_str()->check(CLI::Range(1, 100000));
+  sub.add_option("--budget-tokens", a.agents.budget_tokens, "LLM tokens, at most (0: no limit)");
+  sub.add_option("--budget-dollars", a.agents.budget_dollars, "dollars, at most (0: no limit)");
+  sub.add_option("--budget-time", a.agents.budget_wall_s, "seconds of wall time, at most (0: no limit)");
   sub.add_option("--out", a.out, "folder for the candidates and best.<ext> (default kfab-runs/RUN)");
   sub.add_option("--resume", a.resume, "continue a stopped run from the store");
   sub.add_option("--points", a.points, "built-in tuner: parameter points to evaluate, at most")->capture_default_str();
@@ -193,31 +193,37 @@ void add_options(CLI::App& sub, EvalArgs& a) {
 
 }  // namespace
 
+// A subcommand and its options, bound to `args`.
+template <class Args>
+CLI::App* subcommand(CLI::App& app, const char* name, const std::string& description, Args& args) {
+  CLI::App* sub = app.add_subcommand(name, description);
+  add_options(*sub, args);
+  return sub;
+}
+
 Commands::Commands(CLI::App& app) : app_(app) {
   app.add_flag("--json", json_, "print one JSON object on stdout");
 
-  doctor_ = app.add_subcommand("doctor", "what is here: compilers, GPUs, ncu, python+torch, triton, OpenCL");
-  add_options(*doctor_, doctor_args_);
-  tasks_ = app.add_subcommand("tasks", "list tasks (native manifests and KernelBench files)");
-  add_options(*tasks_, tasks_args_);
-  optimize_ = app.add_subcommand("optimize", "search for a faster correct candidate with LLM agents (planner, coder, fixer, analyst)");
-  add_options(*optimize_, optimize_args_);
-  bench_ = app.add_subcommand("bench", "a suite of tasks: each optimized (or its bundled candidates evaluated) with its baselines, then scored; "
-                                       "writes bench.json, tasks.csv, scores.csv and an HTML report");
-  add_options(*bench_, bench_args_);
-  report_ = app.add_subcommand("report", "a stored run (or a bench folder) as a self-contained HTML page, or as text or JSON");
-  add_options(*report_, report_args_);
+  doctor_ = subcommand(app, "doctor", "what is here: compilers, GPUs, ncu, python+torch, triton, OpenCL", doctor_args_);
+  tasks_ = subcommand(app, "tasks", "list tasks (native manifests and KernelBench files)", tasks_args_);
+  optimize_ = subcommand(app, "optimize", "search for a faster correct candidate with LLM agents (planner, coder, fixer, analyst)",
+                         optimize_args_);
+  bench_ = subcommand(app, "bench",
+                      "a suite of tasks: each optimized (or its bundled candidates evaluated) with its baselines, then scored; "
+                      "writes bench.json, tasks.csv, scores.csv and an HTML report",
+                      bench_args_);
+  report_ = subcommand(app, "report", "a stored run (or a bench folder) as a self-contained HTML page, or as text or JSON",
+                       report_args_);
   mcp_ = app.add_subcommand("mcp", "an MCP server on stdio (JSON-RPC 2.0) for coding agents: list_tasks, describe_task, evaluate, profile, history, best");
-  export_ = app.add_subcommand("export", "write a KernelBench ModelNew file for a candidate of a KernelBench-format task");
-  add_options(*export_, export_args_);
-  worker_ = app.add_subcommand("worker", "take evaluation jobs (a bench's tasks) from a Redis job queue and run them here, "
-                                         "one at a time, until stopped");
-  add_options(*worker_, worker_args_);
-  sandbox_ = app.add_subcommand("sandbox", "run a command in the sandbox candidates run in (writes confined to a temporary "
-                                           "folder, no network, no privilege), to see what a driver or library needs");
-  add_options(*sandbox_, sandbox_args_);
-  eval_ = app.add_subcommand("eval", "verify and time one candidate against the task's reference");
-  add_options(*eval_, eval_args_);
+  export_ = subcommand(app, "export", "write a KernelBench ModelNew file for a candidate of a KernelBench-format task", export_args_);
+  worker_ = subcommand(app, "worker",
+                       "take evaluation jobs (a bench's tasks) from a Redis job queue and run them here, one at a time, until stopped",
+                       worker_args_);
+  sandbox_ = subcommand(app, "sandbox",
+                        "run a command in the sandbox candidates run in (writes confined to a temporary "
+                        "folder, no network, no privilege), to see what a driver or library needs",
+                        sandbox_args_);
+  eval_ = subcommand(app, "eval", "verify and time one candidate against the task's reference", eval_args_);
 }
 
 int Commands::run() {
@@ -327,6 +333,42 @@ Expected<void> native_task_fits(const std::string& path, const std::string& targ
   auto task = open_task(path);
   if (!task || task->kernelbench()) return {};
   return fits_target(task->task, target, opt);
+}
+
+// A run's result as JSON (--json) or as `text` writes it; exit 0 where its best passed.
+int report_run(bool as_json, const Expected<json>& r, const std::function<void(const json&)>& text) {
+  if (!r) return bad_input(as_json, r.error().message, r.error().hint);
+  if (as_json) std::cout << dump_json(*r, 2) << "\n";
+  else text(*r);
+  const json& b = (*r)["best"];
+  return b["candidate"].is_null() || b["disposition"] != "passed" ? kExitFailed : kExitOk;
+}
+
+// What a run of either kind takes from the command line (its target is chosen before), and where
+// its candidates are evaluated: through the job queue (--redis; the workers check the room where they
+// run), else here once the task fits the device's memory. Progress moves from the evaluator to the
+// run, which says what each evaluation is for. The queue lives as long as the run.
+Expected<std::unique_ptr<QueueEvaluations>> prepare_run(const OptimizeArgs& a, RunOptions& o) {
+  o.task = a.task;
+  o.out_dir = a.out;
+  o.resume = a.resume;
+  o.devices = a.devices;
+  for (int d : o.devices)
+    if (d < 0) return make_error(fmt::format("device {}: devices are counted from 0", d), "--devices 0,1");
+  o.eval = eval_options(a.measure);
+  std::unique_ptr<QueueEvaluations> remote;
+  if (!a.queue.url.empty()) {
+    if (a.task.empty()) return make_error("--redis with --resume of a run that did not use a queue: give the task too");
+    auto r = open_remote(a.queue, a.task, o.target, o.eval.progress);
+    if (!r) return Unexpected{r.error()};
+    remote = std::move(*r);
+    o.remote = remote.get();
+  } else if (!a.task.empty()) {
+    if (auto fits = native_task_fits(a.task, o.target, o.eval); !fits) return Unexpected{fits.error()};
+  }
+  o.progress = o.eval.progress;
+  o.eval.progress = nullptr;
+  return remote;
 }
 
 std::string shape_list(const std::vector<ShapeBinding>& v) {
@@ -577,7 +619,7 @@ int Commands::optimize_task(OptimizeArgs a) {
                      "leave out --devices; start a `kfab worker --redis URL --device D` per GPU");
   // A run of the built-in tuner resumes in the tuner, with the run's own settings.
   TuneOptions t;
-  bool tuner = a.resume.empty() && (a.llm.empty() || a.llm == "none");
+  bool tuner = a.resume.empty() && (a.agents.llm.empty() || a.agents.llm == "none");
   if (!a.resume.empty()) {
     auto store = Store::open(Store::default_path());
     if (!store) return bad_input(a.json, store.error().message, store.error().hint);
@@ -622,83 +664,35 @@ int Commands::optimize_task(OptimizeArgs a) {
     }
     t.budget = a.points;
     t.fresh = a.fresh;
-    t.out_dir = a.out;
-    t.devices = a.devices;
-    for (int d : t.devices)
-      if (d < 0) return bad_input(a.json, fmt::format("device {}: devices are counted from 0", d), "--devices 0,1");
-    t.eval = eval_options(a.measure);
-    std::unique_ptr<QueueEvaluations> remote;
-    if (!a.queue.url.empty()) {
-      // the workers check the room where they run
-      auto r = open_remote(a.queue, a.task, t.target, t.eval.progress);
-      if (!r) return bad_input(a.json, r.error().message, r.error().hint);
-      remote = std::move(*r);
-      t.remote = remote.get();
-    } else if (auto fits = native_task_fits(a.task, t.target, t.eval); !fits) {
-      return bad_input(a.json, fits.error().message, fits.error().hint);
-    }
-    t.progress = t.eval.progress;
-    t.eval.progress = nullptr;
+    auto remote = prepare_run(a, t);
+    if (!remote) return bad_input(a.json, remote.error().message, remote.error().hint);
     if (!a.json && !a.measure.quiet) std::cerr << "kfab: no --llm: the built-in tuner searches its kernel templates by measurement\n";
-    auto r = tune(t);
-    if (!r) return bad_input(a.json, r.error().message, r.error().hint);
-    if (a.json) {
-      std::cout << dump_json(*r, 2) << "\n";
-    } else {
-      const json& b = (*r)["best"];
-      std::cout << fmt::format("run {} (built-in tuner): {} parameter points evaluated; {}\n", (*r)["run"].get<std::string>(),
-                               (*r)["candidates"].get<int>(), (*r)["stopped_because"].get<std::string>());
+    return report_run(a.json, tune(t), [](const json& r) {
+      const json& b = r["best"];
+      std::cout << fmt::format("run {} (built-in tuner): {} parameter points evaluated; {}\n", r["run"].get<std::string>(),
+                               r["candidates"].get<int>(), r["stopped_because"].get<std::string>());
       if (b["candidate"].is_null()) {
         std::cout << "no parameter point passed\n";
       } else {
-        std::cout << fmt::format("best: {} ({})\n", b["candidate"].get<std::string>(), format_params((*r)["tuner"]["params"].get<TemplateParams>()));
+        std::cout << fmt::format("best: {} ({})\n", b["candidate"].get<std::string>(), format_params(r["tuner"]["params"].get<TemplateParams>()));
         std::cout << fmt::format("{} ({:.2f}x): {}\n", b["disposition"].get<std::string>(),
                                  b["speedup"].is_null() ? 0.0 : b["speedup"].get<double>(), b.value("detail", std::string()));
       }
-    }
-    return (*r)["best"]["disposition"] == "passed" ? kExitOk : kExitFailed;
+    });
   }
-  OptimizeOptions o;
-  o.task = a.task;
+  OptimizeOptions o = a.agents;
   o.target = a.target.empty() ? default_device_target() : a.target;
-  o.dsl = a.dsl;
-  o.llm = a.llm;
-  o.config = a.config;
-  o.strategy = a.strategy;
-  o.budget_candidates = a.budget;
-  o.budget_tokens = a.budget_tokens;
-  o.budget_dollars = a.budget_dollars;
-  o.budget_wall_s = a.budget_time_s;
-  o.out_dir = a.out;
-  o.resume = a.resume;
-  o.eval = eval_options(a.measure);
-  o.devices = a.devices;
-  std::unique_ptr<QueueEvaluations> remote;
-  if (!a.queue.url.empty()) {
-    if (a.task.empty()) return bad_input(a.json, "--redis with --resume of a run that did not use a queue: give the task too", "");
-    auto r = open_remote(a.queue, a.task, o.target, o.eval.progress);
-    if (!r) return bad_input(a.json, r.error().message, r.error().hint);
-    remote = std::move(*r);
-    o.remote = remote.get();
-  } else if (!a.task.empty()) {
-    if (auto fits = native_task_fits(a.task, o.target, o.eval); !fits) return bad_input(a.json, fits.error().message, fits.error().hint);
-  }
-  o.progress = o.eval.progress;
-  o.eval.progress = nullptr;
-  auto r = optimize(o);
-  if (!r) return bad_input(a.json, r.error().message, r.error().hint);
-  if (a.json) {
-    std::cout << dump_json(*r, 2) << "\n";
-  } else {
-    const json& b = (*r)["best"];
-    std::cout << fmt::format("run {}: {} steps, {} candidates, {} + {} tokens, ${:.4f}; stopped: {}\n", (*r)["run"].get<std::string>(),
-                             (*r)["steps"].get<int>(), (*r)["candidates"].get<int>(), (*r)["tokens_in"].get<int64_t>(),
-                             (*r)["tokens_out"].get<int64_t>(), (*r)["cost"].get<double>(), (*r)["stopped_because"].get<std::string>());
+  auto remote = prepare_run(a, o);
+  if (!remote) return bad_input(a.json, remote.error().message, remote.error().hint);
+  return report_run(a.json, optimize(o), [](const json& r) {
+    const json& b = r["best"];
+    std::cout << fmt::format("run {}: {} steps, {} candidates, {} + {} tokens, ${:.4f}; stopped: {}\n", r["run"].get<std::string>(),
+                             r["steps"].get<int>(), r["candidates"].get<int>(), r["tokens_in"].get<int64_t>(), r["tokens_out"].get<int64_t>(),
+                             r["cost"].get<double>(), r["stopped_because"].get<std::string>());
     if (b["candidate"].is_null()) std::cout << "no candidate passed (last: " << b["disposition"].get<std::string>() << ")\n";
     else std::cout << fmt::format("best: {} ({}, {:.3f}x, held-out shapes included)\n", b["candidate"].get<std::string>(),
                                   b["disposition"].get<std::string>(), b["speedup"].is_null() ? 0.0 : b["speedup"].get<double>());
-  }
-  return (*r)["best"]["candidate"].is_null() || (*r)["best"]["disposition"] != "passed" ? kExitFailed : kExitOk;
+  });
 }
 
 int Commands::export_modelnew(const ExportArgs& a) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/optimize.h"
 #include "backends/backend.h"
 #include "core/discover.h"
 #include "core/process.h"
@@ -82,14 +83,9 @@ struct OptimizeArgs {
   std::string task;
   std::string resume;
   std::string target;
-  std::string dsl;
-  std::string llm;
-  std::string config;
-  std::string strategy = "refine";
-  int budget = 8;
-  int64_t budget_tokens = 0;
-  double budget_dollars = 0.0;
-  double budget_time_s = 0.0;
+  /// The LLM agents' own options, bound as they are (--llm, --dsl, --config, --strategy, the budgets);
+  /// what a run of either kind takes (task, out, devices, measurement) is filled in from the rest.
+  OptimizeOptions agents;
   int points = 64;  ///< the built-in tuner's budget
   bool fresh = false;
   std::string out;

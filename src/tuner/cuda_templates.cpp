@@ -26,6 +26,20 @@ std::string header(const char* name, const TemplateParams& p) {
          std::string(template_text("host_checks.h"));
 }
 
+// A candidate of one input x and one output y: the opening, `constants`, the kernel's header, then
+// kfab_run with `body` (checks and launch) between the tensors' names and the launch's error check.
+std::string one_in_one_out(const char* name, const TemplateParams& p, const std::string& constants, const char* kernel, const char* body,
+                           int launch_rc) {
+  return header(name, p) + constants + std::string(template_text(kernel)) + R"(
+}  // namespace
+
+KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void* stream_) {
+  if (in == nullptr || out == nullptr || n_in != 1 || n_out != 1) return 1;
+  const kfab_tensor& x = in[0];
+  kfab_tensor& y = out[0];
+)" + body + fmt::format("  return cudaGetLastError() == cudaSuccess ? 0 : {};\n}}\n", launch_rc);
+}
+
 // ---- cumsum along the last dimension: a block per row, tiles of B * V elements ------------------
 
 std::vector<TemplateParams> scan_grid(const Task&) {
@@ -34,22 +48,8 @@ std::vector<TemplateParams> scan_grid(const Task&) {
   return g;
 }
 
-std::string scan_generate(const Task&, const TemplateParams& p) {
-  std::string s = header("row-wise inclusive scan, a block per row", p);
-  s += fmt::format(R"(
-constexpr int B = {block};  // threads per block (one row at a time)
-
-)",
-                   fmt::arg("block", p.at("block")));
-  s += template_text("row_scan.cuh");
-  s += R"(
-}  // namespace
-
-KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void* stream_) {
-  if (in == nullptr || out == nullptr || n_in != 1 || n_out != 1) return 1;
-  const kfab_tensor& x = in[0];
-  kfab_tensor& y = out[0];
-  if (x.ndim < 1 || !kfab_dense_f32(x, x.ndim) || !kfab_dense_f32(y, x.ndim)) return 2;
+// scan's kfab_run: its checks and launch
+constexpr const char* kScanRun = R"(  if (x.ndim < 1 || !kfab_dense_f32(x, x.ndim) || !kfab_dense_f32(y, x.ndim)) return 2;
   int64_t rows = 1;
   for (int32_t d = 0; d < x.ndim; ++d) {
     if (x.shape[d] != y.shape[d]) return 3;
@@ -63,10 +63,16 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, 
   float* yp = static_cast<float*>(y.data);
   if (n % 4 == 0 && kfab_aligned16(xp) && kfab_aligned16(yp)) kfab_scan_rows<4><<<grid, B, 0, stream>>>(xp, yp, rows, n);
   else kfab_scan_rows<1><<<grid, B, 0, stream>>>(xp, yp, rows, n);
-  return cudaGetLastError() == cudaSuccess ? 0 : 4;
-}
 )";
-  return s;
+
+std::string scan_generate(const Task&, const TemplateParams& p) {
+  return one_in_one_out("row-wise inclusive scan, a block per row", p,
+                         fmt::format(R"(
+constexpr int B = {block};  // threads per block (one row at a time)
+
+)",
+                                     fmt::arg("block", p.at("block"))),
+                         "row_scan.cuh", kScanRun, 4);
 }
 
 // ---- batched transpose [B, M, N] -> [B, N, M] through shared-memory tiles --------------------------
@@ -83,23 +89,8 @@ std::vector<TemplateParams> transpose_grid(const Task&) {
   return g;
 }
 
-std::string transpose_generate(const Task&, const TemplateParams& p) {
-  std::string s = header("batched transpose through shared-memory tiles", p);
-  s += fmt::format(R"(
-constexpr int KT = {tiles};            // 32 x 32 tiles a block moves with float4 accesses (0: scalar only)
-constexpr bool MFAST = {mfast};        // blockIdx.x runs along M (else along N)
-
-)",
-                   fmt::arg("tiles", p.at("tiles")), fmt::arg("mfast", p.at("order") == "m" ? "true" : "false"));
-  s += template_text("tiled_transpose.cuh");
-  s += R"(
-}  // namespace
-
-KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void* stream_) {
-  if (in == nullptr || out == nullptr || n_in != 1 || n_out != 1) return 1;
-  const kfab_tensor& x = in[0];
-  kfab_tensor& y = out[0];
-  if (x.ndim != y.ndim || (x.ndim != 3 && x.ndim != 4) || !kfab_dense_f32(x, x.ndim) || !kfab_dense_f32(y, y.ndim)) return 2;
+// transpose's kfab_run: its checks and launch
+constexpr const char* kTransposeRun = R"(  if (x.ndim != y.ndim || (x.ndim != 3 && x.ndim != 4) || !kfab_dense_f32(x, x.ndim) || !kfab_dense_f32(y, y.ndim)) return 2;
   // [B, M, N] -> [B, N, M]; or NCHW -> NHWC, the same with N = H * W
   const int64_t b = x.shape[0], m = x.shape[1], n = x.ndim == 3 ? x.shape[2] : x.shape[2] * x.shape[3];
   if (x.ndim == 3 && (y.shape[0] != b || y.shape[1] != n || y.shape[2] != m)) return 3;
@@ -115,10 +106,17 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, 
   cudaStream_t stream = static_cast<cudaStream_t>(stream_);
   if (vec) kfab_transpose4<<<grid, 256, 0, stream>>>(xp, yp, m, n);
   else kfab_transpose<<<grid, dim3(32, 8), 0, stream>>>(xp, yp, m, n);
-  return cudaGetLastError() == cudaSuccess ? 0 : 5;
-}
 )";
-  return s;
+
+std::string transpose_generate(const Task&, const TemplateParams& p) {
+  return one_in_one_out("batched transpose through shared-memory tiles", p,
+                         fmt::format(R"(
+constexpr int KT = {tiles};            // 32 x 32 tiles a block moves with float4 accesses (0: scalar only)
+constexpr bool MFAST = {mfast};        // blockIdx.x runs along M (else along N)
+
+)",
+                                     fmt::arg("tiles", p.at("tiles")), fmt::arg("mfast", p.at("order") == "m" ? "true" : "false")),
+                         "tiled_transpose.cuh", kTransposeRun, 5);
 }
 
 // ---- sum over the middle dimension of [B, R, C]: a block owns CX column vectors and splits its rows
@@ -137,23 +135,8 @@ std::vector<TemplateParams> middle_sum_grid(const Task&) {
   return g;
 }
 
-std::string middle_sum_generate(const Task&, const TemplateParams& p) {
-  std::string s = header("middle-dimension sum, column vectors per thread, rows split within and across blocks", p);
-  s += fmt::format(R"(
-constexpr int B = {block}, RY = {ry}, TARGET = {blocks};  // threads per block; row groups per block; blocks the launch aims for
-constexpr int CX = B / RY;                                // column vectors per block
-
-)",
-                   fmt::arg("block", p.at("block")), fmt::arg("ry", p.at("ry")), fmt::arg("blocks", p.at("blocks")));
-  s += template_text("middle_sum.cuh");
-  s += R"(
-}  // namespace
-
-KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void* stream_) {
-  if (in == nullptr || out == nullptr || n_in != 1 || n_out != 1) return 1;
-  const kfab_tensor& x = in[0];
-  kfab_tensor& y = out[0];
-  if (!kfab_dense_f32(x, 3) || !kfab_dense_f32(y, 2)) return 2;
+// middle_sum's kfab_run: its checks and launch
+constexpr const char* kMiddleSumRun = R"(  if (!kfab_dense_f32(x, 3) || !kfab_dense_f32(y, 2)) return 2;
   const int64_t b = x.shape[0], r = x.shape[1], c = x.shape[2];
   if (y.shape[0] != b || y.shape[1] != c) return 3;
   if (b == 0 || c == 0) return 0;
@@ -175,10 +158,17 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, 
   const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(split), static_cast<unsigned>(b));
   if (vec) kfab_middle_sum<4><<<grid, B, 0, stream>>>(xp, yp, r, c);
   else kfab_middle_sum<1><<<grid, B, 0, stream>>>(xp, yp, r, c);
-  return cudaGetLastError() == cudaSuccess ? 0 : 5;
-}
 )";
-  return s;
+
+std::string middle_sum_generate(const Task&, const TemplateParams& p) {
+  return one_in_one_out("middle-dimension sum, column vectors per thread, rows split within and across blocks", p,
+                         fmt::format(R"(
+constexpr int B = {block}, RY = {ry}, TARGET = {blocks};  // threads per block; row groups per block; blocks the launch aims for
+constexpr int CX = B / RY;                                // column vectors per block
+
+)",
+                                     fmt::arg("block", p.at("block")), fmt::arg("ry", p.at("ry")), fmt::arg("blocks", p.at("blocks"))),
+                         "middle_sum.cuh", kMiddleSumRun, 5);
 }
 
 const KernelTemplate kCudaTemplates[] = {
