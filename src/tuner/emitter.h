@@ -55,17 +55,6 @@ class Emitter {
     --depth_;
     return *this;
   }
-  /// Several lines, each at the current depth plus its own indentation in `text`.
-  Emitter& lines(std::string_view text) {
-    while (!text.empty()) {
-      const size_t e = text.find('\n');
-      const std::string_view l = text.substr(0, e);
-      if (l.empty()) out_ += '\n';
-      else line(l);
-      text = e == std::string_view::npos ? std::string_view() : text.substr(e + 1);
-    }
-    return *this;
-  }
   /// Text as it is (a fixed kernel's header text, a block written at column 0 on purpose).
   Emitter& raw(std::string_view s) {
     out_.append(s);
@@ -86,7 +75,6 @@ class Emitter {
 
   const std::string& str() const { return out_; }
   std::string take() { return std::move(out_); }
-  int depth() const { return depth_; }
 
  private:
   std::string out_;

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "core/task.h"
+#include "tuner/emitter.h"
 #include "tuner/fused.h"
 #include "tuner/program.h"
 
@@ -96,6 +97,31 @@ TEST(Program, AFormulaThatContradictsTheShapesIsRefused) {
   auto p = task_program(*task);
   ASSERT_FALSE(p.has_value());
   EXPECT_NE(p.error().message.find("its shape says E"), std::string::npos) << p.error().message;
+}
+
+// The printers' emitter: two spaces a level, a #pragma at column 0 whatever the depth, `} else {` at
+// the depth of its `if`.
+TEST(Emitter, KeepsTheColumnsOfNestedBlocks) {
+  Emitter e;
+  e.open("if (a)").line("#pragma unroll").open("for (;;)").line("f();").close().reopen("} else {").line("g();").close();
+  EXPECT_EQ(e.str(), "if (a) {\n#pragma unroll\n  for (;;) {\n    f();\n  }\n} else {\n  g();\n}\n");
+  Emitter inner(2);
+  inner.nested("for (;;)", "h();").open("").linef("x = {};", 3).close();
+  EXPECT_EQ(inner.str(), "    for (;;)\n      h();\n    {\n      x = 3;\n    }\n");
+}
+
+// One printer per language over the same program: the C++ one writes host spellings (the polynomial
+// exp, plain loads), never CUDA's, and the CUDA one the device's.
+TEST(Printers, EachLanguageSpellsItsOwnLoadsAndFunctions) {
+  auto p = parse_program("m = rowmax(x); e = exp(x - m); y = e / rowsum(e) * w * rsqrt(rowmean(x * x) + s); c = pick(x, t)",
+                         {{"x", VClass::E}, {"w", VClass::C}, {"t", VClass::R, true}, {"s", VClass::K}}, {"y", "c"});
+  ASSERT_TRUE(p.has_value()) << p.error().message;
+  const std::string cpp = generate_fused_cpp(*p, fused_cpu_grid().front(), "t");
+  for (const char* cuda_only : {"__ldg", "rsqrtf", "expf(", "__global__"}) EXPECT_EQ(cpp.find(cuda_only), std::string::npos) << cuda_only << "\n" << cpp;
+  for (const char* host : {"kfab_exp(", "kfab_rsqrt(", "a.in1[c]", "a.in3[0]", "#pragma omp simd"}) EXPECT_NE(cpp.find(host), std::string::npos) << host << "\n" << cpp;
+  const std::string cuda = generate_fused_cuda(*p, fused_grid(*p, 1024).front(), "t");
+  for (const char* device : {"__ldg(a.in1 + c)", "__ldg(a.in3)", "expf(", "rsqrtf(", "kfab_group<G, 1>"}) EXPECT_NE(cuda.find(device), std::string::npos) << device;
+  EXPECT_EQ(cuda.find("kfab_exp("), std::string::npos);
 }
 
 }  // namespace kfab
