@@ -111,6 +111,27 @@ CudaBackend::CudaBackend() {
   }
 }
 
+namespace {
+/// CUTLASS's headers, for candidates that include them (CUTLASS ships its headers in the PyPI package
+/// nvidia-cutlass, under cutlass_library/source/include): $KFAB_CUTLASS_INCLUDE, else where the
+/// worker's Python finds that package (asked once per process); empty where neither has them.
+const std::string& cutlass_include_dir() {
+  static const std::string dir = [] {
+    if (const char* given = std::getenv("KFAB_CUTLASS_INCLUDE"); given && *given) return std::string(given);
+    auto r = run_command({python_interpreter(), "-c",
+                          "import os, cutlass_library as c; print(os.path.join(os.path.dirname(c.__file__), 'source', 'include'))"},
+                         30.0);
+    if (!r || !r->status.ok()) return std::string();
+    std::string out = r->output;
+    while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+    out = out.substr(out.rfind('\n') + 1);
+    std::error_code ec;
+    return fs::exists(fs::path(out) / "cutlass" / "cutlass.h", ec) ? out : std::string();
+  }();
+  return dir;
+}
+}  // namespace
+
 std::string CudaBackend::describe() const {
   if (nvcc_.empty()) return "no nvcc (install the CUDA toolkit)";
   return nvcc_version_ + ", " + (gpu_.empty() ? "no GPU (builds only)" : gpu_) + ", -arch=" + arch_;
@@ -130,6 +151,13 @@ BuildOutcome<BuildResult> CudaBackend::build(const fs::path& source) {
   spec.flags.push_back("-lineinfo");
   // A baseline or candidate built on cuBLAS links it; nothing else is linked implicitly.
   if (text->find("cublas_v2.h") != std::string::npos) spec.link_flags.push_back("-lcublas");
+  // One that includes CUTLASS's headers gets their folder (the folder is part of the cache key).
+  if (text->find("#include \"cutlass/") != std::string::npos || text->find("#include <cutlass/") != std::string::npos) {
+    if (cutlass_include_dir().empty())
+      return BuildFailure{"the candidate includes CUTLASS, whose headers are not here: pip install nvidia-cutlass in the worker's Python "
+                          "(make does, in .venv), or set KFAB_CUTLASS_INCLUDE to a folder holding cutlass/cutlass.h"};
+    spec.flags.insert(spec.flags.end(), {"-I" + cutlass_include_dir(), "--expt-relaxed-constexpr"});  // as CUTLASS's own build
+  }
   return compile_cached(spec, source);
 }
 
