@@ -22,6 +22,8 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # torch of the GPU machine (2.11) from PyPI, made once. kfab finds it by itself (KFAB_PYTHON overrides).
 PYTHON     ?= python3
 TORCH_PIN  ?= torch==2.11.0
+# CUTLASS's headers (the package's cutlass_library/source/include; its Python needs are not installed).
+CUTLASS_PIN ?= nvidia-cutlass==4.2.0.0
 
 all: build
 
@@ -45,6 +47,9 @@ venv:
 	  echo "kfab: installing $(TORCH_PIN) and einops into .venv (for KernelBench-format tasks)"; \
 	  $(PYTHON) -m venv .venv && .venv/bin/pip install -q --disable-pip-version-check "$(TORCH_PIN)" numpy einops==0.8.1; \
 	fi
+	@.venv/bin/python -c "import cutlass_library" 2>/dev/null || { \
+	  echo "kfab: installing $(CUTLASS_PIN) into .venv (CUTLASS's headers, for CUDA candidates built on CUTLASS)"; \
+	  .venv/bin/pip install -q --disable-pip-version-check --no-deps "$(CUTLASS_PIN)"; }
 
 # Debian's chromium, which the report test renders kfab's HTML page in (headless).
 test-deps:

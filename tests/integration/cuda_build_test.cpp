@@ -5,6 +5,8 @@
 
 #include "backends/cpu_cpp/cpu_backend.h"
 #include "backends/cuda/cuda_backend.h"
+#include "core/paths.h"
+#include "core/process.h"
 #include "core/task.h"
 #include "tuner/fused.h"
 #include "harness.h"
@@ -154,6 +156,22 @@ TEST_F(CudaBuild, GemmEpiloguesCompileAtEveryPoint) {
   EXPECT_NE(src.find("kfab_rows_cached"), std::string::npos) << "a row-reducing epilogue runs as a row kernel";
   build("linear_layernorm_relu", src);
   EXPECT_EQ(built, 11);
+}
+
+// A candidate built on CUTLASS (issue 23's 3xTF32 probe) gets CUTLASS's headers where the worker's Python
+// has nvidia-cutlass (`make` installs it in .venv), and otherwise a build failure saying how to get them.
+TEST_F(CudaBuild, ACandidateOnCutlassBuildsWithItsHeadersOrSaysWhereToGetThem) {
+  const auto cand = std::filesystem::path(KFAB_SOURCE_DIR) / "bench/gemm_tf32x3/level2_76_cutlass_3xtf32_tb128x64_w64x32_s4.cu";
+  auto has = run_command({python_interpreter(), "-c", "import cutlass_library"}, 60.0);
+  const bool headers = (has && has->status.ok()) || std::getenv("KFAB_CUTLASS_INCLUDE") != nullptr;
+  auto r = backend_.build(cand);
+  if (headers) {
+    ASSERT_TRUE(r.ok()) << r.failure().message;
+  } else {
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.failure().message.find("nvidia-cutlass"), std::string::npos) << r.failure().message;
+    if (std::getenv("KFAB_REQUIRE_TORCH")) ADD_FAILURE() << "make test installs nvidia-cutlass in .venv";
+  }
 }
 
 TEST_F(CudaBuild, ArchitectureComesFromTheDeviceOrDefaultsToHopper) {
