@@ -2,7 +2,8 @@
 // y = relu(x @ W^T + bias), as CUTLASS's 3xTF32 GEMM (OpMultiplyAddFastF32: each operand split into a big and a
 // small TF32 part, three tensor-core products) on the SM80 mma.sync path, which sm_90 runs too. The bias is
 // the epilogue's source C with a leading dimension of 0 (every row reads bias[n]). Tile 256x128x16, warp
-// 64x64x16, 3 stages. Inputs in the native ABI's order: x [M, K], then gemm.weight [N, K] and bias [N].
+// 64x64x16, 3 stages. Inputs in the native ABI's order: get_inputs()'s x [M, K], then named_parameters(): the Model's own
+// bias [N] before its submodule's gemm.weight [N, K].
 #include <cuda_runtime.h>
 
 #include "cutlass/epilogue/thread/linear_combination_relu.h"
@@ -29,7 +30,7 @@ bool dense2(const kfab_tensor& t) {
 
 KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void* stream) {
   if (in == nullptr || out == nullptr || n_in != 3 || n_out != 1) return 1;
-  const kfab_tensor &x = in[0], &w = in[1], &b = in[2];
+  const kfab_tensor &x = in[0], &b = in[1], &w = in[2];
   kfab_tensor& y = out[0];
   if (!dense2(x) || !dense2(w) || !dense2(y) || b.dtype != KFAB_F32 || b.ndim != 1) return 2;
   const int m = static_cast<int>(x.shape[0]), k = static_cast<int>(x.shape[1]), n = static_cast<int>(w.shape[0]);
