@@ -372,11 +372,10 @@ void gemm_epilogue(const Gen& g, int pin, bool fused, Emitter& e) {
   e.close().close();
 }
 
-/// kfab_run's end for the GEMM: the grid, the float4 choice and the launch; with a row kernel after
-/// it, the product's buffer (b.setup), kept between calls.
-std::string gemm_launch(bool fused, int pin, Binding& b) {
-  if (!fused)
-    b.setup = fmt::format(R"(  // the product's buffer, kept between calls (grown when a shape needs more)
+// The product's buffer for a row kernel after the GEMM, kept between calls (grown when a shape needs
+// more), as the epilogue's input `pin`.
+std::string product_buffer(int pin) {
+  return fmt::format(R"(  // the product's buffer, kept between calls (grown when a shape needs more)
   static float* product = nullptr;
   static int64_t capacity = 0;
   if (total > capacity) {{
@@ -387,7 +386,13 @@ std::string gemm_launch(bool fused, int pin, Binding& b) {
   }}
   a.in{} = product;
 )",
-                          pin);
+                     pin);
+}
+
+/// kfab_run's end for the GEMM: the grid, the float4 choice and the launch; with a row kernel after
+/// it, the product's buffer (b.setup).
+std::string gemm_launch(bool fused, int pin, Binding& b) {
+  if (!fused) b.setup = product_buffer(pin);
   return fmt::format(R"(  if (total == 0) return 0;
   const int64_t gx = (n + BN - 1) / BN, gy = (rows + BM - 1) / BM;
   if (gx > 2147483647 || gy > 65535) return 6;
@@ -400,6 +405,69 @@ std::string gemm_launch(bool fused, int pin, Binding& b) {
                      fused ? "nullptr" : "product");
 }
 
+// CUTLASS's 3xTF32 GEMM (each operand split into a big and a small TF32 part, three tensor-core
+// products: fp32 accuracy) on the SM80 mma.sync path, into the product's buffer; a second instance with
+// alignment 1 takes the shapes and pointers the first cannot (K or N not a multiple of 4).
+void cutlass_gemm_types(const GemmProgram& gp, const TemplateParams& tp, Emitter& e) {
+  auto dims = [&](const char* key, const char* dflt) {
+    std::string v = tp.count(key) ? tp.at(key) : dflt;
+    for (char& c : v)
+      if (c == 'x') c = ',';
+    return v;
+  };
+  e.line("// fp32 in and out, the 3xTF32 product on tensor cores (arch::OpMultiplyAddFastF32), B given as");
+  e.linef("// {}", gp.trans_b ? "W [N, K] (a column-major [K, N])" : "B [K, N] (row-major)");
+  e.line("template <int ALIGN>");
+  e.line("using KfabGemm = cutlass::gemm::device::Gemm<");
+  e.indent().indent();
+  e.linef("float, cutlass::layout::RowMajor, float, cutlass::layout::{}, float, cutlass::layout::RowMajor, float,",
+          gp.trans_b ? "ColumnMajor" : "RowMajor");
+  e.linef("cutlass::arch::OpClassTensorOp, cutlass::arch::Sm80, cutlass::gemm::GemmShape<{}>, cutlass::gemm::GemmShape<{}>,",
+          dims("tile", "128x64x16"), dims("warp", "64x32x16"));
+  e.line("cutlass::gemm::GemmShape<16, 8, 8>, cutlass::epilogue::thread::LinearCombination<float, ALIGN, float, float>,");
+  e.linef("cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<>, {}, ALIGN, ALIGN, false, cutlass::arch::OpMultiplyAddFastF32>;",
+          param(tp, "stages", 4));
+  e.dedent().dedent();
+  e.blank().line("// C = A @ B into `c` (rows x n, row-major) with the instance for `ALIGN`.").line("template <int ALIGN>");
+  e.open("int kfab_tc_gemm(const float* a, const float* b, float* c, int m, int n, int k, cudaStream_t stream)");
+  e.linef("const typename KfabGemm<ALIGN>::Arguments args({{m, n, k}}, {{a, k}}, {{b, {}}}, {{c, n}}, {{c, n}}, {{1.0f, 0.0f}});",
+          gp.trans_b ? "k" : "n");
+  e.line("KfabGemm<ALIGN> gemm;").line("if (gemm.can_implement(args) != cutlass::Status::kSuccess) return 7;");
+  e.line("return gemm(args, nullptr, stream) == cutlass::Status::kSuccess ? 0 : 5;").close();
+}
+
+// The tensor-core GEMM, then the epilogue as a row kernel over the product (a pointwise one too: the
+// product's extra pass costs a read and a write of it, small beside the GEMM).
+std::string generate_gemm_tensor_cores(const GemmProgram& gp, const TemplateParams& tp, const std::string& title) {
+  const Program& p = gp.epilogue;
+  const Gen g(p, cuda_lang());
+  const int pin = product_input(gp);
+  Emitter e;
+  head(title, tp,
+       fmt::format("CUTLASS's 3xTF32 tensor-core GEMM, then a row kernel: C = A @ {}, then the epilogue", gp.trans_b ? "W^T (W is [N, K])" : "B"),
+       p, e);
+  e.line("#include \"cutlass/epilogue/thread/linear_combination.h\"").line("#include \"cutlass/gemm/device/gemm.h\"");
+  e.raw(kPrelude).raw(host_checks()).blank();
+  const Parts rows = rows_parts(g, {{"block", "256"}, {"group", "256"}, {"items", "8"}});  // declares Args too
+  e.raw(rows.code).blank();
+  cutlass_gemm_types(gp, tp, e);
+  Binding b = gemm_binding(gp);
+  b.setup = product_buffer(pin);
+  const std::string launch = R"(  if (total == 0) return 0;
+  if (rows > 2147483647 || n > 2147483647 || K > 2147483647) return 6;
+  {
+    const float* ap = static_cast<const float*>(A.data);
+    const float* bp = static_cast<const float*>(W.data);
+    const bool v4 = K % 4 == 0 && n % 4 == 0 && kfab_aligned16(ap) && kfab_aligned16(bp);
+    const int m32 = static_cast<int>(rows), n32 = static_cast<int>(n), k32 = static_cast<int>(K);
+    const int rc = v4 ? kfab_tc_gemm<4>(ap, bp, product, m32, n32, k32, stream) : kfab_tc_gemm<1>(ap, bp, product, m32, n32, k32, stream);
+    if (rc != 0) return rc;
+  }
+)" + rows.launch;
+  host(g, b, launch, e);
+  return e.take();
+}
+
 }  // namespace
 
 std::string generate_fused_cuda(const Program& p, const TemplateParams& tp, const std::string& title) {
@@ -409,6 +477,7 @@ std::string generate_fused_cuda(const Program& p, const TemplateParams& tp, cons
 }
 
 std::string generate_gemm_cuda(const GemmProgram& gp, const TemplateParams& tp, const std::string& title) {
+  if (tp.count("mma") && tp.at("mma") == "tf32x3") return generate_gemm_tensor_cores(gp, tp, title);
   const Program& p = gp.epilogue;
   const Gen g(p, cuda_lang());
   const int pin = product_input(gp);

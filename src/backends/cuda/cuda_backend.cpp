@@ -111,10 +111,6 @@ CudaBackend::CudaBackend() {
   }
 }
 
-namespace {
-/// CUTLASS's headers, for candidates that include them (CUTLASS ships its headers in the PyPI package
-/// nvidia-cutlass, under cutlass_library/source/include): $KFAB_CUTLASS_INCLUDE, else where the
-/// worker's Python finds that package (asked once per process); empty where neither has them.
 const std::string& cutlass_include_dir() {
   static const std::string dir = [] {
     if (const char* given = std::getenv("KFAB_CUTLASS_INCLUDE"); given && *given) return std::string(given);
@@ -130,7 +126,6 @@ const std::string& cutlass_include_dir() {
   }();
   return dir;
 }
-}  // namespace
 
 std::string CudaBackend::describe() const {
   if (nvcc_.empty()) return "no nvcc (install the CUDA toolkit)";

@@ -19,6 +19,11 @@ namespace kfab {
 /// An Error for a device past this kfab's own CUDA_VISIBLE_DEVICES.
 Expected<std::vector<std::pair<std::string, std::string>>> cuda_device_env(int device);
 
+/// CUTLASS's headers, for candidates that include them (the PyPI package nvidia-cutlass holds them
+/// under cutlass_library/source/include): $KFAB_CUTLASS_INCLUDE, else where the worker's Python finds
+/// that package (asked once per process); empty where neither has them.
+const std::string& cutlass_include_dir();
+
 
 class CudaBackend final : public Backend {
  public:
