@@ -6,7 +6,7 @@
 #
 # The headers that machine lacks (toml++, xxhash, sqlite3) come as Debian .deb files in .debs/
 # (fetch them here with `scripts/fetch_debs.sh`), unpacked with dpkg -x into .deps/: nothing is
-# installed system-wide.
+# installed system-wide. CUTLASS's headers come as the nvidia-cutlass wheel in .whl/ (the same script).
 set -uo pipefail
 out=${1:?usage: scripts/gpu_machine.sh OUTDIR}
 mkdir -p "$out"
@@ -49,6 +49,14 @@ if [ -n "$nv_ocl" ]; then
   echo "$nv_ocl" >"$PWD/.deps/vendors/nvidia.icd"
   export OCL_ICD_VENDORS=$PWD/.deps/vendors
 fi
+
+# CUTLASS's headers (the tuner's 3xTF32 GEMM points, candidates that include CUTLASS): the nvidia-cutlass
+# wheel from .whl/ (scripts/fetch_debs.sh downloads it; carry .whl), unpacked under /tmp/site.
+if [ -z "${KFAB_CUTLASS_INCLUDE:-}" ] && ls .whl/nvidia_cutlass-*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/nvidia_cutlass-*.whl &&
+    export KFAB_CUTLASS_INCLUDE=/tmp/site/cutlass_library/source/include
+fi
+echo "cutlass: ${KFAB_CUTLASS_INCLUDE:-none (carry .whl with the nvidia-cutlass wheel)}" >>"$out/machine.txt"
 
 log "configure"
 PKG_CONFIG_PATH=$lib/pkgconfig cmake -S . -B build-gpu -DCMAKE_PREFIX_PATH="$root/usr" \

@@ -2,14 +2,14 @@
 # Issue 23's first probe, on the GPU machine: CUTLASS's 3xTF32 GEMM (hand-written candidates in this folder)
 # against torch eager and torch.compile on KernelBench's level2_76_Gemm_Add_ReLU at its own size, through
 # `kfab eval` (5 seeds, KernelBench's tolerance). CUTLASS's headers come from the nvidia-cutlass wheel in .whl/
-# (carried), installed under /tmp/site.
+# (carried), which scripts/gpu_machine.sh installs under /tmp/site.
 #   bench/gemm_tf32x3/run.sh OUTDIR
 set -uo pipefail
 out=${1:?usage: bench/gemm_tf32x3/run.sh OUTDIR}
 mkdir -p "$out"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/nvidia_cutlass-*.whl || exit 1
-export KFAB_CUTLASS_INCLUDE=/tmp/site/cutlass_library/source/include
 KFAB_GPU_TARGETS="kfab kfab-runner" KFAB_GPU_STAGES=none scripts/gpu_machine.sh "$out/machine" || exit 1
+# gpu_machine.sh unpacked CUTLASS's headers there (its own export does not reach this shell)
+[ -d /tmp/site/cutlass_library/source/include ] && export KFAB_CUTLASS_INCLUDE=/tmp/site/cutlass_library/source/include
 task=kernelbench/suite/level2_76_Gemm_Add_ReLU.py
 for f in bench/gemm_tf32x3/*.cu; do
   name=$(basename "$f" .cu)

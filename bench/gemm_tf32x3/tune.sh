@@ -8,9 +8,9 @@ out=${1:?usage: bench/gemm_tf32x3/tune.sh OUTDIR [FILTER] [POINTS]}
 filter=${2:-level2_76|level2_86}
 points=${3:-3}
 mkdir -p "$out"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/nvidia_cutlass-*.whl || exit 1
-export KFAB_CUTLASS_INCLUDE=/tmp/site/cutlass_library/source/include
 KFAB_GPU_TARGETS="kfab kfab-runner" KFAB_GPU_STAGES=none scripts/gpu_machine.sh "$out/machine" || exit 1
+# gpu_machine.sh unpacked CUTLASS's headers there (its own export does not reach this shell)
+[ -d /tmp/site/cutlass_library/source/include ] && export KFAB_CUTLASS_INCLUDE=/tmp/site/cutlass_library/source/include
 build-gpu/kfab bench kernelbench/suite --target cuda --points "$points" --fresh --filter "$filter" --out "$out/bench" 2>"$out/bench.err"
 echo "bench exit $?"
 python3 - "$out/bench/bench.json" <<'PY'
