@@ -405,6 +405,9 @@ std::string gemm_launch(bool fused, int pin, Binding& b) {
                      fused ? "nullptr" : "product");
 }
 
+// The row kernel that applies an epilogue which is not pointwise to a GEMM's product: a block a row.
+const TemplateParams kProductRows = {{"block", "256"}, {"group", "256"}, {"items", "8"}};
+
 // CUTLASS's 3xTF32 GEMM (each operand split into a big and a small TF32 part, three tensor-core
 // products: fp32 accuracy) on the SM80 mma.sync path, into the product's buffer; a second instance with
 // alignment 1 takes the shapes and pointers the first cannot (K or N not a multiple of 4).
@@ -448,7 +451,7 @@ std::string generate_gemm_tensor_cores(const GemmProgram& gp, const TemplatePara
        p, e);
   e.line("#include \"cutlass/epilogue/thread/linear_combination.h\"").line("#include \"cutlass/gemm/device/gemm.h\"");
   e.raw(kPrelude).raw(host_checks()).blank();
-  const Parts rows = rows_parts(g, {{"block", "256"}, {"group", "256"}, {"items", "8"}});  // declares Args too
+  const Parts rows = rows_parts(g, kProductRows);  // declares Args too
   e.raw(rows.code).blank();
   cutlass_gemm_types(gp, tp, e);
   Binding b = gemm_binding(gp);
@@ -492,7 +495,7 @@ std::string generate_gemm_cuda(const GemmProgram& gp, const TemplateParams& tp, 
   if (fused) {
     args_struct(p, e);
   } else {
-    rows = rows_parts(g, {{"block", "256"}, {"group", "256"}, {"items", "8"}});  // declares Args too
+    rows = rows_parts(g, kProductRows);  // declares Args too
     e.raw(rows.code);
   }
   e.blank();

@@ -171,7 +171,7 @@ TEST_F(CudaBuild, GemmEpiloguesCompileAtEveryPoint) {
 // A candidate built on CUTLASS (issue 23's 3xTF32 probe) gets CUTLASS's headers where the worker's Python
 // has nvidia-cutlass (`make` installs it in .venv), and otherwise a build failure saying how to get them.
 TEST_F(CudaBuild, ACandidateOnCutlassBuildsWithItsHeadersOrSaysWhereToGetThem) {
-  const auto cand = std::filesystem::path(KFAB_SOURCE_DIR) / "bench/gemm_tf32x3/level2_76_cutlass_3xtf32_tb128x64_w64x32_s4.cu";
+  const auto cand = std::filesystem::path(KFAB_SOURCE_DIR) / "bench/gemm_tf32x3/level2_76_cutlass_3xtf32.cu";
   auto has = run_command({python_interpreter(), "-c", "import cutlass_library"}, 60.0);
   const bool headers = (has && has->status.ok()) || std::getenv("KFAB_CUTLASS_INCLUDE") != nullptr;
   auto r = backend_.build(cand);
