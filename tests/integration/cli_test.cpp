@@ -89,12 +89,16 @@ TEST(Eval, ADamagedCompileCacheEntryIsBuiltAgain) {
   }
 }
 
-TEST(Eval, HangEndsWithinTheTimeoutPlusFiveSeconds) {
+// The candidate spins forever, so any end at all is the deadline's doing. The bound is far above
+// --timeout on purpose: a busy CI machine may take seconds to build and start the runner, and
+// how soon after the deadline the kill lands is a benchmark's question, not a test's.
+TEST(Eval, AHangEndsAtTheDeadlineWithATimeoutVerdict) {
   CliResult r = kfab_cli({"eval", fixture("tasks/affine"), fixture("broken/hang.cpp"), "--json", "--timeout", "3"});
   ASSERT_TRUE(r.status.exited) << r.status.describe();
   EXPECT_EQ(r.status.code, 1);
   EXPECT_EQ(r.json().value("disposition", ""), "timeout");
-  EXPECT_LT(r.seconds, 3.0 + 5.0);
+  EXPECT_GE(r.seconds, 3.0);
+  EXPECT_LT(r.seconds, 3.0 + 120.0);
 }
 
 TEST(Eval, CorrectCandidateGivesTheDesignJson) {
