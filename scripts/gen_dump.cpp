@@ -55,8 +55,9 @@ int main(int argc, char** argv) {
           if (!plan || plan->dedicated) continue;
           const Printer* pr = printer_for(target);
           if (plan->is_gemm) {
+            plan->gemm.epilogue = plan->program;  // as the tuner does
             int i = 0;
-            for (const auto& pt : pr->gemm_grid()) put(stem + "_" + target + "_g" + std::to_string(i++) + ".txt", pr->gemm(plan->gemm, pt, stem));
+            for (const auto& pt : pr->gemm_grid(plan->gemm)) put(stem + "_" + target + "_g" + std::to_string(i++) + ".txt", pr->gemm(plan->gemm, pt, stem));
           } else {
             int i = 0;
             for (const auto& pt : pr->rows_grid(plan->program, tr.value("n", int64_t{1024})))

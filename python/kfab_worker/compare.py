@@ -20,6 +20,7 @@ class Stats:
     def __init__(self) -> None:
         self.max_abs = 0.0
         self.max_rel = 0.0
+        self.tol_used = 0.0  # max |got - want| / (atol + rtol |want|): the share of the tolerance used
         self.checked = 0
         self.mismatches = 0
         self.nonfinite = 0
@@ -30,7 +31,8 @@ class Stats:
         return self.mismatches == 0 and self.problem is None
 
     def to_json(self) -> dict:
-        j = {"max_abs_err": _num(self.max_abs), "max_rel_err": _num(self.max_rel), "checked": self.checked,
+        j = {"max_abs_err": _num(self.max_abs), "max_rel_err": _num(self.max_rel),
+             "tolerance_used": _num(self.tol_used), "checked": self.checked,
              "mismatches": self.mismatches, "nonfinite": self.nonfinite}
         if self.first is not None:
             j["first_mismatch"] = self.first
@@ -72,10 +74,13 @@ def _compare_slice(g: torch.Tensor, w: torch.Tensor, offset: int, atol: float, r
     both = w_fin & g_fin
     diff = torch.where(both, (g - w).abs(), torch.zeros_like(w))
     rel = torch.where(both & (w != 0), diff / w.abs().clamp_min(1e-300), torch.where(both, diff, torch.zeros_like(w)))
+    allowed = atol + rtol * w.abs()
     if both.any():
         st.max_abs = max(st.max_abs, float(diff.max()))
         st.max_rel = max(st.max_rel, float(rel.max()))
-    ok = torch.where(w_nan, torch.isnan(g), torch.where(w_inf, g == w, both & (diff <= atol + rtol * w.abs())))
+        used = torch.where(allowed > 0, diff / allowed.clamp_min(1e-300), torch.where(diff > 0, math.inf, 0.0))
+        st.tol_used = max(st.tol_used, float(used.max()))
+    ok = torch.where(w_nan, torch.isnan(g), torch.where(w_inf, g == w, both & (diff <= allowed)))
     st.nonfinite += int((w_fin & ~g_fin).sum())
     bad = int((~ok).sum())
     if bad == 0:

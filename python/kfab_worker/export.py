@@ -104,6 +104,20 @@ def _load_extension(include):
     return _extension
 
 
+def _cutlass_include():
+    """CUTLASS's headers for a candidate built on them: $KFAB_CUTLASS_INCLUDE, else the nvidia-cutlass
+    package's (pip install nvidia-cutlass)."""
+    given = os.environ.get("KFAB_CUTLASS_INCLUDE")
+    if given:
+        return given
+    try:
+        import cutlass_library
+    except ImportError:
+        raise RuntimeError("this ModelNew's kernel is built on CUTLASS, whose headers are not here: pip install nvidia-cutlass "
+                           "(or set KFAB_CUTLASS_INCLUDE to a folder holding cutlass/cutlass.h)") from None
+    return os.path.join(os.path.dirname(cutlass_library.__file__), "source", "include")
+
+
 def _build_native():
     global _native
     if _native is not None:
@@ -127,6 +141,8 @@ def _build_native():
                    "-I", str(include), str(src), "-o", str(so) + ".tmp"]
             if "cublas_v2.h" in _CANDIDATE_SOURCE:
                 cmd.append("-lcublas")
+            if any(("#include " + q + lib + "/") in _CANDIDATE_SOURCE for q in '"<' for lib in ("cutlass", "cute")):
+                cmd += ["-I", _cutlass_include(), "--expt-relaxed-constexpr"]
         else:
             cmd = [os.environ.get("CXX", "g++"), "-std=c++20", "-O3", "-march=native", "-fopenmp", "-shared", "-fPIC",
                    "-I", str(include), str(src), "-o", str(so) + ".tmp"]

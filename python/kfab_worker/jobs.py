@@ -554,6 +554,7 @@ def compare_job(req) -> dict:
         outputs.append(o)
         total.max_abs = max(total.max_abs, st.max_abs)
         total.max_rel = max(total.max_rel, st.max_rel)
+        total.tol_used = max(total.tol_used, st.tol_used)
         total.checked += st.checked
         total.mismatches += st.mismatches
         total.nonfinite += st.nonfinite
@@ -839,7 +840,7 @@ def time_modelnew_job(req) -> dict:
         model = mod.ModelNew(*s.task.mod.get_init_inputs()).to(s.device)
         if s.dtype != torch.float32:
             model = model.to(s.dtype)
-        model.eval()
+        taskmod.kernelbench_mode(model)
         xs = s.inputs(s.xs_id[0], s.xs_id[1])
         with torch.no_grad():
             got = taskmod.as_list(model(*xs))

@@ -103,7 +103,7 @@ class KbTask:
             m = m.to(device)
         if dtype != torch.float32:
             m = m.to(dtype)
-        return m.eval()
+        return kernelbench_mode(m)
 
     def inputs(self, overrides: dict, seed: int, device: str | None, dtype: torch.dtype, scale: float = 1.0) -> list:
         """get_inputs() after torch.manual_seed(seed), made on `device` (None: where get_inputs makes them,
@@ -213,6 +213,17 @@ def as_list(out) -> list:
     if isinstance(out, (list, tuple)):
         return list(out)
     return [out]
+
+
+def kernelbench_mode(m: torch.nn.Module) -> torch.nn.Module:
+    """The mode KernelBench's harness runs a Model in: as constructed, in training mode (a BatchNorm
+    normalises with the batch's statistics), except that dropout layers are put in eval mode, so that
+    the reference is deterministic and can be checked (a random one cannot)."""
+    m.train()
+    for mod in m.modules():
+        if isinstance(mod, (torch.nn.modules.dropout._DropoutNd, torch.nn.AlphaDropout, torch.nn.FeatureAlphaDropout)):
+            mod.eval()
+    return m
 
 
 def params_and_buffers(model: torch.nn.Module) -> list:

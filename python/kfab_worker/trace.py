@@ -124,6 +124,8 @@ class _Matcher:
         if isinstance(a, torch.fx.Node):
             if a not in self.val:
                 raise Unsupported(f"{a.name} is used before it is computed")
+            if self.val[a] is None:
+                raise Unsupported(f"{a.name}: the indices of a max or min over a dimension")
             return self.val[a], self.cls[a]
         if isinstance(a, (int, float, bool)):
             return _num(a), "K"
@@ -150,6 +152,11 @@ class _Matcher:
         if dims is None or list(dims) == []:
             dims = list(range(nd))
         dims = sorted(d % nd if nd else 0 for d in dims)
+        shape = list(x.meta["val"].shape)
+        if xc in ("R", "K") and all(shape[d] == 1 for d in dims):
+            # over dimensions of size 1 (a max over the [B, 1] a row sum left): the value itself
+            self.val[node], self.cls[node] = xe, xc
+            return
         if xc == "E" and dims == list(range(nd - self.k, nd)):
             self.emit(node, f"row{kind}({xe})", "R")
         elif xc in ("E", "R") and dims == list(range(nd)):
@@ -158,6 +165,40 @@ class _Matcher:
             self.emit(node, f"all{kind}({xe})", "K")
         else:
             raise Unsupported(f"{node.target} over dims {dims} of a {xc}-class value (rows reduce over the last dimension)")
+
+    def batch_norm(self, node, base: str, args) -> None:
+        """BatchNorm over the channels of a [rows, C] value: in training, the statistics of the batch
+        (column reductions over the rows, the variance biased as the op normalises with); in eval, the
+        running ones (per-column inputs). The running statistics' update, a side effect on the module's
+        buffers that no output shows, is not made."""
+        x, w, b, rm, rv = args[:5]
+        if base == "_native_batch_norm_legit_no_training":
+            training, eps = False, args[6]
+        else:
+            training, eps = bool(args[5]), args[7]
+        xe, xc = self.arg(x)
+        if xc != "E" or self.k != 1 or len(x.meta["val"].shape) != 2:
+            raise Unsupported(f"{node.target} of a {xc}-class value of shape {list(x.meta['val'].shape)} (channels as the row's columns only)")
+        if training:
+            self.emit(node, f"colmean({xe})", "C")
+            mean = self.val[node]
+            self.emit(node, f"({xe} - {mean})", "E")
+            d = self.val[node]
+            self.emit(node, f"rsqrt(colmean({d} * {d}) + {_num(eps)})", "C")
+        else:
+            mean, _ = self.arg(rm)
+            self.emit(node, f"({xe} - {mean})", "E")
+            d = self.val[node]
+            self.emit(node, f"rsqrt({self.arg(rv)[0]} + {_num(eps)})", "C")
+        rstd = self.val[node]
+        y = f"({d} * {rstd})"
+        if w is not None:
+            y = f"({y} * {self.arg(w)[0]})"
+        if b is not None:
+            y = f"({y} + {self.arg(b)[0]})"
+        self.emit(node, y, "E")
+        outs = [(self.val[node], "E"), (mean, "C"), (rstd, "C")]
+        self.tuple[node] = outs + [None, None] if base == "_native_batch_norm_legit_functional" else outs
 
     def visit(self, node) -> None:
         t = node.target
@@ -170,6 +211,9 @@ class _Matcher:
             src, k = args
             if src not in self.tuple:
                 raise Unsupported(f"getitem of {src.name}")
+            if self.tuple[src][k] is None:  # the indices of a max or min: an error only where something uses them
+                self.val[node], self.cls[node] = None, "E"
+                return
             expr, cls = self.tuple[src][k]
             self.val[node], self.cls[node] = expr, cls
             return
@@ -227,6 +271,12 @@ class _Matcher:
                 dims = [dims]
             self.reduce(node, kind, args[0], dims, kw.get("keepdim", args[2] if len(args) > 2 else False))
             return
+        if base in ("max", "min") and len(args) >= 2 and isinstance(args[1], int):
+            # max/min over a dimension: its values as the reduction (amax, amin); its indices are not taken
+            keep = args[2] if len(args) > 2 else kw.get("keepdim", False)
+            self.reduce(node, base, args[0], [args[1]], keep)
+            self.tuple[node] = [(self.val[node], self.cls[node]), None]
+            return
         if base == "linalg_vector_norm":
             x = args[0]
             order = args[1] if len(args) > 1 else kw.get("ord", 2)
@@ -262,6 +312,9 @@ class _Matcher:
                 y = f"({y} + {self.arg(b)[0]})"
             self.emit(node, y, "E")
             self.tuple[node] = [(self.val[node], "E"), (mean, "R"), (rstd, "R")]
+            return
+        if base in ("native_batch_norm", "_native_batch_norm_legit_functional", "_native_batch_norm_legit_no_training"):
+            self.batch_norm(node, base, args)
             return
         if base in ("var_mean", "var"):
             x = args[0]
@@ -526,9 +579,14 @@ def _trace_fake(t: taskmod.KbTask, shape: dict) -> dict:
         if gemm:
             node, pa, pb, trans, bias = gemm
             skip = {node} | {x for x in node.args if isinstance(x, torch.fx.Node) and x.op == "call_function"}
+        # Nodes whose result nothing uses: dead code, or an in-place update of a buffer that no output
+        # shows (a BatchNorm's num_batches_tracked += 1 in training).
+        dead = {n for n in gm.graph.nodes if n.op == "call_function" and not n.users}
         for i, (node, ex) in enumerate(zip(placeholders, example)):
             if gemm and node in (gemm[1], gemm[2]) and not set(node.users) - skip:
                 continue  # an operand only: not an epilogue input
+            if gemm and not set(node.users) - dead:
+                continue  # unused, or read only by dead code (kfab_run still gets it: the GEMM binds tensors by index)
             integer = not ex.is_floating_point()
             if ex.is_floating_point() and ex.dtype != torch.float32:
                 raise Unsupported(f"input {i} is {ex.dtype}")
@@ -572,6 +630,8 @@ def _trace_fake(t: taskmod.KbTask, shape: dict) -> dict:
                 continue
             if node.op != "call_function":
                 raise Unsupported(f"graph node {node.op} {node.target}")
+            if node in dead:
+                continue
             m.visit(node)
     except Unsupported as e:
         return {"supported": False, "reason": str(e)}

@@ -1,6 +1,7 @@
 #include "core/compare.h"
 
 #include <cmath>
+#include <limits>
 
 namespace kfab {
 
@@ -11,7 +12,7 @@ static nlohmann::json num(double v) {
 
 nlohmann::json CompareStats::to_json() const {
   nlohmann::json j = {{"max_abs_err", num(max_abs)}, {"max_rel_err", num(max_rel)},
-                      {"checked", checked},        {"mismatches", mismatches},
+                      {"tolerance_used", num(tol_used)}, {"checked", checked},        {"mismatches", mismatches},
                       {"nonfinite", nonfinite}};
   if (first) {
     j["first_mismatch"] = {{"output", first->output}, {"index", first->index}, {"coord", first->coord},
@@ -41,7 +42,10 @@ void compare_output(const HostTensor& got, const HostTensor& want, const Toleran
       const double rel = w != 0.0 ? abs / std::fabs(w) : (abs > 0.0 ? abs : 0.0);
       if (abs > st.max_abs) st.max_abs = abs;
       if (rel > st.max_rel) st.max_rel = rel;
-      ok = abs <= tol.atol + tol.rtol * std::fabs(w);
+      const double allowed = tol.atol + tol.rtol * std::fabs(w);
+      const double used = allowed > 0.0 ? abs / allowed : (abs > 0.0 ? std::numeric_limits<double>::infinity() : 0.0);
+      if (used > st.tol_used) st.tol_used = used;
+      ok = abs <= allowed;
     }
     ++st.checked;
     if (ok) continue;

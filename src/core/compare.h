@@ -29,6 +29,9 @@ inline constexpr int kPerturbedCall = 5;
 struct CompareStats {
   double max_abs = 0.0;  ///< over finite pairs
   double max_rel = 0.0;
+  /// max |got - want| / (atol + rtol |want|) over finite pairs: the share of the tolerance the worst
+  /// element used (1 is the limit; a reduced precision is kept only well under it)
+  double tol_used = 0.0;
   size_t checked = 0;
   size_t mismatches = 0;
   size_t nonfinite = 0;  ///< NaN or Inf where the reference had a finite value

@@ -53,7 +53,7 @@ json merge_stats(const json& acc, const json& m) {
   json out = acc;
   const auto num = [](const json& j) { return j.is_number() ? j.get<double>() : std::numeric_limits<double>::infinity(); };
   const auto merge_one = [&](json& a, const json& b) {
-    for (const char* k : {"max_abs_err", "max_rel_err"})
+    for (const char* k : {"max_abs_err", "max_rel_err", "tolerance_used"})
       if (b.contains(k) && (!a.contains(k) || num(b[k]) > num(a[k]))) a[k] = b[k];
     for (const char* k : {"checked", "mismatches", "nonfinite"}) a[k] = a.value(k, int64_t{0}) + b.value(k, int64_t{0});
     for (const char* k : {"first_mismatch", "problem"})

@@ -137,6 +137,7 @@ JobOutcome NativeHarness::compare_last(const MappedOutputs& want, int64_t seed, 
     outputs.push_back(o);
     all.max_abs = std::max(all.max_abs, st.max_abs);
     all.max_rel = std::max(all.max_rel, st.max_rel);
+    all.tol_used = std::max(all.tol_used, st.tol_used);
     all.checked += st.checked;
     all.mismatches += st.mismatches;
     all.nonfinite += st.nonfinite;

@@ -157,8 +157,14 @@ std::string cpu_generate(const Task& t, const TemplateParams& params) {
 const KernelTemplate kFusedCpu{"cpu_fused_rows", "cpu", 2, cuda_applies, cpu_grid, cpu_generate};
 
 bool gemm_applies(const Task& t) { return task_gemm(t).has_value(); }
-std::vector<TemplateParams> gemm_cuda_task_grid(const Task&) { return gemm_cuda_grid(); }
-std::vector<TemplateParams> gemm_cpu_task_grid(const Task&) { return gemm_cpu_grid(); }
+std::vector<TemplateParams> gemm_cuda_task_grid(const Task& t) {
+  auto g = task_gemm(t);
+  return g ? gemm_cuda_grid(*g) : std::vector<TemplateParams>{};
+}
+std::vector<TemplateParams> gemm_cpu_task_grid(const Task& t) {
+  auto g = task_gemm(t);
+  return g ? gemm_cpu_grid(*g) : std::vector<TemplateParams>{};
+}
 
 std::string gemm_cuda_generate(const Task& t, const TemplateParams& params) {
   auto g = task_gemm(t);
@@ -169,7 +175,7 @@ std::string gemm_cpu_generate(const Task& t, const TemplateParams& params) {
   return g ? generate_gemm_cpp(*g, params, "GEMM + epilogue for " + t.name) : "#error the task no longer states a GEMM\n";
 }
 
-const KernelTemplate kGemmCuda{"cuda_gemm_epilogue", "cuda", 4, gemm_applies, gemm_cuda_task_grid, gemm_cuda_generate};
+const KernelTemplate kGemmCuda{"cuda_gemm_epilogue", "cuda", 5, gemm_applies, gemm_cuda_task_grid, gemm_cuda_generate};
 const KernelTemplate kGemmCpu{"cpu_gemm_epilogue", "cpu", 3, gemm_applies, gemm_cpu_task_grid, gemm_cpu_generate};
 
 }  // namespace

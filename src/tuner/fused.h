@@ -51,8 +51,9 @@ struct GemmProgram {
 
 std::string generate_gemm_cuda(const GemmProgram& gp, const TemplateParams& params, const std::string& title);
 std::string generate_gemm_cpp(const GemmProgram& gp, const TemplateParams& params, const std::string& title);
-std::vector<TemplateParams> gemm_cuda_grid();
-std::vector<TemplateParams> gemm_cpu_grid();
+/// The parameter points for `gp` (on cuda, Hopper's sm90 points only for a W given as [N, K]).
+std::vector<TemplateParams> gemm_cuda_grid(const GemmProgram& gp);
+std::vector<TemplateParams> gemm_cpu_grid(const GemmProgram& gp);
 
 /// The GEMM program of a native task of op class matmul or matmul_epilogue: inputs A [M, K] and B
 /// ([K, N] or [N, K]) first, then the epilogue's; its `formula` over `acc` and the other inputs'
@@ -72,7 +73,7 @@ struct Printer {
   const KernelTemplate& (*gemm_template)();
   std::vector<TemplateParams> (*rows_grid)(const Program& p, int64_t n);
   std::string (*rows)(const Program& p, const TemplateParams& params, const std::string& title);
-  std::vector<TemplateParams> (*gemm_grid)();
+  std::vector<TemplateParams> (*gemm_grid)(const GemmProgram& gp);
   std::string (*gemm)(const GemmProgram& gp, const TemplateParams& params, const std::string& title);
   std::map<std::string, std::string> dedicated;  ///< trace kind -> template name
 };

@@ -69,22 +69,37 @@ std::vector<TemplateParams> fused_grid(const Program& p, int64_t n) {
 
 std::vector<TemplateParams> fused_cpu_grid() { return {{{"schedule", "static"}}, {{"schedule", "dynamic"}}}; }
 
-std::vector<TemplateParams> gemm_cpu_grid() {
+std::vector<TemplateParams> gemm_cpu_grid(const GemmProgram&) {
   std::vector<TemplateParams> g;
   for (const char* mb : {"8", "4", "16"})
     for (const char* kb : {"256", "128"}) g.push_back({{"rows", mb}, {"kblock", kb}});
   return g;
 }
 
-std::vector<TemplateParams> gemm_cuda_grid() {
+std::vector<TemplateParams> gemm_cuda_grid(const GemmProgram& gp) {
   std::vector<TemplateParams> g;
   auto tc = [&](const char* tile, const char* warp, const char* stages) {
-    g.push_back({{"mma", "tf32x3"}, {"tile", tile}, {"warp", warp}, {"stages", stages}});
+    g.push_back({{"mma", "tf32x3"}, {"precision", "3xtf32"}, {"tile", tile}, {"warp", warp}, {"stages", stages}});
   };
-  // With CUTLASS's headers here: its 3xTF32 tensor-core GEMM (fp32 accuracy) first, at the tiles that
-  // measured best (issue 23's probe: 128x64 with 64x32 warps, 4 stages, 1.38x eager on a 1024 x 8192 x 8192
-  // Linear, where the larger tiles ran at half that speed)
+  auto sm90 = [&](const char* mma, const char* tile, const char* cluster, const char* schedule) {
+    g.push_back({{"mma", mma}, {"precision", std::string(mma) == "sm90_tf32" ? "tf32" : "3xtf32"}, {"tile", tile}, {"cluster", cluster},
+                 {"schedule", schedule}});
+  };
   const bool cutlass = !cutlass_include_dir().empty();
+  // On Hopper, for a W given as [N, K] (a Linear layer's: TF32 wgmma reads K-major operands), CUTLASS
+  // 3's sm90 GEMM first: one TF32 product (kept only where its errors stay well within the task's
+  // tolerance, see tuner.cpp), then three at fp32 accuracy at the tiles, clusters and schedules below.
+  // Not yet measured against each other: the search decides.
+  if (cutlass && gp.trans_b && cuda_candidate_arch() == "sm_90a") {
+    sm90("sm90_tf32", "128x256x32", "1", "coop");
+    sm90("sm90_3xtf32", "128x128x32", "1", "coop");
+    sm90("sm90_3xtf32", "128x256x32", "1", "coop");
+    sm90("sm90_3xtf32", "128x128x32", "2", "coop");
+    sm90("sm90_3xtf32", "64x256x32", "1", "pingpong");
+  }
+  // With CUTLASS's headers here: its 3xTF32 tensor-core GEMM on the SM80 mma.sync path (fp32 accuracy),
+  // at the tiles that measured best (issue 23's probe: 128x64 with 64x32 warps, 4 stages, 1.38x eager on
+  // a 1024 x 8192 x 8192 Linear, where the larger tiles ran at half that speed)
   if (cutlass) {
     tc("128x64x16", "64x32x16", "4");
     tc("64x64x16", "32x32x16", "4");

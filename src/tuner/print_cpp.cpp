@@ -86,6 +86,32 @@ class RowLoop final : public RowSteps {
   Emitter& e_;
 };
 
+// The passes over the columns that compute the program's column reductions (a training batch norm's
+// statistics) before the rows: per pass, 64 columns a thread's chunk, summed over the rows in doubles
+// into a.cs (kept between calls, grown when a shape needs more).
+void column_passes(const Gen& g, Emitter& e) {
+  if (g.n_col == 0) return;
+  e.line("// the column passes' sums").line("static double* cs = nullptr;").line("static int64_t cs_have = 0;");
+  e.linef("const int64_t cs_need = {} * n;", g.n_col);
+  e.open("if (cs_need > cs_have)").line("delete[] cs;").line("cs = new double[cs_need];").line("cs_have = cs_need;").close();
+  e.line("a.cs = cs;");
+  for (int s = 1; s <= g.n_stage; ++s) {
+    const std::vector<int> nodes = g.col_nodes(s);
+    std::vector<int> args;
+    for (int k : nodes) args.push_back(g.p.nodes[k].args[0]);
+    e.linef("// column pass {}", s).line("#pragma omp parallel for schedule(static) if (total > 32768)");
+    e.open("for (int64_t c0 = 0; c0 < n; c0 += 64)").line("const int64_t c1 = c0 + 64 < n ? c0 + 64 : n;");
+    for (size_t j = 0; j < nodes.size(); ++j) e.linef("double s{}[64] = {{}};", j);
+    e.open("for (int64_t row = 0; row < rows; ++row)").line("const int64_t r0 = row * n;").line("#pragma omp simd");
+    e.open("for (int64_t c = c0; c < c1; ++c)");
+    g.element(args, row_element, "c", e);
+    for (size_t j = 0; j < nodes.size(); ++j) e.linef("s{}[c - c0] += static_cast<double>({});", j, g.value(args[j]));
+    e.close().close().open("for (int64_t c = c0; c < c1; ++c)");
+    for (size_t j = 0; j < nodes.size(); ++j) e.linef("a.cs[{} * n + c] = s{}[c - c0];", g.colslot[nodes[j]], j);
+    e.close().close();
+  }
+}
+
 // The statements of kfab_run that compute the program over [rows, n].
 std::string launch(const Gen& g, const TemplateParams& tp) {
   const Program& p = g.p;
@@ -94,6 +120,7 @@ std::string launch(const Gen& g, const TemplateParams& tp) {
   RowLoop rows(g, e, body);
   walk_rows(g, rows);
   rows.outputs();
+  column_passes(g, e);  // after the scalars walk_rows declared, before the rows
   std::string reduction;
   for (int k = 0; k < g.n_all; ++k) {
     e.linef("double acc{} = 0.0;", k);
@@ -142,15 +169,15 @@ std::string generate_gemm_cpp(const GemmProgram& gp, const TemplateParams& tp, c
   const float* ap = static_cast<const float*>(A.data);
   const float* bp = static_cast<const float*>(W.data);
   if ({trans}) {{
-    wt.resize(static_cast<size_t>(K * n));
-#pragma omp parallel for schedule(static) if (K * n > 262144)
-    for (int64_t j0 = 0; j0 < n; j0 += 32)
+    wt.resize(static_cast<size_t>(K * gn));
+#pragma omp parallel for schedule(static) if (K * gn > 262144)
+    for (int64_t j0 = 0; j0 < gn; j0 += 32)
       for (int64_t k = 0; k < K; ++k)
-        for (int64_t j = j0; j < j0 + 32 && j < n; ++j) wt[k * n + j] = bp[j * K + k];
+        for (int64_t j = j0; j < j0 + 32 && j < gn; ++j) wt[k * gn + j] = bp[j * K + k];
     bp = wt.data();
   }}
   float* cp = product.data();
-  kfab_blocked_gemm<{rows}, {kblock}>(ap, bp, cp, rows, n, K);
+  kfab_blocked_gemm<{rows}, {kblock}>(ap, bp, cp, gm, gn, K);
   a.in{pin} = cp;
 )",
                         fmt::arg("trans", gp.trans_b ? "true" : "false"), fmt::arg("rows", param(tp, "rows", 8)),

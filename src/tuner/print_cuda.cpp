@@ -300,6 +300,50 @@ std::string rows_launch(int I, bool autog, bool any_k_out) {
   return e.take();
 }
 
+// The passes over the columns that compute a program's column reductions (a training batch norm's
+// statistics), before its row kernel: pass s sums, for each of its column reductions, the argument
+// over the rows into a.cs (doubles, zeroed before the first pass), a block taking 32 columns and 8 row
+// lanes, a warp reading 32 consecutive floats of a row. Empty for a program without them.
+Parts column_passes(const Gen& g) {
+  if (g.n_col == 0) return {};
+  Emitter e;
+  for (int s = 1; s <= g.n_stage; ++s) {
+    const std::vector<int> nodes = g.col_nodes(s);
+    std::vector<int> args;
+    for (int k : nodes) args.push_back(g.p.nodes[k].args[0]);
+    e.blank().linef("// Column pass {}: sums over the rows (32 columns and 8 row lanes a block).", s);
+    e.open(fmt::format("__global__ void __launch_bounds__(256) kfab_cols{}(Args a, int64_t rows, int64_t n)", s));
+    e.linef("__shared__ double part[{}][8][32];", nodes.size());
+    e.line("const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;");
+    for (size_t j = 0; j < nodes.size(); ++j) e.linef("double s{} = 0.0;", j);
+    e.open("if (c < n)");
+    g.kconsts_for(args, e);
+    e.open("for (int64_t row = static_cast<int64_t>(blockIdx.y) * 8 + threadIdx.y; row < rows; row += 8 * static_cast<int64_t>(gridDim.y))");
+    g.element(args, [&](int i) { return g.lang.load(i, "row * n + c"); }, "c", e);
+    for (size_t j = 0; j < nodes.size(); ++j) e.linef("s{} += static_cast<double>({});", j, g.value(args[j]));
+    e.close().close();
+    for (size_t j = 0; j < nodes.size(); ++j) e.linef("part[{0}][threadIdx.y][threadIdx.x] = s{0};", j);
+    e.line("__syncthreads();").open("if (threadIdx.y == 0 && c < n)");
+    for (size_t j = 0; j < nodes.size(); ++j) {
+      e.linef("double t{} = 0.0;", j).linef("for (int y = 0; y < 8; ++y) t{0} += part[{0}][y][threadIdx.x];", j);
+      e.linef("atomicAdd(&a.cs[{} * n + c], t{});", g.colslot[nodes[j]], j);
+    }
+    e.close().close();
+  }
+  Emitter l(1);
+  l.line("// the column passes' sums, kept between calls (grown when a shape needs more), zeroed each call");
+  l.line("static double* cs = nullptr;").line("static int64_t cs_have = 0;").linef("const int64_t cs_need = {} * n;", g.n_col);
+  l.open("if (cs_need > cs_have)").line("if (cs != nullptr) cudaFree(cs);").line("cs = nullptr, cs_have = 0;");
+  l.line("if (cudaMalloc(reinterpret_cast<void**>(&cs), sizeof(double) * static_cast<size_t>(cs_need)) != cudaSuccess) return 4;");
+  l.line("cs_have = cs_need;").close().line("a.cs = cs;").open("if (rows > 0 && n > 0)");
+  l.line("if (cudaMemsetAsync(cs, 0, sizeof(double) * static_cast<size_t>(cs_need), stream) != cudaSuccess) return 5;");
+  l.line("if ((n + 31) / 32 > 2147483647) return 6;").line("const int64_t chunks = (rows + 255) / 256;");
+  l.line("const dim3 cgrid(static_cast<unsigned>((n + 31) / 32), static_cast<unsigned>(chunks < 64 ? chunks : 64));");
+  for (int s = 1; s <= g.n_stage; ++s) l.linef("kfab_cols{}<<<cgrid, dim3(32, 8), 0, stream>>>(a, rows, n);", s);
+  l.close();
+  return {e.take(), l.take()};
+}
+
 Parts rows_parts(const Gen& g, const TemplateParams& tp) {
   const Program& p = g.p;
   const int B = param(tp, "block", 256), I = param(tp, "items", 4), P = param(tp, "persist", 0);
@@ -329,7 +373,9 @@ Parts rows_parts(const Gen& g, const TemplateParams& tp) {
   e.line("template <int B, int G, int V>").open("__global__ void __launch_bounds__(B) kfab_rows_stream(Args a, int64_t rows, int64_t n)");
   RowKernel(g, false, any_k_out, e).emit();
   e.close();
-  std::string launch;
+  const Parts cols = column_passes(g);
+  e.raw(cols.code);
+  std::string launch = cols.launch;
   if (g.n_all > 0)  // kfab_ws is zero between calls: zero at module load, and zeroed again by the block that reads it
     launch = "  static double* ws = nullptr;\n"
              "  if (ws == nullptr && cudaGetSymbolAddress(reinterpret_cast<void**>(&ws), kfab_ws) != cudaSuccess) return 4;\n"
@@ -374,19 +420,21 @@ void gemm_epilogue(const Gen& g, int pin, bool fused, Emitter& e) {
 
 // The product's buffer for a row kernel after the GEMM, kept between calls (grown when a shape needs
 // more), as the epilogue's input `pin`.
-std::string product_buffer(int pin) {
-  return fmt::format(R"(  // the product's buffer, kept between calls (grown when a shape needs more)
+// `extra`: an expression of further floats the buffer holds after the product (operands' parts).
+std::string product_buffer(int pin, const std::string& extra = "0") {
+  return fmt::format(R"(  // the product's buffer{1}, kept between calls (grown when a shape needs more)
   static float* product = nullptr;
   static int64_t capacity = 0;
-  if (total > capacity) {{
+  const int64_t need = total + {2};
+  if (need > capacity) {{
     if (product != nullptr) cudaFree(product);
     product = nullptr, capacity = 0;
-    if (cudaMalloc(reinterpret_cast<void**>(&product), sizeof(float) * static_cast<size_t>(total)) != cudaSuccess) return 4;
-    capacity = total;
+    if (cudaMalloc(reinterpret_cast<void**>(&product), sizeof(float) * static_cast<size_t>(need)) != cudaSuccess) return 4;
+    capacity = need;
   }}
-  a.in{} = product;
+  a.in{0} = product;
 )",
-                     pin);
+                     pin, extra == "0" ? "" : " and the operands' small parts after it", extra);
 }
 
 /// kfab_run's end for the GEMM: the grid, the float4 choice and the launch; with a row kernel after
@@ -394,13 +442,13 @@ std::string product_buffer(int pin) {
 std::string gemm_launch(bool fused, int pin, Binding& b) {
   if (!fused) b.setup = product_buffer(pin);
   return fmt::format(R"(  if (total == 0) return 0;
-  const int64_t gx = (n + BN - 1) / BN, gy = (rows + BM - 1) / BM;
+  const int64_t gx = (gn + BN - 1) / BN, gy = (gm + BM - 1) / BM;
   if (gx > 2147483647 || gy > 65535) return 6;
   const Operands o{{static_cast<const float*>(A.data), static_cast<const float*>(W.data), {}}};
   const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
-  const bool v4 = K % 4 == 0 && (TRANS_B || n % 4 == 0) && kfab_aligned16(A.data) && kfab_aligned16(W.data);
-  if (v4) kfab_gemm<true><<<grid, NT, 0, stream>>>(o, a, rows, n, K);
-  else kfab_gemm<false><<<grid, NT, 0, stream>>>(o, a, rows, n, K);
+  const bool v4 = K % 4 == 0 && (TRANS_B || gn % 4 == 0) && kfab_aligned16(A.data) && kfab_aligned16(W.data);
+  if (v4) kfab_gemm<true><<<grid, NT, 0, stream>>>(o, a, gm, gn, K);
+  else kfab_gemm<false><<<grid, NT, 0, stream>>>(o, a, gm, gn, K);
 )",
                      fused ? "nullptr" : "product");
 }
@@ -439,6 +487,58 @@ void cutlass_gemm_types(const GemmProgram& gp, const TemplateParams& tp, Emitter
   e.line("return gemm(args, nullptr, stream) == cutlass::Status::kSuccess ? 0 : 5;").close();
 }
 
+// Hopper's own tensor-core path (include/kfab/templates/sm90_tf32_gemm.cuh, CUTLASS 3's sm90 GEMM:
+// TMA, wgmma, warp-specialised): three TF32 products at fp32 accuracy (mma sm90_3xtf32), or one
+// (sm90_tf32: the reduced precision the tuner keeps only well within the task's tolerance). Shapes and
+// pointers TMA cannot take (K or N not a multiple of 4, unaligned) go to CUTLASS's SM80 3xTF32 at
+// alignment 1. Only for B given as W [N, K]: TF32 wgmma reads K-major operands.
+std::string generate_gemm_sm90(const GemmProgram& gp, const TemplateParams& tp, const std::string& title) {
+  const Program& p = gp.epilogue;
+  const Gen g(p, cuda_lang());
+  const int pin = product_input(gp);
+  const bool three = tp.at("mma") == "sm90_3xtf32";
+  std::string tile = tp.count("tile") ? tp.at("tile") : "128x128x32";
+  for (char& c : tile)
+    if (c == 'x') c = ',';
+  const bool coop = !tp.count("schedule") || tp.at("schedule") == "coop";
+  Emitter e;
+  head(title, tp,
+       fmt::format("{} on Hopper's tensor cores (CUTLASS 3's sm90 GEMM), then a row kernel: C = A @ W^T (W is [N, K]), then the epilogue",
+                   three ? "Three TF32 products (fp32 accuracy)" : "One TF32 product (reduced precision)"),
+       p, e);
+  e.line("// CUTLASS's device-side asserts are calls, and a call inside the wgmma pipeline serialises it").line("#ifndef NDEBUG");
+  e.line("#define NDEBUG").line("#endif");
+  e.line("#include <algorithm>").line("#include <type_traits>").blank();
+  for (const char* h : {"cute/tensor.hpp", "cutlass/cutlass.h", "cutlass/epilogue/collective/collective_builder.hpp",
+                        "cutlass/epilogue/thread/linear_combination.h", "cutlass/gemm/collective/collective_builder.hpp",
+                        "cutlass/gemm/device/gemm.h", "cutlass/gemm/device/gemm_universal_adapter.h", "cutlass/gemm/kernel/gemm_universal.hpp"})
+    e.linef("#include \"{}\"", h);
+  e.raw(kPrelude).raw(host_checks()).blank();
+  const Parts rows = rows_parts(g, kProductRows);  // declares Args too
+  e.raw(rows.code).blank();
+  e.raw(template_text("sm90_tf32_gemm.cuh")).blank();
+  e.linef("using KfabTile = KfabSm90Gemm<{}, {}, {}>;", tile, param(tp, "cluster", 1), coop ? "true" : "false").blank();
+  cutlass_gemm_types(gp, {}, e);  // the alignment-1 instance for what TMA cannot take
+  Binding b = gemm_binding(gp);
+  b.setup = product_buffer(pin, three ? "(gm + gn) * K" : "0");
+  std::string launch = R"(  if (total == 0) return 0;
+  if (gm > 2147483647 || gn > 2147483647 || K > 2147483647) return 6;
+  {
+    const float* ap = static_cast<const float*>(A.data);
+    const float* bp = static_cast<const float*>(W.data);
+    const int m32 = static_cast<int>(gm), n32 = static_cast<int>(gn), k32 = static_cast<int>(K);
+    const bool tma = K > 0 && K % 4 == 0 && gn % 4 == 0 && kfab_aligned16(ap) && kfab_aligned16(bp);
+)";
+  launch += three ? "    const int rc = tma ? kfab_sm90_3xtf32<KfabTile>(ap, bp, product, product + total, m32, n32, k32, stream)\n"
+                  : "    const int rc = tma ? kfab_sm90_product<KfabTile>(ap, bp, product, m32, n32, k32, 0.0f, stream)\n";
+  launch += R"(                       : kfab_tc_gemm<1>(ap, bp, product, m32, n32, k32, stream);
+    if (rc != 0) return rc;
+  }
+)" + rows.launch;
+  host(g, b, launch, e);
+  return e.take();
+}
+
 // The tensor-core GEMM, then the epilogue as a row kernel over the product (a pointwise one too: the
 // product's extra pass costs a read and a write of it, small beside the GEMM).
 std::string generate_gemm_tensor_cores(const GemmProgram& gp, const TemplateParams& tp, const std::string& title) {
@@ -457,12 +557,12 @@ std::string generate_gemm_tensor_cores(const GemmProgram& gp, const TemplatePara
   Binding b = gemm_binding(gp);
   b.setup = product_buffer(pin);
   const std::string launch = R"(  if (total == 0) return 0;
-  if (rows > 2147483647 || n > 2147483647 || K > 2147483647) return 6;
+  if (gm > 2147483647 || gn > 2147483647 || K > 2147483647) return 6;
   {
     const float* ap = static_cast<const float*>(A.data);
     const float* bp = static_cast<const float*>(W.data);
-    const bool v4 = K % 4 == 0 && n % 4 == 0 && kfab_aligned16(ap) && kfab_aligned16(bp);
-    const int m32 = static_cast<int>(rows), n32 = static_cast<int>(n), k32 = static_cast<int>(K);
+    const bool v4 = K % 4 == 0 && gn % 4 == 0 && kfab_aligned16(ap) && kfab_aligned16(bp);
+    const int m32 = static_cast<int>(gm), n32 = static_cast<int>(gn), k32 = static_cast<int>(K);
     const int rc = v4 ? kfab_tc_gemm<4>(ap, bp, product, m32, n32, k32, stream) : kfab_tc_gemm<1>(ap, bp, product, m32, n32, k32, stream);
     if (rc != 0) return rc;
   }
@@ -481,6 +581,9 @@ std::string generate_fused_cuda(const Program& p, const TemplateParams& tp, cons
 
 std::string generate_gemm_cuda(const GemmProgram& gp, const TemplateParams& tp, const std::string& title) {
   if (tp.count("mma") && tp.at("mma") == "tf32x3") return generate_gemm_tensor_cores(gp, tp, title);
+  // (the grid offers sm90 points only for a W [N, K]; given one for a B [K, N], the SM80 path's)
+  if (tp.count("mma") && tp.at("mma").rfind("sm90_", 0) == 0)
+    return gp.trans_b ? generate_gemm_sm90(gp, tp, title) : generate_gemm_tensor_cores(gp, {{"mma", "tf32x3"}}, title);
   const Program& p = gp.epilogue;
   const Gen g(p, cuda_lang());
   const int pin = product_input(gp);

@@ -17,7 +17,7 @@ const std::map<std::string, int> kArity = {
     {"sign", 1},    {"not", 1},      {"add", 2},   {"sub", 2},       {"mul", 2},       {"div", 2},     {"pow", 2},
     {"max", 2},     {"min", 2},      {"lt", 2},    {"le", 2},        {"gt", 2},        {"ge", 2},      {"eq", 2},
     {"ne", 2},      {"and", 2},      {"or", 2},    {"where", 3},     {"rowsum", 1},    {"rowmean", 1}, {"rowmax", 1},
-    {"rowmin", 1},  {"allsum", 1},   {"allmean", 1}, {"pick", 2},
+    {"rowmin", 1},  {"allsum", 1},   {"allmean", 1}, {"pick", 2},  {"colsum", 1},    {"colmean", 1},
 };
 
 VClass join(VClass a, VClass b) {
@@ -71,6 +71,22 @@ struct Parser {
           return fail(fmt::format("{} needs a per-element or per-row value, got a {}-class one", n.op, vclass_letter(a0.cls)));
         n.cls = VClass::K;
         n.after_all = true;
+      } else if (is_col_reduction(n.op)) {
+        if (a0.cls != VClass::E) return fail(fmt::format("{} needs a per-element value, got a {}-class one", n.op, vclass_letter(a0.cls)));
+        // its argument is computed in a pass over the columns before the rows: from inputs, columns
+        // and earlier column reductions only
+        std::vector<int> todo{n.args[0]};
+        std::set<int> seen;
+        while (!todo.empty()) {
+          const int k = todo.back();
+          todo.pop_back();
+          if (!seen.insert(k).second) continue;
+          const PNode& d = p.nodes[k];
+          if (d.cls == VClass::R || d.after_all || is_row_reduction(d.op) || d.op == "pick")
+            return fail(fmt::format("{} of a value that depends on a row's reduction or a per-row value (columns are reduced before the rows)", n.op));
+          if (!is_col_reduction(d.op)) todo.insert(todo.end(), d.args.begin(), d.args.end());
+        }
+        n.cls = VClass::C;
       } else if (n.op == "pick") {
         const auto& a1 = p.nodes[n.args[1]];
         if (a0.cls != VClass::E || (a1.cls != VClass::R && a1.cls != VClass::K))
@@ -179,6 +195,7 @@ char vclass_letter(VClass c) { return "KCRE"[static_cast<int>(c)]; }
 
 bool is_row_reduction(const std::string& op) { return op == "rowsum" || op == "rowmean" || op == "rowmax" || op == "rowmin"; }
 bool is_all_reduction(const std::string& op) { return op == "allsum" || op == "allmean"; }
+bool is_col_reduction(const std::string& op) { return op == "colsum" || op == "colmean"; }
 
 bool Program::has(const char* op) const {
   for (const auto& n : nodes)
@@ -193,7 +210,7 @@ bool Program::needs_rows() const {
   for (size_t k = nodes.size(); k-- > 0;) {
     if (!live[k]) continue;
     const auto& n = nodes[k];
-    if (is_row_reduction(n.op) || is_all_reduction(n.op) || n.op == "pick" || n.cls == VClass::R) return true;
+    if (is_row_reduction(n.op) || is_all_reduction(n.op) || is_col_reduction(n.op) || n.op == "pick" || n.cls == VClass::R) return true;
     for (int a : n.args) live[a] = true;
   }
   return false;

@@ -10,7 +10,9 @@
 /// Every value has a class relative to the main [rows, n] shape (n the last dimension, rows the
 /// product of the others): per element (E), per column (C, e.g. a [n] weight), per row (R, e.g. a
 /// [rows] target index or a row sum) or a scalar (K). Row reductions (rowsum, rowmean, rowmax,
-/// rowmin) turn an E value into an R value; pick(e, i) reads e at column i of its row; allsum and
+/// rowmin) turn an E value into an R value; column reductions (colsum, colmean: over the rows, as a
+/// training batch norm's statistics) turn an E value that depends on no per-row value into a C value,
+/// computed in passes over the columns before the row kernel; pick(e, i) reads e at column i of its row; allsum and
 /// allmean reduce E or R values over everything to a K value, which only outputs may use. The names
 /// ncols and nrows are the row length and the row count at run time (a batch mean's divisor).
 
@@ -30,6 +32,9 @@ struct PInput {
   VClass cls = VClass::E;
   bool integer = false;  ///< an i64/i32 tensor (a class index); read as an integer, used as a float elsewhere
   bool i32 = false;
+  /// In a grouped program (Program::groups > 1): a per-channel tensor of the whole product row (N =
+  /// groups * n values), read at (row % groups) * n + c; its class is C.
+  bool per_channel = false;
 };
 
 struct PNode {
@@ -48,6 +53,10 @@ struct Program {
   /// How many trailing dimensions of the main tensor a row spans (a layer norm over (C, H, W): 3); the
   /// kernel's n is their product, rows the product of the others.
   int row_dims = 1;
+  /// A GEMM's epilogue over groups of the product's columns (a GroupNorm's): each [M, N] product row
+  /// splits into `groups` rows of n = N / groups, so that rows = M * groups and a row reduction reduces
+  /// one group; per-channel inputs are marked PInput::per_channel.
+  int groups = 1;
 
   bool has(const char* op) const;
   /// Row reductions or picks: the program needs a row (not a flat elementwise) kernel.
@@ -57,6 +66,7 @@ struct Program {
 
 bool is_row_reduction(const std::string& op);
 bool is_all_reduction(const std::string& op);
+bool is_col_reduction(const std::string& op);
 
 /// Parses `text` (statements `name = expr`, separated by newlines or ';', '#' comments) over the
 /// given inputs; `outputs` are the names whose final values are the task's outputs; `constants`

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 
 namespace kfab::rowgen {
@@ -93,7 +95,13 @@ std::string pointwise(const Program& p, const PNode& n, const std::vector<std::s
 }
 
 Gen::Gen(const Program& prog, const Lang& l)
-    : p(prog), lang(l), live(prog.nodes.size()), allslot(prog.nodes.size(), -1), redslot(prog.nodes.size(), -1) {
+    : p(prog),
+      lang(l),
+      live(prog.nodes.size()),
+      allslot(prog.nodes.size(), -1),
+      redslot(prog.nodes.size(), -1),
+      colslot(prog.nodes.size(), -1),
+      colstage(prog.nodes.size(), 0) {
   std::function<void(int)> mark = [&](int k) {
     if (live[k]) return;
     live[k] = true;
@@ -106,6 +114,16 @@ Gen::Gen(const Program& prog, const Lang& l)
     // an all-reduction of a per-element value reduces its row first
     if (is_row_reduction(p.nodes[k].op) || (is_all_reduction(p.nodes[k].op) && p.nodes[p.nodes[k].args[0]].cls == VClass::E))
       redslot[k] = n_red++;
+  }
+  // a column reduction's pass: one after the latest pass among the column reductions its argument reads
+  std::vector<int> latest(p.nodes.size(), 0);  // per node: the latest pass among the column reductions it reads
+  for (size_t k = 0; k < p.nodes.size(); ++k) {  // (topological order: arguments first)
+    for (int a : p.nodes[k].args) latest[k] = std::max(latest[k], is_col_reduction(p.nodes[a].op) ? colstage[a] : latest[a]);
+    if (!is_col_reduction(p.nodes[k].op)) continue;
+    colstage[k] = latest[p.nodes[k].args[0]] + 1;
+    if (!live[k]) continue;
+    colslot[k] = n_col++;
+    n_stage = std::max(n_stage, colstage[k]);
   }
 }
 
@@ -130,15 +148,20 @@ void Gen::element(const std::vector<int>& targets, const Access& access, const s
     const PNode& n = p.nodes[k];
     if (need[k] || (n.cls != VClass::E && n.cls != VClass::C)) return;
     need[k] = true;
-    for (int a : n.args) mark(a);
+    if (!is_col_reduction(n.op))  // a column reduction is read, not computed, per element
+      for (int a : n.args) mark(a);
   };
   for (int t : targets) mark(t);
   for (size_t k = 0; k < p.nodes.size(); ++k) {
     if (!need[k]) continue;
     const PNode& n = p.nodes[k];
     std::string v;
-    if (n.op == "in") {
+    if (n.op == "in" && p.inputs[n.input].per_channel) {
+      v = lang.load(n.input, fmt::format("(row % {}) * n + {}", p.groups, col));
+    } else if (n.op == "in") {
       v = n.cls == VClass::E ? access(n.input) : lang.load(n.input, col);
+    } else if (is_col_reduction(n.op)) {
+      v = fmt::format("static_cast<float>(a.cs[{} * n + {}]{})", colslot[k], col, n.op == "colmean" ? " / static_cast<double>(rows)" : "");
     } else {
       std::vector<std::string> args;
       for (int x : n.args) args.push_back(value(x));
@@ -179,6 +202,21 @@ void Gen::kconsts(Emitter& e) const {
     if (live[k] && p.nodes[k].cls == VClass::K && p.nodes[k].op != "const") e.linef("const float k{} = {};", k, scalar_expr(static_cast<int>(k)));
 }
 
+void Gen::kconsts_for(const std::vector<int>& targets, Emitter& e) const {
+  std::vector<bool> need(p.nodes.size()), seen(p.nodes.size());
+  std::function<void(int)> mark = [&](int k) {
+    if (seen[k]) return;
+    seen[k] = true;
+    const PNode& n = p.nodes[k];
+    if (n.cls == VClass::K && n.op != "const" && !is_all_reduction(n.op)) need[k] = true;
+    if (!is_col_reduction(n.op) && !is_all_reduction(n.op))
+      for (int a : n.args) mark(a);
+  };
+  for (int t : targets) mark(t);
+  for (size_t k = 0; k < p.nodes.size(); ++k)
+    if (need[k]) e.linef("const float k{} = {};", k, scalar_expr(static_cast<int>(k)));
+}
+
 void Gen::pick(int k, const Access& access, Emitter& e) const {
   const PNode& n = p.nodes[k];
   const PNode& ix = p.nodes[n.args[1]];
@@ -194,6 +232,13 @@ std::vector<int> Gen::e_inputs() const {
   std::vector<int> v;
   for (size_t k = 0; k < p.nodes.size(); ++k)
     if (live[k] && p.nodes[k].op == "in" && p.nodes[k].cls == VClass::E) v.push_back(p.nodes[k].input);
+  return v;
+}
+
+std::vector<int> Gen::col_nodes(int stage) const {
+  std::vector<int> v;
+  for (size_t k = 0; k < p.nodes.size(); ++k)
+    if (colslot[k] >= 0 && colstage[k] == stage) v.push_back(static_cast<int>(k));
   return v;
 }
 
@@ -241,7 +286,7 @@ void args_struct(const Program& p, Emitter& e) {
   for (size_t i = 0; i < p.inputs.size(); ++i)
     e.linef("const {}* __restrict__ in{};", p.inputs[i].integer ? (p.inputs[i].i32 ? "int32_t" : "long long") : "float", i);
   for (size_t j = 0; j < p.outputs.size(); ++j) e.linef("float* __restrict__ out{};", j);
-  e.line("double* ws;").close("};");
+  e.line("double* ws;").line("double* cs;  // column sums").close("};");
 }
 
 Binding default_binding(const Program& p) {
@@ -272,8 +317,16 @@ Binding gemm_binding(const GemmProgram& gp) {
   Emitter e(1);
   e.linef("const kfab_tensor& A = in[{}];", gp.a).linef("const kfab_tensor& W = in[{}];", gp.b);
   e.line("if (A.dtype != KFAB_F32 || W.dtype != KFAB_F32 || A.ndim != 2 || W.ndim != 2 || !kfab_dense(A) || !kfab_dense(W)) return 2;");
-  e.line("const int64_t rows = A.shape[0], K = A.shape[1];").linef("const int64_t n = W.shape[{}];", gp.trans_b ? 0 : 1);
-  e.linef("if (W.shape[{}] != K) return 2;", gp.trans_b ? 1 : 0).line("const int64_t total = rows * n;");
+  e.line("const int64_t gm = A.shape[0], K = A.shape[1];  // the product is [gm, gn]").linef("const int64_t gn = W.shape[{}];", gp.trans_b ? 0 : 1);
+  e.linef("if (W.shape[{}] != K) return 2;", gp.trans_b ? 1 : 0);
+  const int groups = gp.epilogue.groups;
+  if (groups <= 1) {
+    e.line("const int64_t rows = gm, n = gn;");
+  } else {
+    e.linef("// the epilogue's rows are groups of {0} per product row: [gm * {0}, gn / {0}]", groups);
+    e.linef("if (gn % {} != 0) return 3;", groups).linef("const int64_t rows = gm * {0}, n = gn / {0};", groups);
+  }
+  e.line("const int64_t total = rows * n;");
   b.shape = e.take();
   return b;
 }
@@ -284,15 +337,15 @@ void host(const Gen& g, const Binding& b, const std::string& launch, Emitter& e)
   e.open("KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void* stream_)");
   e.linef("if (in == nullptr || out == nullptr || n_in != {} || n_out != {}) return 1;", b.n_in, p.outputs.size());
   e.line(g.lang.stream()).raw(b.shape).line("bool vec = n % 4 == 0;").line("Args a{};");
-  auto check = [&](const std::string& t, VClass c, const char* dtype) {
-    const char* count = c == VClass::E ? "total" : c == VClass::C ? "n" : c == VClass::R ? "rows" : "1";
+  auto check = [&](const std::string& t, VClass c, const char* dtype, bool per_channel = false) {
+    const std::string count = per_channel ? fmt::format("n * {}", p.groups) : c == VClass::E ? "total" : c == VClass::C ? "n" : c == VClass::R ? "rows" : "1";
     e.linef("if ({0}.dtype != {1} || !kfab_dense({0}) || kfab_numel({0}) != {2}) return 3;", t, dtype, count);
   };
   for (size_t i = 0; i < p.inputs.size(); ++i) {
     const auto& in = p.inputs[i];
     if (b.tensor[i] < 0) continue;
     const std::string t = fmt::format("in[{}]", b.tensor[i]);
-    check(t, in.cls, in.integer ? (in.i32 ? "KFAB_I32" : "KFAB_I64") : "KFAB_F32");
+    check(t, in.cls, in.integer ? (in.i32 ? "KFAB_I32" : "KFAB_I64") : "KFAB_F32", in.per_channel);
     e.linef("a.in{0} = static_cast<decltype(a.in{0})>({1}.data);", i, t);
     if (in.cls == VClass::E || in.cls == VClass::C) e.linef("vec = vec && kfab_aligned16({}.data);", t);
   }
@@ -324,9 +377,11 @@ int product_input(const GemmProgram& gp) {
 
 bool pointwise_only(const Gen& g) {
   const Program& p = g.p;
+  if (p.groups > 1) return false;  // its rows are groups of the product's: a row kernel over the product
   for (size_t k = 0; k < p.nodes.size(); ++k) {
     const PNode& n = p.nodes[k];
-    if (g.live[k] && (n.cls == VClass::R || n.after_all || is_row_reduction(n.op) || is_all_reduction(n.op) || n.op == "pick"))
+    if (g.live[k] && (n.cls == VClass::R || n.after_all || is_row_reduction(n.op) || is_all_reduction(n.op) || is_col_reduction(n.op) ||
+                      n.op == "pick"))
       return false;
   }
   for (const auto& o : p.outputs)

@@ -48,7 +48,9 @@ struct Gen {
   std::vector<bool> live;    // needed by an output
   std::vector<int> allslot;  // all-reduction node -> its sum's slot
   std::vector<int> redslot;  // row reduction node -> its reduction's slot
-  int n_all = 0, n_red = 0;
+  std::vector<int> colslot;  // column reduction node -> its sums' row in the column workspace a.cs ([n_col][n])
+  std::vector<int> colstage; // column reduction node -> its pass over the columns (1, 2, ..: after those it reads)
+  int n_all = 0, n_red = 0, n_col = 0, n_stage = 0;
 
   Gen(const Program& prog, const Lang& l);
 
@@ -57,7 +59,8 @@ struct Gen {
   /// A scalar (K) value that is not an all-reduction: a load or a pointwise op.
   std::string scalar_expr(int k) const;
   /// Statements computing the per-element and per-column values `targets` need for one element,
-  /// given the element's input access and its column expression.
+  /// given the element's input access and its column expression (a column reduction's value is read
+  /// from the column workspace a.cs, which the passes before the rows filled).
   void element(const std::vector<int>& targets, const Access& access, const std::string& col, Emitter& e) const;
   /// Statements that compute the scalar outputs once the row work is done and store them: `sum(k,
   /// slot, e)` leaves all-reduction k's total (of slot `slot`) in double w<k>; `in_scope(k)` says
@@ -66,12 +69,16 @@ struct Gen {
                Emitter& e) const;
   /// Statements computing every live scalar value (all-reductions aside: programs with them have rows).
   void kconsts(Emitter& e) const;
+  /// Statements computing the scalar values (not all-reductions) that `targets` read per element.
+  void kconsts_for(const std::vector<int>& targets, Emitter& e) const;
   /// A row's value at a per-row column (NAN out of range), as r<k>; `access` reads a row's element c.
   void pick(int k, const Access& access, Emitter& e) const;
   /// The inputs read per element, by index.
   std::vector<int> e_inputs() const;
   /// The indices of the outputs of a class.
   std::vector<int> outputs_of(VClass c) const;
+  /// The live column reductions computed in pass `stage`.
+  std::vector<int> col_nodes(int stage) const;
 };
 
 /// The per-row steps of a row program in the order they are computed; each printer spells them.
@@ -95,7 +102,7 @@ class RowSteps {
 /// that column's input (its load then overlaps the reductions instead of following them).
 void walk_rows(const Gen& g, RowSteps& steps);
 
-/// `struct Args`: the kernel's inputs, outputs and all-reduction workspace.
+/// `struct Args`: the kernel's inputs, outputs, all-reduction workspace and column sums.
 void args_struct(const Program& p, Emitter& e);
 
 /// Where kfab_run finds a program's inputs and the [rows, n] shape: by default input i is in[i] and

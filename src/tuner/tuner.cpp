@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <ctime>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -24,6 +26,7 @@
 #include "store/store.h"
 #include "eval/torch_harness.h"
 #include "tuner/fused.h"
+#include "tuner/precision.h"
 #include "tuner/templates.h"
 
 namespace kfab {
@@ -73,7 +76,7 @@ Expected<TracedPlan> plan_traced(const json& traced, const std::string& target) 
     for (const auto& i : traced.at("inputs")) {
       const std::string c = i.at("cls").get<std::string>();
       ins.push_back({i.at("name").get<std::string>(), c == "E" ? VClass::E : c == "C" ? VClass::C : c == "R" ? VClass::R : VClass::K,
-                     i.value("integer", false), i.value("i32", false)});
+                     i.value("integer", false), i.value("i32", false), i.value("per_channel", false)});
       plan.gemm.bind.push_back(i.value("tensor", static_cast<int>(plan.gemm.bind.size())));
     }
     outs = traced.at("outputs").get<std::vector<std::string>>();
@@ -93,6 +96,12 @@ Expected<TracedPlan> plan_traced(const json& traced, const std::string& target) 
   plan.program = std::move(*p);
   plan.program.row_dims = traced.value("row_dims", 1);
   if (plan.program.row_dims < 1) return make_error("the traced program is malformed: row_dims < 1");
+  plan.program.groups = traced.value("groups", 1);
+  if (plan.program.groups < 1 || (plan.program.groups > 1 && !plan.is_gemm))
+    return make_error("the traced program is malformed: groups of columns are taken after a GEMM only");
+  for (const auto& in : plan.program.inputs)
+    if (in.per_channel && (plan.program.groups <= 1 || in.cls != VClass::C))
+      return make_error("the traced program is malformed: a per-channel input " + in.name + " outside a grouped program");
   const Printer* printer = printer_for(target);
   if (printer == nullptr) return make_error("the built-in tuner generates no kernels for " + target, kTracedHint);
   plan.template_name = (plan.is_gemm ? printer->gemm_template() : printer->rows_template()).name;
@@ -196,7 +205,7 @@ Expected<void> traced_space(SearchSpace& sp, const TuneOptions& opt, const Loade
       sp.program_json.value("formula", std::string()));
   if (plan->is_gemm) {
     sp.gemm_program.epilogue = sp.program;
-    for (const auto& g : printer->gemm_grid()) sp.points.push_back({gemm.name, g});
+    for (const auto& g : printer->gemm_grid(sp.gemm_program)) sp.points.push_back({gemm.name, g});
     sp.source = [&sp, printer](const Point& pt) { return printer->gemm(sp.gemm_program, pt.params, "GEMM + epilogue for " + sp.task.name); };
   } else {
     for (const auto& g : printer->rows_grid(sp.program, sp.program_json.value("n", int64_t{1024}))) sp.points.push_back({fused.name, g});
@@ -307,13 +316,18 @@ class TemplateTuner final : public Proposer {
     ++evaluated_;
     say_(fmt::format("{} ({}): {}{}", pt.tmpl, format_params(pt.params), disposition_name(v->disposition),
                      v->speedup ? fmt::format(" {:.2f}x", *v->speedup) : (v->passed() ? "" : ": " + printable(v->detail, 300))));
-    if (v->passed() && v->speedup) ranked_.push_back({*v->speedup, pt});
+    const double worst = worst_tolerance_used(*v);
+    const std::string refused = v->passed() ? precision_refusal(pt.params, worst) : std::string();
+    if (!refused.empty()) say_("  not kept: " + refused);
+    if (v->passed() && v->speedup && refused.empty()) ranked_.push_back({*v->speedup, pt});
     json copy = json::array();
     for (const auto& sh : v->shapes)
       if (auto it = sh.extra.find("percent_of_copy_bandwidth"); it != sh.extra.end() && it->is_number()) copy.push_back(*it);
     searched_[p.tag] = {{"template", pt.tmpl}, {"params", pt.params}, {"disposition", disposition_name(v->disposition)},
                         {"speedup", v->speedup ? json(*v->speedup) : json()}, {"percent_of_copy_bandwidth", copy}, {"wall_s", v->wall_s},
-                        {"detail", v->passed() ? std::string() : printable(v->detail, 300)}};
+                        {"detail", v->passed() ? refused : printable(v->detail, 300)}};
+    if (v->passed()) searched_[p.tag]["tolerance_used"] = std::isfinite(worst) ? json(worst) : json();
+    if (!refused.empty()) searched_[p.tag]["kept"] = false;
     return {};
   }
 
@@ -340,20 +354,24 @@ class TemplateTuner final : public Proposer {
     ++resumed_;
     say_(fmt::format("{} ({}): {}{} (evaluated before the run stopped)", pt.tmpl, format_params(pt.params), st.disposition,
                      st.speedup ? fmt::format(" {:.2f}x", *st.speedup) : ""));
-    if (st.disposition == "passed" && st.speedup) ranked_.push_back({*st.speedup, pt});
     json copy = json::array();
     double wall = 0.0;
+    double worst = std::numeric_limits<double>::infinity();
     if (st.evaluation_id)
       if (auto vj = run.store().evaluation_verdict(*st.evaluation_id)) {
         wall = vj->value("wall_s", 0.0);
+        if (vj->contains("shapes")) worst = worst_tolerance_used((*vj)["shapes"]);
         if (vj->contains("shapes") && (*vj)["shapes"].is_array())
           for (const auto& sh : (*vj)["shapes"])
             if (sh.contains("percent_of_copy_bandwidth") && sh["percent_of_copy_bandwidth"].is_number() && !sh.value("heldout", false))
               copy.push_back(sh["percent_of_copy_bandwidth"]);
       }
+    const std::string refused = st.disposition == "passed" ? precision_refusal(pt.params, worst) : std::string();
+    if (st.disposition == "passed" && st.speedup && refused.empty()) ranked_.push_back({*st.speedup, pt});
     searched_[k] = {{"template", pt.tmpl}, {"params", pt.params}, {"disposition", st.disposition},
                     {"speedup", st.speedup ? json(*st.speedup) : json()}, {"percent_of_copy_bandwidth", copy}, {"wall_s", wall},
-                    {"detail", st.disposition == "passed" ? std::string() : printable(st.detail, 300)}, {"resumed", true}};
+                    {"detail", st.disposition == "passed" ? refused : printable(st.detail, 300)}, {"resumed", true}};
+    if (!refused.empty()) searched_[k]["kept"] = false;
   }
 
   const TuneOptions& opt_;
@@ -376,6 +394,10 @@ struct FinalCheck {
   double searched_speedup = 0.0;  ///< what the search measured of it
   fs::path best_file;
   int attempts = 0;
+  /// Whether `verdict` is kept: it passed, and a reduced precision stayed within its share of the
+  /// tolerance on every seed and shape (else `refused` says why).
+  bool kept = false;
+  std::string refused;
 };
 Expected<FinalCheck> final_check(Run& run, Evaluations& evals, const TuneOptions& opt, const SearchSpace& sp,
                                  const std::vector<std::pair<double, Point>>& ranked, const std::string& ext,
@@ -398,8 +420,10 @@ Expected<FinalCheck> final_check(Run& run, Evaluations& evals, const TuneOptions
     fc.verdict = *v;
     fc.chosen = pt;
     fc.searched_speedup = ranked[k].first;
-    if (v->passed()) break;
-    say(fmt::format("  {}: {}", disposition_name(v->disposition), printable(v->detail, 300)));
+    fc.refused = v->passed() ? precision_refusal(pt.params, worst_tolerance_used(*v)) : std::string();
+    fc.kept = v->passed() && fc.refused.empty();
+    if (fc.kept) break;
+    say(v->passed() ? "  not kept: " + fc.refused : fmt::format("  {}: {}", disposition_name(v->disposition), printable(v->detail, 300)));
   }
   return fc;
 }
@@ -483,15 +507,20 @@ Expected<json> tune(const TuneOptions& in) {
   auto fc = final_check(run, evals, opt, sp, ranked, ext, say);
   if (!fc) return Unexpected{fc.error()};
   const Verdict& v = *fc->verdict;
-  if (v.passed() && !hit) {
+  if (fc->kept && !hit) {
     json entry = {{"template", fc->chosen.tmpl}, {"params", fc->chosen.params}, {"speedup", fc->searched_speedup},
                   {"measured_at", stamp}, {"device", backend->describe()}};
     if (kb) entry["program"] = sp.program_json;
     (void)write_file_atomic(cache_file, dump_json(entry, 2));
   }
-  run.finish(v.passed());
+  run.finish(fc->kept);
   result["best"] = {{"candidate", fs::absolute(fc->best_file).string()}, {"disposition", disposition_name(v.disposition)},
                     {"speedup", v.speedup ? json(*v.speedup) : json()}, {"detail", v.detail}};
+  if (!fc->refused.empty()) result["best"]["kept"] = false, result["best"]["detail"] = fc->refused;
+  // the precision the winner computes in, and how much of the tolerance it used (the verdict states both)
+  const auto prec = fc->chosen.params.find("precision");
+  result["best"]["precision"] = prec != fc->chosen.params.end() ? prec->second : "fp32";
+  if (const double w = worst_tolerance_used(v); v.passed() && std::isfinite(w)) result["best"]["tolerance_used"] = w;
   result["tuner"] = {{"template", fc->chosen.tmpl}, {"params", fc->chosen.params}, {"cached", hit.has_value()}};
   if (kb) result["tuner"]["program"] = sp.program_json.value("kind", sp.program_json.value("formula", std::string()));
   result["steps"] = run.seq();

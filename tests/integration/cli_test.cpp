@@ -117,6 +117,10 @@ TEST(Eval, CorrectCandidateGivesTheDesignJson) {
     EXPECT_TRUE(s["correct"].get<bool>());
     EXPECT_TRUE(s["max_abs_err"].is_number());
     EXPECT_TRUE(s["max_rel_err"].is_number());
+    // the share of atol + rtol |want| the worst element used: a passing shape stays within 1
+    ASSERT_TRUE(s["tolerance_used"].is_number()) << s.dump();
+    EXPECT_GE(s["tolerance_used"].get<double>(), 0.0);
+    EXPECT_LE(s["tolerance_used"].get<double>(), 1.0);
     EXPECT_EQ(s["checked"].get<int64_t>() % (2 * 5 + 1), 0) << "two candidate calls x five seeds, and the call on perturbed inputs";
     if (s["heldout"].get<bool>()) {
       EXPECT_FALSE(s.contains("time_ms"));

@@ -1,7 +1,9 @@
 // CUDA candidates are compiled here even without a GPU (CI has nvcc and no GPU).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <set>
 
 #include "backends/cpu_cpp/cpu_backend.h"
 #include "backends/cuda/cuda_backend.h"
@@ -129,7 +131,9 @@ TEST_F(CudaBuild, CudaTemplatesCompileAtEveryPoint) {
 }
 
 // GEMM + epilogue: the native tasks at every point, and a Linear (W given as [N, K]) followed by a
-// row-reducing epilogue (the two-kernel path).
+// row-reducing epilogue (the two-kernel path). Each CUTLASS point costs nvcc tens of seconds, so each
+// kind of tensor-core point is built once: the SM80 3xTF32 one on a native task (B given as [K, N]),
+// the sm90 one on the Linear (its file holds the SM80 alignment-1 instance too).
 TEST_F(CudaBuild, GemmEpiloguesCompileAtEveryPoint) {
   int built = 0;
   auto build = [&](const std::string& name, const std::string& src) {
@@ -139,17 +143,16 @@ TEST_F(CudaBuild, GemmEpiloguesCompileAtEveryPoint) {
     ASSERT_TRUE(r.ok()) << name << "\n" << r.failure().message;
     ++built;
   };
+  std::set<std::string> kinds;  // the tensor-core kinds (mma) built so far
   for (const char* t : {"matmul", "matmul_bias_relu"}) {
     auto task = load_task(std::filesystem::path(KFAB_SOURCE_DIR) / "tasks/core" / t);
     ASSERT_TRUE(task.has_value()) << t;
     auto gp = task_gemm(*task);
     ASSERT_TRUE(gp.has_value()) << t << ": " << gp.error().message;
-    bool tensor_cores = false;  // one CUTLASS point a task: each costs nvcc tens of seconds
-    for (const auto& point : gemm_cuda_grid()) {
-      const bool tc = point.count("mma") != 0;
-      if (tc && tensor_cores) continue;
+    for (const auto& point : gemm_cuda_grid(*gp)) {
+      EXPECT_NE(point.count("mma") ? point.at("mma").substr(0, 5) : "", "sm90_") << t << ": sm90 points need W given as [N, K]";
+      if (point.count("mma") && !kinds.insert(point.at("mma")).second) continue;
       build(t, generate_gemm_cuda(*gp, point, t));
-      tensor_cores = tensor_cores || tc;
     }
   }
   GemmProgram ln;
@@ -158,14 +161,30 @@ TEST_F(CudaBuild, GemmEpiloguesCompileAtEveryPoint) {
                          {{"g", VClass::C}, {"b", VClass::C}, {"acc", VClass::E}}, {"y"});
   ASSERT_TRUE(p.has_value()) << p.error().message;
   ln.epilogue = *p;
-  const std::string src = generate_gemm_cuda(ln, gemm_cuda_grid().front(), "linear_layernorm_relu");
-  EXPECT_NE(src.find("kfab_rows_cached"), std::string::npos) << "a row-reducing epilogue runs as a row kernel";
-  build("linear_layernorm_relu", src);
-  // every SIMT point and, where CUTLASS's headers are here, one 3xTF32 point of each task (the
-  // grid then opens with them: the Linear above is one)
+  const auto grid = gemm_cuda_grid(ln);
   const bool cutlass = !cutlass_include_dir().empty();
-  EXPECT_EQ(gemm_cuda_grid().front().count("mma") != 0, cutlass);
-  EXPECT_EQ(built, 2 * (5 + (cutlass ? 1 : 0)) + 1);
+  const bool hopper = cutlass && cuda_candidate_arch() == "sm_90a";
+  // where CUTLASS's headers are here the grid opens with tensor-core points: on Hopper (the default
+  // without a GPU) with one TF32 product, the reduced precision, then three
+  ASSERT_FALSE(grid.empty());
+  EXPECT_EQ(grid.front().count("mma") != 0, cutlass);
+  if (hopper) {
+    EXPECT_EQ(grid.front().at("mma"), "sm90_tf32");
+    EXPECT_EQ(grid.front().at("precision"), "tf32");
+    EXPECT_NE(generate_gemm_cuda(ln, grid.front(), "ln").find("kfab_sm90_product<KfabTile>(ap, bp, product,"), std::string::npos);
+  }
+  const auto three = std::find_if(grid.begin(), grid.end(), [](const TemplateParams& q) { return q.count("mma") && q.at("mma") == "sm90_3xtf32"; });
+  EXPECT_EQ(three != grid.end(), hopper);
+  const TemplateParams& point = three != grid.end() ? *three : grid.front();
+  const std::string src = generate_gemm_cuda(ln, point, "linear_layernorm_relu");
+  EXPECT_NE(src.find("kfab_rows_cached"), std::string::npos) << "a row-reducing epilogue runs as a row kernel";
+  if (hopper) {
+    EXPECT_NE(src.find("kfab_sm90_3xtf32<KfabTile>(ap, bp, product, product + total,"), std::string::npos);
+    EXPECT_NE(src.find("const int64_t need = total + (gm + gn) * K;"), std::string::npos) << "the operands' small parts after the product";
+  }
+  build("linear_layernorm_relu", src);
+  // every SIMT point of both tasks, the SM80 3xTF32 kind once, the Linear
+  EXPECT_EQ(built, 2 * 5 + (cutlass ? 1 : 0) + 1);
 }
 
 // A candidate built on CUTLASS (issue 23's 3xTF32 probe) gets CUTLASS's headers where the worker's Python

@@ -24,6 +24,24 @@ TEST(Compare, AllcloseWithinTolerancePasses) {
   EXPECT_TRUE(st.ok());
   EXPECT_NEAR(st.max_abs, 0.005, 1e-4);
   EXPECT_EQ(st.checked, 4u);
+  // the worst share of atol + rtol |want|: 5e-6 of atol 1e-5 at the zero, 0.005 of 0.01001 at 100
+  EXPECT_NEAR(st.tol_used, 0.5, 1e-3);
+  EXPECT_NEAR(st.to_json()["tolerance_used"].get<double>(), st.tol_used, 1e-12);
+}
+
+TEST(Compare, ToleranceUsedIsZeroWhenExactAndAboveOneOnAMismatch) {
+  auto want = make({1.0f, 2.0f}, {2});
+  CompareStats exact;
+  compare_output(want, want, {1e-4, 1e-4}, "y", 0, 1, exact);
+  EXPECT_EQ(exact.tol_used, 0.0);
+  CompareStats off;
+  compare_output(make({1.0f, 2.01f}, {2}), want, {1e-4, 1e-4}, "y", 0, 1, off);
+  EXPECT_FALSE(off.ok());
+  EXPECT_GT(off.tol_used, 1.0);
+  // no tolerance at all: any difference uses an unbounded share
+  CompareStats none;
+  compare_output(make({1.0f, 2.01f}, {2}), want, {0.0, 0.0}, "y", 0, 1, none);
+  EXPECT_TRUE(std::isinf(none.tol_used));
 }
 
 TEST(Compare, FirstMismatchCarriesCoordinatesAndValues) {

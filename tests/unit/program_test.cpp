@@ -101,6 +101,33 @@ TEST(Program, AFormulaThatContradictsTheShapesIsRefused) {
 
 // The printers' emitter: two spaces a level, a #pragma at column 0 whatever the depth, `} else {` at
 // the depth of its `if`.
+// Column reductions (a training batch norm's statistics): a per-column value, computed in passes over
+// the columns before the rows, so their argument may not depend on anything per row.
+TEST(Program, ColumnReductionsArePerColumnAndComeBeforeTheRows) {
+  auto p = parse_program("m = colmean(x); d = x - m; y = d * rsqrt(colmean(d * d) + 1e-5) * w", kRowIn, {"y"});
+  ASSERT_TRUE(p.has_value()) << p.error().message;
+  int cols = 0;
+  for (const auto& n : p->nodes) {
+    if (!is_col_reduction(n.op)) continue;
+    ++cols;
+    EXPECT_EQ(n.cls, VClass::C);
+  }
+  EXPECT_EQ(cols, 2);
+  EXPECT_TRUE(p->needs_rows()) << "the column passes run before a row kernel";
+  // the second statistic reads the first: two passes, the second one's sums read the first's
+  const std::string cuda = generate_fused_cuda(*p, fused_grid(*p, 1024).front(), "t");
+  for (const char* want : {"kfab_cols1<<<", "kfab_cols2<<<", "atomicAdd(&a.cs[1 * n + c]", "a.cs[0 * n + c] / static_cast<double>(rows)"})
+    EXPECT_NE(cuda.find(want), std::string::npos) << want;
+  EXPECT_EQ(cuda.find("kfab_cols3"), std::string::npos);
+  const std::string cpp = generate_fused_cpp(*p, fused_cpu_grid().front(), "t");
+  for (const char* want : {"// column pass 1", "// column pass 2", "a.cs[1 * n + c] = s0[c - c0];"}) EXPECT_NE(cpp.find(want), std::string::npos) << want;
+  // refused: a column statistic of a per-row value, or of anything a row reduction fed
+  for (const char* bad : {"y = x - colmean(x - rowmean(x))", "y = x * colsum(t)", "y = colmean(x)"}) {
+    auto q = parse_program(bad, kRowIn, {"y"});
+    EXPECT_FALSE(q.has_value()) << bad;
+  }
+}
+
 TEST(Emitter, KeepsTheColumnsOfNestedBlocks) {
   Emitter e;
   e.open("if (a)").line("#pragma unroll").open("for (;;)").line("f();").close().reopen("} else {").line("g();").close();

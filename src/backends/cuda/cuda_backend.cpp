@@ -69,7 +69,28 @@ std::string cached_nvcc_version(const std::string& nvcc) {
   return version;
 }
 
+/// The -arch value for a GPU of compute capability `cc` ("9.0"; empty without a GPU).
+std::string arch_for(const std::string& cc) {
+  if (const char* a = std::getenv("KFAB_CUDA_ARCH"); a && *a) return a;
+  if (cc.empty()) return "sm_90a";
+  std::string digits;
+  for (char c : cc)
+    if (c != '.') digits += c;
+  // Hopper's wgmma and TMA need the arch-specific target.
+  return "sm_" + digits + (digits == "90" ? "a" : "");
+}
+
+std::string first_compute_capability(const nlohmann::json& gpus) {
+  if (!gpus.value("found", false) || !gpus.contains("devices") || gpus["devices"].empty()) return {};
+  return gpus["devices"][0].value("compute_capability", "");
+}
+
 }  // namespace
+
+const std::string& cuda_candidate_arch() {
+  static const std::string arch = arch_for(first_compute_capability(cached_gpu_probe()));
+  return arch;
+}
 
 Expected<std::vector<std::pair<std::string, std::string>>> cuda_device_env(int device) {
   std::string visible = std::to_string(device);
@@ -90,25 +111,13 @@ CudaBackend::CudaBackend() {
   // With an empty cache both are asked at once: nvcc's version (a driver script) while the driver
   // initialises for the probe.
   auto version = std::async(std::launch::async, [this] { return nvcc_.empty() ? std::string() : cached_nvcc_version(nvcc_); });
-  std::string cc;
   const auto gpus = cached_gpu_probe();
   nvcc_version_ = version.get();
   if (gpus.value("found", false) && !gpus["devices"].empty()) {
     devices_ = static_cast<int>(gpus["devices"].size());
     gpu_ = gpus["devices"][0].value("name", "GPU");
-    cc = gpus["devices"][0].value("compute_capability", "");
   }
-  if (const char* a = std::getenv("KFAB_CUDA_ARCH"); a && *a) {
-    arch_ = a;
-  } else if (!cc.empty()) {
-    std::string digits;
-    for (char c : cc)
-      if (c != '.') digits += c;
-    // Hopper's wgmma and TMA need the arch-specific target.
-    arch_ = "sm_" + digits + (digits == "90" ? "a" : "");
-  } else {
-    arch_ = "sm_90a";
-  }
+  arch_ = arch_for(first_compute_capability(gpus));
 }
 
 const std::string& cutlass_include_dir() {
@@ -147,7 +156,8 @@ BuildOutcome<BuildResult> CudaBackend::build(const fs::path& source) {
   // A baseline or candidate built on cuBLAS links it; nothing else is linked implicitly.
   if (text->find("cublas_v2.h") != std::string::npos) spec.link_flags.push_back("-lcublas");
   // One that includes CUTLASS's headers gets their folder (the folder is part of the cache key).
-  if (text->find("#include \"cutlass/") != std::string::npos || text->find("#include <cutlass/") != std::string::npos) {
+  if (text->find("#include \"cutlass/") != std::string::npos || text->find("#include <cutlass/") != std::string::npos ||
+      text->find("#include \"cute/") != std::string::npos || text->find("#include <cute/") != std::string::npos) {
     if (cutlass_include_dir().empty())
       return BuildFailure{"the candidate includes CUTLASS, whose headers are not here: pip install nvidia-cutlass in the worker's Python "
                           "(make does, in .venv), or set KFAB_CUTLASS_INCLUDE to a folder holding cutlass/cutlass.h"};

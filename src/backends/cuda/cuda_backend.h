@@ -24,6 +24,10 @@ Expected<std::vector<std::pair<std::string, std::string>>> cuda_device_env(int d
 /// that package (asked once per process); empty where neither has them.
 const std::string& cutlass_include_dir();
 
+/// The -arch candidates are built for: $KFAB_CUDA_ARCH, else device 0's compute capability (sm_90a
+/// for 9.0: Hopper's wgmma and TMA need the arch-specific target), else sm_90a. Asked once per process.
+const std::string& cuda_candidate_arch();
+
 
 class CudaBackend final : public Backend {
  public:

@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Issue 23's per-problem table of a bench over matrix-product problems (bench/gemm_tf32x3/suite.sh):
+for each problem the winner's median time at its tuning shape, its TFLOP/s (the task's FLOP count from
+the verdict's roofline over that time), the precision it computes in (from the tuner's point, in the
+generated file's first line: 3xtf32 and fp32 are fp32-accurate, tf32 is one TF32 product kept only well
+within the tolerance), the share of the tolerance its worst element used, and its speedup over torch
+eager, over torch.compile, and end to end (the exported ModelNew's forward); then the geometric means
+over every problem, a problem that did not pass counting as 1x (as eager: the user keeps eager).
+
+  python3 bench/matmul_table.py BENCH_DIR/bench.json [--kernelbench COMMIT]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+
+
+def num(v, fmt: str) -> str:
+    return format(v, fmt) if isinstance(v, (int, float)) and math.isfinite(v) else "-"
+
+
+def final_step(row: dict) -> dict:
+    """The run's final step that passed, else its last final step, else {}."""
+    finals = [s for s in (row.get("report") or {}).get("steps", []) if s.get("role") == "final"]
+    for s in finals:
+        if (s.get("verdict") or {}).get("disposition") == "passed":
+            return s
+    return finals[-1] if finals else {}
+
+
+def precision(step: dict) -> str:
+    first = (step.get("source") or "").split("\n", 1)[0]
+    if "built-in tuner" not in first:
+        return "-"
+    m = re.search(r"precision=(\w+)", first)
+    return m.group(1) if m else "fp32"
+
+
+def timing(verdict: dict) -> tuple[float | None, float | None, float | None]:
+    """The first timed shape's median ms, its TFLOP/s and the worst tolerance share over all shapes."""
+    ms = tflops = None
+    used = [s.get("tolerance_used") for s in verdict.get("shapes", []) if isinstance(s.get("tolerance_used"), (int, float))]
+    for s in verdict.get("shapes", []):
+        t = (s.get("time_ms") or {}).get("median")
+        if not isinstance(t, (int, float)) or t <= 0:
+            continue
+        ms = t
+        for term in ((s.get("roofline") or {}).get("terms") or []):
+            if term.get("cost") == "flops" and isinstance(term.get("amount"), (int, float)):
+                tflops = term["amount"] / (t * 1e-3) / 1e12
+        break
+    return ms, tflops, (max(used) if used else None)
+
+
+def geomean(values: list[float]) -> float | None:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("bench_json")
+    ap.add_argument("--kernelbench", default="", help="the KernelBench commit the problems came from")
+    a = ap.parse_args()
+    b = json.load(open(a.bench_json))
+    rows = b.get("tasks", [])
+    print(f"# kfab bench {b.get('bench')}: {b.get('suite')} on {b.get('target')} ({b.get('mode')}, {b.get('llm')})\n")
+    if a.kernelbench:
+        print(f"KernelBench commit {a.kernelbench}, problem files unmodified, at their own sizes.  ")
+    print(f"Device: {b.get('device')}; {len(rows)} problems; finished: {b.get('finished')}.\n")
+    print("| problem | result | precision | tolerance used | ms | TFLOP/s | x eager | x compile | x eager, end to end | reason |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    eager, compile_, e2e = [], [], []
+    for r in rows:
+        step = final_step(r)
+        v = step.get("verdict") or {}
+        ms, tflops, used = timing(v)
+        passed = r.get("disposition") == "passed"
+        for acc, key in ((eager, "speedup"), (compile_, "speedup_vs_compile"), (e2e, "speedup_end_to_end")):
+            x = r.get(key)
+            acc.append(x if passed and isinstance(x, (int, float)) and x > 0 else 1.0)
+        reason = "" if passed else (r.get("error") or r.get("detail") or "")
+        reason = reason.replace("|", "\\|").replace("\n", " ")[:140]
+        print(f"| {r.get('path', '').rsplit('/', 1)[-1]} | {r.get('disposition')} | {precision(step)} | {num(used, '.3g')} | "
+              f"{num(ms, '.3f')} | {num(tflops, '.1f')} | {num(r.get('speedup'), '.3f')} | {num(r.get('speedup_vs_compile'), '.3f')} | "
+              f"{num(r.get('speedup_end_to_end'), '.3f')} | {reason} |")
+    passed = sum(r.get("disposition") == "passed" for r in rows)
+    print(f"\n{passed} of {len(rows)} passed. Geometric means over all {len(rows)} (a problem that did not pass counts as 1x): "
+          f"x eager {num(geomean(eager), '.3f')}, x compile {num(geomean(compile_), '.3f')}, "
+          f"x eager end to end {num(geomean(e2e), '.3f')}.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+#pragma once
+// Hopper's own tensor-core GEMM for the tuner's generated CUDA candidates (tuner/print_cuda.cpp):
+// C = A @ W^T with A [M, K] and W [N, K] (a Linear layer's weight), both K-major as TF32 wgmma needs
+// them, C [M, N] row-major, accumulated in fp32, from CUTLASS 3's sm90 collectives (TMA loads, wgmma,
+// a producer warp and one or two consumer warpgroups, persistent blocks). Needs -arch=sm_90a, K and N
+// multiples of 4 and 16-byte aligned pointers (TMA's strides and addresses).
+//
+// CUTLASS has no 3xTF32 wgmma kernel, so fp32 accuracy is built here from three TF32 products. A TF32
+// tensor core reads an fp32 operand's sign, exponent and top 10 mantissa bits; what it leaves out,
+// small(v) = v - (v with its 13 low mantissa bits cleared), is exact in fp32. So with As = small(A) and
+// Ws = small(W):
+//   C  = As @ W^T       (the small x big term)
+//   C += A  @ Ws^T      (big x small)
+//   C += A  @ W^T       (big x big, last, so that the larger terms are added to the smaller ones)
+// The small x small term, below 2^-20 of the product, is left out, as CUTLASS's own 3xTF32 does. A
+// tensor core that rounded its operands instead of cutting them would make these terms wrong by far
+// more than fp32's tolerance: the evaluation's comparison would reject such a point.
+//
+// The generated file includes cute/tensor.hpp and CUTLASS's GEMM headers before it (with NDEBUG: a
+// device-side assert is a call, and a call inside the wgmma pipeline serialises it). The text between
+// the kfab:begin and kfab:end lines is spliced into those candidates, inside an unnamed namespace;
+// tests/templates/sm90_tf32_gemm.cu compiles it on its own.
+// kfab:begin
+// One CUTLASS 3 GEMM type: tile TM x TN x TK, a cluster of CM blocks along M, the cooperative schedule
+// (two consumer warpgroups on one tile) or the ping-pong one (two tiles in turn).
+template <int TM, int TN, int TK, int CM, bool COOP>
+struct KfabSm90Gemm {
+  using Tile = cute::Shape<cute::Int<TM>, cute::Int<TN>, cute::Int<TK>>;
+  using Cluster = cute::Shape<cute::Int<CM>, cute::_1, cute::_1>;
+  using MainSchedule =
+      std::conditional_t<COOP, cutlass::gemm::KernelTmaWarpSpecializedCooperative, cutlass::gemm::KernelTmaWarpSpecializedPingpong>;
+  using EpiSchedule = std::conditional_t<COOP, cutlass::epilogue::TmaWarpSpecializedCooperative, cutlass::epilogue::TmaWarpSpecialized>;
+  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster, cutlass::epilogue::collective::EpilogueTileAuto, float, float,
+      float, cutlass::layout::RowMajor, 4, float, cutlass::layout::RowMajor, 4, EpiSchedule,
+      cutlass::epilogue::fusion::LinearCombination<float, float, float, float>>::CollectiveOp;
+  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, float, cutlass::layout::RowMajor, 4, float, cutlass::layout::ColumnMajor, 4,
+      float, Tile, Cluster,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
+      MainSchedule>::CollectiveOp;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue>;
+  using Device = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+};
+
+// C = A @ W^T + beta * C with G's kernel; 0, or 7 when CUTLASS cannot take the shape, 5 when it fails.
+template <class G>
+int kfab_sm90_product(const float* a, const float* w, float* c, int m, int n, int k, float beta, cudaStream_t stream) {
+  using Dev = typename G::Device;
+  const typename G::Kernel::StrideA sa = cute::make_stride(int64_t(k), cute::Int<1>{}, int64_t(0));
+  const typename G::Kernel::StrideB sb = cute::make_stride(int64_t(k), cute::Int<1>{}, int64_t(0));
+  const typename G::Kernel::StrideC sc = cute::make_stride(int64_t(n), cute::Int<1>{}, int64_t(0));
+  const typename G::Kernel::StrideD sd = cute::make_stride(int64_t(n), cute::Int<1>{}, int64_t(0));
+  typename Dev::Arguments args{cutlass::gemm::GemmUniversalMode::kGemm, {m, n, k, 1}, {a, sa, w, sb}, {{}, c, sc, c, sd}};
+  args.epilogue.thread.alpha = 1.0f;
+  args.epilogue.thread.beta = beta;
+  // the SM count, asked once (the persistent grid is one block per SM)
+  static const int sms = [] {
+    int device = 0;
+    (void)cudaGetDevice(&device);
+    return cutlass::KernelHardwareInfo::query_device_multiprocessor_count(device);
+  }();
+  args.hw_info.sm_count = sms;
+  Dev gemm;
+  if (gemm.can_implement(args) != cutlass::Status::kSuccess) return 7;
+  // the workspace (none for this scheduler without split-K), kept between calls
+  static void* workspace = nullptr;
+  static size_t have = 0;
+  const size_t need = Dev::get_workspace_size(args);
+  if (need > have) {
+    if (workspace != nullptr) cudaFree(workspace);
+    workspace = nullptr, have = 0;
+    if (cudaMalloc(&workspace, need) != cudaSuccess) return 4;
+    have = need;
+  }
+  if (gemm.initialize(args, workspace, stream) != cutlass::Status::kSuccess) return 5;
+  return gemm.run(stream) == cutlass::Status::kSuccess ? 0 : 5;
+}
+
+// small[i] = v[i] - (v[i] with its 13 low mantissa bits cleared), four floats at a time
+__global__ void kfab_tf32_small(const float4* __restrict__ v, float4* __restrict__ small, int64_t n4) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n4; i += step) {
+    const float4 a = __ldcs(v + i);
+    float4 s;
+    s.x = a.x - __uint_as_float(__float_as_uint(a.x) & 0xffffe000u);
+    s.y = a.y - __uint_as_float(__float_as_uint(a.y) & 0xffffe000u);
+    s.z = a.z - __uint_as_float(__float_as_uint(a.z) & 0xffffe000u);
+    s.w = a.w - __uint_as_float(__float_as_uint(a.w) & 0xffffe000u);
+    __stcs(small + i, s);
+  }
+}
+
+// C = A @ W^T at fp32 accuracy from three TF32 products; `scratch` holds (m + n) * k floats.
+template <class G>
+int kfab_sm90_3xtf32(const float* a, const float* w, float* c, float* scratch, int m, int n, int k, cudaStream_t stream) {
+  float* as = scratch;
+  float* ws = scratch + static_cast<size_t>(m) * k;
+  const int64_t a4 = static_cast<int64_t>(m) * k / 4, w4 = static_cast<int64_t>(n) * k / 4;
+  auto blocks = [](int64_t n4) { return static_cast<unsigned>(std::min<int64_t>((n4 + 255) / 256, 4096)); };
+  if (a4 > 0) kfab_tf32_small<<<blocks(a4), 256, 0, stream>>>(reinterpret_cast<const float4*>(a), reinterpret_cast<float4*>(as), a4);
+  if (w4 > 0) kfab_tf32_small<<<blocks(w4), 256, 0, stream>>>(reinterpret_cast<const float4*>(w), reinterpret_cast<float4*>(ws), w4);
+  if (cudaGetLastError() != cudaSuccess) return 5;
+  int rc = kfab_sm90_product<G>(as, w, c, m, n, k, 0.0f, stream);
+  if (rc == 0) rc = kfab_sm90_product<G>(a, ws, c, m, n, k, 1.0f, stream);
+  if (rc == 0) rc = kfab_sm90_product<G>(a, w, c, m, n, k, 1.0f, stream);
+  return rc;
+}
+// kfab:end

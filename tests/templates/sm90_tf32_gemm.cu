@@ -1,0 +1,34 @@
+// include/kfab/templates/sm90_tf32_gemm.cuh compiled on its own (tests/integration/cuda_build_test.cpp),
+// with the headers a generated candidate puts before it, at one tile: out = x @ w^T at fp32 accuracy.
+#ifndef NDEBUG
+#define NDEBUG
+#endif
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "kfab/candidate.h"
+
+namespace {
+
+#include "kfab/templates/sm90_tf32_gemm.cuh"
+
+}  // namespace
+
+KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t, kfab_tensor* out, int32_t, void* stream) {
+  const int m = static_cast<int>(in[0].shape[0]), k = static_cast<int>(in[0].shape[1]), n = static_cast<int>(in[1].shape[0]);
+  static float* scratch = nullptr;
+  if (scratch == nullptr && cudaMalloc(reinterpret_cast<void**>(&scratch), sizeof(float) * (static_cast<size_t>(m) + n) * k) != cudaSuccess)
+    return 4;
+  return kfab_sm90_3xtf32<KfabSm90Gemm<128, 128, 32, 1, true>>(static_cast<const float*>(in[0].data), static_cast<const float*>(in[1].data),
+                                                                static_cast<float*>(out[0].data), scratch, m, n, k,
+                                                                static_cast<cudaStream_t>(stream));
+}
