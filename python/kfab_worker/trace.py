@@ -82,6 +82,20 @@ class _Matcher:
         # norm over normalized_shape (C, H, W), a mean over dims (1, 2, 3)) covers the same trailing
         # dimensions. The program then sees S as [prod(S[:-k]), prod(S[-k:])].
         self.k = 1 if shape is not None else _row_dims(gm, self.S)
+        # A GroupNorm over a GEMM's [M, N] product: the program's rows are its groups (each product row
+        # splits into `groups` rows of N / groups), per-channel [N] inputs are read at (row % groups) *
+        # n + c, and no other reduction over the row may appear (its rows are no longer the product's).
+        self.groups = 1
+        if shape is not None and len(self.S) == 2:
+            gns = [n for n in gm.graph.nodes if n.op == "call_function" and _base(n) == "native_group_norm"]
+            sizes = {int(n.args[6]) for n in gns}
+            if len(sizes) > 1:
+                raise Unsupported(f"GroupNorms of {sorted(sizes)} groups after one GEMM")
+            if sizes:
+                g = sizes.pop()
+                if g < 1 or self.S[1] % g != 0:
+                    raise Unsupported(f"a GroupNorm of {g} groups over {self.S[1]} channels")
+                self.groups = g
 
     @property
     def lead(self) -> list:
@@ -158,6 +172,8 @@ class _Matcher:
             self.val[node], self.cls[node] = xe, xc
             return
         if xc == "E" and dims == list(range(nd - self.k, nd)):
+            if self.groups > 1:
+                raise Unsupported(f"{node.target} over the product's row beside a GroupNorm of {self.groups} groups")
             self.emit(node, f"row{kind}({xe})", "R")
         elif xc in ("E", "R") and dims == list(range(nd)):
             if kind not in ("sum", "mean"):
@@ -177,6 +193,8 @@ class _Matcher:
         else:
             training, eps = bool(args[5]), args[7]
         xe, xc = self.arg(x)
+        if self.groups > 1:
+            raise Unsupported(f"{node.target} beside a GroupNorm of {self.groups} groups (the program's rows are groups)")
         if xc != "E" or self.k != 1 or len(x.meta["val"].shape) != 2:
             raise Unsupported(f"{node.target} of a {xc}-class value of shape {list(x.meta['val'].shape)} (channels as the row's columns only)")
         if training:
@@ -299,6 +317,26 @@ class _Matcher:
             xe, xc = self.arg(x)
             if xc != "E" or list(norm_shape) != self.row:
                 raise Unsupported(f"layer norm over {list(norm_shape)}, not the row {self.row}")
+            self.emit(node, f"rowmean({xe})", "R")
+            mean = self.val[node]
+            self.emit(node, f"({xe} - {mean})", "E")
+            d = self.val[node]
+            self.emit(node, f"rsqrt(rowmean({d} * {d}) + {_num(eps)})", "R")
+            rstd = self.val[node]
+            y = f"({d} * {rstd})"
+            if w is not None:
+                y = f"({y} * {self.arg(w)[0]})"
+            if b is not None:
+                y = f"({y} + {self.arg(b)[0]})"
+            self.emit(node, y, "E")
+            self.tuple[node] = [(self.val[node], "E"), (mean, "R"), (rstd, "R")]
+            return
+        if base == "native_group_norm":
+            x, w, b, eps = args[0], args[1], args[2], args[7]
+            xe, xc = self.arg(x)
+            if self.groups <= 1 or int(args[6]) != self.groups or xc != "E" or int(args[5]) != 1:
+                raise Unsupported(f"{t} other than over the channels of a GEMM's [M, N] product")
+            # a row is one group: its mean and (biased) variance are the row's
             self.emit(node, f"rowmean({xe})", "R")
             mean = self.val[node]
             self.emit(node, f"({xe} - {mean})", "E")
@@ -597,9 +635,13 @@ def _trace_fake(t: taskmod.KbTask, shape: dict) -> dict:
                 raise Unsupported(f"input {i} has shape {list(ex.shape)}, which is not the row shape {m.S}, a row, a column or a scalar")
             if integer and c != "R":
                 raise Unsupported(f"integer input {i} is not one index per row")
+            if m.groups > 1 and c == "R":
+                raise Unsupported(f"input {i} is per product row, beside a GroupNorm whose rows are groups")
             nm = f"in{i}"
             m.val[node], m.cls[node] = nm, c
             inputs.append({"name": nm, "cls": c, "integer": integer, "i32": ex.dtype == torch.int32, "tensor": i})
+            if m.groups > 1 and c == "C":
+                inputs[-1]["per_channel"] = True
         if gemm:
             inputs.append({"name": "acc", "cls": "E", "integer": False, "i32": False, "tensor": -1})
         outputs = []
@@ -638,6 +680,8 @@ def _trace_fake(t: taskmod.KbTask, shape: dict) -> dict:
     r = {"supported": True, "formula": "\n".join(m.lines), "inputs": inputs, "outputs": outputs, "shape": m.flat_shape()}
     if m.k > 1:
         r["row_dims"] = m.k
+    if m.groups > 1:
+        r["groups"] = m.groups
     if gemm:
         r["gemm"] = {"a": placeholders.index(gemm[1]), "b": placeholders.index(gemm[2]), "trans_b": gemm[3]}
         r["tensors"] = len(placeholders)

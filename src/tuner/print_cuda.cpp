@@ -453,8 +453,9 @@ std::string gemm_launch(bool fused, int pin, Binding& b) {
                      fused ? "nullptr" : "product");
 }
 
-// The row kernel that applies an epilogue which is not pointwise to a GEMM's product: a block a row.
-const TemplateParams kProductRows = {{"block", "256"}, {"group", "256"}, {"items", "8"}};
+// The row kernel that applies an epilogue which is not pointwise to a GEMM's product: a block a row,
+// or a warp a row where rows are short (a GroupNorm's groups of 16 columns) and many.
+const TemplateParams kProductRows = {{"block", "256"}, {"group", "auto"}, {"items", "8"}};
 
 // CUTLASS's 3xTF32 GEMM (each operand split into a big and a small TF32 part, three tensor-core
 // products: fp32 accuracy) on the SM80 mma.sync path, into the product's buffer; a second instance with

@@ -99,6 +99,9 @@ Expected<TracedPlan> plan_traced(const json& traced, const std::string& target) 
   plan.program.groups = traced.value("groups", 1);
   if (plan.program.groups < 1 || (plan.program.groups > 1 && !plan.is_gemm))
     return make_error("the traced program is malformed: groups of columns are taken after a GEMM only");
+  if (plan.program.groups > 1)
+    for (const auto& n : plan.program.nodes)
+      if (is_col_reduction(n.op)) return make_error("the traced program is malformed: column reductions in a program whose rows are groups");
   for (const auto& in : plan.program.inputs)
     if (in.per_channel && (plan.program.groups <= 1 || in.cls != VClass::C))
       return make_error("the traced program is malformed: a per-channel input " + in.name + " outside a grouped program");

@@ -223,7 +223,7 @@ TEST_F(KbEval, TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest) {
   // a GEMM (aten.mm / addmm) followed by a program over its product
   const std::set<std::string> gemms = {"l1_matmul",           "l2_linear_gelu_scale",         "l2_linear_layernorm_relu",
                                        "l2_linear_residual_rmsnorm", "l2_linear_scale_clamp_logsumexp", "l2_linear_swish_sum",
-                                       "l2_linear_batchnorm_gelu"};
+                                       "l2_linear_batchnorm_gelu", "l2_linear_groupnorm_hardtanh"};
   // single-op Models that go to a dedicated template rather than a program
   const std::map<std::string, std::pair<std::string, std::string>> kinds = {
       {"l1_cumsum", {"scan", "cuda_row_scan"}}, {"l1_sum_dim", {"middle_sum", "cuda_middle_sum"}},
@@ -283,6 +283,11 @@ TEST_F(KbEval, TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest) {
       EXPECT_EQ(gp.trans_b, stem != "l1_matmul") << stem << ": a Linear's weight is [N, K]";
       if (stem == "l2_linear_batchnorm_gelu")  // the Model as constructed (training): the batch's statistics
         EXPECT_NE((*tr)["formula"].get<std::string>().find("colmean("), std::string::npos) << (*tr)["formula"];
+      if (stem == "l2_linear_groupnorm_hardtanh") {  // the program's rows are the GroupNorm's groups
+        EXPECT_EQ(tr->value("groups", 1), 32) << tr->dump();
+        EXPECT_NE((*tr)["formula"].get<std::string>().find("rowmean("), std::string::npos) << (*tr)["formula"];
+        gp.epilogue.groups = 32;
+      }
       auto p = parse_program((*tr)["formula"], ins, (*tr)["outputs"].get<std::vector<std::string>>());
       ASSERT_TRUE(p.has_value()) << stem << ": " << p.error().message << "\n" << (*tr)["formula"];
       gp.epilogue = *p;
@@ -423,25 +428,29 @@ TEST_F(KbEval, TheTunerFindsAGemmAndTunesItWithItsEpilogue) {
   EXPECT_TRUE(heldout);
 }
 
-// A training batch norm after a Linear (as KernelBench's harness runs the Model: training mode): the
-// tuner's program normalises with the batch's statistics, column reductions computed before the row
-// kernel, and the winner passes every seed and the held-out shape (33 rows, 97 features); the verdict
-// states its precision and the share of the tolerance it used.
-TEST_F(KbEval, TheTunerNormalisesWithTheBatchsStatistics) {
-  const std::string task = std::string(KFAB_SOURCE_DIR) + "/tasks/kb/l2_linear_batchnorm_gelu.py";
-  CliResult r = kfab_cli({"optimize", task, "--target", "cpu", "--fresh", "--points", "1", "--json", "--quiet", "--out",
-                          (scratch() / "kb-bn").string()},
-                         900);
-  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
-  nlohmann::json j = r.json();
-  EXPECT_EQ(j["best"]["disposition"], "passed") << j.dump(2);
-  EXPECT_EQ(j["best"]["precision"], "fp32");
-  ASSERT_TRUE(j["best"]["tolerance_used"].is_number()) << j["best"].dump();
-  EXPECT_LE(j["best"]["tolerance_used"].get<double>(), 1.0);
-  EXPECT_NE(j["tuner"]["program"].get<std::string>().find("colmean("), std::string::npos) << j["tuner"]["program"];
-  int heldout = 0;
-  for (const auto& s : j["verdict"]["shapes"]) heldout += s.value("heldout", false) && s.value("correct", false);
-  EXPECT_EQ(heldout, 1);
+// The norms of KernelBench's level-2 GEMM problems after a Linear. A training BatchNorm (as KernelBench's
+// harness runs the Model: training mode) normalises with the batch's statistics, column reductions
+// computed before the row kernel; a GroupNorm's groups become the program's rows (rows = batch x groups,
+// per-channel weights read at (row % groups) * n + c). Each winner passes every seed and the held-out
+// shape, and the verdict states its precision and the share of the tolerance it used.
+TEST_F(KbEval, TheTunerNormalisesWithTheBatchsStatisticsAndOverGroups) {
+  for (const auto& [name, op] : std::vector<std::pair<std::string, std::string>>{{"l2_linear_batchnorm_gelu", "colmean("},
+                                                                                 {"l2_linear_groupnorm_hardtanh", "rowmean("}}) {
+    const std::string task = std::string(KFAB_SOURCE_DIR) + "/tasks/kb/" + name + ".py";
+    CliResult r = kfab_cli({"optimize", task, "--target", "cpu", "--fresh", "--points", "1", "--json", "--quiet", "--out",
+                            (scratch() / ("kb-" + name)).string()},
+                           900);
+    ASSERT_EQ(r.status.code, 0) << name << r.out << r.err;
+    nlohmann::json j = r.json();
+    EXPECT_EQ(j["best"]["disposition"], "passed") << name << j.dump(2);
+    EXPECT_EQ(j["best"]["precision"], "fp32");
+    ASSERT_TRUE(j["best"]["tolerance_used"].is_number()) << j["best"].dump();
+    EXPECT_LE(j["best"]["tolerance_used"].get<double>(), 1.0);
+    EXPECT_NE(j["tuner"]["program"].get<std::string>().find(op), std::string::npos) << j["tuner"]["program"];
+    int heldout = 0;
+    for (const auto& s : j["verdict"]["shapes"]) heldout += s.value("heldout", false) && s.value("correct", false);
+    EXPECT_EQ(heldout, 1) << name;
+  }
 }
 
 }  // namespace kfab::test
