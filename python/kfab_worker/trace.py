@@ -126,6 +126,10 @@ class _Matcher:
             return "R"
         if core == row:
             return "C"
+        # the main shape with dimensions of size 1 put in or taken out (an unsqueeze before an instance
+        # norm): the same elements in the same order
+        if [d for d in shape if d != 1] == [d for d in S if d != 1] and not integer:
+            return "E"
         return None
 
     def emit(self, node, expr: str, cls: str) -> None:
@@ -195,7 +199,21 @@ class _Matcher:
         xe, xc = self.arg(x)
         if self.groups > 1:
             raise Unsupported(f"{node.target} beside a GroupNorm of {self.groups} groups (the program's rows are groups)")
-        if xc != "E" or self.k != 1 or len(x.meta["val"].shape) != 2:
+        xs = list(x.meta["val"].shape)
+        if (xc == "E" and self.k == 1 and training and len(xs) >= 3 and xs[0] == 1 and xs[1] == math.prod(self.lead)
+                and math.prod(xs[2:-1]) == 1 and xs[-1] == self.row[-1] and w is None and b is None):
+            # an instance norm as torch writes it: a batch norm of a [1, rows, .., n] view whose channels
+            # are the rows: each row normalised over its own elements
+            self.emit(node, f"rowmean({xe})", "R")
+            mean = self.val[node]
+            self.emit(node, f"({xe} - {mean})", "E")
+            d = self.val[node]
+            self.emit(node, f"rsqrt(rowmean({d} * {d}) + {_num(eps)})", "R")
+            rstd = self.val[node]
+            self.emit(node, f"({d} * {rstd})", "E")
+            self.tuple[node] = [(self.val[node], "E"), (mean, "R"), (rstd, "R")]
+            return
+        if xc != "E" or self.k != 1 or len(xs) != 2:
             raise Unsupported(f"{node.target} of a {xc}-class value of shape {list(x.meta['val'].shape)} (channels as the row's columns only)")
         if training:
             self.emit(node, f"colmean({xe})", "C")
