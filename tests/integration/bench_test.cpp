@@ -43,7 +43,7 @@ const char* kCoreTasks[] = {"cross_entropy", "cumsum", "gelu", "group_norm", "la
 
 TEST(Bench, TheCoreSuiteOnTheCpuIsScoredAndReportedAndChromiumRendersIt) {
   const fs::path out = scratch() / "bench-core";
-  CliResult r = kfab_cli({"bench", "tasks/core", "--target", "cpu", "--points", "2", "--fresh", "--seeds", "2", "--out", out.string(), "--json"},
+  CliResult r = kfab_cli({"bench", "tasks/core", "--target", "cpu", "--points", "1", "--fresh", "--seeds", "2", "--out", out.string(), "--json"},
                          3000);
   EXPECT_EQ(r.status.code, 0) << r.out << r.err;
   const json j = r.json();

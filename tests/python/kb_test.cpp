@@ -408,11 +408,13 @@ TEST_F(KbEval, TheTunerTakesAnAveragePoolingWithItsWindowBuiltIn) {
   EXPECT_EQ(heldout, 1) << j["verdict"].dump(2);
 }
 
-// Linear -> + residual -> RMS norm: the trace finds the GEMM (a Linear's weight, transposed), takes
-// the residual (the GEMM's own left operand) as an epilogue input, and the tuned kernel passes on
-// every shape, held-out ones included.
+// Linear -> GroupNorm -> Hardtanh: the trace finds the GEMM (a Linear's weight, transposed); the
+// GroupNorm's groups become the program's rows (rows = batch x groups, the per-channel weights read at
+// (row % groups) * n + c), so its statistics are row reductions; the tuned kernel passes on every shape,
+// held-out ones included. (A plain row reduction after the GEMM, l2_linear_residual_rmsnorm.py's RMS
+// norm, is traced and built by TracingFinds*, and run by the devices stage's bench of tasks/kb.)
 TEST_F(KbEval, TheTunerFindsAGemmAndTunesItWithItsEpilogue) {
-  const std::string task = std::string(KFAB_SOURCE_DIR) + "/tasks/kb/l2_linear_residual_rmsnorm.py";
+  const std::string task = std::string(KFAB_SOURCE_DIR) + "/tasks/kb/l2_linear_groupnorm_hardtanh.py";
   CliResult r = kfab_cli({"optimize", task, "--target", "cpu", "--fresh", "--points", "2", "--json", "--quiet", "--out",
                           (scratch() / "kb-gemm").string()},
                          900);
@@ -428,29 +430,25 @@ TEST_F(KbEval, TheTunerFindsAGemmAndTunesItWithItsEpilogue) {
   EXPECT_TRUE(heldout);
 }
 
-// The norms of KernelBench's level-2 GEMM problems after a Linear. A training BatchNorm (as KernelBench's
-// harness runs the Model: training mode) normalises with the batch's statistics, column reductions
-// computed before the row kernel; a GroupNorm's groups become the program's rows (rows = batch x groups,
-// per-channel weights read at (row % groups) * n + c). Each winner passes every seed and the held-out
-// shape, and the verdict states its precision and the share of the tolerance it used.
-TEST_F(KbEval, TheTunerNormalisesWithTheBatchsStatisticsAndOverGroups) {
-  for (const auto& [name, op] : std::vector<std::pair<std::string, std::string>>{{"l2_linear_batchnorm_gelu", "colmean("},
-                                                                                 {"l2_linear_groupnorm_hardtanh", "rowmean("}}) {
-    const std::string task = std::string(KFAB_SOURCE_DIR) + "/tasks/kb/" + name + ".py";
-    CliResult r = kfab_cli({"optimize", task, "--target", "cpu", "--fresh", "--points", "1", "--json", "--quiet", "--out",
-                            (scratch() / ("kb-" + name)).string()},
-                           900);
-    ASSERT_EQ(r.status.code, 0) << name << r.out << r.err;
-    nlohmann::json j = r.json();
-    EXPECT_EQ(j["best"]["disposition"], "passed") << name << j.dump(2);
-    EXPECT_EQ(j["best"]["precision"], "fp32");
-    ASSERT_TRUE(j["best"]["tolerance_used"].is_number()) << j["best"].dump();
-    EXPECT_LE(j["best"]["tolerance_used"].get<double>(), 1.0);
-    EXPECT_NE(j["tuner"]["program"].get<std::string>().find(op), std::string::npos) << j["tuner"]["program"];
-    int heldout = 0;
-    for (const auto& s : j["verdict"]["shapes"]) heldout += s.value("heldout", false) && s.value("correct", false);
-    EXPECT_EQ(heldout, 1) << name;
-  }
+// A training BatchNorm after a Linear (as KernelBench's harness runs the Model: training mode): the
+// tuner's program normalises with the batch's statistics, column reductions computed before the row
+// kernel, and the winner passes every seed and the held-out shape; the verdict states its precision
+// and the share of the tolerance it used.
+TEST_F(KbEval, TheTunerNormalisesWithTheBatchsStatistics) {
+  const std::string task = std::string(KFAB_SOURCE_DIR) + "/tasks/kb/l2_linear_batchnorm_gelu.py";
+  CliResult r = kfab_cli({"optimize", task, "--target", "cpu", "--fresh", "--points", "1", "--json", "--quiet", "--out",
+                          (scratch() / "kb-bn").string()},
+                         900);
+  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  nlohmann::json j = r.json();
+  EXPECT_EQ(j["best"]["disposition"], "passed") << j.dump(2);
+  EXPECT_EQ(j["best"]["precision"], "fp32");
+  ASSERT_TRUE(j["best"]["tolerance_used"].is_number()) << j["best"].dump();
+  EXPECT_LE(j["best"]["tolerance_used"].get<double>(), 1.0);
+  EXPECT_NE(j["tuner"]["program"].get<std::string>().find("colmean("), std::string::npos) << j["tuner"]["program"];
+  int heldout = 0;
+  for (const auto& s : j["verdict"]["shapes"]) heldout += s.value("heldout", false) && s.value("correct", false);
+  EXPECT_EQ(heldout, 1);
 }
 
 }  // namespace kfab::test
