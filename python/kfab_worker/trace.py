@@ -127,8 +127,11 @@ class _Matcher:
         if core == row:
             return "C"
         # the main shape with dimensions of size 1 put in or taken out (an unsqueeze before an instance
-        # norm): the same elements in the same order
+        # norm), or with its rows split over several leading dimensions (a 3-D tensor times a matrix):
+        # the same elements in the same order
         if [d for d in shape if d != 1] == [d for d in S if d != 1] and not integer:
+            return "E"
+        if len(S) == 2 and len(shape) > 2 and shape[-1] == S[-1] and math.prod(shape[:-1]) == S[0] and not integer:
             return "E"
         return None
 
@@ -517,6 +520,13 @@ def _find_gemm(gm):
     def operand(x, side):
         if isinstance(x, torch.fx.Node) and x.op == "placeholder":
             return x, False
+        if side == "left" and isinstance(x, torch.fx.Node) and x.op == "call_function" and _base(x) in ("view", "_unsafe_view", "reshape") \
+                and isinstance(x.args[0], torch.fx.Node) and x.args[0].op == "placeholder":
+            # a 3-D or 4-D tensor times a matrix: the input's leading dimensions merged into the rows (the
+            # same memory, row-major), which kfab_run reads as [rows, K]
+            src, dst = list(x.args[0].meta["val"].shape), list(x.meta["val"].shape)
+            if len(src) >= 2 and len(dst) == 2 and src[-1] == dst[-1] and math.prod(src[:-1]) == dst[0]:
+                return x.args[0], False
         if isinstance(x, torch.fx.Node) and x.op == "call_function" and _base(x) in ("permute", "t", "transpose") \
                 and isinstance(x.args[0], torch.fx.Node) and x.args[0].op == "placeholder" and x.args[0].meta["val"].dim() == 2:
             if side == "left":

@@ -51,7 +51,7 @@ struct GemmProgram {
 
 std::string generate_gemm_cuda(const GemmProgram& gp, const TemplateParams& params, const std::string& title);
 std::string generate_gemm_cpp(const GemmProgram& gp, const TemplateParams& params, const std::string& title);
-/// The parameter points for `gp` (on cuda, Hopper's sm90 points only for a W given as [N, K]).
+/// The parameter points for `gp` (the same for every GEMM today; the program may decide later).
 std::vector<TemplateParams> gemm_cuda_grid(const GemmProgram& gp);
 std::vector<TemplateParams> gemm_cpu_grid(const GemmProgram& gp);
 

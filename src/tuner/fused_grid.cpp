@@ -76,7 +76,7 @@ std::vector<TemplateParams> gemm_cpu_grid(const GemmProgram&) {
   return g;
 }
 
-std::vector<TemplateParams> gemm_cuda_grid(const GemmProgram& gp) {
+std::vector<TemplateParams> gemm_cuda_grid(const GemmProgram&) {
   std::vector<TemplateParams> g;
   auto tc = [&](const char* tile, const char* warp, const char* stages) {
     g.push_back({{"mma", "tf32x3"}, {"precision", "3xtf32"}, {"tile", tile}, {"warp", warp}, {"stages", stages}});
@@ -86,11 +86,10 @@ std::vector<TemplateParams> gemm_cuda_grid(const GemmProgram& gp) {
                  {"schedule", schedule}});
   };
   const bool cutlass = !cutlass_include_dir().empty();
-  // On Hopper, for a W given as [N, K] (a Linear layer's: TF32 wgmma reads K-major operands), CUTLASS
-  // 3's sm90 GEMM first: one TF32 product (kept only where its errors stay well within the task's
-  // tolerance, see tuner.cpp), then three at fp32 accuracy at the tiles, clusters and schedules below.
-  // Not yet measured against each other: the search decides.
-  if (cutlass && gp.trans_b && cuda_candidate_arch() == "sm_90a") {
+  // On Hopper, CUTLASS 3's sm90 GEMM first: one TF32 product (kept only where its errors stay well
+  // within the task's tolerance, tuner/precision.h), then three at fp32 accuracy at the tiles, clusters
+  // and schedules below. Not yet measured against each other: the search decides.
+  if (cutlass && cuda_candidate_arch() == "sm_90a") {
     sm90("sm90_tf32", "128x256x32", "1", "coop");
     sm90("sm90_3xtf32", "128x128x32", "1", "coop");
     sm90("sm90_3xtf32", "128x256x32", "1", "coop");

@@ -492,7 +492,8 @@ void cutlass_gemm_types(const GemmProgram& gp, const TemplateParams& tp, Emitter
 // TMA, wgmma, warp-specialised): three TF32 products at fp32 accuracy (mma sm90_3xtf32), or one
 // (sm90_tf32: the reduced precision the tuner keeps only well within the task's tolerance). Shapes and
 // pointers TMA cannot take (K or N not a multiple of 4, unaligned) go to CUTLASS's SM80 3xTF32 at
-// alignment 1. Only for B given as W [N, K]: TF32 wgmma reads K-major operands.
+// alignment 1. B given as W [N, K] (K-major, as TF32 wgmma reads it) or as [K, N] (CUTLASS swaps the
+// operands and transposes one in registers).
 std::string generate_gemm_sm90(const GemmProgram& gp, const TemplateParams& tp, const std::string& title) {
   const Program& p = gp.epilogue;
   const Gen g(p, cuda_lang());
@@ -504,8 +505,8 @@ std::string generate_gemm_sm90(const GemmProgram& gp, const TemplateParams& tp, 
   const bool coop = !tp.count("schedule") || tp.at("schedule") == "coop";
   Emitter e;
   head(title, tp,
-       fmt::format("{} on Hopper's tensor cores (CUTLASS 3's sm90 GEMM), then a row kernel: C = A @ W^T (W is [N, K]), then the epilogue",
-                   three ? "Three TF32 products (fp32 accuracy)" : "One TF32 product (reduced precision)"),
+       fmt::format("{} on Hopper's tensor cores (CUTLASS 3's sm90 GEMM), then a row kernel: C = A @ {}, then the epilogue",
+                   three ? "Three TF32 products (fp32 accuracy)" : "One TF32 product (reduced precision)", gp.trans_b ? "W^T (W is [N, K])" : "B"),
        p, e);
   e.line("// CUTLASS's device-side asserts are calls, and a call inside the wgmma pipeline serialises it").line("#ifndef NDEBUG");
   e.line("#define NDEBUG").line("#endif");
@@ -518,7 +519,8 @@ std::string generate_gemm_sm90(const GemmProgram& gp, const TemplateParams& tp, 
   const Parts rows = rows_parts(g, kProductRows);  // declares Args too
   e.raw(rows.code).blank();
   e.raw(template_text("sm90_tf32_gemm.cuh")).blank();
-  e.linef("using KfabTile = KfabSm90Gemm<{}, {}, {}>;", tile, param(tp, "cluster", 1), coop ? "true" : "false").blank();
+  e.linef("using KfabTile = KfabSm90Gemm<{}, {}, {}, {}>;", tile, param(tp, "cluster", 1), coop ? "true" : "false",
+          gp.trans_b ? "true" : "false").blank();
   cutlass_gemm_types(gp, {}, e);  // the alignment-1 instance for what TMA cannot take
   Binding b = gemm_binding(gp);
   b.setup = product_buffer(pin, three ? "(gm + gn) * K" : "0");
@@ -582,9 +584,7 @@ std::string generate_fused_cuda(const Program& p, const TemplateParams& tp, cons
 
 std::string generate_gemm_cuda(const GemmProgram& gp, const TemplateParams& tp, const std::string& title) {
   if (tp.count("mma") && tp.at("mma") == "tf32x3") return generate_gemm_tensor_cores(gp, tp, title);
-  // (the grid offers sm90 points only for a W [N, K]; given one for a B [K, N], the SM80 path's)
-  if (tp.count("mma") && tp.at("mma").rfind("sm90_", 0) == 0)
-    return gp.trans_b ? generate_gemm_sm90(gp, tp, title) : generate_gemm_tensor_cores(gp, {{"mma", "tf32x3"}}, title);
+  if (tp.count("mma") && tp.at("mma").rfind("sm90_", 0) == 0) return generate_gemm_sm90(gp, tp, title);
   const Program& p = gp.epilogue;
   const Gen g(p, cuda_lang());
   const int pin = product_input(gp);

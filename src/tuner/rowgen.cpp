@@ -316,8 +316,10 @@ Binding gemm_binding(const GemmProgram& gp) {
   b.tensor = gp.bind;
   Emitter e(1);
   e.linef("const kfab_tensor& A = in[{}];", gp.a).linef("const kfab_tensor& W = in[{}];", gp.b);
-  e.line("if (A.dtype != KFAB_F32 || W.dtype != KFAB_F32 || A.ndim != 2 || W.ndim != 2 || !kfab_dense(A) || !kfab_dense(W)) return 2;");
-  e.line("const int64_t gm = A.shape[0], K = A.shape[1];  // the product is [gm, gn]").linef("const int64_t gn = W.shape[{}];", gp.trans_b ? 0 : 1);
+  e.line("if (A.dtype != KFAB_F32 || W.dtype != KFAB_F32 || A.ndim < 2 || W.ndim != 2 || !kfab_dense(A) || !kfab_dense(W)) return 2;");
+  e.line("// A's leading dimensions are the product's rows (a 3-D tensor times a matrix): the product is [gm, gn]");
+  e.line("const int64_t K = A.shape[A.ndim - 1];").line("int64_t gm = 1;").nested("for (int32_t d = 0; d + 1 < A.ndim; ++d)", "gm *= A.shape[d];");
+  e.linef("const int64_t gn = W.shape[{}];", gp.trans_b ? 0 : 1);
   e.linef("if (W.shape[{}] != K) return 2;", gp.trans_b ? 1 : 0);
   const int groups = gp.epilogue.groups;
   if (groups <= 1) {

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <set>
 
 #include "backends/cpu_cpp/cpu_backend.h"
 #include "backends/cuda/cuda_backend.h"
@@ -130,10 +129,11 @@ TEST_F(CudaBuild, CudaTemplatesCompileAtEveryPoint) {
   EXPECT_EQ(built, 27);  // 4 + 7 + 8 + 8
 }
 
-// GEMM + epilogue: the native tasks at every point, and a Linear (W given as [N, K]) followed by a
-// row-reducing epilogue (the two-kernel path). Each CUTLASS point costs nvcc tens of seconds, so each
-// kind of tensor-core point is built once: the SM80 3xTF32 one on a native task (B given as [K, N]),
-// the sm90 one on the Linear (its file holds the SM80 alignment-1 instance too).
+// GEMM + epilogue: the native tasks at every SIMT point, and a Linear (W given as [N, K]) followed by a
+// row-reducing epilogue (the two-kernel path). Each CUTLASS point costs nvcc tens of seconds, so one
+// tensor-core point is built for each layout of B: on Hopper (the default without a GPU) the sm90
+// 3xTF32 one for the native matmul's B [K, N] (CUTLASS swaps the operands) and for the Linear's W
+// [N, K]; each file holds the SM80 3xTF32 instance at alignment 1 too. Elsewhere the SM80 point.
 TEST_F(CudaBuild, GemmEpiloguesCompileAtEveryPoint) {
   int built = 0;
   auto build = [&](const std::string& name, const std::string& src) {
@@ -143,16 +143,31 @@ TEST_F(CudaBuild, GemmEpiloguesCompileAtEveryPoint) {
     ASSERT_TRUE(r.ok()) << name << "\n" << r.failure().message;
     ++built;
   };
-  std::set<std::string> kinds;  // the tensor-core kinds (mma) built so far
+  const bool cutlass = !cutlass_include_dir().empty();
+  const bool hopper = cutlass && cuda_candidate_arch() == "sm_90a";
+  // the tensor-core point a file is built at: sm90 3xTF32 on Hopper, else the first one
+  auto tensor_core_point = [&](const std::vector<TemplateParams>& grid) {
+    auto it = std::find_if(grid.begin(), grid.end(), [&](const TemplateParams& q) {
+      return q.count("mma") && (!hopper || q.at("mma") == "sm90_3xtf32");
+    });
+    return it;
+  };
+  bool tc_built = false;
   for (const char* t : {"matmul", "matmul_bias_relu"}) {
     auto task = load_task(std::filesystem::path(KFAB_SOURCE_DIR) / "tasks/core" / t);
     ASSERT_TRUE(task.has_value()) << t;
     auto gp = task_gemm(*task);
     ASSERT_TRUE(gp.has_value()) << t << ": " << gp.error().message;
-    for (const auto& point : gemm_cuda_grid(*gp)) {
-      EXPECT_NE(point.count("mma") ? point.at("mma").substr(0, 5) : "", "sm90_") << t << ": sm90 points need W given as [N, K]";
-      if (point.count("mma") && !kinds.insert(point.at("mma")).second) continue;
-      build(t, generate_gemm_cuda(*gp, point, t));
+    const auto grid = gemm_cuda_grid(*gp);
+    for (const auto& point : grid)
+      if (!point.count("mma")) build(t, generate_gemm_cuda(*gp, point, t));
+    if (const auto tc = tensor_core_point(grid); tc != grid.end() && !tc_built) {
+      const std::string src = generate_gemm_cuda(*gp, *tc, t);
+      if (hopper) {
+        EXPECT_NE(src.find("KfabSm90Gemm<128, 128, 32, 1, true, false>"), std::string::npos) << "B [K, N] is N-major";
+      }
+      build(t, src);
+      tc_built = true;
     }
   }
   GemmProgram ln;
@@ -162,8 +177,6 @@ TEST_F(CudaBuild, GemmEpiloguesCompileAtEveryPoint) {
   ASSERT_TRUE(p.has_value()) << p.error().message;
   ln.epilogue = *p;
   const auto grid = gemm_cuda_grid(ln);
-  const bool cutlass = !cutlass_include_dir().empty();
-  const bool hopper = cutlass && cuda_candidate_arch() == "sm_90a";
   // where CUTLASS's headers are here the grid opens with tensor-core points: on Hopper (the default
   // without a GPU) with one TF32 product, the reduced precision, then three
   ASSERT_FALSE(grid.empty());
@@ -181,9 +194,10 @@ TEST_F(CudaBuild, GemmEpiloguesCompileAtEveryPoint) {
   if (hopper) {
     EXPECT_NE(src.find("kfab_sm90_3xtf32<KfabTile>(ap, bp, product, product + total,"), std::string::npos);
     EXPECT_NE(src.find("const int64_t need = total + (gm + gn) * K;"), std::string::npos) << "the operands' small parts after the product";
+    EXPECT_NE(src.find("KfabSm90Gemm<128, 128, 32, 1, true, true>"), std::string::npos) << "W [N, K] is K-major";
   }
   build("linear_layernorm_relu", src);
-  // every SIMT point of both tasks, the SM80 3xTF32 kind once, the Linear
+  // every SIMT point of both tasks, one tensor-core point of theirs, the Linear
   EXPECT_EQ(built, 2 * 5 + (cutlass ? 1 : 0) + 1);
 }
 

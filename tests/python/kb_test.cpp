@@ -281,8 +281,9 @@ TEST_F(KbEval, TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest) {
       }
       gp.a = (*tr)["gemm"]["a"], gp.b = (*tr)["gemm"]["b"], gp.trans_b = (*tr)["gemm"]["trans_b"], gp.tensors = (*tr)["tensors"];
       EXPECT_EQ(gp.trans_b, stem != "l1_matmul") << stem << ": a Linear's weight is [N, K]";
-      if (stem == "l2_linear_batchnorm_gelu")  // the Model as constructed (training): the batch's statistics
+      if (stem == "l2_linear_batchnorm_gelu") {  // the Model as constructed (training): the batch's statistics
         EXPECT_NE((*tr)["formula"].get<std::string>().find("colmean("), std::string::npos) << (*tr)["formula"];
+      }
       if (stem == "l2_linear_groupnorm_hardtanh") {  // the program's rows are the GroupNorm's groups
         EXPECT_EQ(tr->value("groups", 1), 32) << tr->dump();
         EXPECT_NE((*tr)["formula"].get<std::string>().find("rowmean("), std::string::npos) << (*tr)["formula"];

@@ -1,9 +1,11 @@
 #pragma once
 // Hopper's own tensor-core GEMM for the tuner's generated CUDA candidates (tuner/print_cuda.cpp):
-// C = A @ W^T with A [M, K] and W [N, K] (a Linear layer's weight), both K-major as TF32 wgmma needs
-// them, C [M, N] row-major, accumulated in fp32, from CUTLASS 3's sm90 collectives (TMA loads, wgmma,
-// a producer warp and one or two consumer warpgroups, persistent blocks). Needs -arch=sm_90a, K and N
-// multiples of 4 and 16-byte aligned pointers (TMA's strides and addresses).
+// C = A @ W^T with A [M, K] and W [N, K] (a Linear layer's weight, K-major: KMAJOR_B), or C = A @ B with
+// B [K, N] (N-major), C [M, N] row-major, accumulated in fp32, from CUTLASS 3's sm90 collectives (TMA
+// loads, wgmma, a producer warp and one or two consumer warpgroups, persistent blocks). TF32 wgmma reads
+// K-major operands from shared memory; for an N-major B, CUTLASS's builder swaps the operands and
+// transposes one in registers. Needs -arch=sm_90a, K and N multiples of 4 and 16-byte aligned
+// pointers (TMA's strides and addresses).
 //
 // CUTLASS has no 3xTF32 wgmma kernel, so fp32 accuracy is built here from three TF32 products. A TF32
 // tensor core reads an fp32 operand's sign, exponent and top 10 mantissa bits; what it leaves out,
@@ -22,9 +24,12 @@
 // tests/templates/sm90_tf32_gemm.cu compiles it on its own.
 // kfab:begin
 // One CUTLASS 3 GEMM type: tile TM x TN x TK, a cluster of CM blocks along M, the cooperative schedule
-// (two consumer warpgroups on one tile) or the ping-pong one (two tiles in turn).
-template <int TM, int TN, int TK, int CM, bool COOP>
+// (two consumer warpgroups on one tile) or the ping-pong one (two tiles in turn), B K-major ([N, K]) or
+// N-major ([K, N]).
+template <int TM, int TN, int TK, int CM, bool COOP, bool KMAJOR_B = true>
 struct KfabSm90Gemm {
+  static constexpr bool kKMajorB = KMAJOR_B;
+  using LayoutB = std::conditional_t<KMAJOR_B, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
   using Tile = cute::Shape<cute::Int<TM>, cute::Int<TN>, cute::Int<TK>>;
   using Cluster = cute::Shape<cute::Int<CM>, cute::_1, cute::_1>;
   using MainSchedule =
@@ -35,7 +40,7 @@ struct KfabSm90Gemm {
       float, cutlass::layout::RowMajor, 4, float, cutlass::layout::RowMajor, 4, EpiSchedule,
       cutlass::epilogue::fusion::LinearCombination<float, float, float, float>>::CollectiveOp;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, float, cutlass::layout::RowMajor, 4, float, cutlass::layout::ColumnMajor, 4,
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, float, cutlass::layout::RowMajor, 4, float, LayoutB, 4,
       float, Tile, Cluster,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       MainSchedule>::CollectiveOp;
@@ -43,12 +48,15 @@ struct KfabSm90Gemm {
   using Device = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 };
 
-// C = A @ W^T + beta * C with G's kernel; 0, or 7 when CUTLASS cannot take the shape, 5 when it fails.
+// C = A @ W^T (or A @ B) + beta * C with G's kernel; 0, or 7 when CUTLASS cannot take the shape, 5 when
+// it fails.
 template <class G>
 int kfab_sm90_product(const float* a, const float* w, float* c, int m, int n, int k, float beta, cudaStream_t stream) {
   using Dev = typename G::Device;
   const typename G::Kernel::StrideA sa = cute::make_stride(int64_t(k), cute::Int<1>{}, int64_t(0));
-  const typename G::Kernel::StrideB sb = cute::make_stride(int64_t(k), cute::Int<1>{}, int64_t(0));
+  typename G::Kernel::StrideB sb;
+  if constexpr (G::kKMajorB) sb = cute::make_stride(int64_t(k), cute::Int<1>{}, int64_t(0));  // W [N, K]
+  else sb = cute::make_stride(cute::Int<1>{}, int64_t(n), int64_t(0));                         // B [K, N]
   const typename G::Kernel::StrideC sc = cute::make_stride(int64_t(n), cute::Int<1>{}, int64_t(0));
   const typename G::Kernel::StrideD sd = cute::make_stride(int64_t(n), cute::Int<1>{}, int64_t(0));
   typename Dev::Arguments args{cutlass::gemm::GemmUniversalMode::kGemm, {m, n, k, 1}, {a, sa, w, sb}, {{}, c, sc, c, sd}};
@@ -91,7 +99,7 @@ __global__ void kfab_tf32_small(const float4* __restrict__ v, float4* __restrict
   }
 }
 
-// C = A @ W^T at fp32 accuracy from three TF32 products; `scratch` holds (m + n) * k floats.
+// C = A @ W^T (or A @ B) at fp32 accuracy from three TF32 products; `scratch` holds (m + n) * k floats.
 template <class G>
 int kfab_sm90_3xtf32(const float* a, const float* w, float* c, float* scratch, int m, int n, int k, cudaStream_t stream) {
   float* as = scratch;
