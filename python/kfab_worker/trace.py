@@ -189,6 +189,28 @@ class _Matcher:
         else:
             raise Unsupported(f"{node.target} over dims {dims} of a {xc}-class value (rows reduce over the last dimension)")
 
+    def normalize(self, node, xe: str, eps, w, b, over: str) -> None:
+        """y = (x - mean) * rsqrt(var + eps) [* w] [+ b], the mean and the biased variance over the row
+        (`over` "row": a layer norm, a GroupNorm's group, an instance norm) or over the rows (`over` "col":
+        a training batch norm's statistics); the node's outputs are (y, mean, rstd)."""
+        cls = "R" if over == "row" else "C"
+        self.emit(node, f"{over}mean({xe})", cls)
+        mean = self.val[node]
+        self.emit(node, f"({xe} - {mean})", "E")
+        d = self.val[node]
+        self.emit(node, f"rsqrt({over}mean({d} * {d}) + {_num(eps)})", cls)
+        rstd = self.val[node]
+        self.affine(node, f"({d} * {rstd})", w, b)
+        self.tuple[node] = [(self.val[node], "E"), (mean, cls), (rstd, cls)]
+
+    def affine(self, node, y: str, w, b) -> None:
+        """y [* w] [+ b], the weight and bias optional."""
+        if w is not None:
+            y = f"({y} * {self.arg(w)[0]})"
+        if b is not None:
+            y = f"({y} + {self.arg(b)[0]})"
+        self.emit(node, y, "E")
+
     def batch_norm(self, node, base: str, args) -> None:
         """BatchNorm over the channels of a [rows, C] value: in training, the statistics of the batch
         (column reductions over the rows, the variance biased as the op normalises with); in eval, the
@@ -207,37 +229,22 @@ class _Matcher:
                 and math.prod(xs[2:-1]) == 1 and xs[-1] == self.row[-1] and w is None and b is None):
             # an instance norm as torch writes it: a batch norm of a [1, rows, .., n] view whose channels
             # are the rows: each row normalised over its own elements
-            self.emit(node, f"rowmean({xe})", "R")
-            mean = self.val[node]
-            self.emit(node, f"({xe} - {mean})", "E")
-            d = self.val[node]
-            self.emit(node, f"rsqrt(rowmean({d} * {d}) + {_num(eps)})", "R")
-            rstd = self.val[node]
-            self.emit(node, f"({d} * {rstd})", "E")
-            self.tuple[node] = [(self.val[node], "E"), (mean, "R"), (rstd, "R")]
+            self.normalize(node, xe, eps, None, None, "row")
             return
         if xc != "E" or self.k != 1 or len(xs) != 2:
             raise Unsupported(f"{node.target} of a {xc}-class value of shape {list(x.meta['val'].shape)} (channels as the row's columns only)")
         if training:
-            self.emit(node, f"colmean({xe})", "C")
-            mean = self.val[node]
-            self.emit(node, f"({xe} - {mean})", "E")
-            d = self.val[node]
-            self.emit(node, f"rsqrt(colmean({d} * {d}) + {_num(eps)})", "C")
+            self.normalize(node, xe, eps, w, b, "col")
         else:
             mean, _ = self.arg(rm)
             self.emit(node, f"({xe} - {mean})", "E")
             d = self.val[node]
             self.emit(node, f"rsqrt({self.arg(rv)[0]} + {_num(eps)})", "C")
-        rstd = self.val[node]
-        y = f"({d} * {rstd})"
-        if w is not None:
-            y = f"({y} * {self.arg(w)[0]})"
-        if b is not None:
-            y = f"({y} + {self.arg(b)[0]})"
-        self.emit(node, y, "E")
-        outs = [(self.val[node], "E"), (mean, "C"), (rstd, "C")]
-        self.tuple[node] = outs + [None, None] if base == "_native_batch_norm_legit_functional" else outs
+            rstd = self.val[node]
+            self.affine(node, f"({d} * {rstd})", w, b)
+            self.tuple[node] = [(self.val[node], "E"), (mean, "C"), (rstd, "C")]
+        if base == "_native_batch_norm_legit_functional":
+            self.tuple[node] = self.tuple[node] + [None, None]
 
     def visit(self, node) -> None:
         t = node.target
@@ -338,19 +345,7 @@ class _Matcher:
             xe, xc = self.arg(x)
             if xc != "E" or list(norm_shape) != self.row:
                 raise Unsupported(f"layer norm over {list(norm_shape)}, not the row {self.row}")
-            self.emit(node, f"rowmean({xe})", "R")
-            mean = self.val[node]
-            self.emit(node, f"({xe} - {mean})", "E")
-            d = self.val[node]
-            self.emit(node, f"rsqrt(rowmean({d} * {d}) + {_num(eps)})", "R")
-            rstd = self.val[node]
-            y = f"({d} * {rstd})"
-            if w is not None:
-                y = f"({y} * {self.arg(w)[0]})"
-            if b is not None:
-                y = f"({y} + {self.arg(b)[0]})"
-            self.emit(node, y, "E")
-            self.tuple[node] = [(self.val[node], "E"), (mean, "R"), (rstd, "R")]
+            self.normalize(node, xe, eps, w, b, "row")
             return
         if base == "native_group_norm":
             x, w, b, eps = args[0], args[1], args[2], args[7]
@@ -358,19 +353,7 @@ class _Matcher:
             if self.groups <= 1 or int(args[6]) != self.groups or xc != "E" or int(args[5]) != 1:
                 raise Unsupported(f"{t} other than over the channels of a GEMM's [M, N] product")
             # a row is one group: its mean and (biased) variance are the row's
-            self.emit(node, f"rowmean({xe})", "R")
-            mean = self.val[node]
-            self.emit(node, f"({xe} - {mean})", "E")
-            d = self.val[node]
-            self.emit(node, f"rsqrt(rowmean({d} * {d}) + {_num(eps)})", "R")
-            rstd = self.val[node]
-            y = f"({d} * {rstd})"
-            if w is not None:
-                y = f"({y} * {self.arg(w)[0]})"
-            if b is not None:
-                y = f"({y} + {self.arg(b)[0]})"
-            self.emit(node, y, "E")
-            self.tuple[node] = [(self.val[node], "E"), (mean, "R"), (rstd, "R")]
+            self.normalize(node, xe, eps, w, b, "row")
             return
         if base in ("native_batch_norm", "_native_batch_norm_legit_functional", "_native_batch_norm_legit_no_training"):
             self.batch_norm(node, base, args)

@@ -81,9 +81,9 @@ std::vector<TemplateParams> gemm_cuda_grid(const GemmProgram&) {
   auto tc = [&](const char* tile, const char* warp, const char* stages) {
     g.push_back({{"mma", "tf32x3"}, {"precision", "3xtf32"}, {"tile", tile}, {"warp", warp}, {"stages", stages}});
   };
-  auto sm90 = [&](const char* mma, const char* tile, const char* cluster, const char* schedule) {
+  auto sm90 = [&](const char* mma, const char* tile, const char* cluster, const char* schedule, const char* scheduler = "persistent") {
     g.push_back({{"mma", mma}, {"precision", std::string(mma) == "sm90_tf32" ? "tf32" : "3xtf32"}, {"tile", tile}, {"cluster", cluster},
-                 {"schedule", schedule}});
+                 {"schedule", schedule}, {"scheduler", scheduler}});
   };
   const bool cutlass = !cutlass_include_dir().empty();
   // On Hopper, CUTLASS 3's sm90 GEMM first: one TF32 product (kept only where its errors stay well
@@ -92,6 +92,8 @@ std::vector<TemplateParams> gemm_cuda_grid(const GemmProgram&) {
   if (cutlass && cuda_candidate_arch() == "sm_90a") {
     sm90("sm90_tf32", "128x256x32", "1", "coop");
     sm90("sm90_3xtf32", "128x128x32", "1", "coop");
+    // stream-K: a product of few tiles and a long K (KernelBench's 256 x 256 x 524288) on every SM
+    sm90("sm90_3xtf32", "128x128x32", "1", "coop", "streamk");
     sm90("sm90_3xtf32", "128x256x32", "1", "coop");
     sm90("sm90_3xtf32", "128x128x32", "2", "coop");
     sm90("sm90_3xtf32", "64x256x32", "1", "pingpong");

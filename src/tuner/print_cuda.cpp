@@ -499,9 +499,8 @@ std::string generate_gemm_sm90(const GemmProgram& gp, const TemplateParams& tp, 
   const Gen g(p, cuda_lang());
   const int pin = product_input(gp);
   const bool three = tp.at("mma") == "sm90_3xtf32";
-  std::string tile = tp.count("tile") ? tp.at("tile") : "128x128x32";
-  for (char& c : tile)
-    if (c == 'x') c = ',';
+  std::string tile;  // "128x128x32" as "128, 128, 32"
+  for (char c : tp.count("tile") ? tp.at("tile") : std::string("128x128x32")) tile += c == 'x' ? std::string(", ") : std::string(1, c);
   const bool coop = !tp.count("schedule") || tp.at("schedule") == "coop";
   Emitter e;
   head(title, tp,
@@ -513,14 +512,17 @@ std::string generate_gemm_sm90(const GemmProgram& gp, const TemplateParams& tp, 
   e.line("#include <algorithm>").line("#include <type_traits>").blank();
   for (const char* h : {"cute/tensor.hpp", "cutlass/cutlass.h", "cutlass/epilogue/collective/collective_builder.hpp",
                         "cutlass/epilogue/thread/linear_combination.h", "cutlass/gemm/collective/collective_builder.hpp",
-                        "cutlass/gemm/device/gemm.h", "cutlass/gemm/device/gemm_universal_adapter.h", "cutlass/gemm/kernel/gemm_universal.hpp"})
+                        "cutlass/gemm/device/gemm.h", "cutlass/gemm/device/gemm_universal_adapter.h", "cutlass/gemm/kernel/gemm_universal.hpp",
+                        "cutlass/gemm/kernel/tile_scheduler.hpp"})
     e.linef("#include \"{}\"", h);
   e.raw(kPrelude).raw(host_checks()).blank();
   const Parts rows = rows_parts(g, kProductRows);  // declares Args too
   e.raw(rows.code).blank();
   e.raw(template_text("sm90_tf32_gemm.cuh")).blank();
-  e.linef("using KfabTile = KfabSm90Gemm<{}, {}, {}, {}>;", tile, param(tp, "cluster", 1), coop ? "true" : "false",
-          gp.trans_b ? "true" : "false").blank();
+  const bool streamk = tp.count("scheduler") && tp.at("scheduler") == "streamk";
+  e.linef("using KfabTile = KfabSm90Gemm<{}, {}, {}, {}, {}>;", tile, param(tp, "cluster", 1), coop ? "true" : "false",
+          gp.trans_b ? "true" : "false", streamk ? "true" : "false")
+      .blank();
   cutlass_gemm_types(gp, {}, e);  // the alignment-1 instance for what TMA cannot take
   Binding b = gemm_binding(gp);
   b.setup = product_buffer(pin, three ? "(gm + gn) * K" : "0");

@@ -25,10 +25,13 @@
 // kfab:begin
 // One CUTLASS 3 GEMM type: tile TM x TN x TK, a cluster of CM blocks along M, the cooperative schedule
 // (two consumer warpgroups on one tile) or the ping-pong one (two tiles in turn), B K-major ([N, K]) or
-// N-major ([K, N]).
-template <int TM, int TN, int TK, int CM, bool COOP, bool KMAJOR_B = true>
+// N-major ([K, N]), tiles handed out whole to persistent blocks or, STREAMK, split along K across them
+// (stream-K: a product of few tiles and a long K, 256 x 256 x 524288, keeps every SM busy; the partial
+// sums meet in a workspace).
+template <int TM, int TN, int TK, int CM, bool COOP, bool KMAJOR_B = true, bool STREAMK = false>
 struct KfabSm90Gemm {
   static constexpr bool kKMajorB = KMAJOR_B;
+  static constexpr bool kStreamK = STREAMK;
   using LayoutB = std::conditional_t<KMAJOR_B, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
   using Tile = cute::Shape<cute::Int<TM>, cute::Int<TN>, cute::Int<TK>>;
   using Cluster = cute::Shape<cute::Int<CM>, cute::_1, cute::_1>;
@@ -44,7 +47,8 @@ struct KfabSm90Gemm {
       float, Tile, Cluster,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       MainSchedule>::CollectiveOp;
-  using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue>;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
+                                                      std::conditional_t<STREAMK, cutlass::gemm::StreamKScheduler, void>>;
   using Device = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 };
 
@@ -71,7 +75,7 @@ int kfab_sm90_product(const float* a, const float* w, float* c, int m, int n, in
   args.hw_info.sm_count = sms;
   Dev gemm;
   if (gemm.can_implement(args) != cutlass::Status::kSuccess) return 7;
-  // the workspace (none for this scheduler without split-K), kept between calls
+  // the workspace (stream-K's partial sums; none for the persistent scheduler), kept between calls
   static void* workspace = nullptr;
   static size_t have = 0;
   const size_t need = Dev::get_workspace_size(args);
