@@ -179,8 +179,7 @@ class _Matcher:
             self.val[node], self.cls[node] = xe, xc
             return
         if xc == "E" and dims == list(range(nd - self.k, nd)):
-            if self.groups > 1:
-                raise Unsupported(f"{node.target} over the product's row beside a GroupNorm of {self.groups} groups")
+            self.whole_row(node)
             self.emit(node, f"row{kind}({xe})", "R")
         elif xc in ("E", "R") and dims == list(range(nd)):
             if kind not in ("sum", "mean"):
@@ -188,6 +187,11 @@ class _Matcher:
             self.emit(node, f"all{kind}({xe})", "K")
         else:
             raise Unsupported(f"{node.target} over dims {dims} of a {xc}-class value (rows reduce over the last dimension)")
+
+    def whole_row(self, node) -> None:
+        """Refuses a reduction over the product's whole row in a program whose rows are a GroupNorm's groups."""
+        if self.groups > 1:
+            raise Unsupported(f"{node.target} over the product's row beside a GroupNorm of {self.groups} groups")
 
     def normalize(self, node, xe: str, eps, w, b, over: str) -> None:
         """y = (x - mean) * rsqrt(var + eps) [* w] [+ b], the mean and the biased variance over the row
@@ -324,6 +328,7 @@ class _Matcher:
             self.tuple[node] = [(self.val[node], self.cls[node]), None]
             return
         if base == "linalg_vector_norm":
+            self.whole_row(node)
             x = args[0]
             order = args[1] if len(args) > 1 else kw.get("ord", 2)
             dims = args[2] if len(args) > 2 else kw.get("dim")
@@ -341,6 +346,7 @@ class _Matcher:
             self.emit(node, f"rowsum({inner})" if order in (1, 1.0) else f"sqrt(rowsum({inner}))", "R")
             return
         if base == "native_layer_norm":
+            self.whole_row(node)
             x, norm_shape, w, b, eps = args[:5]
             xe, xc = self.arg(x)
             if xc != "E" or list(norm_shape) != self.row:
@@ -359,6 +365,7 @@ class _Matcher:
             self.batch_norm(node, base, args)
             return
         if base in ("var_mean", "var"):
+            self.whole_row(node)
             x = args[0]
             dims = args[1] if len(args) > 1 else kw.get("dim")
             xe, xc = self.arg(x)
@@ -377,6 +384,7 @@ class _Matcher:
                 self.val[node] = var
             return
         if base == "gather":
+            self.whole_row(node)
             x, dim, idx = args[0], args[1], args[2]
             xe, xc = self.arg(x)
             ie, ic = self.arg(idx)
