@@ -15,17 +15,27 @@ def num(v, fmt: str) -> str:
     return format(v, fmt) if isinstance(v, (int, float)) else "-"
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
+def read_bench(doc: str | None = None) -> tuple[dict, str]:
+    """The bench.json named on the command line and the --kernelbench commit (bench/matmul_table.py too)."""
+    ap = argparse.ArgumentParser(description=doc)
     ap.add_argument("bench_json")
     ap.add_argument("--kernelbench", default="", help="the KernelBench commit the problems came from")
     a = ap.parse_args()
-    b = json.load(open(a.bench_json))
-    rows = b.get("tasks", [])
+    return json.load(open(a.bench_json)), a.kernelbench
+
+
+def print_title(b: dict, kernelbench: str) -> None:
+    """The table's title: the bench, its suite and target, the KernelBench commit and the device."""
     print(f"# kfab bench {b.get('bench')}: {b.get('suite')} on {b.get('target')} ({b.get('mode')}, {b.get('llm')})\n")
-    if a.kernelbench:
-        print(f"KernelBench commit {a.kernelbench}, problem files unmodified.  ")
+    if kernelbench:
+        print(f"KernelBench commit {kernelbench}, problem files unmodified.  ")
     print(f"Device: {b.get('device')}  ")
+
+
+def main() -> int:
+    b, kernelbench = read_bench()
+    rows = b.get("tasks", [])
+    print_title(b, kernelbench)
     print(f"Started {b.get('started_at')}, resumed {len(b.get('resumed_at', []))} times, {b.get('wall_s', 0):.0f} s in all; "
           f"finished: {b.get('finished')}; {len(rows)} rows.\n")
     counts: dict[str, int] = {}

@@ -11,11 +11,11 @@ over every problem, a problem that did not pass counting as 1x (as eager: the us
 """
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import re
 import sys
+
+from bench_table import print_title, read_bench
 
 
 def num(v, fmt: str) -> str:
@@ -67,16 +67,10 @@ def geomean(values: list[float]) -> float | None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("bench_json")
-    ap.add_argument("--kernelbench", default="", help="the KernelBench commit the problems came from")
-    a = ap.parse_args()
-    b = json.load(open(a.bench_json))
+    b, kernelbench = read_bench(__doc__)
     rows = b.get("tasks", [])
-    print(f"# kfab bench {b.get('bench')}: {b.get('suite')} on {b.get('target')} ({b.get('mode')}, {b.get('llm')})\n")
-    if a.kernelbench:
-        print(f"KernelBench commit {a.kernelbench}, problem files unmodified, at their own sizes.  ")
-    print(f"Device: {b.get('device')}; {len(rows)} problems; finished: {b.get('finished')}.\n")
+    print_title(b, kernelbench)
+    print(f"{len(rows)} problems, at their own sizes; finished: {b.get('finished')}.\n")
     print("| problem | result | precision | tolerance used | ms | TFLOP/s | x eager | x compile | x eager, end to end | reason |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     eager, compile_, e2e = [], [], []
