@@ -33,7 +33,7 @@ using json = nlohmann::json;
 
 std::string dsl_suffix(const std::string& dsl) {
   for (const Target* t : targets())
-    if (t->dsl == dsl) return std::string(t->suffix);
+    if (t->dsl == dsl) return std::string(t->suffix());
   if (is_python_dsl(dsl)) return ".py";
   return ".cpp";
 }

@@ -26,14 +26,14 @@ using DeviceEnv = std::vector<std::pair<std::string, std::string>>;
 
 struct Target {
   std::string_view name;  ///< on the command line: cpu, cuda, opencl
-  /// Its candidates' language (cpp, cuda, opencl), their file suffix for new files, and what a
-  /// candidate in it is, for the LLM prompts.
-  std::string_view dsl;
-  std::string_view suffix;
-  std::string_view dsl_rules;
-  /// Every suffix of a file it takes (its Backend's extensions()): data, so that finding a file's
-  /// target builds no Backend (which probes the machine).
+  /// Every suffix of a file it takes (its Backend's extensions()), the one for new files first: data,
+  /// so that finding a file's target builds no Backend (which probes the machine).
   std::vector<std::string> suffixes;
+  /// Its candidates' language (cpp, cuda, opencl) and what a candidate in it is, for the LLM prompts.
+  std::string_view dsl;
+  std::string_view dsl_rules;
+  /// The suffix of a new candidate file.
+  const std::string& suffix() const { return suffixes.front(); }
 
   // Where a candidate's data live.
   /// In host memory, called on the host: no Accelerator, the runner's address space is limited.

@@ -249,7 +249,7 @@ namespace {
 std::string suffixes_hint() {
   std::string s;
   for (const Target* t : targets())
-    s += (s.empty() ? "" : ", ") + std::string(t->name) + (s.empty() ? " takes " : " ") + std::string(t->suffix);
+    s += (s.empty() ? "" : ", ") + std::string(t->name) + (s.empty() ? " takes " : " ") + std::string(t->suffix());
   return s;
 }
 

@@ -45,7 +45,7 @@ json tools() {
   std::string suffixes;
   for (const Target* t : targets()) {
     names.push_back(t->name);
-    suffixes += (suffixes.empty() ? "" : ", ") + std::string(t->suffix) + " " + std::string(t->name);
+    suffixes += (suffixes.empty() ? "" : ", ") + std::string(t->suffix()) + " " + std::string(t->name);
   }
   const json candidate = {{"type", "string"},
                           {"description", "path of the candidate file (" + suffixes + "; .py for KernelBench tasks)"}};

@@ -37,6 +37,24 @@ struct ShapeCase {
   std::string label() const;
 };
 
+/// The declarations of Harness's pure virtual functions that every harness defines in its .cpp, listed
+/// once here for the classes below (NativeHarness, TorchHarness); what a harness defines inline it
+/// declares itself.
+#define KFAB_HARNESS_OVERRIDES                                                                                           \
+  Expected<std::vector<ShapeCase>> begin(const std::filesystem::path& candidate, const EvalOptions& opt, Verdict& v)     \
+      override;                                                                                                          \
+  JobOutcome reference(ShapeCase& s, int index, uint64_t perturb) override;                                              \
+  JobOutcome call(const ShapeCase& s, int index, uint64_t perturb, int call, int pattern) override;                      \
+  std::vector<std::string> baselines(const ShapeCase& s) override;                                                       \
+  JobOutcome prepare_timing(const ShapeCase& s, int64_t seed, int warmup) override;                                      \
+  JobOutcome timed_call(uint64_t perturb, bool clocks) override;                                                         \
+  JobOutcome timed_baseline(const std::string& which) override;                                                          \
+  JobOutcome check_timed(const ShapeCase& s, int64_t seed, uint64_t perturb) override;                                   \
+  JobOutcome end_timing() override;                                                                                      \
+  void describe_timing(const ShapeCase& s, ShapeResult& sr, const std::map<std::string, std::vector<double>>& times)     \
+      override;                                                                                                          \
+  std::optional<MachinePeaks> peaks(bool again) override;
+
 class Harness {
  public:
   virtual ~Harness() = default;

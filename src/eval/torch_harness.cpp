@@ -214,7 +214,7 @@ Expected<std::vector<ShapeCase>> TorchHarness::begin(const fs::path& candidate, 
   std::unique_ptr<Backend> native;
   if (const Target* own = is_python_dsl(v.dsl) ? nullptr : target_of_file(candidate)) {
     if (own != tgt_)
-      return make_error(candidate.string() + ": a " + std::string(own->suffix) + " candidate runs on the " + std::string(own->name) +
+      return make_error(candidate.string() + ": a " + std::string(own->suffix()) + " candidate runs on the " + std::string(own->name) +
                             " target, not " + target_,
                         "choose the target with --target");
     native = own->make_backend();

@@ -66,26 +66,14 @@ class TorchHarness final : public Harness {
   TorchHarness(std::filesystem::path task_file, std::string target);
   ~TorchHarness() override;
 
-  Expected<std::vector<ShapeCase>> begin(const std::filesystem::path& candidate, const EvalOptions& opt, Verdict& v) override;
+  KFAB_HARNESS_OVERRIDES
   void end() override;
   void finish(Verdict& v) override;
   void keep_workers() override { keep_workers_ = true; }
 
-  JobOutcome reference(ShapeCase& s, int index, uint64_t perturb) override;
-  JobOutcome call(const ShapeCase& s, int index, uint64_t perturb, int call, int pattern) override;
-
   /// The tolerance every output was held to (the worker's tolerance_used).
   std::optional<Tolerance> tolerance_of(const nlohmann::json& errors) const override;
 
-  std::vector<std::string> baselines(const ShapeCase& s) override;
-  JobOutcome prepare_timing(const ShapeCase& s, int64_t seed, int warmup) override;
-  JobOutcome timed_call(uint64_t perturb, bool clocks) override;
-  JobOutcome timed_baseline(const std::string& which) override;
-  JobOutcome check_timed(const ShapeCase& s, int64_t seed, uint64_t perturb) override;
-  JobOutcome end_timing() override;
-  void describe_timing(const ShapeCase& s, ShapeResult& sr, const std::map<std::string, std::vector<double>>& times) override;
-
-  std::optional<MachinePeaks> peaks(bool again) override;
   std::optional<double> flops(const ShapeCase& s) const override { return cost("flops", s); }
   std::optional<double> bytes(const ShapeCase& s) const override { return cost("bytes", s); }
   /// On the CPU the worker cannot evict the operands from the caches between calls (Python cannot

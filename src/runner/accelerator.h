@@ -19,6 +19,25 @@ struct ClockReading {
   unsigned long long reasons = 0;  ///< the driver's bitmask, named by clock_reasons()
 };
 
+/// The declarations of Accelerator's pure virtual functions that every device defines in its .cpp,
+/// listed once here for the devices (backends/*/device.h); what a device defines inline (name, stream,
+/// fatal) it declares itself.
+#define KFAB_ACCELERATOR_OVERRIDES                                              \
+  std::string open() override;                                                 \
+  int alloc(void** handle, size_t bytes) override;                             \
+  int release(void* handle) override;                                          \
+  int upload(void* handle, const void* src, size_t bytes, size_t offset = 0) override; \
+  int download(void* dst, void* handle, size_t bytes) override;                \
+  int fill(void* handle, unsigned char byte, size_t bytes) override;           \
+  int synchronize() override;                                                  \
+  int flush_cache() override;                                                  \
+  int mark_start() override;                                                   \
+  int mark_end() override;                                                     \
+  int elapsed_ms(double* ms) override;                                         \
+  std::string error(int rc) const override;                                    \
+  double copy_bandwidth() override;                                            \
+  nlohmann::json describe() const override;
+
 class Accelerator {
  public:
   virtual ~Accelerator() = default;

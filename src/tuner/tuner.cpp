@@ -451,7 +451,7 @@ Expected<json> tune(const TuneOptions& in) {
   SearchSpace sp;
   if (auto ok = kb ? traced_space(sp, opt, *loaded, *backend, say) : native_space(sp, opt, *loaded, *backend); !ok)
     return Unexpected{ok.error()};
-  const std::string ext(target.suffix);
+  const std::string ext(target.suffix());
 
   // One evaluator per device for the whole search (its workers kept: the candidates are kfab's own);
   // the first runs the winner's final check.

@@ -11,11 +11,10 @@ namespace kfab {
 const Target& cpu_target() {
   static const Target t{
       .name = "cpu",
+      .suffixes = {".cpp", ".cc", ".cxx"},
       .dsl = "cpp",
-      .suffix = ".cpp",
       .dsl_rules = "C++20 for the CPU, one file exporting kfab_run (KFAB_EXPORT), built with g++ -O3 -march=native -fopenmp; "
                    "OpenMP and SIMD intrinsics are allowed.",
-      .suffixes = {".cpp", ".cc", ".cxx"},
       .on_host = true,
       .torch_device = "cpu",
       .flush = "clflushopt of every operand before each timed call",

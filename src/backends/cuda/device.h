@@ -15,30 +15,16 @@ using Stream = void*;
 using Event = void*;
 
 /// Device 0's primary context (the one the CUDA runtime inside a candidate uses, so pointers are
-/// shared) and a stream of the runner's.
+/// shared) and a stream of the runner's. flush_cache reads a buffer twice the size of L2 on the stream
+/// (kfab_l2_flush): what a timed call reads comes from HBM, and no dirty line of the flush's own is
+/// written back during the call. copy_bandwidth is the best of several 1 GiB device-to-device copies.
 class CudaDevice final : public Accelerator {
  public:
-  std::string open() override;
+  KFAB_ACCELERATOR_OVERRIDES
   std::string name() const override { return name_; }
   void* stream() const override { return stream_; }
-  int alloc(void** handle, size_t bytes) override;
-  int release(void* handle) override;
-  int upload(void* handle, const void* src, size_t bytes, size_t offset = 0) override;
-  int download(void* dst, void* handle, size_t bytes) override;
-  int fill(void* handle, unsigned char byte, size_t bytes) override;
-  int synchronize() override;
-  /// Reads a buffer twice the size of L2 on the stream (kfab_l2_flush): what a timed call reads comes
-  /// from HBM, and no dirty line of the flush's own is written back during the call.
-  int flush_cache() override;
-  int mark_start() override;
-  int mark_end() override;
-  int elapsed_ms(double* ms) override;
-  std::string error(int rc) const override;
   /// Every error after a launch is sticky in CUDA: the context is lost.
   bool fatal(int rc) const override { return rc != 0 && rc != kNoReplay; }
-  /// Best of several 1 GiB device-to-device copies.
-  double copy_bandwidth() override;
-  nlohmann::json describe() const override;
   int capture_begin() override;
   int capture_end(void** replay) override;
   int launch_replay(void* replay) override;

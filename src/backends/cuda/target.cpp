@@ -51,12 +51,11 @@ std::string gpu_lock_key(const std::map<std::string, std::string>& env) {
 const Target& cuda_target() {
   static const Target t{
       .name = "cuda",
+      .suffixes = {".cu"},
       .dsl = "cuda",
-      .suffix = ".cu",
       .dsl_rules = "CUDA C++ for an NVIDIA GPU, one .cu file exporting kfab_run (KFAB_EXPORT), built with nvcc -O3 for the "
                    "GPU's architecture; enqueue all work on the given stream; no device-wide synchronization, no allocation "
                    "per call.",
-      .suffixes = {".cu"},
       .gpu = true,
       .torch_device = "cuda",
       .triton = true,

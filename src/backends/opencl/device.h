@@ -3,6 +3,8 @@
 /// platform with a device ($KFAB_OPENCL_PLATFORM picks one by a part of its name; a GPU is preferred
 /// over other device types), a context and an in-order queue with profiling. Timestamps are markers
 /// enqueued around the call, so every command the candidate enqueues on the queue is inside them.
+/// flush_cache on a GPU is a fill of twice the global-memory cache. CPU devices share the host's caches;
+/// a fill there would cost more than the kernels, so nothing is flushed (describe() says so).
 
 #include <string>
 
@@ -12,25 +14,10 @@ namespace kfab {
 
 class OpenClDevice final : public Accelerator {
  public:
-  std::string open() override;
+  KFAB_ACCELERATOR_OVERRIDES
   std::string name() const override { return name_; }
   void* stream() const override { return queue_; }
-  int alloc(void** handle, size_t bytes) override;
-  int release(void* handle) override;
-  int upload(void* handle, const void* src, size_t bytes, size_t offset = 0) override;
-  int fill(void* handle, unsigned char byte, size_t bytes) override;
-  int download(void* dst, void* handle, size_t bytes) override;
-  int synchronize() override;
-  /// GPUs: a fill of twice the global-memory cache. CPU devices share the host's caches; a fill there
-  /// would cost more than the kernels, so nothing is flushed (describe() says so).
-  int flush_cache() override;
-  int mark_start() override;
-  int mark_end() override;
-  int elapsed_ms(double* ms) override;
-  std::string error(int rc) const override;
   bool fatal(int rc) const override;
-  double copy_bandwidth() override;
-  nlohmann::json describe() const override;
 
  private:
   void* context_ = nullptr;

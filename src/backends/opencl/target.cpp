@@ -7,11 +7,10 @@ namespace kfab {
 const Target& opencl_target() {
   static const Target t{
       .name = "opencl",
+      .suffixes = {".cl.cpp"},
       .dsl = "opencl",
-      .suffix = ".cl.cpp",
       .dsl_rules = "OpenCL: a C++ host file exporting kfab_run whose kernels are OpenCL C source strings built at run time; "
                    "data are cl_mem, the stream is the cl_command_queue.",
-      .suffixes = {".cl.cpp"},
       .runner_spawns = true,
       .flush = "on a GPU device, a fill of a buffer twice its global memory cache, on the queue, before each timed call; none on a CPU device",
       .timer = "profiling markers on the runner's queue around the call; the queue finished after each call",
