@@ -145,7 +145,7 @@ std::string cuda_generate(const Task& t, const TemplateParams& params) {
   return p ? generate_fused_cuda(*p, params, "fused row program for " + t.name) : "#error the task's formula no longer parses\n";
 }
 
-const KernelTemplate kFusedCuda{"cuda_fused_rows", "cuda", 7, cuda_applies, cuda_grid, cuda_generate};
+const KernelTemplate kFusedCuda{"cuda_fused_rows", "cuda", 8, cuda_applies, cuda_grid, cuda_generate};
 
 std::vector<TemplateParams> cpu_grid(const Task&) { return fused_cpu_grid(); }
 
@@ -154,7 +154,7 @@ std::string cpu_generate(const Task& t, const TemplateParams& params) {
   return p ? generate_fused_cpp(*p, params, "fused row program for " + t.name) : "#error the task's formula no longer parses\n";
 }
 
-const KernelTemplate kFusedCpu{"cpu_fused_rows", "cpu", 3, cuda_applies, cpu_grid, cpu_generate};
+const KernelTemplate kFusedCpu{"cpu_fused_rows", "cpu", 4, cuda_applies, cpu_grid, cpu_generate};
 
 bool gemm_applies(const Task& t) { return task_gemm(t).has_value(); }
 std::vector<TemplateParams> gemm_cuda_task_grid(const Task& t) {
@@ -175,8 +175,8 @@ std::string gemm_cpu_generate(const Task& t, const TemplateParams& params) {
   return g ? generate_gemm_cpp(*g, params, "GEMM + epilogue for " + t.name) : "#error the task no longer states a GEMM\n";
 }
 
-const KernelTemplate kGemmCuda{"cuda_gemm_epilogue", "cuda", 5, gemm_applies, gemm_cuda_task_grid, gemm_cuda_generate};
-const KernelTemplate kGemmCpu{"cpu_gemm_epilogue", "cpu", 4, gemm_applies, gemm_cpu_task_grid, gemm_cpu_generate};
+const KernelTemplate kGemmCuda{"cuda_gemm_epilogue", "cuda", 6, gemm_applies, gemm_cuda_task_grid, gemm_cuda_generate};
+const KernelTemplate kGemmCpu{"cpu_gemm_epilogue", "cpu", 5, gemm_applies, gemm_cpu_task_grid, gemm_cpu_generate};
 
 }  // namespace
 

@@ -69,15 +69,28 @@ std::vector<TemplateParams> fused_grid(const Program& p, int64_t n) {
 
 std::vector<TemplateParams> fused_cpu_grid() { return {{{"schedule", "static"}}, {{"schedule", "dynamic"}}}; }
 
-std::vector<TemplateParams> gemm_cpu_grid(const GemmProgram&) {
+namespace {
+
+/// The point that never forms the product, where the epilogue reads only its row sums (fold_row_sums):
+/// first in both grids, measured against the GEMMs after it.
+void fold_point(const GemmProgram& gp, std::vector<TemplateParams>& g) {
+  for (size_t i = 0; i < gp.bind.size(); ++i)
+    if (gp.bind[i] < 0 && fold_row_sums(gp.epilogue, static_cast<int>(i))) g.push_back({{"fold", "rowsum"}});
+}
+
+}  // namespace
+
+std::vector<TemplateParams> gemm_cpu_grid(const GemmProgram& gp) {
   std::vector<TemplateParams> g;
+  fold_point(gp, g);
   for (const char* mb : {"8", "4", "16"})
     for (const char* kb : {"256", "128"}) g.push_back({{"rows", mb}, {"kblock", kb}});
   return g;
 }
 
-std::vector<TemplateParams> gemm_cuda_grid(const GemmProgram&) {
+std::vector<TemplateParams> gemm_cuda_grid(const GemmProgram& gp) {
   std::vector<TemplateParams> g;
+  fold_point(gp, g);
   auto tc = [&](const char* tile, const char* warp, const char* stages) {
     g.push_back({{"mma", "tf32x3"}, {"precision", "3xtf32"}, {"tile", tile}, {"warp", warp}, {"stages", stages}});
   };

@@ -29,7 +29,7 @@ inline float kfab_gelu_tanh(float x) { return 0.5f * x * (1.0f + std::tanh(0.797
 )";
 
 // A row's element c of input i.
-std::string row_element(int i) { return fmt::format("a.in{}[r0 + c]", i); }
+std::string row_element(int i) { return fmt::format("a.in{}[roff + c]", i); }
 
 // One row's work inside the loop over rows; the scalars that need no all-reduction go before the
 // loop (`before`).
@@ -75,7 +75,7 @@ class RowLoop final : public RowSteps {
     for (int j : eouts) ids.push_back(p_.outputs[j].second);
     e_.line("#pragma omp simd").open("for (int64_t c = 0; c < n; ++c)");
     g_.element(ids, row_element, "c", e_);
-    for (int j : eouts) e_.linef("a.out{}[r0 + c] = {};", j, g_.value(p_.outputs[j].second));
+    for (int j : eouts) e_.linef("a.out{}[roff + c] = {};", j, g_.value(p_.outputs[j].second));
     e_.close();
   }
 
@@ -102,7 +102,7 @@ void column_passes(const Gen& g, Emitter& e) {
     e.linef("// column pass {}", s).line("#pragma omp parallel for schedule(static) if (total > 32768)");
     e.open("for (int64_t c0 = 0; c0 < n; c0 += 64)").line("const int64_t c1 = c0 + 64 < n ? c0 + 64 : n;");
     for (size_t j = 0; j < nodes.size(); ++j) e.linef("double s{}[64] = {{}};", j);
-    e.open("for (int64_t row = 0; row < rows; ++row)").line("const int64_t r0 = row * n;").line("#pragma omp simd");
+    e.open("for (int64_t row = 0; row < rows; ++row)").line("const int64_t roff = row * n;").line("#pragma omp simd");
     e.open("for (int64_t c = c0; c < c1; ++c)");
     g.element(args, row_element, "c", e);
     for (size_t j = 0; j < nodes.size(); ++j) e.linef("s{}[c - c0] += static_cast<double>({});", j, g.value(args[j]));
@@ -129,7 +129,7 @@ std::string launch(const Gen& g, const TemplateParams& tp) {
   if (!reduction.empty()) reduction += ")";
   const bool dynamic = tp.count("schedule") && tp.at("schedule") == "dynamic";
   e.linef("#pragma omp parallel for schedule({}){} if (total > 32768)", dynamic ? "dynamic, 4" : "static", reduction);
-  e.open("for (int64_t row = 0; row < rows; ++row)").line("const int64_t r0 = row * n;").line("(void)r0;").raw(body.str()).close();
+  e.open("for (int64_t row = 0; row < rows; ++row)").line("const int64_t roff = row * n;").line("(void)roff;").raw(body.str()).close();
   g.scalars([](int k, int slot, Emitter& s) { s.linef("const double w{} = acc{};", k, slot); },
             [&](int k) { return !p.nodes[k].after_all && g.live[k]; },  // declared before the loop
             "", e);
@@ -150,7 +150,66 @@ std::string generate_fused_cpp(const Program& p, const TemplateParams& tp, const
   return e.take();
 }
 
+namespace {
+
+// A GEMM whose epilogue reads the product only through row sums of linear functions of it
+// (fold_row_sums): B summed over the product's columns, A times that vector, then the folded
+// epilogue over the rows; the product is never formed.
+std::string generate_gemm_folded_cpp(const GemmProgram& gp, const Program& p, const TemplateParams& tp, const std::string& title) {
+  const Gen g(p, cpp_lang());
+  Emitter e;
+  head(title, tp,
+       fmt::format("The row sums of A @ {} as A @ (B summed over the product's columns), no product formed; then the folded epilogue",
+                   gp.trans_b ? "W^T (W is [N, K])" : "B"),
+       p, e);
+  e.line("#include <vector>").blank();
+  prelude(e);
+  args_struct(p, e);
+  Binding b = gemm_binding(gp);
+  b.setup = fmt::format(R"(  // B's sums over the product's columns, then the product's row sums, in buffers kept between calls
+  static std::vector<float> bsum, sums;
+  bsum.assign(static_cast<size_t>(K), 0.0f);
+  sums.resize(static_cast<size_t>(gm));
+  const float* ap = static_cast<const float*>(A.data);
+  const float* bp = static_cast<const float*>(W.data);
+  if ({trans}) {{  // W [gn, K]: each column summed over the rows, 64 columns a thread's block
+#pragma omp parallel for schedule(static) if (K * gn > 262144)
+    for (int64_t k0 = 0; k0 < K; k0 += 64) {{
+      const int64_t k1 = k0 + 64 < K ? k0 + 64 : K;
+      float s[64] = {{}};
+      for (int64_t j = 0; j < gn; ++j)
+#pragma omp simd
+        for (int64_t k = k0; k < k1; ++k) s[k - k0] += bp[j * K + k];
+      for (int64_t k = k0; k < k1; ++k) bsum[static_cast<size_t>(k)] = s[k - k0];
+    }}
+  }} else {{  // B [K, gn]: each row summed
+#pragma omp parallel for schedule(static) if (K * gn > 262144)
+    for (int64_t k = 0; k < K; ++k) {{
+      float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+      for (int64_t j = 0; j < gn; ++j) s += bp[k * gn + j];
+      bsum[static_cast<size_t>(k)] = s;
+    }}
+  }}
+#pragma omp parallel for schedule(static) if (gm * K > 262144)
+  for (int64_t i = 0; i < gm; ++i) {{
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int64_t k = 0; k < K; ++k) s += ap[i * K + k] * bsum[static_cast<size_t>(k)];
+    sums[static_cast<size_t>(i)] = s;
+  }}
+  a.in{pin} = sums.data();
+)",
+                        fmt::arg("trans", gp.trans_b ? "true" : "false"), fmt::arg("pin", product_input(gp)));
+  host(g, b, launch(g, tp), e);
+  return e.take();
+}
+
+}  // namespace
+
 std::string generate_gemm_cpp(const GemmProgram& gp, const TemplateParams& tp, const std::string& title) {
+  if (tp.count("fold") && tp.at("fold") == "rowsum")
+    if (auto folded = fold_row_sums(gp.epilogue, product_input(gp))) return generate_gemm_folded_cpp(gp, *folded, tp, title);
   const Program& p = gp.epilogue;
   const Gen g(p, cpp_lang());
   Emitter e;

@@ -138,13 +138,13 @@ class RowKernel final : public RowSteps {
     e_.line("const int64_t chunks = (rows + B / G - 1) / (B / G);");
     e_.open("for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x)");
     e_.line("const int64_t row = chunk * (B / G) + threadIdx.x / G;");
-    e_.line("const bool live = row < rows;").line("const int64_t r0 = (live ? row : 0) * n;");
+    e_.line("const bool live = row < rows;").line("const int64_t roff = (live ? row : 0) * n;");
     if (cached_) {
       const auto ein = g_.e_inputs();
       for (int i : ein) e_.linef("float x{}[IT * V];", i);
       e_.line("#pragma unroll").open("for (int it = 0; it < IT; ++it)").line("const int64_t c0 = (static_cast<int64_t>(it) * G + lane) * V;");
       e_.open("if (c0 < n)");
-      load_vectors(ein, "it", "r0 + c0", e_);
+      load_vectors(ein, "it", "roff + c0", e_);
       e_.close().close();
     }
     walk_rows(g_, *this);
@@ -183,14 +183,14 @@ class RowKernel final : public RowSteps {
     e_.linef("if (lane == 0 && live) kfab_part[{}][threadIdx.x / G] += static_cast<double>({});", g_.allslot[k], g_.value(p_.nodes[k].args[0]));
   }
   void pick(int k) override {
-    g_.pick(k, [](int i) { return fmt::format("__ldg(a.in{} + r0 + c)", i); }, e_);
+    g_.pick(k, [](int i) { return fmt::format("__ldg(a.in{} + roff + c)", i); }, e_);
   }
   void row_value(int k, const std::string& expr) override { e_.linef("const float r{} = {};", k, expr); }
 
  private:
   Access access() const {
     if (cached_) return [](int i) { return fmt::format("x{}[it * V + v]", i); };
-    return [](int i) { return fmt::format("__ldg(a.in{} + r0 + c)", i); };
+    return [](int i) { return fmt::format("__ldg(a.in{} + roff + c)", i); };
   }
 
   // `inner` for each element c of the thread's part of the row.
@@ -226,7 +226,7 @@ class RowKernel final : public RowSteps {
           g_.element(output_ids(p_, eouts), access(), "c", e_);
           for (int j : eouts) e_.linef("o{}[v] = {};", j, g_.value(p_.outputs[j].second));
           e_.close();
-          store_vectors(eouts, "r0 + c0", e_);
+          store_vectors(eouts, "roff + c0", e_);
         },
         true);
   }
@@ -576,6 +576,53 @@ std::string generate_gemm_tensor_cores(const GemmProgram& gp, const TemplatePara
   return e.take();
 }
 
+// A GEMM whose epilogue reads the product only through row sums of linear functions of it
+// (fold_row_sums): the product is never formed. B's sums over the product's columns (a pass over B),
+// A times them (a pass over A), then the folded epilogue as a row kernel over the product's row sums
+// (include/kfab/templates/row_sums_gemv.cuh). fp32 throughout: a summation order of its own, which
+// the verdict's tolerance judges like any other.
+std::string generate_gemm_folded(const GemmProgram& gp, const Program& p, const TemplateParams& tp, const std::string& title) {
+  const Gen g(p, cuda_lang());
+  const int pin = product_input(gp);
+  Emitter e;
+  head(title, tp,
+       fmt::format("The row sums of A @ {} as A @ (B summed over the product's columns), no product formed; then the folded epilogue",
+                   gp.trans_b ? "W^T (W is [N, K])" : "B"),
+       p, e);
+  e.raw(kPrelude).raw(host_checks()).blank();
+  const Parts rows = rows_parts(g, kProductRows);  // declares Args too
+  e.raw(rows.code).blank();
+  e.raw(template_text("row_sums_gemv.cuh")).blank();
+  Binding b = gemm_binding(gp);
+  b.setup = fmt::format(R"(  // the product's row sums and the pass over B's scratch, kept between calls (grown when a shape needs more)
+  static float* sums = nullptr;
+  static int64_t capacity = 0;
+  const int64_t need = gm + (kfab_fold_chunks + 1) * K + 4;
+  if (need > capacity) {{
+    if (sums != nullptr) cudaFree(sums);
+    sums = nullptr, capacity = 0;
+    if (cudaMalloc(reinterpret_cast<void**>(&sums), sizeof(float) * static_cast<size_t>(need)) != cudaSuccess) return 4;
+    capacity = need;
+  }}
+  a.in{} = sums;
+)",
+                        pin);
+  const std::string launch = fmt::format(R"(  if (total == 0) return 0;
+  {{
+    const float* ap = static_cast<const float*>(A.data);
+    const float* bp = static_cast<const float*>(W.data);
+    float* scratch = sums + ((gm + 3) / 4) * 4;  // 16-byte aligned after the sums
+    const bool v4 = K % 4 == 0 && gn % 4 == 0 && kfab_aligned16(ap) && kfab_aligned16(bp);
+    const int rc = kfab_product_row_sums(ap, bp, sums, scratch, gm, gn, K, {}, v4, stream);
+    if (rc != 0) return rc;
+  }}
+)",
+                                         gp.trans_b ? "true" : "false") +
+                             rows.launch;
+  host(g, b, launch, e);
+  return e.take();
+}
+
 }  // namespace
 
 std::string generate_fused_cuda(const Program& p, const TemplateParams& tp, const std::string& title) {
@@ -585,6 +632,8 @@ std::string generate_fused_cuda(const Program& p, const TemplateParams& tp, cons
 }
 
 std::string generate_gemm_cuda(const GemmProgram& gp, const TemplateParams& tp, const std::string& title) {
+  if (tp.count("fold") && tp.at("fold") == "rowsum")
+    if (auto folded = fold_row_sums(gp.epilogue, product_input(gp))) return generate_gemm_folded(gp, *folded, tp, title);
   if (tp.count("mma") && tp.at("mma") == "tf32x3") return generate_gemm_tensor_cores(gp, tp, title);
   if (tp.count("mma") && tp.at("mma").rfind("sm90_", 0) == 0) return generate_gemm_sm90(gp, tp, title);
   const Program& p = gp.epilogue;

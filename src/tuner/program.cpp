@@ -33,6 +33,9 @@ struct Parser {
   const std::map<std::string, double>& constants;
   std::map<std::string, int> memo;  // common subexpressions
   std::string err;
+  /// A row reduction may take a per-column value (the sum of a bias over a row): only programs that
+  /// fold_row_sums builds, never a formula (whose author means a per-element value).
+  bool column_rows = false;
 
   void ws() {
     while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;
@@ -64,7 +67,8 @@ struct Parser {
       for (int a : n.args) n.after_all = n.after_all || p.nodes[a].after_all;
       const auto& a0 = p.nodes[n.args[0]];
       if (is_row_reduction(n.op)) {
-        if (a0.cls != VClass::E) return fail(fmt::format("{} needs a per-element value, got a {}-class one", n.op, vclass_letter(a0.cls)));
+        if (a0.cls != VClass::E && !(column_rows && a0.cls == VClass::C))
+          return fail(fmt::format("{} needs a per-element value, got a {}-class one", n.op, vclass_letter(a0.cls)));
         n.cls = VClass::R;
       } else if (is_all_reduction(n.op)) {
         if (a0.cls != VClass::E && a0.cls != VClass::R)
@@ -235,7 +239,7 @@ Expected<Program> parse_program(const std::string& text, const std::vector<PInpu
   Program p;
   p.inputs = inputs;
   std::map<std::string, int> names;
-  Parser root{text, 0, p, names, constants, {}, {}};
+  Parser root{text, 0, p, names, constants, {}, {}, false};
   for (size_t k = 0; k < inputs.size(); ++k) {
     PNode n;
     n.op = "in";
@@ -262,7 +266,7 @@ Expected<Program> parse_program(const std::string& text, const std::vector<PInpu
     if (name.empty() || !(std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_'))
       return make_error(fmt::format("formula statement {}: \"{}\" is not a name", line, name));
     const std::string rhs = stmt.substr(eq + 1);
-    Parser ps{rhs, 0, p, names, constants, root.memo, {}};
+    Parser ps{rhs, 0, p, names, constants, root.memo, {}, false};
     const int id = ps.compare();
     ps.ws();
     if (ps.err.empty() && ps.i != rhs.size()) ps.err = fmt::format("unexpected '{}'", rhs.substr(ps.i));
@@ -280,6 +284,103 @@ Expected<Program> parse_program(const std::string& text, const std::vector<PInpu
   for (const auto& [o, id] : p.outputs)
     if (p.nodes[id].cls == VClass::C) return make_error("the output " + o + " is a per-column value; a row program cannot produce it");
   return p;
+}
+
+namespace {
+
+/// An expression linear in the product: coef * acc + rest, rest a node of the folded program (-1: none).
+struct Linear {
+  double coef = 0.0;
+  int rest = -1;
+};
+
+}  // namespace
+
+std::optional<Program> fold_row_sums(const Program& src, int acc) {
+  if (acc < 0 || acc >= static_cast<int>(src.inputs.size()) || src.groups > 1 || src.row_dims > 1) return std::nullopt;
+  const size_t count = src.nodes.size();
+  std::vector<bool> live(count);
+  for (const auto& o : src.outputs) live[o.second] = true;
+  for (size_t k = count; k-- > 0;)
+    if (live[k])
+      for (int a : src.nodes[k].args) live[a] = true;
+
+  Program q;
+  q.inputs = src.inputs;
+  q.inputs[acc].cls = VClass::R;
+  q.inputs[acc].name = src.inputs[acc].name + "_rowsum";
+  const std::string none;
+  std::map<std::string, int> names;
+  const std::map<std::string, double> constants;
+  Parser b{none, 0, q, names, constants, {}, {}, true};
+  PNode in_acc;
+  in_acc.op = "in";
+  in_acc.input = acc;
+  const int acc_rows = b.add(in_acc);
+
+  std::vector<int> to(count, -1);                // the node in q of a node outside the linear region
+  std::vector<std::optional<Linear>> lin(count);  // a node in the region: linear in acc
+  auto term = [&](int a) { return lin[a] ? *lin[a] : Linear{0.0, to[a]}; };
+  auto constant_of = [&](int a, double& v) {
+    if (lin[a] || src.nodes[a].op != "const") return false;
+    v = src.nodes[a].value;
+    return true;
+  };
+  bool folded = false;
+  for (size_t k = 0; k < count; ++k) {
+    if (!live[k]) continue;
+    const PNode& n = src.nodes[k];
+    bool reads_region = n.op == "in" && n.input == acc;
+    for (int a : n.args) reads_region = reads_region || lin[a].has_value();
+    if (!reads_region) {
+      if (n.op == "in" || n.op == "const") {
+        to[k] = b.add(n);
+        continue;
+      }
+      std::vector<int> args;
+      for (int a : n.args) args.push_back(to[a]);
+      PNode m = n;
+      m.args = args;
+      to[k] = b.add(m);
+      continue;
+    }
+    double v = 0.0;
+    if (n.op == "in") {
+      lin[k] = Linear{1.0, -1};
+    } else if (n.op == "add" || n.op == "sub") {
+      const Linear x = term(n.args[0]), y = term(n.args[1]);
+      const bool sub = n.op == "sub";
+      int rest = x.rest;
+      if (y.rest >= 0) rest = x.rest < 0 ? (sub ? b.op("neg", {y.rest}) : y.rest) : b.op(n.op, {x.rest, y.rest});
+      lin[k] = Linear{sub ? x.coef - y.coef : x.coef + y.coef, rest};
+    } else if (n.op == "neg") {
+      const Linear x = term(n.args[0]);
+      lin[k] = Linear{-x.coef, x.rest < 0 ? -1 : b.op("neg", {x.rest})};
+    } else if (n.op == "mul" && (constant_of(n.args[0], v) || constant_of(n.args[1], v))) {
+      const int other = lin[n.args[0]] ? n.args[1] : n.args[0];
+      const Linear x = term(lin[n.args[0]] ? n.args[0] : n.args[1]);
+      lin[k] = Linear{x.coef * v, x.rest < 0 ? -1 : b.op("mul", {x.rest, to[other]})};
+    } else if (n.op == "div" && constant_of(n.args[1], v) && v != 0.0) {
+      const Linear x = term(n.args[0]);
+      lin[k] = Linear{x.coef / v, x.rest < 0 ? -1 : b.op("div", {x.rest, to[n.args[1]]})};
+    } else if (n.op == "rowsum" || n.op == "rowmean") {
+      // rowsum(coef * acc + rest) = coef * rowsum(acc) + rowsum(rest)
+      const Linear x = term(n.args[0]);
+      int sum = x.coef == 1.0 ? acc_rows : b.op("mul", {b.constant(x.coef), acc_rows});
+      if (x.rest >= 0) sum = b.op("add", {sum, b.op("rowsum", {x.rest})});
+      to[k] = n.op == "rowmean" ? b.op("div", {sum, b.op("ncols", {})}) : sum;
+      folded = true;
+    } else {
+      return std::nullopt;  // the product is used otherwise than through a row sum of a linear function of it
+    }
+    if (!b.err.empty()) return std::nullopt;
+  }
+  if (!folded || !b.err.empty()) return std::nullopt;
+  for (const auto& [name, id] : src.outputs) {
+    if (lin[id] || to[id] < 0) return std::nullopt;  // an output is the product (or linear in it): it must be formed
+    q.outputs.emplace_back(name, to[id]);
+  }
+  return q;
 }
 
 }  // namespace kfab

@@ -17,6 +17,7 @@
 /// ncols and nrows are the row length and the row count at run time (a batch mean's divisor).
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,15 @@ struct Program {
 bool is_row_reduction(const std::string& op);
 bool is_all_reduction(const std::string& op);
 bool is_col_reduction(const std::string& op);
+
+/// A GEMM's epilogue `p` over the product (input `acc`, per element) that reads the product only
+/// through row sums or means of a linear function of it (rowsum(acc / 2 + bias) * 1.5) needs only the
+/// product's row sums: rowsum(c * acc + rest) = c * rowsum(acc) + rowsum(rest), and the row sums of
+/// A @ B are A @ (B's sums over the product's columns), a matrix-vector product. The program with that
+/// rewrite, its input `acc` now per row (the product's row sums, named acc_rowsum); nullopt where the
+/// product is read otherwise (an output, a nonlinear op, a row max, a column reduction, a grouped
+/// program).
+std::optional<Program> fold_row_sums(const Program& p, int acc);
 
 /// Parses `text` (statements `name = expr`, separated by newlines or ';', '#' comments) over the
 /// given inputs; `outputs` are the names whose final values are the task's outputs; `constants`

@@ -116,4 +116,23 @@ TEST_F(KbGpu, ExportedModelNewOfTheTritonCandidatePassesAllclose) {
   std::cout << check->output;
 }
 
+// A Linear whose output is only summed over its features (KernelBench's Gemm_Divide_Sum_Scaling, here
+// with a bias): the tuner's first cuda point never forms the product (the weight's column sums, then a
+// matrix-vector product), and it passes every seed and the held-out shape at fp32.
+TEST_F(KbGpu, TheTunerFoldsARowSumOfTheProductAndItPasses) {
+  const std::string task = std::string(KFAB_SOURCE_DIR) + "/tasks/kb/l2_linear_divide_sum_scale.py";
+  CliResult r = kfab_cli({"optimize", task, "--target", "cuda", "--fresh", "--points", "1", "--json", "--quiet", "--out",
+                          (scratch() / "kb-fold").string()},
+                         900);
+  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  nlohmann::json j = r.json();
+  EXPECT_EQ(j["best"]["disposition"], "passed") << j.dump(2);
+  EXPECT_EQ(j["tuner"]["template"], "cuda_gemm_epilogue");
+  EXPECT_EQ(j["tuner"]["params"].value("fold", ""), "rowsum") << j["tuner"].dump();
+  EXPECT_EQ(j["best"]["precision"], "fp32");
+  int heldout = 0;
+  for (const auto& s : j["verdict"]["shapes"]) heldout += s.value("heldout", false) && s.value("correct", false);
+  EXPECT_EQ(heldout, 1) << j["verdict"].dump(2);
+}
+
 }  // namespace kfab::test

@@ -195,8 +195,26 @@ TEST_F(CudaBuild, GemmEpiloguesCompileAtEveryPoint) {
     EXPECT_NE(src.find("KfabSm90Gemm<128, 128, 32, 1, true, true, true>"), std::string::npos) << "W [N, K] is K-major, stream-K";
   }
   build("linear_layernorm_relu", src);
-  // every SIMT point of both tasks and the Linear (and, asked, the native matmul's first tensor-core point)
-  EXPECT_EQ(built, 2 * 5 + 1 + extra);
+  // a product read only through a row sum of a linear function of it (KernelBench's Gemm_Divide_Sum_Scaling,
+  // with a bias): its row sums alone, B given as W [N, K] and as [K, N]; the grid opens with that point
+  for (const bool trans : {true, false}) {
+    GemmProgram sum;
+    sum.a = 0, sum.b = 1, sum.trans_b = trans, sum.tensors = 3, sum.bind = {2, -1};
+    auto q = parse_program("y = rowsum((acc + bias) / 2.0) * 1.5", {{"bias", VClass::C}, {"acc", VClass::E}}, {"y"});
+    ASSERT_TRUE(q.has_value()) << q.error().message;
+    sum.epilogue = *q;
+    const auto sgrid = gemm_cuda_grid(sum);
+    ASSERT_FALSE(sgrid.empty());
+    ASSERT_EQ(sgrid.front().count("fold"), 1u);
+    const std::string folded = generate_gemm_cuda(sum, sgrid.front(), "gemm_sum");
+    EXPECT_NE(folded.find(std::string("kfab_product_row_sums(ap, bp, sums, scratch, gm, gn, K, ") + (trans ? "true" : "false")),
+              std::string::npos);
+    EXPECT_EQ(folded.find("cutlass"), std::string::npos) << "no product is formed";
+    build(trans ? "gemm_sum_wnk" : "gemm_sum_bkn", folded);
+  }
+  // every SIMT point of both tasks, the Linear, the two folded sums (and, asked, the native matmul's
+  // first tensor-core point)
+  EXPECT_EQ(built, 2 * 5 + 1 + 2 + extra);
 }
 
 // A candidate built on CUTLASS (issue 23's 3xTF32 probe) gets CUTLASS's headers where the worker's Python

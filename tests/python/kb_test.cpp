@@ -224,7 +224,7 @@ TEST_F(KbEval, TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest) {
   // a GEMM (aten.mm / addmm) followed by a program over its product
   const std::set<std::string> gemms = {"l1_matmul",           "l2_linear_gelu_scale",         "l2_linear_layernorm_relu",
                                        "l2_linear_residual_rmsnorm", "l2_linear_scale_clamp_logsumexp", "l2_linear_swish_sum",
-                                       "l2_linear_batchnorm_gelu", "l2_linear_groupnorm_hardtanh"};
+                                       "l2_linear_batchnorm_gelu", "l2_linear_groupnorm_hardtanh", "l2_linear_divide_sum_scale"};
   // single-op Models that go to a dedicated template rather than a program
   const std::map<std::string, std::pair<std::string, std::string>> kinds = {
       {"l1_cumsum", {"scan", "cuda_row_scan"}}, {"l1_sum_dim", {"middle_sum", "cuda_middle_sum"}},
@@ -293,6 +293,8 @@ TEST_F(KbEval, TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest) {
       auto p = parse_program((*tr)["formula"], ins, (*tr)["outputs"].get<std::vector<std::string>>());
       ASSERT_TRUE(p.has_value()) << stem << ": " << p.error().message << "\n" << (*tr)["formula"];
       gp.epilogue = *p;
+      // only the product's row sums are read: the grid opens with the point that never forms the product
+      EXPECT_EQ(gemm_cuda_grid(gp).front().count("fold"), stem == "l2_linear_divide_sum_scale" ? 1u : 0u) << stem;
       if (!nvcc.has_compiler()) continue;
       const auto f = scratch() / (stem + ".cu");
       // the SIMT point: the CUTLASS ones (each tens of seconds of nvcc) are built by CudaBuild.GemmEpilogues*
@@ -430,6 +432,25 @@ TEST_F(KbEval, TheTunerFindsAGemmAndTunesItWithItsEpilogue) {
   bool heldout = false;
   for (const auto& s : j["verdict"]["shapes"]) heldout = heldout || s.value("heldout", false);
   EXPECT_TRUE(heldout);
+}
+
+// A Linear whose output is only summed over its features (KernelBench's Gemm_Divide_Sum_Scaling, with a
+// bias): the tuner's first point never forms the product (the weight's column sums, then a matrix-vector
+// product, fold_row_sums), and it passes every seed and the held-out shape at fp32 against torch.
+TEST_F(KbEval, TheTunerFoldsARowSumOfTheProductAndItPasses) {
+  const std::string task = std::string(KFAB_SOURCE_DIR) + "/tasks/kb/l2_linear_divide_sum_scale.py";
+  CliResult r = kfab_cli({"optimize", task, "--target", "cpu", "--fresh", "--points", "1", "--json", "--quiet", "--out",
+                          (scratch() / "kb-fold").string()},
+                         900);
+  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  nlohmann::json j = r.json();
+  EXPECT_EQ(j["best"]["disposition"], "passed") << j.dump(2);
+  EXPECT_EQ(j["tuner"]["template"], "cpu_gemm_epilogue");
+  EXPECT_EQ(j["tuner"]["params"].value("fold", ""), "rowsum") << j["tuner"].dump();
+  EXPECT_EQ(j["best"]["precision"], "fp32");
+  int heldout = 0;
+  for (const auto& s : j["verdict"]["shapes"]) heldout += s.value("heldout", false) && s.value("correct", false);
+  EXPECT_EQ(heldout, 1) << j["verdict"].dump(2);
 }
 
 // A training BatchNorm after a Linear (as KernelBench's harness runs the Model: training mode): the

@@ -1,6 +1,8 @@
 // Fused row programs: parsing, value classes, common subexpressions and the errors a user sees.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "core/task.h"
 #include "tuner/emitter.h"
 #include "tuner/fused.h"
@@ -149,6 +151,86 @@ TEST(Printers, EachLanguageSpellsItsOwnLoadsAndFunctions) {
   const std::string cuda = generate_fused_cuda(*p, fused_grid(*p, 1024).front(), "t");
   for (const char* device : {"__ldg(a.in1 + c)", "__ldg(a.in3)", "expf(", "rsqrtf(", "kfab_group<G, 1>"}) EXPECT_NE(cuda.find(device), std::string::npos) << device;
   EXPECT_EQ(cuda.find("kfab_exp("), std::string::npos);
+}
+
+namespace {
+
+/// A program evaluated the plain way over [rows, n] (every value a rows x n matrix, broadcast by its
+/// class), for the ops the fold tests use; `in` holds each input as rows x n values.
+std::vector<std::vector<double>> evaluate(const Program& p, const std::vector<std::vector<double>>& in, int rows, int n) {
+  std::vector<std::vector<double>> v(p.nodes.size());
+  for (size_t k = 0; k < p.nodes.size(); ++k) {
+    const PNode& nd = p.nodes[k];
+    std::vector<double>& out = v[k];
+    out.assign(static_cast<size_t>(rows) * n, 0.0);
+    auto arg = [&](int a, int i) { return v[nd.args[a]][i]; };
+    for (int r = 0; r < rows; ++r) {
+      double sum = 0.0;
+      if (nd.op == "rowsum" || nd.op == "rowmean")
+        for (int c = 0; c < n; ++c) sum += arg(0, r * n + c);
+      for (int c = 0; c < n; ++c) {
+        const int i = r * n + c;
+        double& y = out[i];
+        if (nd.op == "in") y = in[nd.input][i];
+        else if (nd.op == "const") y = nd.value;
+        else if (nd.op == "ncols") y = n;
+        else if (nd.op == "add") y = arg(0, i) + arg(1, i);
+        else if (nd.op == "sub") y = arg(0, i) - arg(1, i);
+        else if (nd.op == "mul") y = arg(0, i) * arg(1, i);
+        else if (nd.op == "div") y = arg(0, i) / arg(1, i);
+        else if (nd.op == "neg") y = -arg(0, i);
+        else if (nd.op == "exp") y = std::exp(arg(0, i));
+        else if (nd.op == "rowsum") y = sum;
+        else if (nd.op == "rowmean") y = sum / n;
+        else ADD_FAILURE() << "the test's evaluator has no " << nd.op;
+      }
+    }
+  }
+  return v;
+}
+
+}  // namespace
+
+// A product read only through row sums of linear functions of it (KernelBench's Gemm_Divide_Sum_Scaling,
+// Matmul_Sum_..., Gemm_Subtract_GlobalAvgPool_...) folds into the product's row sums; the folded program
+// computes what the original does, and anything else that reads the product refuses the fold.
+TEST(Program, RowSumsOfALinearFunctionOfTheProductFold) {
+  const std::vector<PInput> in = {{"bias", VClass::C}, {"x", VClass::E}, {"acc", VClass::E}};
+  const int rows = 3, n = 5;
+  std::vector<std::vector<double>> vals(3, std::vector<double>(rows * n));
+  for (int i = 0; i < rows * n; ++i) {
+    vals[0][i] = 0.25 * (i % n) - 0.3;  // per column
+    vals[1][i] = std::sin(1.0 + i);
+    vals[2][i] = std::cos(0.7 * i) * 2.0;
+  }
+  for (const char* text : {"y = rowsum(acc / 2.0) * 1.5", "y = exp(rowsum(acc + bias))", "y = rowmean((acc + bias) - 0.5 * bias) + x",
+                           "y = rowsum(-acc * 3.0) + rowmean(2.0 * acc - x)"}) {
+    auto p = parse_program(text, in, {"y"});
+    ASSERT_TRUE(p.has_value()) << text << ": " << p.error().message;
+    auto f = fold_row_sums(*p, 2);
+    ASSERT_TRUE(f.has_value()) << text;
+    EXPECT_EQ(f->inputs[2].cls, VClass::R);
+    for (const auto& nd : f->nodes) EXPECT_FALSE(nd.op == "in" && nd.input == 2 && nd.cls != VClass::R) << text;
+    std::vector<std::vector<double>> folded_in = vals;
+    for (int r = 0; r < rows; ++r) {
+      double s = 0.0;
+      for (int c = 0; c < n; ++c) s += vals[2][r * n + c];
+      for (int c = 0; c < n; ++c) folded_in[2][r * n + c] = s;
+    }
+    const auto want = evaluate(*p, vals, rows, n)[p->outputs[0].second];
+    const auto got = evaluate(*f, folded_in, rows, n)[f->outputs[0].second];
+    for (int i = 0; i < rows * n; ++i) EXPECT_NEAR(got[i], want[i], 1e-9 * (1.0 + std::abs(want[i]))) << text << " at " << i << "\n" << f->describe();
+  }
+  // the product itself, a nonlinear function of it, a row max of it, a product of it with a per-element
+  // value, a constant added (its row sum would need the row length): the product must be formed
+  for (const char* text : {"y = acc + bias", "y = rowsum(exp(acc))", "y = rowmax(acc)", "y = rowsum(acc * x)", "y = rowsum(acc) + acc",
+                           "y = rowsum(acc + 1.0)", "y = x"}) {
+    auto p = parse_program(text, in, {"y"});
+    ASSERT_TRUE(p.has_value()) << text << ": " << p.error().message;
+    EXPECT_FALSE(fold_row_sums(*p, 2).has_value()) << text;
+  }
+  // a formula's own row sum of a per-column value is still refused (only the fold builds one)
+  EXPECT_FALSE(parse_program("y = rowsum(bias) + x", in, {"y"}).has_value());
 }
 
 }  // namespace kfab
