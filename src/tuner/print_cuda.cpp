@@ -420,7 +420,7 @@ void gemm_epilogue(const Gen& g, int pin, bool fused, Emitter& e) {
 
 // The product's buffer for a row kernel after the GEMM, kept between calls (grown when a shape needs
 // more), as the epilogue's input `pin`.
-// `extra`: an expression of further floats the buffer holds after the product (operands' parts).
+// `extra`: an expression of further floats the buffer holds after the product (the operands' parts).
 std::string product_buffer(int pin, const std::string& extra = "0") {
   return fmt::format(R"(  // the product's buffer{1}, kept between calls (grown when a shape needs more)
   static float* product = nullptr;
@@ -434,7 +434,7 @@ std::string product_buffer(int pin, const std::string& extra = "0") {
   }}
   a.in{0} = product;
 )",
-                     pin, extra == "0" ? "" : " and the operands' small parts after it", extra);
+                     pin, extra == "0" ? "" : " and the operands' big and small parts after it", extra);
 }
 
 /// kfab_run's end for the GEMM: the grid, the float4 choice and the launch; with a row kernel after
@@ -525,7 +525,7 @@ std::string generate_gemm_sm90(const GemmProgram& gp, const TemplateParams& tp, 
       .blank();
   cutlass_gemm_types(gp, {}, e);  // the alignment-1 instance for what TMA cannot take
   Binding b = gemm_binding(gp);
-  b.setup = product_buffer(pin, three ? "(gm + gn) * K" : "0");
+  b.setup = product_buffer(pin, three ? "2 * (gm + gn) * K" : "0");
   std::string launch = R"(  if (total == 0) return 0;
   if (gm > 2147483647 || gn > 2147483647 || K > 2147483647) return 6;
   {

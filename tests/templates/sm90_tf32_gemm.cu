@@ -27,7 +27,7 @@ namespace {
 KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t, kfab_tensor* out, int32_t, void* stream) {
   const int m = static_cast<int>(in[0].shape[0]), k = static_cast<int>(in[0].shape[1]), n = static_cast<int>(in[1].shape[0]);
   static float* scratch = nullptr;
-  if (scratch == nullptr && cudaMalloc(reinterpret_cast<void**>(&scratch), sizeof(float) * (static_cast<size_t>(m) + n) * k) != cudaSuccess)
+  if (scratch == nullptr && cudaMalloc(reinterpret_cast<void**>(&scratch), sizeof(float) * 2 * (static_cast<size_t>(m) + n) * k) != cudaSuccess)
     return 4;
   return kfab_sm90_3xtf32<KfabSm90Gemm<128, 128, 32, 1, true>>(static_cast<const float*>(in[0].data), static_cast<const float*>(in[1].data),
                                                                 static_cast<float*>(out[0].data), scratch, m, n, k,

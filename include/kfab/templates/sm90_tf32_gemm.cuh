@@ -7,16 +7,16 @@
 // transposes one in registers. Needs -arch=sm_90a, K and N multiples of 4 and 16-byte aligned
 // pointers (TMA's strides and addresses).
 //
-// CUTLASS has no 3xTF32 wgmma kernel, so fp32 accuracy is built here from three TF32 products. A TF32
-// tensor core reads an fp32 operand's sign, exponent and top 10 mantissa bits; what it leaves out,
-// small(v) = v - (v with its 13 low mantissa bits cleared), is exact in fp32. So with As = small(A) and
-// Ws = small(W):
-//   C  = As @ W^T       (the small x big term)
-//   C += A  @ Ws^T      (big x small)
-//   C += A  @ W^T       (big x big, last, so that the larger terms are added to the smaller ones)
-// The small x small term, below 2^-20 of the product, is left out, as CUTLASS's own 3xTF32 does. A
-// tensor core that rounded its operands instead of cutting them would make these terms wrong by far
-// more than fp32's tolerance: the evaluation's comparison would reject such a point.
+// CUTLASS has no 3xTF32 wgmma kernel, so fp32 accuracy is built here from three TF32 products, as
+// CUTLASS's SM80 OpMultiplyAddFastF32 builds it in registers: each operand v split into big(v), v
+// rounded to the nearest TF32 (its 13 low mantissa bits zero, so the tensor core reads it exactly), and
+// small(v) = v - big(v), exact in fp32 and at most half a TF32 unit of v. Then
+//   C  = As @ Wb^T      (the small x big term)
+//   C += Ab @ Ws^T      (big x small)
+//   C += Ab @ Wb^T      (big x big, last, so that the larger terms are added to the smaller ones)
+// The small x small term, below 2^-21 of the product, is left out, as CUTLASS's own 3xTF32 does. The
+// split is written out (2 (M + N) K floats): the first form, which took v itself as its big part
+// and relied on wgmma dropping its low bits, measured 2.9e-3 off on an H200, worse than one product.
 //
 // The generated file includes cute/tensor.hpp and CUTLASS's GEMM headers before it (with NDEBUG: a
 // device-side assert is a call, and a call inside the wgmma pipeline serialises it). The text between
@@ -89,33 +89,46 @@ int kfab_sm90_product(const float* a, const float* w, float* c, int m, int n, in
   return gemm.run(stream) == cutlass::Status::kSuccess ? 0 : 5;
 }
 
-// small[i] = v[i] - (v[i] with its 13 low mantissa bits cleared), four floats at a time
-__global__ void kfab_tf32_small(const float4* __restrict__ v, float4* __restrict__ small, int64_t n4) {
+// v's value rounded to the nearest TF32 (10 mantissa bits; halves away from zero): its low 13 bits
+// zero, so a tensor core reads it exactly whether it truncates or rounds its inputs.
+__device__ __forceinline__ float kfab_tf32_big(float v) { return __uint_as_float((__float_as_uint(v) + 0x1000u) & 0xffffe000u); }
+
+// big[i] = v[i] rounded to the nearest TF32 and small[i] = v[i] - big[i] (exact in fp32, at most half a
+// TF32 unit of v), four floats at a time. Measured on an H200 (issue 23): taking v itself as its big
+// part and v - trunc(v) as the small one was wrong by up to 2.9e-3 on a 1024 x 8192 x 8192 Linear,
+// worse than one TF32 product (9.4e-4): wgmma does not just drop an fp32 operand's low bits.
+__global__ void kfab_tf32_split(const float4* __restrict__ v, float4* __restrict__ big, float4* __restrict__ small, int64_t n4) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n4; i += step) {
     const float4 a = __ldcs(v + i);
-    float4 s;
-    s.x = a.x - __uint_as_float(__float_as_uint(a.x) & 0xffffe000u);
-    s.y = a.y - __uint_as_float(__float_as_uint(a.y) & 0xffffe000u);
-    s.z = a.z - __uint_as_float(__float_as_uint(a.z) & 0xffffe000u);
-    s.w = a.w - __uint_as_float(__float_as_uint(a.w) & 0xffffe000u);
-    __stcs(small + i, s);
+    const float4 b = make_float4(kfab_tf32_big(a.x), kfab_tf32_big(a.y), kfab_tf32_big(a.z), kfab_tf32_big(a.w));
+    __stcs(big + i, b);
+    __stcs(small + i, make_float4(a.x - b.x, a.y - b.y, a.z - b.z, a.w - b.w));
   }
 }
 
-// C = A @ W^T (or A @ B) at fp32 accuracy from three TF32 products; `scratch` holds (m + n) * k floats.
+// C = A @ W^T (or A @ B) at fp32 accuracy from three TF32 products (small x big, big x small, big x big;
+// the small x small term, below 2^-21 of the product, dropped as in CUTLASS's 3xTF32); `scratch` holds
+// 2 * (m + n) * k floats: each operand's big and small parts.
 template <class G>
 int kfab_sm90_3xtf32(const float* a, const float* w, float* c, float* scratch, int m, int n, int k, cudaStream_t stream) {
-  float* as = scratch;
-  float* ws = scratch + static_cast<size_t>(m) * k;
-  const int64_t a4 = static_cast<int64_t>(m) * k / 4, w4 = static_cast<int64_t>(n) * k / 4;
+  const size_t am = static_cast<size_t>(m) * k, wn = static_cast<size_t>(n) * k;
+  float* ab = scratch;
+  float* as = ab + am;
+  float* wb = as + am;
+  float* ws = wb + wn;
+  const int64_t a4 = static_cast<int64_t>(am / 4), w4 = static_cast<int64_t>(wn / 4);
   auto blocks = [](int64_t n4) { return static_cast<unsigned>(std::min<int64_t>((n4 + 255) / 256, 4096)); };
-  if (a4 > 0) kfab_tf32_small<<<blocks(a4), 256, 0, stream>>>(reinterpret_cast<const float4*>(a), reinterpret_cast<float4*>(as), a4);
-  if (w4 > 0) kfab_tf32_small<<<blocks(w4), 256, 0, stream>>>(reinterpret_cast<const float4*>(w), reinterpret_cast<float4*>(ws), w4);
+  if (a4 > 0)
+    kfab_tf32_split<<<blocks(a4), 256, 0, stream>>>(reinterpret_cast<const float4*>(a), reinterpret_cast<float4*>(ab),
+                                                    reinterpret_cast<float4*>(as), a4);
+  if (w4 > 0)
+    kfab_tf32_split<<<blocks(w4), 256, 0, stream>>>(reinterpret_cast<const float4*>(w), reinterpret_cast<float4*>(wb),
+                                                    reinterpret_cast<float4*>(ws), w4);
   if (cudaGetLastError() != cudaSuccess) return 5;
-  int rc = kfab_sm90_product<G>(as, w, c, m, n, k, 0.0f, stream);
-  if (rc == 0) rc = kfab_sm90_product<G>(a, ws, c, m, n, k, 1.0f, stream);
-  if (rc == 0) rc = kfab_sm90_product<G>(a, w, c, m, n, k, 1.0f, stream);
+  int rc = kfab_sm90_product<G>(as, wb, c, m, n, k, 0.0f, stream);
+  if (rc == 0) rc = kfab_sm90_product<G>(ab, ws, c, m, n, k, 1.0f, stream);
+  if (rc == 0) rc = kfab_sm90_product<G>(ab, wb, c, m, n, k, 1.0f, stream);
   return rc;
 }
 // kfab:end
