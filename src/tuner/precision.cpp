@@ -35,4 +35,11 @@ std::string precision_refusal(const TemplateParams& p, double worst) {
                      p.at("precision"), worst, kReducedPrecisionShare);
 }
 
+Verdict refused_verdict(const Verdict& passed, const std::string& why) {
+  Verdict v = passed;
+  v.disposition = Disposition::Rejected;
+  v.detail = "not kept: " + why + " (" + passed.detail + ")";
+  return v;
+}
+
 }  // namespace kfab

@@ -30,4 +30,9 @@ double worst_tolerance_used(const Verdict& v);
 /// the step's detail).
 std::string precision_refusal(const TemplateParams& p, double worst);
 
+/// The final check's verdict of a point whose precision the policy refused after it passed: `rejected`,
+/// its detail saying why, so that nothing downstream (the run's best, a bench row, a table) counts it
+/// as passed; its shapes and timings stay as measured.
+Verdict refused_verdict(const Verdict& passed, const std::string& why);
+
 }  // namespace kfab

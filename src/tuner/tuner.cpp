@@ -419,14 +419,17 @@ Expected<FinalCheck> final_check(Run& run, Evaluations& evals, const TuneOptions
                     pt.tmpl, format_params(pt.params)));
     auto v = evals.evaluate(fc.best_file, full);
     if (!v) return Unexpected{v.error()};
+    fc.refused = v->passed() ? precision_refusal(pt.params, worst_tolerance_used(*v)) : std::string();
+    fc.kept = v->passed() && fc.refused.empty();
+    // a reduced precision that passed with too little to spare is recorded as what the tuner makes of
+    // it: rejected, never as a pass a bench or a report would count
+    if (!fc.refused.empty()) *v = refused_verdict(*v, fc.refused);
     if (auto ok = run.record(sp.task, fc.best_file, *v, "final", v->detail); !ok) return Unexpected{ok.error()};
     fc.verdict = *v;
     fc.chosen = pt;
     fc.searched_speedup = ranked[k].first;
-    fc.refused = v->passed() ? precision_refusal(pt.params, worst_tolerance_used(*v)) : std::string();
-    fc.kept = v->passed() && fc.refused.empty();
     if (fc.kept) break;
-    say(v->passed() ? "  not kept: " + fc.refused : fmt::format("  {}: {}", disposition_name(v->disposition), printable(v->detail, 300)));
+    say(!fc.refused.empty() ? "  not kept: " + fc.refused : fmt::format("  {}: {}", disposition_name(v->disposition), printable(v->detail, 300)));
   }
   return fc;
 }
@@ -519,7 +522,7 @@ Expected<json> tune(const TuneOptions& in) {
   run.finish(fc->kept);
   result["best"] = {{"candidate", fs::absolute(fc->best_file).string()}, {"disposition", disposition_name(v.disposition)},
                     {"speedup", v.speedup ? json(*v.speedup) : json()}, {"detail", v.detail}};
-  if (!fc->refused.empty()) result["best"]["kept"] = false, result["best"]["detail"] = fc->refused;
+  if (!fc->refused.empty()) result["best"]["kept"] = false;
   // the precision the winner computes in, and how much of the tolerance it used (the verdict states both)
   const auto prec = fc->chosen.params.find("precision");
   result["best"]["precision"] = prec != fc->chosen.params.end() ? prec->second : "fp32";

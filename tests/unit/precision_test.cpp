@@ -44,4 +44,24 @@ TEST(Precision, AReducedPrecisionIsKeptOnlyWithinItsShareOfTheTolerance) {
   EXPECT_TRUE(reduced_precision({{"precision", "bf16"}}));
 }
 
+// A reduced precision refused in the final check after it passed (level2_22 on an H200: tf32 used 0.14
+// of the tolerance on the search's 2 seeds, 0.56 on the final 5) is recorded as rejected, so that a
+// bench row or a report never counts it as passed; its measurements stay.
+TEST(Precision, AFinalPassRefusedForItsPrecisionIsRecordedAsRejected) {
+  Verdict v;
+  v.disposition = Disposition::Passed;
+  v.detail = "correct on 1 shapes x 5 seeds; 8.057x the torch eager";
+  v.speedup = 8.057;
+  const std::string why = precision_refusal({{"precision", "tf32"}}, 0.56);
+  ASSERT_FALSE(why.empty());
+  const Verdict r = refused_verdict(v, why);
+  EXPECT_EQ(r.disposition, Disposition::Rejected);
+  EXPECT_FALSE(r.passed());
+  EXPECT_NE(r.detail.find("not kept"), std::string::npos) << r.detail;
+  EXPECT_NE(r.detail.find("tf32"), std::string::npos) << r.detail;
+  EXPECT_NE(r.detail.find("8.057x"), std::string::npos) << "what was measured stays in the detail: " << r.detail;
+  ASSERT_TRUE(r.speedup.has_value());
+  EXPECT_EQ(r.to_json().value("disposition", ""), "rejected");
+}
+
 }  // namespace kfab
