@@ -483,9 +483,9 @@ _PRODUCTS = {"mm", "addmm", "bmm", "baddbmm", "convolution", "_convolution", "ma
 
 
 def _find_gemm(gm):
-    """The Model's one matrix product, when it is a 2-D GEMM of two of its inputs (or weights), the
-    second one possibly transposed (a Linear layer's weight): (node, A, B, B transposed, bias) with
-    A and B placeholders; None when the graph has no product."""
+    """The Model's one matrix product, when it is a 2-D GEMM of two of its inputs (or weights), either
+    possibly transposed (a Linear layer's weight; KernelBench's A.T @ B): (node, A, B, B transposed,
+    bias, A transposed) with A and B placeholders; None when the graph has no product."""
     ops = [n for n in gm.graph.nodes if n.op == "call_function"]
     prods = [n for n in ops if _base(n) in _PRODUCTS]
     if not prods:
@@ -520,17 +520,15 @@ def _find_gemm(gm):
                 return x.args[0], False
         if isinstance(x, torch.fx.Node) and x.op == "call_function" and _base(x) in ("permute", "t", "transpose") \
                 and isinstance(x.args[0], torch.fx.Node) and x.args[0].op == "placeholder" and x.args[0].meta["val"].dim() == 2:
-            if side == "left":
-                raise Unsupported("a GEMM whose left operand is transposed")
-            return x.args[0], True
+            return x.args[0], True  # a 2-D input transposed: the kernel reads it as given ([K, M] or [N, K])
         raise Unsupported(f"a GEMM of a computed {side} operand ({getattr(x, 'name', x)}): the template multiplies the Model's inputs or weights")
 
-    pa, _ = operand(a, "left")
+    pa, trans_a = operand(a, "left")
     pb, trans = operand(b, "right")
     for p in (pa, pb):
         if p.meta["val"].dtype != torch.float32:
             raise Unsupported(f"a GEMM operand is {p.meta['val'].dtype}")
-    return node, pa, pb, trans, bias
+    return node, pa, pb, trans, bias, trans_a
 
 
 def _avg_pool_kind(gm, example: list):
@@ -634,7 +632,7 @@ def _trace_fake(t: taskmod.KbTask, shape: dict) -> dict:
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         skip = set()  # nodes the GEMM consumes
         if gemm:
-            node, pa, pb, trans, bias = gemm
+            node = gemm[0]
             skip = {node} | {x for x in node.args if isinstance(x, torch.fx.Node) and x.op == "call_function"}
         # Nodes whose result nothing uses: dead code, or an in-place update of a buffer that no output
         # shows (a BatchNorm's num_batches_tracked += 1 in training).
@@ -703,6 +701,8 @@ def _trace_fake(t: taskmod.KbTask, shape: dict) -> dict:
         r["groups"] = m.groups
     if gemm:
         r["gemm"] = {"a": placeholders.index(gemm[1]), "b": placeholders.index(gemm[2]), "trans_b": gemm[3]}
+        if gemm[5]:
+            r["gemm"]["trans_a"] = True  # A given as [K, M]
         r["tensors"] = len(placeholders)
     return r
 

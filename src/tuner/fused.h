@@ -44,6 +44,9 @@ const KernelTemplate& fused_cpu_template();
 struct GemmProgram {
   int a = 0, b = 1;
   bool trans_b = false;
+  /// A given as [K, M] (KernelBench's A.T @ B): transposed into a buffer of [M, K] first, a pass
+  /// over A that is small beside the product's K-fold reuse of it.
+  bool trans_a = false;
   int tensors = 2;
   std::vector<int> bind;
   Program epilogue;

@@ -165,12 +165,12 @@ std::string generate_gemm_folded_cpp(const GemmProgram& gp, const Program& p, co
   e.line("#include <vector>").blank();
   prelude(e);
   args_struct(p, e);
-  Binding b = gemm_binding(gp);
+  Binding b = gemm_binding(gp, false);
   b.setup = fmt::format(R"(  // B's sums over the product's columns, then the product's row sums, in buffers kept between calls
   static std::vector<float> bsum, sums;
   bsum.assign(static_cast<size_t>(K), 0.0f);
   sums.resize(static_cast<size_t>(gm));
-  const float* ap = static_cast<const float*>(A.data);
+  const float* ap = a_data;
   const float* bp = static_cast<const float*>(W.data);
   if ({trans}) {{  // W [gn, K]: each column summed over the rows, 64 columns a thread's block
 #pragma omp parallel for schedule(static) if (K * gn > 262144)
@@ -221,11 +221,11 @@ std::string generate_gemm_cpp(const GemmProgram& gp, const TemplateParams& tp, c
   prelude(e);
   e.raw(blocked_gemm_source()).blank();
   args_struct(p, e);
-  Binding b = gemm_binding(gp);
+  Binding b = gemm_binding(gp, false);
   b.setup = fmt::format(R"(  // the product (and W transposed to [K, N]), in buffers kept between calls
   static std::vector<float> product, wt;
   product.resize(static_cast<size_t>(total));
-  const float* ap = static_cast<const float*>(A.data);
+  const float* ap = a_data;
   const float* bp = static_cast<const float*>(W.data);
   if ({trans}) {{
     wt.resize(static_cast<size_t>(K * gn));

@@ -418,6 +418,14 @@ void gemm_epilogue(const Gen& g, int pin, bool fused, Emitter& e) {
   e.close().close();
 }
 
+// For an A given as [K, M]: the transpose kernels (tiled_transpose.cuh) its `prepare` launches first.
+void transpose_kernels(const GemmProgram& gp, Emitter& e) {
+  if (!gp.trans_a) return;
+  e.line("constexpr int KT = 2;          // A's transpose: 32 x 32 tiles a block moves with float4 accesses");
+  e.line("constexpr bool MFAST = false;  // blockIdx.x runs along A's columns");
+  e.raw(template_text("tiled_transpose.cuh")).blank();
+}
+
 // The product's buffer for a row kernel after the GEMM, kept between calls (grown when a shape needs
 // more), as the epilogue's input `pin`.
 // `extra`: an expression of further floats the buffer holds after the product (the operands' parts).
@@ -444,9 +452,9 @@ std::string gemm_launch(bool fused, int pin, Binding& b) {
   return fmt::format(R"(  if (total == 0) return 0;
   const int64_t gx = (gn + BN - 1) / BN, gy = (gm + BM - 1) / BM;
   if (gx > 2147483647 || gy > 65535) return 6;
-  const Operands o{{static_cast<const float*>(A.data), static_cast<const float*>(W.data), {}}};
+  const Operands o{{a_data, static_cast<const float*>(W.data), {}}};
   const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
-  const bool v4 = K % 4 == 0 && (TRANS_B || gn % 4 == 0) && kfab_aligned16(A.data) && kfab_aligned16(W.data);
+  const bool v4 = K % 4 == 0 && (TRANS_B || gn % 4 == 0) && kfab_aligned16(a_data) && kfab_aligned16(W.data);
   if (v4) kfab_gemm<true><<<grid, NT, 0, stream>>>(o, a, gm, gn, K);
   else kfab_gemm<false><<<grid, NT, 0, stream>>>(o, a, gm, gn, K);
 )",
@@ -516,6 +524,7 @@ std::string generate_gemm_sm90(const GemmProgram& gp, const TemplateParams& tp, 
                         "cutlass/gemm/kernel/tile_scheduler.hpp"})
     e.linef("#include \"{}\"", h);
   e.raw(kPrelude).raw(host_checks()).blank();
+  transpose_kernels(gp, e);
   const Parts rows = rows_parts(g, kProductRows);  // declares Args too
   e.raw(rows.code).blank();
   e.raw(template_text("sm90_tf32_gemm.cuh")).blank();
@@ -524,12 +533,12 @@ std::string generate_gemm_sm90(const GemmProgram& gp, const TemplateParams& tp, 
           gp.trans_b ? "true" : "false", streamk ? "true" : "false")
       .blank();
   cutlass_gemm_types(gp, {}, e);  // the alignment-1 instance for what TMA cannot take
-  Binding b = gemm_binding(gp);
+  Binding b = gemm_binding(gp, true);
   b.setup = product_buffer(pin, three ? "2 * (gm + gn) * K" : "0");
   std::string launch = R"(  if (total == 0) return 0;
   if (gm > 2147483647 || gn > 2147483647 || K > 2147483647) return 6;
   {
-    const float* ap = static_cast<const float*>(A.data);
+    const float* ap = a_data;
     const float* bp = static_cast<const float*>(W.data);
     const int m32 = static_cast<int>(gm), n32 = static_cast<int>(gn), k32 = static_cast<int>(K);
     const bool tma = K > 0 && K % 4 == 0 && gn % 4 == 0 && kfab_aligned16(ap) && kfab_aligned16(bp);
@@ -556,15 +565,16 @@ std::string generate_gemm_tensor_cores(const GemmProgram& gp, const TemplatePara
        p, e);
   e.line("#include \"cutlass/epilogue/thread/linear_combination.h\"").line("#include \"cutlass/gemm/device/gemm.h\"");
   e.raw(kPrelude).raw(host_checks()).blank();
+  transpose_kernels(gp, e);
   const Parts rows = rows_parts(g, kProductRows);  // declares Args too
   e.raw(rows.code).blank();
   cutlass_gemm_types(gp, tp, e);
-  Binding b = gemm_binding(gp);
+  Binding b = gemm_binding(gp, true);
   b.setup = product_buffer(pin);
   const std::string launch = R"(  if (total == 0) return 0;
   if (gm > 2147483647 || gn > 2147483647 || K > 2147483647) return 6;
   {
-    const float* ap = static_cast<const float*>(A.data);
+    const float* ap = a_data;
     const float* bp = static_cast<const float*>(W.data);
     const bool v4 = K % 4 == 0 && gn % 4 == 0 && kfab_aligned16(ap) && kfab_aligned16(bp);
     const int m32 = static_cast<int>(gm), n32 = static_cast<int>(gn), k32 = static_cast<int>(K);
@@ -590,10 +600,11 @@ std::string generate_gemm_folded(const GemmProgram& gp, const Program& p, const 
                    gp.trans_b ? "W^T (W is [N, K])" : "B"),
        p, e);
   e.raw(kPrelude).raw(host_checks()).blank();
+  transpose_kernels(gp, e);
   const Parts rows = rows_parts(g, kProductRows);  // declares Args too
   e.raw(rows.code).blank();
   e.raw(template_text("row_sums_gemv.cuh")).blank();
-  Binding b = gemm_binding(gp);
+  Binding b = gemm_binding(gp, true);
   b.setup = fmt::format(R"(  // the product's row sums and the pass over B's scratch, kept between calls (grown when a shape needs more)
   static float* sums = nullptr;
   static int64_t capacity = 0;
@@ -609,7 +620,7 @@ std::string generate_gemm_folded(const GemmProgram& gp, const Program& p, const 
                         pin);
   const std::string launch = fmt::format(R"(  if (total == 0) return 0;
   {{
-    const float* ap = static_cast<const float*>(A.data);
+    const float* ap = a_data;
     const float* bp = static_cast<const float*>(W.data);
     float* scratch = sums + ((gm + 3) / 4) * 4;  // 16-byte aligned after the sums
     const bool v4 = K % 4 == 0 && gn % 4 == 0 && kfab_aligned16(ap) && kfab_aligned16(bp);
@@ -646,6 +657,7 @@ std::string generate_gemm_cuda(const GemmProgram& gp, const TemplateParams& tp, 
                    gp.trans_b ? "W^T (W is [N, K])" : "B"),
        p, e);
   e.raw(kPrelude).raw(host_checks()).blank();
+  transpose_kernels(gp, e);
   Parts rows;
   if (fused) {
     args_struct(p, e);
@@ -667,7 +679,7 @@ std::string generate_gemm_cuda(const GemmProgram& gp, const TemplateParams& tp, 
   e.line("float acc[TM][TN] = {};").line("kfab_gemm_tile<VEC>(o, rows, n, K, m0, n0, acc);").line("(void)a, (void)o;");
   gemm_epilogue(g, pin, fused, e);
   e.close();
-  Binding b = gemm_binding(gp);
+  Binding b = gemm_binding(gp, true);
   std::string launch = gemm_launch(fused, pin, b);
   if (!fused) launch += rows.launch;
   host(g, b, launch, e);

@@ -310,15 +310,21 @@ Binding default_binding(const Program& p) {
   return b;
 }
 
-Binding gemm_binding(const GemmProgram& gp) {
+Binding gemm_binding(const GemmProgram& gp, bool cuda) {
   Binding b;
   b.n_in = gp.tensors;
   b.tensor = gp.bind;
   Emitter e(1);
   e.linef("const kfab_tensor& A = in[{}];", gp.a).linef("const kfab_tensor& W = in[{}];", gp.b);
-  e.line("if (A.dtype != KFAB_F32 || W.dtype != KFAB_F32 || A.ndim < 2 || W.ndim != 2 || !kfab_dense(A) || !kfab_dense(W)) return 2;");
-  e.line("// A's leading dimensions are the product's rows (a 3-D tensor times a matrix): the product is [gm, gn]");
-  e.line("const int64_t K = A.shape[A.ndim - 1];").line("int64_t gm = 1;").nested("for (int32_t d = 0; d + 1 < A.ndim; ++d)", "gm *= A.shape[d];");
+  if (gp.trans_a) {
+    e.line("if (A.dtype != KFAB_F32 || W.dtype != KFAB_F32 || A.ndim != 2 || W.ndim != 2 || !kfab_dense(A) || !kfab_dense(W)) return 2;");
+    e.line("// A given as [K, M] (A.T @ B): the product is [gm, gn]").line("const int64_t K = A.shape[0], gm = A.shape[1];");
+  } else {
+    e.line("if (A.dtype != KFAB_F32 || W.dtype != KFAB_F32 || A.ndim < 2 || W.ndim != 2 || !kfab_dense(A) || !kfab_dense(W)) return 2;");
+    e.line("// A's leading dimensions are the product's rows (a 3-D tensor times a matrix): the product is [gm, gn]");
+    e.line("const int64_t K = A.shape[A.ndim - 1];").line("int64_t gm = 1;").nested("for (int32_t d = 0; d + 1 < A.ndim; ++d)", "gm *= A.shape[d];");
+  }
+  e.line("const float* a_data = static_cast<const float*>(A.data);  // A as [gm, K], row-major");
   e.linef("const int64_t gn = W.shape[{}];", gp.trans_b ? 0 : 1);
   e.linef("if (W.shape[{}] != K) return 2;", gp.trans_b ? 1 : 0);
   const int groups = gp.epilogue.groups;
@@ -330,6 +336,39 @@ Binding gemm_binding(const GemmProgram& gp) {
   }
   e.line("const int64_t total = rows * n;");
   b.shape = e.take();
+  if (!gp.trans_a) return b;
+  if (cuda) {
+    b.prepare = R"(  // A given as [K, gm]: transposed into [gm, K] first (32 x 32 tiles through shared memory), in a buffer
+  // kept between calls
+  static float* a_t = nullptr;
+  static int64_t a_cap = 0;
+  if (gm * K > a_cap) {
+    if (a_t != nullptr) cudaFree(a_t);
+    a_t = nullptr, a_cap = 0;
+    if (cudaMalloc(reinterpret_cast<void**>(&a_t), sizeof(float) * static_cast<size_t>(gm * K)) != cudaSuccess) return 4;
+    a_cap = gm * K;
+  }
+  if (gm > 0 && K > 0) {
+    const bool tvec = gm % 4 == 0 && K % 4 == 0 && kfab_aligned16(a_data);
+    const int64_t tx = tvec ? (gm + 32 * KT - 1) / (32 * KT) : (gm + 31) / 32, ty = (K + 31) / 32;
+    if (tx > 2147483647 || ty > 65535) return 6;
+    const dim3 tgrid(static_cast<unsigned>(tx), static_cast<unsigned>(ty), 1);
+    if (tvec) kfab_transpose4<<<tgrid, 256, 0, stream>>>(a_data, a_t, K, gm);
+    else kfab_transpose<<<tgrid, dim3(32, 8), 0, stream>>>(a_data, a_t, K, gm);
+  }
+  a_data = a_t;
+)";
+  } else {
+    b.prepare = R"(  // A given as [K, gm]: transposed into [gm, K] first, 32 columns of it at a time, in a buffer kept between calls
+  static std::vector<float> a_t;
+  a_t.resize(static_cast<size_t>(gm * K));
+#pragma omp parallel for schedule(static) if (gm * K > 262144)
+  for (int64_t i0 = 0; i0 < gm; i0 += 32)
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t i = i0; i < i0 + 32 && i < gm; ++i) a_t[static_cast<size_t>(i * K + k)] = a_data[k * gm + i];
+  a_data = a_t.data();
+)";
+  }
   return b;
 }
 
@@ -358,7 +397,7 @@ void host(const Gen& g, const Binding& b, const std::string& launch, Emitter& e)
     e.linef("a.out{} = static_cast<float*>({}.data);", j, t);
     if (c == VClass::E) e.linef("vec = vec && kfab_aligned16({}.data);", t);
   }
-  e.raw(b.setup).raw(launch).line(g.lang.run_end()).close();
+  e.raw(b.prepare).raw(b.setup).raw(launch).line(g.lang.run_end()).close();
 }
 
 int param(const TemplateParams& p, const char* k, int dflt) {

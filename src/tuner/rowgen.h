@@ -112,11 +112,14 @@ struct Binding {
   int n_in = 0;             // tensors kfab_run takes
   std::vector<int> tensor;  // program input -> in[] index, or -1: set by `setup`
   std::string shape;        // statements that check the shape-setting tensors and define n, total and rows
+  std::string prepare;      // statements after the checks, before `setup` (A transposed)
   std::string setup;        // statements after the checks (the product's buffer)
 };
 Binding default_binding(const Program& p);
-/// The A and B checks of a GEMM, which define the output shape [rows, n] and K.
-Binding gemm_binding(const GemmProgram& gp);
+/// The A and B checks of a GEMM, which define the output shape [rows, n], K and `a_data` (A's [M, K]
+/// floats); for an A given as [K, M], `prepare` transposes it into a buffer (on the device or the host:
+/// `cuda`) and points a_data there. A CUDA file that takes it needs tiled_transpose.cuh's kernel.
+Binding gemm_binding(const GemmProgram& gp, bool cuda);
 
 /// kfab_run: checks every tensor against its class, then `launch`.
 void host(const Gen& g, const Binding& b, const std::string& launch, Emitter& e);

@@ -212,9 +212,22 @@ TEST_F(CudaBuild, GemmEpiloguesCompileAtEveryPoint) {
     EXPECT_EQ(folded.find("cutlass"), std::string::npos) << "no product is formed";
     build(trans ? "gemm_sum_wnk" : "gemm_sum_bkn", folded);
   }
-  // every SIMT point of both tasks, the Linear, the two folded sums (and, asked, the native matmul's
-  // first tensor-core point)
-  EXPECT_EQ(built, 2 * 5 + 1 + 2 + extra);
+  // A given as [K, M] (A.T @ B): transposed into a buffer first, at the first SIMT point
+  GemmProgram ta;
+  ta.a = 0, ta.b = 1, ta.trans_a = true, ta.tensors = 2, ta.bind = {-1};
+  auto tp = parse_program("y = acc", {{"acc", VClass::E}}, {"y"});
+  ASSERT_TRUE(tp.has_value()) << tp.error().message;
+  ta.epilogue = *tp;
+  const auto tgrid = gemm_cuda_grid(ta);
+  const auto tsimt = std::find_if(tgrid.begin(), tgrid.end(), [](const TemplateParams& q) { return q.count("mma") == 0 && q.count("fold") == 0; });
+  ASSERT_NE(tsimt, tgrid.end());
+  const std::string tsrc = generate_gemm_cuda(ta, *tsimt, "matmul_trans_a");
+  EXPECT_NE(tsrc.find("kfab_transpose4<<<tgrid, 256, 0, stream>>>(a_data, a_t, K, gm);"), std::string::npos);
+  EXPECT_NE(tsrc.find("const int64_t K = A.shape[0], gm = A.shape[1];"), std::string::npos);
+  build("matmul_trans_a", tsrc);
+  // every SIMT point of both tasks, the Linear, the two folded sums, A transposed (and, asked, the native
+  // matmul's first tensor-core point)
+  EXPECT_EQ(built, 2 * 5 + 1 + 2 + 1 + extra);
 }
 
 // A candidate built on CUTLASS (issue 23's 3xTF32 probe) gets CUTLASS's headers where the worker's Python

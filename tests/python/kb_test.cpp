@@ -224,7 +224,8 @@ TEST_F(KbEval, TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest) {
   // a GEMM (aten.mm / addmm) followed by a program over its product
   const std::set<std::string> gemms = {"l1_matmul",           "l2_linear_gelu_scale",         "l2_linear_layernorm_relu",
                                        "l2_linear_residual_rmsnorm", "l2_linear_scale_clamp_logsumexp", "l2_linear_swish_sum",
-                                       "l2_linear_batchnorm_gelu", "l2_linear_groupnorm_hardtanh", "l2_linear_divide_sum_scale"};
+                                       "l2_linear_batchnorm_gelu", "l2_linear_groupnorm_hardtanh", "l2_linear_divide_sum_scale",
+                                       "l1_matmul_transposed_a"};
   // single-op Models that go to a dedicated template rather than a program
   const std::map<std::string, std::pair<std::string, std::string>> kinds = {
       {"l1_cumsum", {"scan", "cuda_row_scan"}}, {"l1_sum_dim", {"middle_sum", "cuda_middle_sum"}},
@@ -281,7 +282,10 @@ TEST_F(KbEval, TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest) {
         gp.bind.push_back(i["tensor"]);
       }
       gp.a = (*tr)["gemm"]["a"], gp.b = (*tr)["gemm"]["b"], gp.trans_b = (*tr)["gemm"]["trans_b"], gp.tensors = (*tr)["tensors"];
-      EXPECT_EQ(gp.trans_b, stem != "l1_matmul") << stem << ": a Linear's weight is [N, K]";
+      const bool plain = stem == "l1_matmul" || stem == "l1_matmul_transposed_a";
+      EXPECT_EQ(gp.trans_b, !plain) << stem << ": a Linear's weight is [N, K]";
+      gp.trans_a = (*tr)["gemm"].value("trans_a", false);
+      EXPECT_EQ(gp.trans_a, stem == "l1_matmul_transposed_a") << stem << ": A.T @ B reads A as given, [K, M]";
       if (stem == "l2_linear_batchnorm_gelu") {  // the Model as constructed (training): the batch's statistics
         EXPECT_NE((*tr)["formula"].get<std::string>().find("colmean("), std::string::npos) << (*tr)["formula"];
       }
@@ -451,6 +455,25 @@ TEST_F(KbEval, TheTunerFoldsARowSumOfTheProductAndItPasses) {
   int heldout = 0;
   for (const auto& s : j["verdict"]["shapes"]) heldout += s.value("heldout", false) && s.value("correct", false);
   EXPECT_EQ(heldout, 1) << j["verdict"].dump(2);
+}
+
+// A.T @ B (KernelBench's Matmul_with_transposed_A): A, given as [K, M], is transposed into a buffer and
+// the GEMM runs on it; the winner passes every seed and the odd-sized held-out shape.
+TEST_F(KbEval, TheTunerTakesAGemmWhoseLeftOperandIsTransposed) {
+  const std::string task = std::string(KFAB_SOURCE_DIR) + "/tasks/kb/l1_matmul_transposed_a.py";
+  CliResult r = kfab_cli({"optimize", task, "--target", "cpu", "--fresh", "--points", "1", "--json", "--quiet", "--out",
+                          (scratch() / "kb-trans-a").string()},
+                         900);
+  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  nlohmann::json j = r.json();
+  EXPECT_EQ(j["best"]["disposition"], "passed") << j.dump(2);
+  EXPECT_EQ(j["tuner"]["template"], "cpu_gemm_epilogue");
+  int heldout = 0;
+  for (const auto& s : j["verdict"]["shapes"]) heldout += s.value("heldout", false) && s.value("correct", false);
+  EXPECT_EQ(heldout, 1) << j["verdict"].dump(2);
+  auto src = read_file(j["best"]["candidate"].get<std::string>());
+  ASSERT_TRUE(src.has_value());
+  EXPECT_NE(src->find("A given as [K, gm]: transposed"), std::string::npos);
 }
 
 // A training BatchNorm after a Linear (as KernelBench's harness runs the Model: training mode): the
