@@ -100,24 +100,25 @@ std::vector<TemplateParams> gemm_cuda_grid(const GemmProgram& gp) {
   };
   const bool cutlass = !cutlass_include_dir().empty();
   // On Hopper, CUTLASS 3's sm90 GEMM first: one TF32 product (kept only where its errors stay well
-  // within the task's tolerance, tuner/precision.h), then three at fp32 accuracy at the tiles, clusters
-  // and schedules below. Not yet measured against each other: the search decides.
-  if (cutlass && cuda_candidate_arch() == "sm_90a") {
+  // within the task's tolerance, tuner/precision.h), then three at fp32 accuracy; then CUTLASS's SM80
+  // 3xTF32 at the tile that measured best (issue 23's probe: 128x64 with 64x32 warps, 4 stages, 1.38x
+  // eager on a 1024 x 8192 x 8192 Linear, where the larger tiles ran at half that speed), so that a
+  // search of three points holds an fp32-accurate point of each path; then the other sm90 tiles,
+  // clusters and schedules. Not yet measured against each other: the search decides.
+  const bool hopper = cutlass && cuda_candidate_arch() == "sm_90a";
+  if (hopper) {
     sm90("sm90_tf32", "128x256x32", "1", "coop");
     sm90("sm90_3xtf32", "128x128x32", "1", "coop");
+  }
+  if (cutlass) tc("128x64x16", "64x32x16", "4");
+  if (hopper) {
     // stream-K: a product of few tiles and a long K (KernelBench's 256 x 256 x 524288) on every SM
     sm90("sm90_3xtf32", "128x128x32", "1", "coop", "streamk");
     sm90("sm90_3xtf32", "128x256x32", "1", "coop");
     sm90("sm90_3xtf32", "128x128x32", "2", "coop");
     sm90("sm90_3xtf32", "64x256x32", "1", "pingpong");
   }
-  // With CUTLASS's headers here: its 3xTF32 tensor-core GEMM on the SM80 mma.sync path (fp32 accuracy),
-  // at the tiles that measured best (issue 23's probe: 128x64 with 64x32 warps, 4 stages, 1.38x eager on
-  // a 1024 x 8192 x 8192 Linear, where the larger tiles ran at half that speed)
-  if (cutlass) {
-    tc("128x64x16", "64x32x16", "4");
-    tc("64x64x16", "32x32x16", "4");
-  }
+  if (cutlass) tc("64x64x16", "32x32x16", "4");
   // {bm, bn, bk, tm, tn}: 256 threads each; the large tiles first (large GEMMs), the small ones for
   // shapes that would leave most of the GPU idle with them
   for (const auto& t : std::vector<std::array<int, 5>>{
