@@ -71,6 +71,12 @@ class _Matcher:
         self.val: dict = {}     # node -> formula expression (a name or a literal)
         self.cls: dict = {}     # node -> E, R, C, K
         self.tuple: dict = {}   # node -> list of (expr, cls) for multi-output nodes
+        # arange(start, end, step) nodes, until a view makes them a row's column index ([1, n]) or a
+        # column of row indices ([rows, 1]): node -> (start, step, length)
+        self.aranges: dict = {}
+        # inputs whose class a view settled otherwise than their shape (a [rows] vector unsqueezed to
+        # [rows, 1] where rows == n): placeholder -> class; the caller updates its inputs' list
+        self.reclassed: dict = {}
         floats = [t for t in example if isinstance(t, torch.Tensor) and t.is_floating_point()]
         if not floats:
             raise Unsupported("no floating-point input")
@@ -143,6 +149,8 @@ class _Matcher:
 
     def arg(self, a) -> tuple[str, str]:
         if isinstance(a, torch.fx.Node):
+            if a in self.aranges:
+                raise Unsupported(f"{a.name}: an arange used other than as a row's column indices or a column of row indices")
             if a not in self.val:
                 raise Unsupported(f"{a.name} is used before it is computed")
             if self.val[a] is None:
@@ -392,6 +400,37 @@ class _Matcher:
             if xc != "E" or self.k != 1 or dim % nd != nd - 1 or ic not in ("R", "K") or list(idx.meta["val"].shape)[-1:] != [1]:
                 raise Unsupported("gather other than one column per row")
             self.emit(node, f"pick({xe}, {ie})", "R")
+            return
+        if base == "arange":
+            # arange(end) or arange(start, end[, step]) of integers: an index, for a triu/tril mask
+            nums = [a for a in args if isinstance(a, (int, float))]
+            start, end, step = (0, nums[0], 1) if len(nums) == 1 else (nums[0], nums[1], nums[2] if len(nums) > 2 else 1)
+            if len(nums) not in (1, 2, 3) or any(not isinstance(v, int) for v in (start, end, step)) or step == 0:
+                raise Unsupported(f"{t} of {args}")
+            self.aranges[node] = (start, step, len(range(start, end, step)))
+            return
+        if base in _VIEWS and isinstance(args[0], torch.fx.Node) and args[0] in self.aranges and base == "unsqueeze":
+            start, step, length = self.aranges[args[0]]
+            idx = None
+            if self.groups > 1 or self.k != 1 or len(self.S) != 2:
+                raise Unsupported("an arange index beside a grouped or multi-dimensional row")
+            if shape == [1, length] and length == self.S[1]:
+                idx, c = "colidx", "C"
+            elif shape == [length, 1] and length == self.S[0]:
+                idx, c = "rowidx", "R"
+            if idx is None:
+                raise Unsupported(f"an arange of {length} unsqueezed to {shape}, neither a row's columns nor the rows of {self.S}")
+            expr = idx if step == 1 else f"({idx} * {_num(step)})"
+            self.emit(node, expr if start == 0 else f"({expr} + {_num(start)})", c)
+            return
+        if base == "unsqueeze" and isinstance(args[0], torch.fx.Node) and args[0].op == "placeholder" \
+                and self.cls.get(args[0]) == "C" and len(self.S) == 2 and self.k == 1 and self.groups == 1 \
+                and shape == [self.S[0], 1] and len(args[0].users) == 1:
+            # a [rows] input unsqueezed to [rows, 1] (diag(A) @ B as A.unsqueeze(1) * B) where rows == n made
+            # its shape read as a column: it is one value per row
+            self.cls[args[0]] = "R"
+            self.reclassed[args[0]] = "R"
+            self.val[node], self.cls[node] = self.val[args[0]], "R"
             return
         if base in _VIEWS:
             x, c = self.arg(args[0])
@@ -692,6 +731,10 @@ def _trace_fake(t: taskmod.KbTask, shape: dict) -> dict:
             if node in dead:
                 continue
             m.visit(node)
+        for node, c in m.reclassed.items():
+            for inp in inputs:
+                if inp["name"] == m.val[node]:
+                    inp["cls"] = c
     except Unsupported as e:
         return {"supported": False, "reason": str(e)}
     r = {"supported": True, "formula": "\n".join(m.lines), "inputs": inputs, "outputs": outputs, "shape": m.flat_shape()}

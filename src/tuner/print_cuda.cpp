@@ -66,7 +66,7 @@ std::string generate_flat(const Program& p, const TemplateParams& tp, const std:
   const int B = param(tp, "block", 256), U = param(tp, "unroll", 4);
   bool cols = false;
   for (size_t k = 0; k < p.nodes.size(); ++k)
-    if (g.live[k] && p.nodes[k].op == "in" && p.nodes[k].cls == VClass::C) cols = true;
+    if (g.live[k] && ((p.nodes[k].op == "in" && p.nodes[k].cls == VClass::C) || p.nodes[k].op == "colidx")) cols = true;
   Emitter e;
   head(title, tp, "A flat elementwise kernel; the program", p, e);
   e.raw(kPrelude).raw(host_checks()).blank();

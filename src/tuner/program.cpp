@@ -61,6 +61,10 @@ struct Parser {
     // class and the all-reduction dependency
     if (n.op == "in") {
       n.cls = p.inputs[n.input].cls;
+    } else if (n.op == "colidx") {
+      n.cls = VClass::C;  // the column's index in its row
+    } else if (n.op == "rowidx") {
+      n.cls = VClass::R;  // the row's index
     } else if (n.op == "const" || n.args.empty()) {
       n.cls = VClass::K;
     } else {
@@ -187,6 +191,7 @@ struct Parser {
     }
     if (id == "inf") return constant(HUGE_VAL);
     if (id == "ncols" || id == "nrows") return op(id, {});  // the row length and count, at run time
+    if (id == "colidx" || id == "rowidx") return op(id, {});  // a column's index in its row, a row's index
     if (auto it = names.find(id); it != names.end()) return it->second;
     if (auto it = constants.find(id); it != constants.end()) return constant(it->second);
     return fail("unknown name " + id);

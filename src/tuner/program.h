@@ -14,7 +14,9 @@
 /// training batch norm's statistics) turn an E value that depends on no per-row value into a C value,
 /// computed in passes over the columns before the row kernel; pick(e, i) reads e at column i of its row; allsum and
 /// allmean reduce E or R values over everything to a K value, which only outputs may use. The names
-/// ncols and nrows are the row length and the row count at run time (a batch mean's divisor).
+/// ncols and nrows are the row length and the row count at run time (a batch mean's divisor); colidx
+/// (per column) and rowidx (per row) are an element's column and row index, as floats (a triu mask:
+/// where(colidx >= rowidx, x, 0)).
 
 #include <map>
 #include <optional>

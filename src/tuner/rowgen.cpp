@@ -57,6 +57,7 @@ std::string pointwise(const Program& p, const PNode& n, const std::vector<std::s
   const std::string exp(lang.exp()), rsqrt(lang.rsqrt());
   if (o == "ncols") return "static_cast<float>(n)";
   if (o == "nrows") return "static_cast<float>(rows)";
+  if (o == "rowidx") return "static_cast<float>(row)";  // the row kernels' row (never a flat kernel's: it is per row)
   if (o == "pow") {
     const PNode& e = p.nodes[n.args[1]];
     if (e.op == "const") {
@@ -160,6 +161,8 @@ void Gen::element(const std::vector<int>& targets, const Access& access, const s
       v = lang.load(n.input, fmt::format("(row % {}) * n + {}", p.groups, col));
     } else if (n.op == "in") {
       v = n.cls == VClass::E ? access(n.input) : lang.load(n.input, col);
+    } else if (n.op == "colidx") {
+      v = fmt::format("static_cast<float>({})", col);
     } else if (is_col_reduction(n.op)) {
       v = fmt::format("static_cast<float>(a.cs[{} * n + {}]{})", colslot[k], col, n.op == "colmean" ? " / static_cast<double>(rows)" : "");
     } else {

@@ -220,12 +220,12 @@ TEST_F(KbEval, TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest) {
   const std::set<std::string> fusible = {"rms_norm",      "l1_relu",         "l1_gelu_tanh",  "l1_mish",
                                          "l1_softmax",    "l1_log_softmax",  "l1_layer_norm", "l1_amax_dim",
                                          "l1_cross_entropy", "l1_mse_loss",  "l1_huber_loss", "l1_kl_div",
-                                         "l1_layer_norm_chw", "l1_l2_norm"};
+                                         "l1_layer_norm_chw", "l1_l2_norm", "l1_diag_scale"};
   // a GEMM (aten.mm / addmm) followed by a program over its product
   const std::set<std::string> gemms = {"l1_matmul",           "l2_linear_gelu_scale",         "l2_linear_layernorm_relu",
                                        "l2_linear_residual_rmsnorm", "l2_linear_scale_clamp_logsumexp", "l2_linear_swish_sum",
                                        "l2_linear_batchnorm_gelu", "l2_linear_groupnorm_hardtanh", "l2_linear_divide_sum_scale",
-                                       "l1_matmul_transposed_a"};
+                                       "l1_matmul_transposed_a", "l1_matmul_triu"};
   // single-op Models that go to a dedicated template rather than a program
   const std::map<std::string, std::pair<std::string, std::string>> kinds = {
       {"l1_cumsum", {"scan", "cuda_row_scan"}}, {"l1_sum_dim", {"middle_sum", "cuda_middle_sum"}},
@@ -282,12 +282,17 @@ TEST_F(KbEval, TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest) {
         gp.bind.push_back(i["tensor"]);
       }
       gp.a = (*tr)["gemm"]["a"], gp.b = (*tr)["gemm"]["b"], gp.trans_b = (*tr)["gemm"]["trans_b"], gp.tensors = (*tr)["tensors"];
-      const bool plain = stem == "l1_matmul" || stem == "l1_matmul_transposed_a";
+      const bool plain = stem == "l1_matmul" || stem == "l1_matmul_transposed_a" || stem == "l1_matmul_triu";
       EXPECT_EQ(gp.trans_b, !plain) << stem << ": a Linear's weight is [N, K]";
       gp.trans_a = (*tr)["gemm"].value("trans_a", false);
       EXPECT_EQ(gp.trans_a, stem == "l1_matmul_transposed_a") << stem << ": A.T @ B reads A as given, [K, M]";
       if (stem == "l2_linear_batchnorm_gelu") {  // the Model as constructed (training): the batch's statistics
         EXPECT_NE((*tr)["formula"].get<std::string>().find("colmean("), std::string::npos) << (*tr)["formula"];
+      }
+      if (stem == "l1_matmul_triu") {  // torch.triu: a mask over the column and row indices
+        EXPECT_NE((*tr)["formula"].get<std::string>().find("ge("), std::string::npos) << (*tr)["formula"];
+        EXPECT_NE((*tr)["formula"].get<std::string>().find("colidx"), std::string::npos) << (*tr)["formula"];
+        EXPECT_NE((*tr)["formula"].get<std::string>().find("rowidx"), std::string::npos) << (*tr)["formula"];
       }
       if (stem == "l2_linear_groupnorm_hardtanh") {  // the program's rows are the GroupNorm's groups
         EXPECT_EQ(tr->value("groups", 1), 32) << tr->dump();
@@ -330,6 +335,9 @@ TEST_F(KbEval, TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest) {
     }
     if (stem == "l1_layer_norm") {
       EXPECT_TRUE(p->needs_rows());
+    }
+    if (stem == "l1_diag_scale") {  // a [n] vector unsqueezed to [n, 1]: one value per row, though rows == n
+      EXPECT_EQ((*tr)["inputs"][0].value("cls", ""), "R") << tr->dump();
     }
     if (stem == "l1_l2_norm") {
       EXPECT_NE((*tr)["formula"].get<std::string>().find("sqrt(rowsum("), std::string::npos) << (*tr)["formula"];
@@ -474,6 +482,24 @@ TEST_F(KbEval, TheTunerTakesAGemmWhoseLeftOperandIsTransposed) {
   auto src = read_file(j["best"]["candidate"].get<std::string>());
   ASSERT_TRUE(src.has_value());
   EXPECT_NE(src->find("A given as [K, gm]: transposed"), std::string::npos);
+}
+
+// triu(A @ B) (KernelBench's Matmul_for_upper_triangular_matrices): the mask over the column and row
+// indices is the GEMM's epilogue; the winner passes every seed and the held-out shape, so the mask keeps
+// the upper triangle (a swapped index would keep the lower one and fail).
+TEST_F(KbEval, TheTunerMasksAProductWithItsUpperTriangle) {
+  const std::string task = std::string(KFAB_SOURCE_DIR) + "/tasks/kb/l1_matmul_triu.py";
+  CliResult r = kfab_cli({"optimize", task, "--target", "cpu", "--fresh", "--points", "1", "--json", "--quiet", "--out",
+                          (scratch() / "kb-triu").string()},
+                         900);
+  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  nlohmann::json j = r.json();
+  EXPECT_EQ(j["best"]["disposition"], "passed") << j.dump(2);
+  EXPECT_EQ(j["tuner"]["template"], "cpu_gemm_epilogue");
+  EXPECT_NE(j["tuner"]["program"].get<std::string>().find("colidx"), std::string::npos) << j["tuner"]["program"];
+  int heldout = 0;
+  for (const auto& s : j["verdict"]["shapes"]) heldout += s.value("heldout", false) && s.value("correct", false);
+  EXPECT_EQ(heldout, 1) << j["verdict"].dump(2);
 }
 
 // A training BatchNorm after a Linear (as KernelBench's harness runs the Model: training mode): the

@@ -233,4 +233,26 @@ TEST(Program, RowSumsOfALinearFunctionOfTheProductFold) {
   EXPECT_FALSE(parse_program("y = rowsum(bias) + x", in, {"y"}).has_value());
 }
 
+// An element's column and row index (torch.triu's mask): colidx is per column, rowidx per row; both
+// printers read them from the loop they are in.
+TEST(Program, ColumnAndRowIndicesMaskATriangle) {
+  auto p = parse_program("y = where(colidx - rowidx >= 0, x, 0)", kRowIn, {"y"});
+  ASSERT_TRUE(p.has_value()) << p.error().message;
+  for (const auto& n : p->nodes) {
+    if (n.op == "colidx") {
+      EXPECT_EQ(n.cls, VClass::C);
+    }
+    if (n.op == "rowidx") {
+      EXPECT_EQ(n.cls, VClass::R);
+    }
+  }
+  EXPECT_TRUE(p->needs_rows()) << "a per-row index needs the row kernel";
+  const std::string cuda = generate_fused_cuda(*p, fused_grid(*p, 1024).front(), "t");
+  EXPECT_NE(cuda.find("static_cast<float>(row)"), std::string::npos);
+  EXPECT_NE(cuda.find("static_cast<float>(c"), std::string::npos);
+  const std::string cpp = generate_fused_cpp(*p, fused_cpu_grid().front(), "t");
+  EXPECT_NE(cpp.find("static_cast<float>(row)"), std::string::npos);
+  EXPECT_NE(cpp.find("static_cast<float>(c)"), std::string::npos);
+}
+
 }  // namespace kfab
