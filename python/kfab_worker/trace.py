@@ -50,6 +50,8 @@ _CALL2 = {"maximum": "max", "minimum": "min", "pow": "pow", "lt": "lt", "le": "l
           "ne": "ne", "logical_and": "and", "logical_or": "or", "bitwise_and": "and", "bitwise_or": "or"}
 _VIEWS = {"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "expand", "alias", "clone", "contiguous", "detach",
           "lift_fresh_copy", "_to_copy", "to", "copy", "view_as", "expand_as", "flatten"}
+# the ops that give another view of the same memory, no copy: a GEMM operand may be one of an input
+_LAYOUT_VIEWS = {"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "permute", "t", "transpose", "alias"}
 
 
 def _num(v) -> str:
@@ -138,6 +140,9 @@ class _Matcher:
         if [d for d in shape if d != 1] == [d for d in S if d != 1] and not integer:
             return "E"
         if len(S) == 2 and len(shape) > 2 and shape[-1] == S[-1] and math.prod(shape[:-1]) == S[0] and not integer:
+            return "E"
+        nz = [d for d in shape if d != 1]  # the same, size-1 dimensions aside (an einsum's views of a product)
+        if len(S) == 2 and len(nz) >= 2 and nz[-1] == S[-1] and math.prod(nz[:-1]) == S[0] and not integer:
             return "E"
         return None
 
@@ -432,6 +437,17 @@ class _Matcher:
             self.reclassed[args[0]] = "R"
             self.val[node], self.cls[node] = self.val[args[0]], "R"
             return
+        if base == "permute" and isinstance(args[0], torch.fx.Node):
+            # a permute that moves only dimensions of size 1 keeps every element where it was: a view
+            src = list(args[0].meta["val"].shape)
+            order = [d for d in args[1] if src[d] != 1]
+            if order != sorted(order):
+                raise Unsupported(f"{t} of {src} by {list(args[1])}: it moves the data")
+            x, c = self.arg(args[0])
+            if shape is None or self.shape_cls(shape) != c:
+                raise Unsupported(f"{t} turns a {c}-class value into shape {shape}, which the row structure cannot follow")
+            self.val[node], self.cls[node] = x, c
+            return
         if base in _VIEWS:
             x, c = self.arg(args[0])
             if shape is None:
@@ -537,7 +553,9 @@ def _find_gemm(gm):
         raise Unsupported(f"{len(prods)} matrix products ({kinds}): the GEMM template takes one")
     node = prods[0]
     base = _base(node)
-    if base not in ("mm", "addmm"):
+    if base == "bmm" and node.meta["val"].shape[0] != 1:
+        raise Unsupported(f"{node.target} (node {node.name}) of {node.meta['val'].shape[0]} batches: GEMM epilogues take a 2-D matrix product")
+    if base not in ("mm", "addmm", "bmm"):
         raise Unsupported(f"{node.target} (node {node.name}): GEMM epilogues take a 2-D matrix product (aten.mm/addmm)")
     bias = None
     if base == "addmm":
@@ -550,6 +568,23 @@ def _find_gemm(gm):
     def operand(x, side):
         if isinstance(x, torch.fx.Node) and x.op == "placeholder":
             return x, False
+        # a chain of views and permutes of an input (an einsum's unsqueezes and permutes around a bmm of one
+        # batch): what the product reads is the input's own memory as [rows, cols], row-major or transposed,
+        # as the traced tensor's strides say
+        src = x
+        while isinstance(src, torch.fx.Node) and src.op == "call_function" and _base(src) in _LAYOUT_VIEWS:
+            src = src.args[0]
+        if src is not x and isinstance(src, torch.fx.Node) and src.op == "placeholder":
+            v, p = x.meta["val"], src.meta["val"]
+            shape, stride = list(v.shape), list(v.stride())
+            while len(shape) > 2 and shape[0] == 1:
+                shape, stride = shape[1:], stride[1:]
+            if len(shape) == 2 and v.storage_offset() == 0 and v.numel() == p.numel():
+                r, c = shape
+                if stride[1] == 1 and (stride[0] == c or r == 1):
+                    return src, False
+                if stride[0] == 1 and (stride[1] == r or c == 1) and (side == "right" or p.dim() == 2):
+                    return src, True
         if side == "left" and isinstance(x, torch.fx.Node) and x.op == "call_function" and _base(x) in ("view", "_unsafe_view", "reshape") \
                 and isinstance(x.args[0], torch.fx.Node) and x.args[0].op == "placeholder":
             # a 3-D or 4-D tensor times a matrix: the input's leading dimensions merged into the rows (the
@@ -666,13 +701,22 @@ def _trace_fake(t: taskmod.KbTask, shape: dict) -> dict:
         return kind
     try:
         gemm = _find_gemm(gm)
-        m = _Matcher(gm, example, nx, list(gemm[0].meta["val"].shape) if gemm else None)
+        gshape = list(gemm[0].meta["val"].shape) if gemm else None
+        while gshape is not None and len(gshape) > 2 and gshape[0] == 1:
+            gshape = gshape[1:]  # a bmm of one batch: the product is [M, N]
+        m = _Matcher(gm, example, nx, gshape)
         inputs = []
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         skip = set()  # nodes the GEMM consumes
         if gemm:
             node = gemm[0]
-            skip = {node} | {x for x in node.args if isinstance(x, torch.fx.Node) and x.op == "call_function"}
+            skip = {node}
+            for x in node.args:  # the operands' views back to the inputs (the GEMM reads their memory as it is)
+                while isinstance(x, torch.fx.Node) and x.op == "call_function":
+                    skip.add(x)
+                    if _base(x) not in _LAYOUT_VIEWS:
+                        break
+                    x = x.args[0]
         # Nodes whose result nothing uses: dead code, or an in-place update of a buffer that no output
         # shows (a BatchNorm's num_batches_tracked += 1 in training).
         dead = {n for n in gm.graph.nodes if n.op == "call_function" and not n.users}
