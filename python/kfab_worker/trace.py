@@ -553,8 +553,8 @@ def _find_gemm(gm):
         raise Unsupported(f"{len(prods)} matrix products ({kinds}): the GEMM template takes one")
     node = prods[0]
     base = _base(node)
-    if base == "bmm" and node.meta["val"].shape[0] != 1:
-        raise Unsupported(f"{node.target} (node {node.name}) of {node.meta['val'].shape[0]} batches: GEMM epilogues take a 2-D matrix product")
+    # a bmm of one batch is a GEMM; of several, a batched one (each batch's GEMM on its own slices)
+    batched = base == "bmm" and node.meta["val"].shape[0] != 1
     if base not in ("mm", "addmm", "bmm"):
         raise Unsupported(f"{node.target} (node {node.name}): GEMM epilogues take a 2-D matrix product (aten.mm/addmm)")
     bias = None
@@ -567,6 +567,8 @@ def _find_gemm(gm):
 
     def operand(x, side):
         if isinstance(x, torch.fx.Node) and x.op == "placeholder":
+            if batched and x.meta["val"].dim() != 3:
+                raise Unsupported(f"a batched GEMM of a {x.meta['val'].dim()}-D {side} operand")
             return x, False
         # a chain of views and permutes of an input (an einsum's unsqueezes and permutes around a bmm of one
         # batch): what the product reads is the input's own memory as [rows, cols], row-major or transposed,
@@ -577,13 +579,16 @@ def _find_gemm(gm):
         if src is not x and isinstance(src, torch.fx.Node) and src.op == "placeholder":
             v, p = x.meta["val"], src.meta["val"]
             shape, stride = list(v.shape), list(v.stride())
+            if batched:  # [batch, r, c], the batches one after another in the input's memory
+                ok = len(shape) == 3 and p.dim() == 3 and (shape[0] == 1 or stride[0] == shape[1] * shape[2])
+                shape, stride = (shape[1:], stride[1:]) if ok else ([], [])
             while len(shape) > 2 and shape[0] == 1:
                 shape, stride = shape[1:], stride[1:]
             if len(shape) == 2 and v.storage_offset() == 0 and v.numel() == p.numel():
                 r, c = shape
                 if stride[1] == 1 and (stride[0] == c or r == 1):
                     return src, False
-                if stride[0] == 1 and (stride[1] == r or c == 1) and (side == "right" or p.dim() == 2):
+                if stride[0] == 1 and (stride[1] == r or c == 1) and (side == "right" or p.dim() == (3 if batched else 2)):
                     return src, True
         if side == "left" and isinstance(x, torch.fx.Node) and x.op == "call_function" and _base(x) in ("view", "_unsafe_view", "reshape") \
                 and isinstance(x.args[0], torch.fx.Node) and x.args[0].op == "placeholder":
@@ -602,7 +607,7 @@ def _find_gemm(gm):
     for p in (pa, pb):
         if p.meta["val"].dtype != torch.float32:
             raise Unsupported(f"a GEMM operand is {p.meta['val'].dtype}")
-    return node, pa, pb, trans, bias, trans_a
+    return node, pa, pb, trans, bias, trans_a, batched
 
 
 def _avg_pool_kind(gm, example: list):
@@ -702,7 +707,7 @@ def _trace_fake(t: taskmod.KbTask, shape: dict) -> dict:
     try:
         gemm = _find_gemm(gm)
         gshape = list(gemm[0].meta["val"].shape) if gemm else None
-        while gshape is not None and len(gshape) > 2 and gshape[0] == 1:
+        while gshape is not None and len(gshape) > 2 and gshape[0] == 1 and not gemm[6]:
             gshape = gshape[1:]  # a bmm of one batch: the product is [M, N]
         m = _Matcher(gm, example, nx, gshape)
         inputs = []
@@ -790,6 +795,8 @@ def _trace_fake(t: taskmod.KbTask, shape: dict) -> dict:
         r["gemm"] = {"a": placeholders.index(gemm[1]), "b": placeholders.index(gemm[2]), "trans_b": gemm[3]}
         if gemm[5]:
             r["gemm"]["trans_a"] = True  # A given as [K, M]
+        if gemm[6]:
+            r["gemm"]["batched"] = True  # A [batch, M, K], B [batch, K, N]: a GEMM a batch
         r["tensors"] = len(placeholders)
     return r
 

@@ -47,6 +47,9 @@ struct GemmProgram {
   /// A given as [K, M] (KernelBench's A.T @ B): transposed into a buffer of [M, K] first, a pass
   /// over A that is small beside the product's K-fold reuse of it.
   bool trans_a = false;
+  /// A batched product (torch.bmm): A [batch, M, K] (or [batch, K, M]), B [batch, K, N] (or [batch, N, K]);
+  /// the product is [batch * M, N], each batch's GEMM on its own slices.
+  bool batched = false;
   int tensors = 2;
   std::vector<int> bind;
   Program epilogue;

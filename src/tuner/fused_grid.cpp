@@ -74,6 +74,7 @@ namespace {
 /// The point that never forms the product, where the epilogue reads only its row sums (fold_row_sums):
 /// first in both grids, measured against the GEMMs after it.
 void fold_point(const GemmProgram& gp, std::vector<TemplateParams>& g) {
+  if (gp.batched) return;  // each batch's sums would be a pass of their own: not written yet
   for (size_t i = 0; i < gp.bind.size(); ++i)
     if (gp.bind[i] < 0 && fold_row_sums(gp.epilogue, static_cast<int>(i))) g.push_back({{"fold", "rowsum"}});
 }

@@ -208,7 +208,7 @@ std::string generate_gemm_folded_cpp(const GemmProgram& gp, const Program& p, co
 }  // namespace
 
 std::string generate_gemm_cpp(const GemmProgram& gp, const TemplateParams& tp, const std::string& title) {
-  if (tp.count("fold") && tp.at("fold") == "rowsum")
+  if (tp.count("fold") && tp.at("fold") == "rowsum" && !gp.batched)
     if (auto folded = fold_row_sums(gp.epilogue, product_input(gp))) return generate_gemm_folded_cpp(gp, *folded, tp, title);
   const Program& p = gp.epilogue;
   const Gen g(p, cpp_lang());
@@ -225,19 +225,20 @@ std::string generate_gemm_cpp(const GemmProgram& gp, const TemplateParams& tp, c
   b.setup = fmt::format(R"(  // the product (and W transposed to [K, N]), in buffers kept between calls
   static std::vector<float> product, wt;
   product.resize(static_cast<size_t>(total));
-  const float* ap = a_data;
-  const float* bp = static_cast<const float*>(W.data);
-  if ({trans}) {{
-    wt.resize(static_cast<size_t>(K * gn));
+  for (int64_t z = 0; z < batch; ++z) {{  // a batch's GEMM on its slices
+    const float* ap = a_data + z * gmb * K;
+    const float* bp = static_cast<const float*>(W.data) + z * K * gn;
+    if ({trans}) {{
+      wt.resize(static_cast<size_t>(K * gn));
 #pragma omp parallel for schedule(static) if (K * gn > 262144)
-    for (int64_t j0 = 0; j0 < gn; j0 += 32)
-      for (int64_t k = 0; k < K; ++k)
-        for (int64_t j = j0; j < j0 + 32 && j < gn; ++j) wt[k * gn + j] = bp[j * K + k];
-    bp = wt.data();
+      for (int64_t j0 = 0; j0 < gn; j0 += 32)
+        for (int64_t k = 0; k < K; ++k)
+          for (int64_t j = j0; j < j0 + 32 && j < gn; ++j) wt[k * gn + j] = bp[j * K + k];
+      bp = wt.data();
+    }}
+    kfab_blocked_gemm<{rows}, {kblock}>(ap, bp, product.data() + z * gmb * gn, gmb, gn, K);
   }}
-  float* cp = product.data();
-  kfab_blocked_gemm<{rows}, {kblock}>(ap, bp, cp, gm, gn, K);
-  a.in{pin} = cp;
+  a.in{pin} = product.data();
 )",
                         fmt::arg("trans", gp.trans_b ? "true" : "false"), fmt::arg("rows", param(tp, "rows", 8)),
                         fmt::arg("kblock", param(tp, "kblock", 256)), fmt::arg("pin", product_input(gp)));

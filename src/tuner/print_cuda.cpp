@@ -405,13 +405,14 @@ void gemm_epilogue(const Gen& g, int pin, bool fused, Emitter& e) {
   const Program& p = g.p;
   if (fused) g.kconsts(e);
   e.line("#pragma unroll").open("for (int ii = 0; ii < TM; ++ii)").line("const int64_t row = m0 + ty * TM + ii;").line("if (row >= rows) continue;");
+  if (fused) e.line("const int64_t prow = row0 + row;  // the row of the whole product (a batch's rows start at row0)");
   e.line("#pragma unroll").open("for (int jj = 0; jj < TN; ++jj)").line("const int64_t c = n0 + tx * TN + jj;");
   if (fused) {
     e.line("if (c >= n) continue;");
     std::vector<int> outs;
     for (const auto& o : p.outputs) outs.push_back(o.second);
-    g.element(outs, [&](int i) { return i == pin ? std::string("acc[ii][jj]") : fmt::format("__ldg(a.in{} + row * n + c)", i); }, "c", e);
-    for (size_t j = 0; j < p.outputs.size(); ++j) e.linef("a.out{}[row * n + c] = {};", j, g.value(p.outputs[j].second));
+    g.element(outs, [&](int i) { return i == pin ? std::string("acc[ii][jj]") : fmt::format("__ldg(a.in{} + prow * n + c)", i); }, "c", e);
+    for (size_t j = 0; j < p.outputs.size(); ++j) e.linef("a.out{}[prow * n + c] = {};", j, g.value(p.outputs[j].second));
   } else {
     e.line("if (c < n) o.C[row * n + c] = acc[ii][jj];");
   }
@@ -450,15 +451,17 @@ std::string product_buffer(int pin, const std::string& extra = "0") {
 std::string gemm_launch(bool fused, int pin, Binding& b) {
   if (!fused) b.setup = product_buffer(pin);
   return fmt::format(R"(  if (total == 0) return 0;
-  const int64_t gx = (gn + BN - 1) / BN, gy = (gm + BM - 1) / BM;
+  const int64_t gx = (gn + BN - 1) / BN, gy = (gmb + BM - 1) / BM;
   if (gx > 2147483647 || gy > 65535) return 6;
-  const Operands o{{a_data, static_cast<const float*>(W.data), {}}};
   const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
   const bool v4 = K % 4 == 0 && (TRANS_B || gn % 4 == 0) && kfab_aligned16(a_data) && kfab_aligned16(W.data);
-  if (v4) kfab_gemm<true><<<grid, NT, 0, stream>>>(o, a, gm, gn, K);
-  else kfab_gemm<false><<<grid, NT, 0, stream>>>(o, a, gm, gn, K);
+  for (int64_t z = 0; z < batch; ++z) {{  // a batch's GEMM on its slices
+    const Operands o{{a_data + z * gmb * K, static_cast<const float*>(W.data) + z * K * gn, {}}};
+    if (v4) kfab_gemm<true><<<grid, NT, 0, stream>>>(o, a, gmb, gn, K, z * gmb);
+    else kfab_gemm<false><<<grid, NT, 0, stream>>>(o, a, gmb, gn, K, z * gmb);
+  }}
 )",
-                     fused ? "nullptr" : "product");
+                     fused ? "nullptr" : "product + z * gmb * gn");
 }
 
 // The row kernel that applies an epilogue which is not pointwise to a GEMM's product: a block a row,
@@ -534,18 +537,19 @@ std::string generate_gemm_sm90(const GemmProgram& gp, const TemplateParams& tp, 
       .blank();
   cutlass_gemm_types(gp, {}, e);  // the alignment-1 instance for what TMA cannot take
   Binding b = gemm_binding(gp, true);
-  b.setup = product_buffer(pin, three ? "2 * (gm + gn) * K" : "0");
+  b.setup = product_buffer(pin, three ? "2 * (gmb + gn) * K" : "0");
   std::string launch = R"(  if (total == 0) return 0;
-  if (gm > 2147483647 || gn > 2147483647 || K > 2147483647) return 6;
-  {
-    const float* ap = a_data;
-    const float* bp = static_cast<const float*>(W.data);
-    const int m32 = static_cast<int>(gm), n32 = static_cast<int>(gn), k32 = static_cast<int>(K);
+  if (gmb > 2147483647 || gn > 2147483647 || K > 2147483647) return 6;
+  for (int64_t z = 0; z < batch; ++z) {  // a batch's GEMM on its slices
+    const float* ap = a_data + z * gmb * K;
+    const float* bp = static_cast<const float*>(W.data) + z * K * gn;
+    float* cp = product + z * gmb * gn;
+    const int m32 = static_cast<int>(gmb), n32 = static_cast<int>(gn), k32 = static_cast<int>(K);
     const bool tma = K > 0 && K % 4 == 0 && gn % 4 == 0 && kfab_aligned16(ap) && kfab_aligned16(bp);
 )";
-  launch += three ? "    const int rc = tma ? kfab_sm90_3xtf32<KfabTile>(ap, bp, product, product + total, m32, n32, k32, stream)\n"
-                  : "    const int rc = tma ? kfab_sm90_product<KfabTile>(ap, bp, product, m32, n32, k32, 0.0f, stream)\n";
-  launch += R"(                       : kfab_tc_gemm<1>(ap, bp, product, m32, n32, k32, stream);
+  launch += three ? "    const int rc = tma ? kfab_sm90_3xtf32<KfabTile>(ap, bp, cp, product + total, m32, n32, k32, stream)\n"
+                  : "    const int rc = tma ? kfab_sm90_product<KfabTile>(ap, bp, cp, m32, n32, k32, 0.0f, stream)\n";
+  launch += R"(                       : kfab_tc_gemm<1>(ap, bp, cp, m32, n32, k32, stream);
     if (rc != 0) return rc;
   }
 )" + rows.launch;
@@ -572,13 +576,14 @@ std::string generate_gemm_tensor_cores(const GemmProgram& gp, const TemplatePara
   Binding b = gemm_binding(gp, true);
   b.setup = product_buffer(pin);
   const std::string launch = R"(  if (total == 0) return 0;
-  if (gm > 2147483647 || gn > 2147483647 || K > 2147483647) return 6;
-  {
-    const float* ap = a_data;
-    const float* bp = static_cast<const float*>(W.data);
+  if (gmb > 2147483647 || gn > 2147483647 || K > 2147483647) return 6;
+  for (int64_t z = 0; z < batch; ++z) {  // a batch's GEMM on its slices
+    const float* ap = a_data + z * gmb * K;
+    const float* bp = static_cast<const float*>(W.data) + z * K * gn;
+    float* cp = product + z * gmb * gn;
     const bool v4 = K % 4 == 0 && gn % 4 == 0 && kfab_aligned16(ap) && kfab_aligned16(bp);
-    const int m32 = static_cast<int>(gm), n32 = static_cast<int>(gn), k32 = static_cast<int>(K);
-    const int rc = v4 ? kfab_tc_gemm<4>(ap, bp, product, m32, n32, k32, stream) : kfab_tc_gemm<1>(ap, bp, product, m32, n32, k32, stream);
+    const int m32 = static_cast<int>(gmb), n32 = static_cast<int>(gn), k32 = static_cast<int>(K);
+    const int rc = v4 ? kfab_tc_gemm<4>(ap, bp, cp, m32, n32, k32, stream) : kfab_tc_gemm<1>(ap, bp, cp, m32, n32, k32, stream);
     if (rc != 0) return rc;
   }
 )" + rows.launch;
@@ -643,7 +648,7 @@ std::string generate_fused_cuda(const Program& p, const TemplateParams& tp, cons
 }
 
 std::string generate_gemm_cuda(const GemmProgram& gp, const TemplateParams& tp, const std::string& title) {
-  if (tp.count("fold") && tp.at("fold") == "rowsum")
+  if (tp.count("fold") && tp.at("fold") == "rowsum" && !gp.batched)
     if (auto folded = fold_row_sums(gp.epilogue, product_input(gp))) return generate_gemm_folded(gp, *folded, tp, title);
   if (tp.count("mma") && tp.at("mma") == "tf32x3") return generate_gemm_tensor_cores(gp, tp, title);
   if (tp.count("mma") && tp.at("mma").rfind("sm90_", 0) == 0) return generate_gemm_sm90(gp, tp, title);
@@ -673,10 +678,10 @@ std::string generate_gemm_cuda(const GemmProgram& gp, const TemplateParams& tp, 
   e.line("constexpr int LA = BM * BK / NT, LB = BN * BK / NT;                   // tile elements a thread stages");
   e.line("static_assert(LA % 4 == 0 && LB % 4 == 0 && BK % 4 == 0 && BN % 4 == 0, \"tiles are staged 4 floats at a time\");").blank();
   e.raw(template_text("gemm_tile.cuh")).blank();
-  e.line("template <bool VEC>").open("__global__ void __launch_bounds__(NT) kfab_gemm(Operands o, Args a, int64_t rows, int64_t n, int64_t K)");
+  e.line("template <bool VEC>").open("__global__ void __launch_bounds__(NT) kfab_gemm(Operands o, Args a, int64_t rows, int64_t n, int64_t K, int64_t row0)");
   e.line("const int tx = threadIdx.x % (BN / TN), ty = threadIdx.x / (BN / TN);");
   e.line("const int64_t m0 = static_cast<int64_t>(blockIdx.y) * BM, n0 = static_cast<int64_t>(blockIdx.x) * BN;");
-  e.line("float acc[TM][TN] = {};").line("kfab_gemm_tile<VEC>(o, rows, n, K, m0, n0, acc);").line("(void)a, (void)o;");
+  e.line("float acc[TM][TN] = {};").line("kfab_gemm_tile<VEC>(o, rows, n, K, m0, n0, acc);").line("(void)a, (void)o, (void)row0;");
   gemm_epilogue(g, pin, fused, e);
   e.close();
   Binding b = gemm_binding(gp, true);

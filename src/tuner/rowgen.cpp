@@ -319,17 +319,26 @@ Binding gemm_binding(const GemmProgram& gp, bool cuda) {
   b.tensor = gp.bind;
   Emitter e(1);
   e.linef("const kfab_tensor& A = in[{}];", gp.a).linef("const kfab_tensor& W = in[{}];", gp.b);
-  if (gp.trans_a) {
-    e.line("if (A.dtype != KFAB_F32 || W.dtype != KFAB_F32 || A.ndim != 2 || W.ndim != 2 || !kfab_dense(A) || !kfab_dense(W)) return 2;");
-    e.line("// A given as [K, M] (A.T @ B): the product is [gm, gn]").line("const int64_t K = A.shape[0], gm = A.shape[1];");
+  const int wn = gp.trans_b ? 0 : 1, wk = gp.trans_b ? 1 : 0;  // W's dimensions of N and K (after the batch)
+  if (gp.batched) {
+    e.line("if (A.dtype != KFAB_F32 || W.dtype != KFAB_F32 || A.ndim != 3 || W.ndim != 3 || !kfab_dense(A) || !kfab_dense(W)) return 2;");
+    e.line("// a batched product: each of `batch` GEMMs [gmb, K] @ [K, gn] on its own slices; the product is [batch * gmb, gn]");
+    e.line("const int64_t batch = A.shape[0];").line("if (W.shape[0] != batch) return 2;");
+    e.linef("const int64_t K = A.shape[{}], gmb = A.shape[{}], gm = batch * gmb;", gp.trans_a ? 1 : 2, gp.trans_a ? 2 : 1);
+    e.linef("const int64_t gn = W.shape[{}];", wn + 1).linef("if (W.shape[{}] != K) return 2;", wk + 1);
   } else {
-    e.line("if (A.dtype != KFAB_F32 || W.dtype != KFAB_F32 || A.ndim < 2 || W.ndim != 2 || !kfab_dense(A) || !kfab_dense(W)) return 2;");
-    e.line("// A's leading dimensions are the product's rows (a 3-D tensor times a matrix): the product is [gm, gn]");
-    e.line("const int64_t K = A.shape[A.ndim - 1];").line("int64_t gm = 1;").nested("for (int32_t d = 0; d + 1 < A.ndim; ++d)", "gm *= A.shape[d];");
+    if (gp.trans_a) {
+      e.line("if (A.dtype != KFAB_F32 || W.dtype != KFAB_F32 || A.ndim != 2 || W.ndim != 2 || !kfab_dense(A) || !kfab_dense(W)) return 2;");
+      e.line("// A given as [K, M] (A.T @ B): the product is [gm, gn]").line("const int64_t K = A.shape[0], gm = A.shape[1];");
+    } else {
+      e.line("if (A.dtype != KFAB_F32 || W.dtype != KFAB_F32 || A.ndim < 2 || W.ndim != 2 || !kfab_dense(A) || !kfab_dense(W)) return 2;");
+      e.line("// A's leading dimensions are the product's rows (a 3-D tensor times a matrix): the product is [gm, gn]");
+      e.line("const int64_t K = A.shape[A.ndim - 1];").line("int64_t gm = 1;").nested("for (int32_t d = 0; d + 1 < A.ndim; ++d)", "gm *= A.shape[d];");
+    }
+    e.line("const int64_t batch = 1, gmb = gm;  // one GEMM");
+    e.linef("const int64_t gn = W.shape[{}];", wn).linef("if (W.shape[{}] != K) return 2;", wk);
   }
-  e.line("const float* a_data = static_cast<const float*>(A.data);  // A as [gm, K], row-major");
-  e.linef("const int64_t gn = W.shape[{}];", gp.trans_b ? 0 : 1);
-  e.linef("if (W.shape[{}] != K) return 2;", gp.trans_b ? 1 : 0);
+  e.line("const float* a_data = static_cast<const float*>(A.data);  // A as [batch][gmb, K], row-major");
   const int groups = gp.epilogue.groups;
   if (groups <= 1) {
     e.line("const int64_t rows = gm, n = gn;");
@@ -351,13 +360,13 @@ Binding gemm_binding(const GemmProgram& gp, bool cuda) {
     if (cudaMalloc(reinterpret_cast<void**>(&a_t), sizeof(float) * static_cast<size_t>(gm * K)) != cudaSuccess) return 4;
     a_cap = gm * K;
   }
-  if (gm > 0 && K > 0) {
-    const bool tvec = gm % 4 == 0 && K % 4 == 0 && kfab_aligned16(a_data);
-    const int64_t tx = tvec ? (gm + 32 * KT - 1) / (32 * KT) : (gm + 31) / 32, ty = (K + 31) / 32;
-    if (tx > 2147483647 || ty > 65535) return 6;
-    const dim3 tgrid(static_cast<unsigned>(tx), static_cast<unsigned>(ty), 1);
-    if (tvec) kfab_transpose4<<<tgrid, 256, 0, stream>>>(a_data, a_t, K, gm);
-    else kfab_transpose<<<tgrid, dim3(32, 8), 0, stream>>>(a_data, a_t, K, gm);
+  if (gmb > 0 && K > 0) {  // each batch's [K, gmb] to [gmb, K]: blockIdx.z a batch
+    const bool tvec = gmb % 4 == 0 && K % 4 == 0 && kfab_aligned16(a_data);
+    const int64_t tx = tvec ? (gmb + 32 * KT - 1) / (32 * KT) : (gmb + 31) / 32, ty = (K + 31) / 32;
+    if (tx > 2147483647 || ty > 65535 || batch > 65535) return 6;
+    const dim3 tgrid(static_cast<unsigned>(tx), static_cast<unsigned>(ty), static_cast<unsigned>(batch));
+    if (tvec) kfab_transpose4<<<tgrid, 256, 0, stream>>>(a_data, a_t, K, gmb);
+    else kfab_transpose<<<tgrid, dim3(32, 8), 0, stream>>>(a_data, a_t, K, gmb);
   }
   a_data = a_t;
 )";
@@ -365,10 +374,14 @@ Binding gemm_binding(const GemmProgram& gp, bool cuda) {
     b.prepare = R"(  // A given as [K, gm]: transposed into [gm, K] first, 32 columns of it at a time, in a buffer kept between calls
   static std::vector<float> a_t;
   a_t.resize(static_cast<size_t>(gm * K));
-#pragma omp parallel for schedule(static) if (gm * K > 262144)
-  for (int64_t i0 = 0; i0 < gm; i0 += 32)
-    for (int64_t k = 0; k < K; ++k)
-      for (int64_t i = i0; i < i0 + 32 && i < gm; ++i) a_t[static_cast<size_t>(i * K + k)] = a_data[k * gm + i];
+  for (int64_t z = 0; z < batch; ++z) {  // each batch's [K, gmb] to [gmb, K]
+    const float* src = a_data + z * K * gmb;
+    float* dst = a_t.data() + z * gmb * K;
+#pragma omp parallel for schedule(static) if (gmb * K > 262144)
+    for (int64_t i0 = 0; i0 < gmb; i0 += 32)
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t i = i0; i < i0 + 32 && i < gmb; ++i) dst[i * K + k] = src[k * gmb + i];
+  }
   a_data = a_t.data();
 )";
   }

@@ -86,6 +86,7 @@ Expected<TracedPlan> plan_traced(const json& traced, const std::string& target) 
       plan.gemm.b = g.at("b").get<int>();
       plan.gemm.trans_b = g.at("trans_b").get<bool>();
       plan.gemm.trans_a = g.value("trans_a", false);
+      plan.gemm.batched = g.value("batched", false);
       plan.gemm.tensors = traced.at("tensors").get<int>();
     }
   } catch (const json::exception& e) {

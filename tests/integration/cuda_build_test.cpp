@@ -179,7 +179,7 @@ TEST_F(CudaBuild, GemmEpiloguesCompileAtEveryPoint) {
   if (hopper) {
     EXPECT_EQ(grid.front().at("mma"), "sm90_tf32");
     EXPECT_EQ(grid.front().at("precision"), "tf32");
-    EXPECT_NE(generate_gemm_cuda(ln, grid.front(), "ln").find("kfab_sm90_product<KfabTile>(ap, bp, product,"), std::string::npos);
+    EXPECT_NE(generate_gemm_cuda(ln, grid.front(), "ln").find("kfab_sm90_product<KfabTile>(ap, bp, cp,"), std::string::npos);
   }
   // the Linear at the stream-K point (the matmul above took the persistent scheduler)
   const auto three = std::find_if(grid.begin(), grid.end(), [](const TemplateParams& q) {
@@ -190,8 +190,8 @@ TEST_F(CudaBuild, GemmEpiloguesCompileAtEveryPoint) {
   const std::string src = generate_gemm_cuda(ln, point, "linear_layernorm_relu");
   EXPECT_NE(src.find("kfab_rows_cached"), std::string::npos) << "a row-reducing epilogue runs as a row kernel";
   if (hopper) {
-    EXPECT_NE(src.find("kfab_sm90_3xtf32<KfabTile>(ap, bp, product, product + total,"), std::string::npos);
-    EXPECT_NE(src.find("const int64_t need = total + 2 * (gm + gn) * K;"), std::string::npos) << "the operands' big and small parts after the product";
+    EXPECT_NE(src.find("kfab_sm90_3xtf32<KfabTile>(ap, bp, cp, product + total,"), std::string::npos);
+    EXPECT_NE(src.find("const int64_t need = total + 2 * (gmb + gn) * K;"), std::string::npos) << "the operands' big and small parts after the product";
     EXPECT_NE(src.find("KfabSm90Gemm<128, 128, 32, 1, true, true, true>"), std::string::npos) << "W [N, K] is K-major, stream-K";
   }
   build("linear_layernorm_relu", src);
@@ -222,12 +222,27 @@ TEST_F(CudaBuild, GemmEpiloguesCompileAtEveryPoint) {
   const auto tsimt = std::find_if(tgrid.begin(), tgrid.end(), [](const TemplateParams& q) { return q.count("mma") == 0 && q.count("fold") == 0; });
   ASSERT_NE(tsimt, tgrid.end());
   const std::string tsrc = generate_gemm_cuda(ta, *tsimt, "matmul_trans_a");
-  EXPECT_NE(tsrc.find("kfab_transpose4<<<tgrid, 256, 0, stream>>>(a_data, a_t, K, gm);"), std::string::npos);
+  EXPECT_NE(tsrc.find("kfab_transpose4<<<tgrid, 256, 0, stream>>>(a_data, a_t, K, gmb);"), std::string::npos);
   EXPECT_NE(tsrc.find("const int64_t K = A.shape[0], gm = A.shape[1];"), std::string::npos);
   build("matmul_trans_a", tsrc);
-  // every SIMT point of both tasks, the Linear, the two folded sums, A transposed (and, asked, the native
-  // matmul's first tensor-core point)
-  EXPECT_EQ(built, 2 * 5 + 1 + 2 + 1 + extra);
+  // a batched product (torch.bmm) with a pointwise epilogue in the GEMM's registers: a GEMM a batch, the
+  // batch's rows offset into the outputs
+  GemmProgram bm = ta;
+  bm.trans_a = false, bm.batched = true, bm.tensors = 2, bm.bind = {-1};
+  auto bp = parse_program("y = relu(acc)", {{"acc", VClass::E}}, {"y"});
+  ASSERT_TRUE(bp.has_value()) << bp.error().message;
+  bm.epilogue = *bp;
+  const auto bgrid = gemm_cuda_grid(bm);
+  const auto bsimt = std::find_if(bgrid.begin(), bgrid.end(), [](const TemplateParams& q) { return q.count("mma") == 0 && q.count("fold") == 0; });
+  ASSERT_NE(bsimt, bgrid.end());
+  const std::string bsrc = generate_gemm_cuda(bm, *bsimt, "bmm_relu");
+  EXPECT_NE(bsrc.find("const int64_t batch = A.shape[0];"), std::string::npos);
+  EXPECT_NE(bsrc.find("kfab_gemm<true><<<grid, NT, 0, stream>>>(o, a, gmb, gn, K, z * gmb);"), std::string::npos);
+  EXPECT_NE(bsrc.find("a.out0[prow * n + c]"), std::string::npos);
+  build("bmm_relu", bsrc);
+  // every SIMT point of both tasks, the Linear, the two folded sums, A transposed, the batched product
+  // (and, asked, the native matmul's first tensor-core point)
+  EXPECT_EQ(built, 2 * 5 + 1 + 2 + 1 + 1 + extra);
 }
 
 // A candidate built on CUTLASS (issue 23's 3xTF32 probe) gets CUTLASS's headers where the worker's Python
