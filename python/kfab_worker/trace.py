@@ -610,6 +610,55 @@ def _find_gemm(gm):
     return node, pa, pb, trans, bias, trans_a, batched
 
 
+def _pooled_product(node):
+    """The product's columns averaged in windows: a GEMM's [M, N] product whose only use is a chain of
+    views, one avg_pool1d/avg_pool2d over its last dimension (window k, stride k, no padding, floor mode:
+    an nn.AvgPool1d over a Linear's outputs), then views back to [M, N / k]. (k, the chain's nodes, the
+    chain's last node, [M, N / k]), or None."""
+    S = list(node.meta["val"].shape)
+    if len(S) != 2:
+        return None
+    chain, x, k = [], node, None
+    views = ("unsqueeze", "view", "_unsafe_view", "reshape", "squeeze")
+    while len(x.users) == 1:
+        u = next(iter(x.users))
+        b = _base(u)
+        shape = list(u.meta["val"].shape) if isinstance(u.meta.get("val"), torch.Tensor) else None
+        if shape is None:
+            break
+        nz = [d for d in shape if d != 1]
+        if b in views and k is None and nz == [d for d in S if d != 1] and shape[-1] == S[-1]:
+            chain.append(u)
+            x = u
+            continue
+        if b in ("avg_pool1d", "avg_pool2d") and k is None:
+            a = list(u.args) + [None] * 7
+            kernel = list(a[1]) if isinstance(a[1], (list, tuple)) else [a[1]]
+            stride = list(a[2]) if isinstance(a[2], (list, tuple)) and a[2] else kernel
+            pad = list(a[3]) if isinstance(a[3], (list, tuple)) else [a[3] or 0]
+            ceil = bool(a[4]) or bool(u.kwargs.get("ceil_mode", False))
+            divisor = a[6] if b == "avg_pool2d" else None
+            want = [1, kernel[-1]] if b == "avg_pool2d" else [kernel[-1]]
+            if kernel != want or stride != want or any(pad) or ceil or divisor is not None or kernel[-1] < 2 or S[-1] % kernel[-1]:
+                return None
+            k = kernel[-1]
+            chain.append(u)
+            x = u
+            if shape == [S[0], S[1] // k]:
+                break
+            continue
+        if b in views and k is not None and [d for d in shape if d != 1] == [S[0], S[1] // k]:
+            chain.append(u)
+            x = u
+            if shape == [S[0], S[1] // k]:
+                break
+            continue
+        break
+    if k is None or list(x.meta["val"].shape) != [S[0], S[1] // k]:
+        return None
+    return k, chain, x, [S[0], S[1] // k]
+
+
 def _avg_pool_kind(gm, example: list):
     """A Model that is one 2-D average pooling (nn.AvgPool2d, F.avg_pool2d) of its one NCHW f32 input:
     a dedicated template, with the window, stride and padding as its numbers."""
@@ -709,6 +758,11 @@ def _trace_fake(t: taskmod.KbTask, shape: dict) -> dict:
         gshape = list(gemm[0].meta["val"].shape) if gemm else None
         while gshape is not None and len(gshape) > 2 and gshape[0] == 1 and not gemm[6]:
             gshape = gshape[1:]  # a bmm of one batch: the product is [M, N]
+        # the product's columns averaged in windows (an AvgPool1d after a Linear): the GEMM makes the pooled
+        # product, from B's (and the bias's) columns averaged first
+        pooled = _pooled_product(gemm[0]) if gemm and not gemm[6] else None
+        if pooled:
+            gshape = pooled[3]
         m = _Matcher(gm, example, nx, gshape)
         inputs = []
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -722,6 +776,8 @@ def _trace_fake(t: taskmod.KbTask, shape: dict) -> dict:
                     if _base(x) not in _LAYOUT_VIEWS:
                         break
                     x = x.args[0]
+            if pooled:
+                skip |= set(pooled[1])
         # Nodes whose result nothing uses: dead code, or an in-place update of a buffer that no output
         # shows (a BatchNorm's num_batches_tracked += 1 in training).
         dead = {n for n in gm.graph.nodes if n.op == "call_function" and not n.users}
@@ -736,6 +792,9 @@ def _trace_fake(t: taskmod.KbTask, shape: dict) -> dict:
             if integer and ex.dtype not in (torch.int64, torch.int32):
                 raise Unsupported(f"input {i} is {ex.dtype}")
             c = m.shape_cls(ex.shape, integer)
+            pool_in = 1
+            if pooled and gemm[4] is node and list(ex.shape) == [pooled[3][1] * pooled[0]] and not set(node.users) - {gemm[0]}:
+                c, pool_in = "C", pooled[0]  # the Linear's bias, averaged like the product's columns
             if c is None:
                 raise Unsupported(f"input {i} has shape {list(ex.shape)}, which is not the row shape {m.S}, a row, a column or a scalar")
             if integer and c != "R":
@@ -745,6 +804,8 @@ def _trace_fake(t: taskmod.KbTask, shape: dict) -> dict:
             nm = f"in{i}"
             m.val[node], m.cls[node] = nm, c
             inputs.append({"name": nm, "cls": c, "integer": integer, "i32": ex.dtype == torch.int32, "tensor": i})
+            if pool_in > 1:
+                inputs[-1]["pool"] = pool_in
             if m.groups > 1 and c == "C":
                 inputs[-1]["per_channel"] = True
         if gemm:
@@ -754,11 +815,12 @@ def _trace_fake(t: taskmod.KbTask, shape: dict) -> dict:
             if node.op in ("placeholder",) or node in skip - ({gemm[0]} if gemm else set()):
                 continue
             if gemm and node is gemm[0]:
+                at = pooled[2] if pooled else node  # a pooled product's value is the pooling's
                 if gemm[4] is None:
-                    m.val[node], m.cls[node] = "acc", "E"
+                    m.val[at], m.cls[at] = "acc", "E"
                 else:
                     be, bc = m.arg(gemm[4])
-                    m.emit(node, f"(acc + {be})", m.join("E", bc))
+                    m.emit(at, f"(acc + {be})", m.join("E", bc))
                 continue
             if node.op == "output":
                 outs = node.args[0]
@@ -797,6 +859,8 @@ def _trace_fake(t: taskmod.KbTask, shape: dict) -> dict:
             r["gemm"]["trans_a"] = True  # A given as [K, M]
         if gemm[6]:
             r["gemm"]["batched"] = True  # A [batch, M, K], B [batch, K, N]: a GEMM a batch
+        if pooled:
+            r["gemm"]["pool"] = pooled[0]  # the product's columns averaged in windows of pool
         r["tensors"] = len(placeholders)
     return r
 

@@ -50,6 +50,10 @@ struct GemmProgram {
   /// A batched product (torch.bmm): A [batch, M, K] (or [batch, K, M]), B [batch, K, N] (or [batch, N, K]);
   /// the product is [batch * M, N], each batch's GEMM on its own slices.
   bool batched = false;
+  /// The product's columns averaged in windows of `pool` (an AvgPool1d over a Linear's outputs, stride
+  /// its window, no padding): B's columns are averaged first, so the GEMM makes the pooled product
+  /// [M, N / pool] directly, pool times fewer columns; 1: none.
+  int pool = 1;
   int tensors = 2;
   std::vector<int> bind;
   Program epilogue;

@@ -171,7 +171,7 @@ std::string generate_gemm_folded_cpp(const GemmProgram& gp, const Program& p, co
   bsum.assign(static_cast<size_t>(K), 0.0f);
   sums.resize(static_cast<size_t>(gm));
   const float* ap = a_data;
-  const float* bp = static_cast<const float*>(W.data);
+  const float* bp = w_data;
   if ({trans}) {{  // W [gn, K]: each column summed over the rows, 64 columns a thread's block
 #pragma omp parallel for schedule(static) if (K * gn > 262144)
     for (int64_t k0 = 0; k0 < K; k0 += 64) {{
@@ -227,7 +227,7 @@ std::string generate_gemm_cpp(const GemmProgram& gp, const TemplateParams& tp, c
   product.resize(static_cast<size_t>(total));
   for (int64_t z = 0; z < batch; ++z) {{  // a batch's GEMM on its slices
     const float* ap = a_data + z * gmb * K;
-    const float* bp = static_cast<const float*>(W.data) + z * K * gn;
+    const float* bp = w_data + z * K * gn;
     if ({trans}) {{
       wt.resize(static_cast<size_t>(K * gn));
 #pragma omp parallel for schedule(static) if (K * gn > 262144)

@@ -419,8 +419,10 @@ void gemm_epilogue(const Gen& g, int pin, bool fused, Emitter& e) {
   e.close().close();
 }
 
-// For an A given as [K, M]: the transpose kernels (tiled_transpose.cuh) its `prepare` launches first.
+// What the binding's `prepare` launches first: for an A given as [K, M] the transpose kernels
+// (tiled_transpose.cuh), for a pooled product the averaging one (pool_columns.cuh).
 void transpose_kernels(const GemmProgram& gp, Emitter& e) {
+  if (gp.pool > 1) e.raw(template_text("pool_columns.cuh")).blank();  // a pooled product: B's columns averaged first
   if (!gp.trans_a) return;
   e.line("constexpr int KT = 2;          // A's transpose: 32 x 32 tiles a block moves with float4 accesses");
   e.line("constexpr bool MFAST = false;  // blockIdx.x runs along A's columns");
@@ -454,9 +456,9 @@ std::string gemm_launch(bool fused, int pin, Binding& b) {
   const int64_t gx = (gn + BN - 1) / BN, gy = (gmb + BM - 1) / BM;
   if (gx > 2147483647 || gy > 65535) return 6;
   const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
-  const bool v4 = K % 4 == 0 && (TRANS_B || gn % 4 == 0) && kfab_aligned16(a_data) && kfab_aligned16(W.data);
+  const bool v4 = K % 4 == 0 && (TRANS_B || gn % 4 == 0) && kfab_aligned16(a_data) && kfab_aligned16(w_data);
   for (int64_t z = 0; z < batch; ++z) {{  // a batch's GEMM on its slices
-    const Operands o{{a_data + z * gmb * K, static_cast<const float*>(W.data) + z * K * gn, {}}};
+    const Operands o{{a_data + z * gmb * K, w_data + z * K * gn, {}}};
     if (v4) kfab_gemm<true><<<grid, NT, 0, stream>>>(o, a, gmb, gn, K, z * gmb);
     else kfab_gemm<false><<<grid, NT, 0, stream>>>(o, a, gmb, gn, K, z * gmb);
   }}
@@ -542,7 +544,7 @@ std::string generate_gemm_sm90(const GemmProgram& gp, const TemplateParams& tp, 
   if (gmb > 2147483647 || gn > 2147483647 || K > 2147483647) return 6;
   for (int64_t z = 0; z < batch; ++z) {  // a batch's GEMM on its slices
     const float* ap = a_data + z * gmb * K;
-    const float* bp = static_cast<const float*>(W.data) + z * K * gn;
+    const float* bp = w_data + z * K * gn;
     float* cp = product + z * gmb * gn;
     const int m32 = static_cast<int>(gmb), n32 = static_cast<int>(gn), k32 = static_cast<int>(K);
     const bool tma = K > 0 && K % 4 == 0 && gn % 4 == 0 && kfab_aligned16(ap) && kfab_aligned16(bp);
@@ -579,7 +581,7 @@ std::string generate_gemm_tensor_cores(const GemmProgram& gp, const TemplatePara
   if (gmb > 2147483647 || gn > 2147483647 || K > 2147483647) return 6;
   for (int64_t z = 0; z < batch; ++z) {  // a batch's GEMM on its slices
     const float* ap = a_data + z * gmb * K;
-    const float* bp = static_cast<const float*>(W.data) + z * K * gn;
+    const float* bp = w_data + z * K * gn;
     float* cp = product + z * gmb * gn;
     const bool v4 = K % 4 == 0 && gn % 4 == 0 && kfab_aligned16(ap) && kfab_aligned16(bp);
     const int m32 = static_cast<int>(gmb), n32 = static_cast<int>(gn), k32 = static_cast<int>(K);
@@ -626,7 +628,7 @@ std::string generate_gemm_folded(const GemmProgram& gp, const Program& p, const 
   const std::string launch = fmt::format(R"(  if (total == 0) return 0;
   {{
     const float* ap = a_data;
-    const float* bp = static_cast<const float*>(W.data);
+    const float* bp = w_data;
     float* scratch = sums + ((gm + 3) / 4) * 4;  // 16-byte aligned after the sums
     const bool v4 = K % 4 == 0 && gn % 4 == 0 && kfab_aligned16(ap) && kfab_aligned16(bp);
     const int rc = kfab_product_row_sums(ap, bp, sums, scratch, gm, gn, K, {}, v4, stream);

@@ -38,6 +38,10 @@ struct PInput {
   /// In a grouped program (Program::groups > 1): a per-channel tensor of the whole product row (N =
   /// groups * n values), read at (row % groups) * n + c; its class is C.
   bool per_channel = false;
+  /// After a GEMM whose product's columns are averaged in windows (GemmProgram::pool): a per-column
+  /// tensor of the product's full width (a Linear's bias, before the pooling), averaged like them
+  /// before the epilogue reads it; 1 otherwise.
+  int pool = 1;
 };
 
 struct PNode {

@@ -313,6 +313,76 @@ Binding default_binding(const Program& p) {
   return b;
 }
 
+namespace {
+
+/// For a pooled product (GemmProgram::pool): B's columns, then every pooled per-column input, averaged
+/// in windows into buffers kept between calls (on the device with pool_columns.cuh's kernel, or on the
+/// host), and w_data and the inputs pointed there. Empty without pooling.
+std::string pool_prepare(const GemmProgram& gp, bool cuda) {
+  if (gp.pool <= 1) return {};
+  // [rows, cols] averaged along its rows in windows of `pool` columns: W [gnf, K] (trans_b) is K columns
+  // of gnf rows, so it is averaged over windows of rows; B [K, gnf] over windows of columns
+  std::string s = fmt::format("  // the product's columns averaged in windows of {0}: B's first, then the pooled per-column inputs\n", gp.pool);
+  const std::string wjob = gp.trans_b ? "W [batch][gnf, K]: windows of rows" : "B [batch][K, gnf]: windows of columns";
+  if (cuda) {
+    s += "  static float* pooled = nullptr;\n  static int64_t pooled_cap = 0;\n";
+    s += "  int64_t pooled_need = batch * gn * K;\n";
+    for (size_t i = 0; i < gp.epilogue.inputs.size(); ++i)
+      if (gp.epilogue.inputs[i].pool > 1) s += "  pooled_need += n;\n";
+    s += R"(  if (pooled_need > pooled_cap) {
+    if (pooled != nullptr) cudaFree(pooled);
+    pooled = nullptr, pooled_cap = 0;
+    if (cudaMalloc(reinterpret_cast<void**>(&pooled), sizeof(float) * static_cast<size_t>(pooled_need)) != cudaSuccess) return 4;
+    pooled_cap = pooled_need;
+  }
+)";
+    s += fmt::format("  // {}\n", wjob);
+    s += gp.trans_b ? fmt::format("  if (kfab_pool_windows(w_data, pooled, batch * gn, K, {}, true, stream) != 0) return 6;\n", gp.pool)
+                    : fmt::format("  if (kfab_pool_windows(w_data, pooled, batch * K, gn, {}, false, stream) != 0) return 6;\n", gp.pool);
+    s += "  w_data = pooled;\n  float* pooled_in = pooled + batch * gn * K;\n";
+    for (size_t i = 0; i < gp.epilogue.inputs.size(); ++i) {
+      if (gp.epilogue.inputs[i].pool <= 1) continue;
+      s += fmt::format("  if (kfab_pool_windows(a.in{0}, pooled_in, 1, n, {1}, false, stream) != 0) return 6;\n  a.in{0} = pooled_in;\n  pooled_in += n;\n", i,
+                       gp.epilogue.inputs[i].pool);
+    }
+    return s;
+  }
+  s += fmt::format(R"(  static std::vector<float> pooled;
+  pooled.resize(static_cast<size_t>(batch * gn * K));
+  {{  // {0}
+    const int64_t outer = {1}, inner = {2}, P = {3};
+#pragma omp parallel for schedule(static) if (outer * inner * P > 262144)
+    for (int64_t r = 0; r < outer; ++r) {{
+      float* y = pooled.data() + r * inner;
+      for (int64_t c = 0; c < inner; ++c) {{
+        float t = 0.0f;
+        for (int64_t q = 0; q < P; ++q) t += {4};
+        y[c] = t / static_cast<float>(P);
+      }}
+    }}
+  }}
+  w_data = pooled.data();
+)",
+                   wjob, gp.trans_b ? "batch * gn" : "batch * K", gp.trans_b ? "K" : "gn", gp.pool,
+                   gp.trans_b ? "w_data[(r * P + q) * inner + c]" : "w_data[r * inner * P + c * P + q]");
+  for (size_t i = 0; i < gp.epilogue.inputs.size(); ++i) {
+    if (gp.epilogue.inputs[i].pool <= 1) continue;
+    s += fmt::format(R"(  static std::vector<float> pooled{0};
+  pooled{0}.resize(static_cast<size_t>(n));
+  for (int64_t c = 0; c < n; ++c) {{
+    float t = 0.0f;
+    for (int64_t q = 0; q < {1}; ++q) t += a.in{0}[c * {1} + q];
+    pooled{0}[static_cast<size_t>(c)] = t / {1}.0f;
+  }}
+  a.in{0} = pooled{0}.data();
+)",
+                     i, gp.epilogue.inputs[i].pool);
+  }
+  return s;
+}
+
+}  // namespace
+
 Binding gemm_binding(const GemmProgram& gp, bool cuda) {
   Binding b;
   b.n_in = gp.tensors;
@@ -325,7 +395,7 @@ Binding gemm_binding(const GemmProgram& gp, bool cuda) {
     e.line("// a batched product: each of `batch` GEMMs [gmb, K] @ [K, gn] on its own slices; the product is [batch * gmb, gn]");
     e.line("const int64_t batch = A.shape[0];").line("if (W.shape[0] != batch) return 2;");
     e.linef("const int64_t K = A.shape[{}], gmb = A.shape[{}], gm = batch * gmb;", gp.trans_a ? 1 : 2, gp.trans_a ? 2 : 1);
-    e.linef("const int64_t gn = W.shape[{}];", wn + 1).linef("if (W.shape[{}] != K) return 2;", wk + 1);
+    e.linef("const int64_t gnf = W.shape[{}];", wn + 1).linef("if (W.shape[{}] != K) return 2;", wk + 1);
   } else {
     if (gp.trans_a) {
       e.line("if (A.dtype != KFAB_F32 || W.dtype != KFAB_F32 || A.ndim != 2 || W.ndim != 2 || !kfab_dense(A) || !kfab_dense(W)) return 2;");
@@ -336,9 +406,16 @@ Binding gemm_binding(const GemmProgram& gp, bool cuda) {
       e.line("const int64_t K = A.shape[A.ndim - 1];").line("int64_t gm = 1;").nested("for (int32_t d = 0; d + 1 < A.ndim; ++d)", "gm *= A.shape[d];");
     }
     e.line("const int64_t batch = 1, gmb = gm;  // one GEMM");
-    e.linef("const int64_t gn = W.shape[{}];", wn).linef("if (W.shape[{}] != K) return 2;", wk);
+    e.linef("const int64_t gnf = W.shape[{}];", wn).linef("if (W.shape[{}] != K) return 2;", wk);
+  }
+  if (gp.pool > 1) {
+    e.linef("// the product's columns averaged in windows of {0}: B's columns averaged first, the product [gm, gnf / {0}]", gp.pool);
+    e.linef("if (gnf % {} != 0) return 3;", gp.pool).linef("const int64_t gn = gnf / {};", gp.pool);
+  } else {
+    e.line("const int64_t gn = gnf;");
   }
   e.line("const float* a_data = static_cast<const float*>(A.data);  // A as [batch][gmb, K], row-major");
+  e.line("const float* w_data = static_cast<const float*>(W.data);  // B as given (pooled: its columns' averages)");
   const int groups = gp.epilogue.groups;
   if (groups <= 1) {
     e.line("const int64_t rows = gm, n = gn;");
@@ -348,9 +425,10 @@ Binding gemm_binding(const GemmProgram& gp, bool cuda) {
   }
   e.line("const int64_t total = rows * n;");
   b.shape = e.take();
+  b.prepare = pool_prepare(gp, cuda);
   if (!gp.trans_a) return b;
   if (cuda) {
-    b.prepare = R"(  // A given as [K, gm]: transposed into [gm, K] first (32 x 32 tiles through shared memory), in a buffer
+    b.prepare += R"(  // A given as [K, gm]: transposed into [gm, K] first (32 x 32 tiles through shared memory), in a buffer
   // kept between calls
   static float* a_t = nullptr;
   static int64_t a_cap = 0;
@@ -371,7 +449,7 @@ Binding gemm_binding(const GemmProgram& gp, bool cuda) {
   a_data = a_t;
 )";
   } else {
-    b.prepare = R"(  // A given as [K, gm]: transposed into [gm, K] first, 32 columns of it at a time, in a buffer kept between calls
+    b.prepare += R"(  // A given as [K, gm]: transposed into [gm, K] first, 32 columns of it at a time, in a buffer kept between calls
   static std::vector<float> a_t;
   a_t.resize(static_cast<size_t>(gm * K));
   for (int64_t z = 0; z < batch; ++z) {  // each batch's [K, gmb] to [gmb, K]
@@ -402,7 +480,11 @@ void host(const Gen& g, const Binding& b, const std::string& launch, Emitter& e)
     const auto& in = p.inputs[i];
     if (b.tensor[i] < 0) continue;
     const std::string t = fmt::format("in[{}]", b.tensor[i]);
-    check(t, in.cls, in.integer ? (in.i32 ? "KFAB_I32" : "KFAB_I64") : "KFAB_F32", in.per_channel);
+    if (in.pool > 1) {  // the product's full width, averaged before the epilogue reads it (the binding's prepare)
+      e.linef("if ({0}.dtype != KFAB_F32 || !kfab_dense({0}) || kfab_numel({0}) != n * {1}) return 3;", t, in.pool);
+    } else {
+      check(t, in.cls, in.integer ? (in.i32 ? "KFAB_I32" : "KFAB_I64") : "KFAB_F32", in.per_channel);
+    }
     e.linef("a.in{0} = static_cast<decltype(a.in{0})>({1}.data);", i, t);
     if (in.cls == VClass::E || in.cls == VClass::C) e.linef("vec = vec && kfab_aligned16({}.data);", t);
   }

@@ -76,7 +76,7 @@ Expected<TracedPlan> plan_traced(const json& traced, const std::string& target) 
     for (const auto& i : traced.at("inputs")) {
       const std::string c = i.at("cls").get<std::string>();
       ins.push_back({i.at("name").get<std::string>(), c == "E" ? VClass::E : c == "C" ? VClass::C : c == "R" ? VClass::R : VClass::K,
-                     i.value("integer", false), i.value("i32", false), i.value("per_channel", false)});
+                     i.value("integer", false), i.value("i32", false), i.value("per_channel", false), i.value("pool", 1)});
       plan.gemm.bind.push_back(i.value("tensor", static_cast<int>(plan.gemm.bind.size())));
     }
     outs = traced.at("outputs").get<std::vector<std::string>>();
@@ -87,6 +87,8 @@ Expected<TracedPlan> plan_traced(const json& traced, const std::string& target) 
       plan.gemm.trans_b = g.at("trans_b").get<bool>();
       plan.gemm.trans_a = g.value("trans_a", false);
       plan.gemm.batched = g.value("batched", false);
+      plan.gemm.pool = g.value("pool", 1);
+      if (plan.gemm.pool < 1) return make_error("the traced program is malformed: gemm.pool < 1");
       plan.gemm.tensors = traced.at("tensors").get<int>();
     }
   } catch (const json::exception& e) {

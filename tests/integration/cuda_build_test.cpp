@@ -240,9 +240,25 @@ TEST_F(CudaBuild, GemmEpiloguesCompileAtEveryPoint) {
   EXPECT_NE(bsrc.find("kfab_gemm<true><<<grid, NT, 0, stream>>>(o, a, gmb, gn, K, z * gmb);"), std::string::npos);
   EXPECT_NE(bsrc.find("a.out0[prow * n + c]"), std::string::npos);
   build("bmm_relu", bsrc);
-  // every SIMT point of both tasks, the Linear, the two folded sums, A transposed, the batched product
-  // (and, asked, the native matmul's first tensor-core point)
-  EXPECT_EQ(built, 2 * 5 + 1 + 2 + 1 + 1 + extra);
+  // a pooled product (an AvgPool1d of 16 over a Linear's outputs): the weight's rows and the bias averaged
+  // first on the device, then the GEMM on them
+  GemmProgram pl;
+  pl.a = 0, pl.b = 1, pl.trans_b = true, pl.pool = 16, pl.tensors = 3, pl.bind = {2, -1};
+  PInput bias{"bias", VClass::C};
+  bias.pool = 16;
+  auto pp = parse_program("y = rowmax(gelu_erf(acc + bias) * 2.0)", {bias, {"acc", VClass::E}}, {"y"});
+  ASSERT_TRUE(pp.has_value()) << pp.error().message;
+  pl.epilogue = *pp;
+  const auto pgrid = gemm_cuda_grid(pl);
+  const auto psimt = std::find_if(pgrid.begin(), pgrid.end(), [](const TemplateParams& q) { return q.count("mma") == 0 && q.count("fold") == 0; });
+  ASSERT_NE(psimt, pgrid.end());
+  const std::string psrc = generate_gemm_cuda(pl, *psimt, "linear_avgpool");
+  EXPECT_NE(psrc.find("kfab_pool_windows(w_data, pooled, batch * gn, K, 16, true, stream)"), std::string::npos);
+  EXPECT_NE(psrc.find("kfab_numel(in[2]) != n * 16"), std::string::npos) << "the bias is the product's full width";
+  build("linear_avgpool", psrc);
+  // every SIMT point of both tasks, the Linear, the two folded sums, A transposed, the batched product,
+  // the pooled one (and, asked, the native matmul's first tensor-core point)
+  EXPECT_EQ(built, 2 * 5 + 1 + 2 + 1 + 1 + 1 + extra);
 }
 
 // A candidate built on CUTLASS (issue 23's 3xTF32 probe) gets CUTLASS's headers where the worker's Python

@@ -225,7 +225,8 @@ TEST_F(KbEval, TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest) {
   const std::set<std::string> gemms = {"l1_matmul",           "l2_linear_gelu_scale",         "l2_linear_layernorm_relu",
                                        "l2_linear_residual_rmsnorm", "l2_linear_scale_clamp_logsumexp", "l2_linear_swish_sum",
                                        "l2_linear_batchnorm_gelu", "l2_linear_groupnorm_hardtanh", "l2_linear_divide_sum_scale",
-                                       "l1_matmul_transposed_a", "l1_matmul_triu", "l1_einsum_4d", "l1_bmm"};
+                                       "l1_matmul_transposed_a", "l1_matmul_triu", "l1_einsum_4d", "l1_bmm",
+                                       "l2_linear_avgpool_gelu_max"};
   // single-op Models that go to a dedicated template rather than a program
   const std::map<std::string, std::pair<std::string, std::string>> kinds = {
       {"l1_cumsum", {"scan", "cuda_row_scan"}}, {"l1_sum_dim", {"middle_sum", "cuda_middle_sum"}},
@@ -292,6 +293,7 @@ TEST_F(KbEval, TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest) {
       if (stem == "l2_linear_batchnorm_gelu") {  // the Model as constructed (training): the batch's statistics
         EXPECT_NE((*tr)["formula"].get<std::string>().find("colmean("), std::string::npos) << (*tr)["formula"];
       }
+      EXPECT_EQ((*tr)["gemm"].value("pool", 1), stem == "l2_linear_avgpool_gelu_max" ? 16 : 1) << stem << ": an AvgPool1d over the product";
       if (stem == "l1_matmul_triu") {  // torch.triu: a mask over the column and row indices
         EXPECT_NE((*tr)["formula"].get<std::string>().find("ge("), std::string::npos) << (*tr)["formula"];
         EXPECT_NE((*tr)["formula"].get<std::string>().find("colidx"), std::string::npos) << (*tr)["formula"];
@@ -450,60 +452,42 @@ TEST_F(KbEval, TheTunerFindsAGemmAndTunesItWithItsEpilogue) {
   EXPECT_TRUE(heldout);
 }
 
-// A Linear whose output is only summed over its features (KernelBench's Gemm_Divide_Sum_Scaling, with a
-// bias): the tuner's first point never forms the product (the weight's column sums, then a matrix-vector
-// product, fold_row_sums), and it passes every seed and the held-out shape at fp32 against torch.
-TEST_F(KbEval, TheTunerFoldsARowSumOfTheProductAndItPasses) {
-  const std::string task = std::string(KFAB_SOURCE_DIR) + "/tasks/kb/l2_linear_divide_sum_scale.py";
-  CliResult r = kfab_cli({"optimize", task, "--target", "cpu", "--fresh", "--points", "1", "--json", "--quiet", "--out",
-                          (scratch() / "kb-fold").string()},
-                         900);
+// KernelBench's forms of a matrix product, each a bundled task at a small size, tuned in one bench on
+// the cpu (one point each: the first of the grid) and checked on every seed and the held-out shape:
+// - a product read only through row sums of a linear function of it (Gemm_Divide_Sum_Scaling) is never
+//   formed: the weight's column sums, then a matrix-vector product (fold_row_sums);
+// - A.T @ B: A, given as [K, M], is transposed into a buffer first;
+// - triu(A @ B): a mask over the column and row indices in the epilogue (a swapped index keeps the lower
+//   triangle and fails);
+// - an AvgPool1d over a Linear's outputs: the weight's rows and the bias averaged first, a narrower product;
+// - torch.bmm: a GEMM a batch.
+TEST_F(KbEval, TheTunerTakesKernelBenchsFormsOfAMatrixProduct) {
+  const fs::path suite = scratch() / "product-forms";
+  fs::create_directories(suite);
+  const std::map<std::string, std::vector<std::string>> want = {
+      {"l2_linear_divide_sum_scale", {"no product formed", "kfab_run"}},
+      {"l1_matmul_transposed_a", {"A given as [K, gm]: transposed", "kfab_blocked_gemm"}},
+      {"l1_matmul_triu", {"colidx", "rowidx"}},
+      {"l2_linear_avgpool_gelu_max", {"averaged in windows of 16", "kfab_blocked_gemm"}},
+      {"l1_bmm", {"a batch's GEMM on its slices", "kfab_blocked_gemm"}}};
+  for (const auto& [stem, _] : want) fs::create_symlink(fs::path(KFAB_SOURCE_DIR) / "tasks/kb" / (stem + ".py"), suite / (stem + ".py"));
+  const fs::path out = scratch() / "product-forms-bench";
+  CliResult r = kfab_cli({"bench", suite.string(), "--target", "cpu", "--points", "1", "--fresh", "--no-compile", "--out", out.string(), "--json",
+                          "--quiet"},
+                         1200);
   ASSERT_EQ(r.status.code, 0) << r.out << r.err;
-  nlohmann::json j = r.json();
-  EXPECT_EQ(j["best"]["disposition"], "passed") << j.dump(2);
-  EXPECT_EQ(j["tuner"]["template"], "cpu_gemm_epilogue");
-  EXPECT_EQ(j["tuner"]["params"].value("fold", ""), "rowsum") << j["tuner"].dump();
-  EXPECT_EQ(j["best"]["precision"], "fp32");
-  int heldout = 0;
-  for (const auto& s : j["verdict"]["shapes"]) heldout += s.value("heldout", false) && s.value("correct", false);
-  EXPECT_EQ(heldout, 1) << j["verdict"].dump(2);
-}
-
-// A.T @ B (KernelBench's Matmul_with_transposed_A): A, given as [K, M], is transposed into a buffer and
-// the GEMM runs on it; the winner passes every seed and the odd-sized held-out shape.
-TEST_F(KbEval, TheTunerTakesAGemmWhoseLeftOperandIsTransposed) {
-  const std::string task = std::string(KFAB_SOURCE_DIR) + "/tasks/kb/l1_matmul_transposed_a.py";
-  CliResult r = kfab_cli({"optimize", task, "--target", "cpu", "--fresh", "--points", "1", "--json", "--quiet", "--out",
-                          (scratch() / "kb-trans-a").string()},
-                         900);
-  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
-  nlohmann::json j = r.json();
-  EXPECT_EQ(j["best"]["disposition"], "passed") << j.dump(2);
-  EXPECT_EQ(j["tuner"]["template"], "cpu_gemm_epilogue");
-  int heldout = 0;
-  for (const auto& s : j["verdict"]["shapes"]) heldout += s.value("heldout", false) && s.value("correct", false);
-  EXPECT_EQ(heldout, 1) << j["verdict"].dump(2);
-  auto src = read_file(j["best"]["candidate"].get<std::string>());
-  ASSERT_TRUE(src.has_value());
-  EXPECT_NE(src->find("A given as [K, gm]: transposed"), std::string::npos);
-}
-
-// triu(A @ B) (KernelBench's Matmul_for_upper_triangular_matrices): the mask over the column and row
-// indices is the GEMM's epilogue; the winner passes every seed and the held-out shape, so the mask keeps
-// the upper triangle (a swapped index would keep the lower one and fail).
-TEST_F(KbEval, TheTunerMasksAProductWithItsUpperTriangle) {
-  const std::string task = std::string(KFAB_SOURCE_DIR) + "/tasks/kb/l1_matmul_triu.py";
-  CliResult r = kfab_cli({"optimize", task, "--target", "cpu", "--fresh", "--points", "1", "--json", "--quiet", "--out",
-                          (scratch() / "kb-triu").string()},
-                         900);
-  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
-  nlohmann::json j = r.json();
-  EXPECT_EQ(j["best"]["disposition"], "passed") << j.dump(2);
-  EXPECT_EQ(j["tuner"]["template"], "cpu_gemm_epilogue");
-  EXPECT_NE(j["tuner"]["program"].get<std::string>().find("colidx"), std::string::npos) << j["tuner"]["program"];
-  int heldout = 0;
-  for (const auto& s : j["verdict"]["shapes"]) heldout += s.value("heldout", false) && s.value("correct", false);
-  EXPECT_EQ(heldout, 1) << j["verdict"].dump(2);
+  const nlohmann::json b = nlohmann::json::parse(*read_file(out / "bench.json"));
+  ASSERT_EQ(b["tasks"].size(), want.size()) << b.dump(1);
+  for (const auto& t : b["tasks"]) {
+    const std::string stem = t["task"];
+    ASSERT_TRUE(want.count(stem)) << stem;
+    EXPECT_EQ(t["disposition"], "passed") << t.dump(1);
+    EXPECT_EQ(t["heldout"].value("total", 0), 1) << stem;
+    EXPECT_EQ(t["heldout"].value("passed", 0), 1) << stem << ": the held-out shape";
+    auto src = read_file(t["candidate"].get<std::string>());
+    ASSERT_TRUE(src.has_value()) << t.dump(1);
+    for (const auto& w : want.at(stem)) EXPECT_NE(src->find(w), std::string::npos) << stem << ": " << w;
+  }
 }
 
 // A training BatchNorm after a Linear (as KernelBench's harness runs the Model: training mode): the
