@@ -152,20 +152,26 @@ std::string generate_fused_cpp(const Program& p, const TemplateParams& tp, const
 
 namespace {
 
+// The start of a GEMM's C++ file: its head (`what`, B named as given), the includes and helpers (with
+// `kernels` after them), the epilogue's Args; the binding it goes on with.
+Binding gemm_file_start(const GemmProgram& gp, const Program& p, const TemplateParams& tp, const std::string& title, const char* what,
+                        std::string_view kernels, Emitter& e) {
+  head(title, tp, fmt::format(fmt::runtime(what), gp.trans_b ? "W^T (W is [N, K])" : "B"), p, e);
+  e.line("#include <vector>").blank();
+  prelude(e);
+  if (!kernels.empty()) e.raw(kernels).blank();
+  args_struct(p, e);
+  return gemm_binding(gp, false);
+}
+
 // A GEMM whose epilogue reads the product only through row sums of linear functions of it
 // (fold_row_sums): B summed over the product's columns, A times that vector, then the folded
 // epilogue over the rows; the product is never formed.
 std::string generate_gemm_folded_cpp(const GemmProgram& gp, const Program& p, const TemplateParams& tp, const std::string& title) {
   const Gen g(p, cpp_lang());
   Emitter e;
-  head(title, tp,
-       fmt::format("The row sums of A @ {} as A @ (B summed over the product's columns), no product formed; then the folded epilogue",
-                   gp.trans_b ? "W^T (W is [N, K])" : "B"),
-       p, e);
-  e.line("#include <vector>").blank();
-  prelude(e);
-  args_struct(p, e);
-  Binding b = gemm_binding(gp, false);
+  Binding b = gemm_file_start(
+      gp, p, tp, title, "The row sums of A @ {} as A @ (B summed over the product's columns), no product formed; then the folded epilogue", {}, e);
   b.setup = fmt::format(R"(  // B's sums over the product's columns, then the product's row sums, in buffers kept between calls
   static std::vector<float> bsum, sums;
   bsum.assign(static_cast<size_t>(K), 0.0f);
@@ -213,15 +219,9 @@ std::string generate_gemm_cpp(const GemmProgram& gp, const TemplateParams& tp, c
   const Program& p = gp.epilogue;
   const Gen g(p, cpp_lang());
   Emitter e;
-  head(title, tp,
-       fmt::format("A blocked GEMM (i-k-j order, SIMD along B's rows), then the epilogue over rows: C = A @ {}, then the epilogue",
-                   gp.trans_b ? "W^T (W is [N, K])" : "B"),
-       p, e);
-  e.line("#include <vector>").blank();
-  prelude(e);
-  e.raw(blocked_gemm_source()).blank();
-  args_struct(p, e);
-  Binding b = gemm_binding(gp, false);
+  Binding b = gemm_file_start(gp, p, tp, title,
+                              "A blocked GEMM (i-k-j order, SIMD along B's rows), then the epilogue over rows: C = A @ {}, then the epilogue",
+                              blocked_gemm_source(), e);
   b.setup = fmt::format(R"(  // the product (and W transposed to [K, N]), in buffers kept between calls
   static std::vector<float> product, wt;
   product.resize(static_cast<size_t>(total));
