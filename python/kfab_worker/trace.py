@@ -584,11 +584,14 @@ def _find_gemm(gm):
                 shape, stride = (shape[1:], stride[1:]) if ok else ([], [])
             while len(shape) > 2 and shape[0] == 1:
                 shape, stride = shape[1:], stride[1:]
-            if len(shape) == 2 and v.storage_offset() == 0 and v.numel() == p.numel():
+            # the kernel takes a left operand of 2 or more dimensions (its leading ones the rows) and a right
+            # one of exactly 2 (3 for a batched product); a transposed one of exactly that rank
+            rank_ok = p.dim() == (3 if batched else 2) or (side == "left" and not batched and p.dim() > 2)
+            if len(shape) == 2 and v.storage_offset() == 0 and v.numel() == p.numel() and rank_ok:
                 r, c = shape
                 if stride[1] == 1 and (stride[0] == c or r == 1):
                     return src, False
-                if stride[0] == 1 and (stride[1] == r or c == 1) and (side == "right" or p.dim() == (3 if batched else 2)):
+                if stride[0] == 1 and (stride[1] == r or c == 1) and p.dim() == (3 if batched else 2):
                     return src, True
         if side == "left" and isinstance(x, torch.fx.Node) and x.op == "call_function" and _base(x) in ("view", "_unsafe_view", "reshape") \
                 and isinstance(x.args[0], torch.fx.Node) and x.args[0].op == "placeholder":

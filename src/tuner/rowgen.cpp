@@ -328,7 +328,7 @@ std::string pool_prepare(const GemmProgram& gp, bool cuda) {
     s += "  static float* pooled = nullptr;\n  static int64_t pooled_cap = 0;\n";
     s += "  int64_t pooled_need = batch * gn * K;\n";
     for (size_t i = 0; i < gp.epilogue.inputs.size(); ++i)
-      if (gp.epilogue.inputs[i].pool > 1) s += "  pooled_need += n;\n";
+      if (gp.epilogue.inputs[i].pool > 1) s += "  pooled_need += (n + 3) / 4 * 4 + 4;  // a pooled input, 16-byte aligned\n";
     s += R"(  if (pooled_need > pooled_cap) {
     if (pooled != nullptr) cudaFree(pooled);
     pooled = nullptr, pooled_cap = 0;
@@ -339,11 +339,11 @@ std::string pool_prepare(const GemmProgram& gp, bool cuda) {
     s += fmt::format("  // {}\n", wjob);
     s += gp.trans_b ? fmt::format("  if (kfab_pool_windows(w_data, pooled, batch * gn, K, {}, true, stream) != 0) return 6;\n", gp.pool)
                     : fmt::format("  if (kfab_pool_windows(w_data, pooled, batch * K, gn, {}, false, stream) != 0) return 6;\n", gp.pool);
-    s += "  w_data = pooled;\n  float* pooled_in = pooled + batch * gn * K;\n";
+    s += "  w_data = pooled;\n  float* pooled_in = pooled + (batch * gn * K + 3) / 4 * 4;\n";
     for (size_t i = 0; i < gp.epilogue.inputs.size(); ++i) {
       if (gp.epilogue.inputs[i].pool <= 1) continue;
-      s += fmt::format("  if (kfab_pool_windows(a.in{0}, pooled_in, 1, n, {1}, false, stream) != 0) return 6;\n  a.in{0} = pooled_in;\n  pooled_in += n;\n", i,
-                       gp.epilogue.inputs[i].pool);
+      s += fmt::format("  if (kfab_pool_windows(a.in{0}, pooled_in, 1, n, {1}, false, stream) != 0) return 6;\n  a.in{0} = pooled_in;\n  pooled_in += (n + 3) / 4 * 4;\n",
+                       i, gp.epilogue.inputs[i].pool);
     }
     return s;
   }
