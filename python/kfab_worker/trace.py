@@ -570,7 +570,8 @@ def _find_gemm(gm):
             if batched and x.meta["val"].dim() != 3:
                 raise Unsupported(f"a batched GEMM of a {x.meta['val'].dim()}-D {side} operand")
             return x, False
-        # a chain of views and permutes of an input (an einsum's unsqueezes and permutes around a bmm of one
+        # a chain of views and permutes of an input (a Linear's transposed weight, A.T, a 3-D or 4-D tensor
+        # whose leading dimensions are the rows, an einsum's unsqueezes and permutes around a bmm of one
         # batch): what the product reads is the input's own memory as [rows, cols], row-major or transposed,
         # as the traced tensor's strides say
         src = x
@@ -593,16 +594,6 @@ def _find_gemm(gm):
                     return src, False
                 if stride[0] == 1 and (stride[1] == r or c == 1) and p.dim() == (3 if batched else 2):
                     return src, True
-        if side == "left" and isinstance(x, torch.fx.Node) and x.op == "call_function" and _base(x) in ("view", "_unsafe_view", "reshape") \
-                and isinstance(x.args[0], torch.fx.Node) and x.args[0].op == "placeholder":
-            # a 3-D or 4-D tensor times a matrix: the input's leading dimensions merged into the rows (the
-            # same memory, row-major), which kfab_run reads as [rows, K]
-            src, dst = list(x.args[0].meta["val"].shape), list(x.meta["val"].shape)
-            if len(src) >= 2 and len(dst) == 2 and src[-1] == dst[-1] and math.prod(src[:-1]) == dst[0]:
-                return x.args[0], False
-        if isinstance(x, torch.fx.Node) and x.op == "call_function" and _base(x) in ("permute", "t", "transpose") \
-                and isinstance(x.args[0], torch.fx.Node) and x.args[0].op == "placeholder" and x.args[0].meta["val"].dim() == 2:
-            return x.args[0], True  # a 2-D input transposed: the kernel reads it as given ([K, M] or [N, K])
         raise Unsupported(f"a GEMM of a computed {side} operand ({getattr(x, 'name', x)}): the template multiplies the Model's inputs or weights")
 
     pa, trans_a = operand(a, "left")

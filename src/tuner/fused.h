@@ -4,6 +4,7 @@
 /// computation is known as a program (a native task's `formula`, a traced KernelBench Model).
 
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -58,6 +59,11 @@ struct GemmProgram {
   std::vector<int> bind;
   Program epilogue;
 };
+
+/// The epilogue folded to read only the product's row sums (fold_row_sums, its product input now per
+/// row) where the point asks for it (`fold=rowsum`, or any point when `point` is null) and the GEMM allows
+/// it; nullopt otherwise (a batched product: each batch's sums would be a pass of their own, not written).
+std::optional<Program> folded_epilogue(const GemmProgram& gp, const TemplateParams* point = nullptr);
 
 std::string generate_gemm_cuda(const GemmProgram& gp, const TemplateParams& params, const std::string& title);
 std::string generate_gemm_cpp(const GemmProgram& gp, const TemplateParams& params, const std::string& title);

@@ -69,14 +69,20 @@ std::vector<TemplateParams> fused_grid(const Program& p, int64_t n) {
 
 std::vector<TemplateParams> fused_cpu_grid() { return {{{"schedule", "static"}}, {{"schedule", "dynamic"}}}; }
 
+std::optional<Program> folded_epilogue(const GemmProgram& gp, const TemplateParams* point) {
+  if (point != nullptr && !(point->count("fold") && point->at("fold") == "rowsum")) return std::nullopt;
+  if (gp.batched) return std::nullopt;
+  for (size_t i = 0; i < gp.bind.size(); ++i)
+    if (gp.bind[i] < 0) return fold_row_sums(gp.epilogue, static_cast<int>(i));
+  return std::nullopt;
+}
+
 namespace {
 
 /// The point that never forms the product, where the epilogue reads only its row sums (fold_row_sums):
 /// first in both grids, measured against the GEMMs after it.
 void fold_point(const GemmProgram& gp, std::vector<TemplateParams>& g) {
-  if (gp.batched) return;  // each batch's sums would be a pass of their own: not written yet
-  for (size_t i = 0; i < gp.bind.size(); ++i)
-    if (gp.bind[i] < 0 && fold_row_sums(gp.epilogue, static_cast<int>(i))) g.push_back({{"fold", "rowsum"}});
+  if (folded_epilogue(gp)) g.push_back({{"fold", "rowsum"}});
 }
 
 }  // namespace

@@ -170,8 +170,9 @@ Binding gemm_file_start(const GemmProgram& gp, const Program& p, const TemplateP
 std::string generate_gemm_folded_cpp(const GemmProgram& gp, const Program& p, const TemplateParams& tp, const std::string& title) {
   const Gen g(p, cpp_lang());
   Emitter e;
-  Binding b = gemm_file_start(
-      gp, p, tp, title, "The row sums of A @ {} as A @ (B summed over the product's columns), no product formed; then the folded epilogue", {}, e);
+  Binding b = gemm_file_start(gp, p, tp, title,
+                              "The row sums of A @ {} as A @ (B summed over the product's columns), no product formed; then the folded epilogue",
+                              gp.trans_a ? blocked_gemm_source() : std::string_view(), e);  // A's transpose
   b.setup = fmt::format(R"(  // B's sums over the product's columns, then the product's row sums, in buffers kept between calls
   static std::vector<float> bsum, sums;
   bsum.assign(static_cast<size_t>(K), 0.0f);
@@ -214,8 +215,7 @@ std::string generate_gemm_folded_cpp(const GemmProgram& gp, const Program& p, co
 }  // namespace
 
 std::string generate_gemm_cpp(const GemmProgram& gp, const TemplateParams& tp, const std::string& title) {
-  if (tp.count("fold") && tp.at("fold") == "rowsum" && !gp.batched)
-    if (auto folded = fold_row_sums(gp.epilogue, product_input(gp))) return generate_gemm_folded_cpp(gp, *folded, tp, title);
+  if (auto folded = folded_epilogue(gp, &tp)) return generate_gemm_folded_cpp(gp, *folded, tp, title);
   const Program& p = gp.epilogue;
   const Gen g(p, cpp_lang());
   Emitter e;
@@ -230,10 +230,7 @@ std::string generate_gemm_cpp(const GemmProgram& gp, const TemplateParams& tp, c
     const float* bp = w_data + z * K * gn;
     if ({trans}) {{
       wt.resize(static_cast<size_t>(K * gn));
-#pragma omp parallel for schedule(static) if (K * gn > 262144)
-      for (int64_t j0 = 0; j0 < gn; j0 += 32)
-        for (int64_t k = 0; k < K; ++k)
-          for (int64_t j = j0; j < j0 + 32 && j < gn; ++j) wt[k * gn + j] = bp[j * K + k];
+      kfab_transpose_blocked(bp, wt.data(), gn, K);
       bp = wt.data();
     }}
     kfab_blocked_gemm<{rows}, {kblock}>(ap, bp, product.data() + z * gmb * gn, gmb, gn, K);

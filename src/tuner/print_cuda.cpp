@@ -421,7 +421,7 @@ void gemm_epilogue(const Gen& g, int pin, bool fused, Emitter& e) {
 
 // What the binding's `prepare` launches first: for an A given as [K, M] the transpose kernels
 // (tiled_transpose.cuh), for a pooled product the averaging one (pool_columns.cuh).
-void transpose_kernels(const GemmProgram& gp, Emitter& e) {
+void prepare_kernels(const GemmProgram& gp, Emitter& e) {
   if (gp.pool > 1) e.raw(template_text("pool_columns.cuh")).blank();  // a pooled product: B's columns averaged first
   if (!gp.trans_a) return;
   e.line("constexpr int KT = 2;          // A's transpose: 32 x 32 tiles a block moves with float4 accesses");
@@ -529,7 +529,7 @@ std::string generate_gemm_sm90(const GemmProgram& gp, const TemplateParams& tp, 
                         "cutlass/gemm/kernel/tile_scheduler.hpp"})
     e.linef("#include \"{}\"", h);
   e.raw(kPrelude).raw(host_checks()).blank();
-  transpose_kernels(gp, e);
+  prepare_kernels(gp, e);
   const Parts rows = rows_parts(g, kProductRows);  // declares Args too
   e.raw(rows.code).blank();
   e.raw(template_text("sm90_tf32_gemm.cuh")).blank();
@@ -571,7 +571,7 @@ std::string generate_gemm_tensor_cores(const GemmProgram& gp, const TemplatePara
        p, e);
   e.line("#include \"cutlass/epilogue/thread/linear_combination.h\"").line("#include \"cutlass/gemm/device/gemm.h\"");
   e.raw(kPrelude).raw(host_checks()).blank();
-  transpose_kernels(gp, e);
+  prepare_kernels(gp, e);
   const Parts rows = rows_parts(g, kProductRows);  // declares Args too
   e.raw(rows.code).blank();
   cutlass_gemm_types(gp, tp, e);
@@ -607,7 +607,7 @@ std::string generate_gemm_folded(const GemmProgram& gp, const Program& p, const 
                    gp.trans_b ? "W^T (W is [N, K])" : "B"),
        p, e);
   e.raw(kPrelude).raw(host_checks()).blank();
-  transpose_kernels(gp, e);
+  prepare_kernels(gp, e);
   const Parts rows = rows_parts(g, kProductRows);  // declares Args too
   e.raw(rows.code).blank();
   e.raw(template_text("row_sums_gemv.cuh")).blank();
@@ -650,8 +650,7 @@ std::string generate_fused_cuda(const Program& p, const TemplateParams& tp, cons
 }
 
 std::string generate_gemm_cuda(const GemmProgram& gp, const TemplateParams& tp, const std::string& title) {
-  if (tp.count("fold") && tp.at("fold") == "rowsum" && !gp.batched)
-    if (auto folded = fold_row_sums(gp.epilogue, product_input(gp))) return generate_gemm_folded(gp, *folded, tp, title);
+  if (auto folded = folded_epilogue(gp, &tp)) return generate_gemm_folded(gp, *folded, tp, title);
   if (tp.count("mma") && tp.at("mma") == "tf32x3") return generate_gemm_tensor_cores(gp, tp, title);
   if (tp.count("mma") && tp.at("mma").rfind("sm90_", 0) == 0) return generate_gemm_sm90(gp, tp, title);
   const Program& p = gp.epilogue;
@@ -664,7 +663,7 @@ std::string generate_gemm_cuda(const GemmProgram& gp, const TemplateParams& tp, 
                    gp.trans_b ? "W^T (W is [N, K])" : "B"),
        p, e);
   e.raw(kPrelude).raw(host_checks()).blank();
-  transpose_kernels(gp, e);
+  prepare_kernels(gp, e);
   Parts rows;
   if (fused) {
     args_struct(p, e);

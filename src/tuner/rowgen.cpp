@@ -449,17 +449,10 @@ Binding gemm_binding(const GemmProgram& gp, bool cuda) {
   a_data = a_t;
 )";
   } else {
-    b.prepare += R"(  // A given as [K, gm]: transposed into [gm, K] first, 32 columns of it at a time, in a buffer kept between calls
+    b.prepare += R"(  // A given as [K, gm]: transposed into [gm, K] first (kfab_transpose_blocked), in a buffer kept between calls
   static std::vector<float> a_t;
   a_t.resize(static_cast<size_t>(gm * K));
-  for (int64_t z = 0; z < batch; ++z) {  // each batch's [K, gmb] to [gmb, K]
-    const float* src = a_data + z * K * gmb;
-    float* dst = a_t.data() + z * gmb * K;
-#pragma omp parallel for schedule(static) if (gmb * K > 262144)
-    for (int64_t i0 = 0; i0 < gmb; i0 += 32)
-      for (int64_t k = 0; k < K; ++k)
-        for (int64_t i = i0; i < i0 + 32 && i < gmb; ++i) dst[i * K + k] = src[k * gmb + i];
-  }
+  for (int64_t z = 0; z < batch; ++z) kfab_transpose_blocked(a_data + z * K * gmb, a_t.data() + z * gmb * K, K, gmb);  // [K, gmb] to [gmb, K]
   a_data = a_t.data();
 )";
   }

@@ -212,16 +212,20 @@ TEST_F(CudaBuild, GemmEpiloguesCompileAtEveryPoint) {
     EXPECT_EQ(folded.find("cutlass"), std::string::npos) << "no product is formed";
     build(trans ? "gemm_sum_wnk" : "gemm_sum_bkn", folded);
   }
+  // the first SIMT point of a GEMM's grid, generated
+  auto simt_source = [](const GemmProgram& gp, const std::string& name) {
+    const auto grid = gemm_cuda_grid(gp);
+    const auto at = std::find_if(grid.begin(), grid.end(), [](const TemplateParams& q) { return q.count("mma") == 0 && q.count("fold") == 0; });
+    return at == grid.end() ? std::string() : generate_gemm_cuda(gp, *at, name);
+  };
   // A given as [K, M] (A.T @ B): transposed into a buffer first, at the first SIMT point
   GemmProgram ta;
   ta.a = 0, ta.b = 1, ta.trans_a = true, ta.tensors = 2, ta.bind = {-1};
   auto tp = parse_program("y = acc", {{"acc", VClass::E}}, {"y"});
   ASSERT_TRUE(tp.has_value()) << tp.error().message;
   ta.epilogue = *tp;
-  const auto tgrid = gemm_cuda_grid(ta);
-  const auto tsimt = std::find_if(tgrid.begin(), tgrid.end(), [](const TemplateParams& q) { return q.count("mma") == 0 && q.count("fold") == 0; });
-  ASSERT_NE(tsimt, tgrid.end());
-  const std::string tsrc = generate_gemm_cuda(ta, *tsimt, "matmul_trans_a");
+  const std::string tsrc = simt_source(ta, "matmul_trans_a");
+  ASSERT_FALSE(tsrc.empty()) << "matmul_trans_a has a SIMT point";
   EXPECT_NE(tsrc.find("kfab_transpose4<<<tgrid, 256, 0, stream>>>(a_data, a_t, K, gmb);"), std::string::npos);
   EXPECT_NE(tsrc.find("const int64_t K = A.shape[0], gm = A.shape[1];"), std::string::npos);
   build("matmul_trans_a", tsrc);
@@ -232,10 +236,8 @@ TEST_F(CudaBuild, GemmEpiloguesCompileAtEveryPoint) {
   auto bp = parse_program("y = relu(acc)", {{"acc", VClass::E}}, {"y"});
   ASSERT_TRUE(bp.has_value()) << bp.error().message;
   bm.epilogue = *bp;
-  const auto bgrid = gemm_cuda_grid(bm);
-  const auto bsimt = std::find_if(bgrid.begin(), bgrid.end(), [](const TemplateParams& q) { return q.count("mma") == 0 && q.count("fold") == 0; });
-  ASSERT_NE(bsimt, bgrid.end());
-  const std::string bsrc = generate_gemm_cuda(bm, *bsimt, "bmm_relu");
+  const std::string bsrc = simt_source(bm, "bmm_relu");
+  ASSERT_FALSE(bsrc.empty()) << "bmm_relu has a SIMT point";
   EXPECT_NE(bsrc.find("const int64_t batch = A.shape[0];"), std::string::npos);
   EXPECT_NE(bsrc.find("kfab_gemm<true><<<grid, NT, 0, stream>>>(o, a, gmb, gn, K, z * gmb);"), std::string::npos);
   EXPECT_NE(bsrc.find("a.out0[prow * n + c]"), std::string::npos);
@@ -249,10 +251,8 @@ TEST_F(CudaBuild, GemmEpiloguesCompileAtEveryPoint) {
   auto pp = parse_program("y = rowmax(gelu_erf(acc + bias) * 2.0)", {bias, {"acc", VClass::E}}, {"y"});
   ASSERT_TRUE(pp.has_value()) << pp.error().message;
   pl.epilogue = *pp;
-  const auto pgrid = gemm_cuda_grid(pl);
-  const auto psimt = std::find_if(pgrid.begin(), pgrid.end(), [](const TemplateParams& q) { return q.count("mma") == 0 && q.count("fold") == 0; });
-  ASSERT_NE(psimt, pgrid.end());
-  const std::string psrc = generate_gemm_cuda(pl, *psimt, "linear_avgpool");
+  const std::string psrc = simt_source(pl, "linear_avgpool");
+  ASSERT_FALSE(psrc.empty()) << "linear_avgpool has a SIMT point";
   EXPECT_NE(psrc.find("kfab_pool_windows(w_data, pooled, batch * gn, K, 16, true, stream)"), std::string::npos);
   EXPECT_NE(psrc.find("kfab_numel(in[2]) != n * 16"), std::string::npos) << "the bias is the product's full width";
   build("linear_avgpool", psrc);

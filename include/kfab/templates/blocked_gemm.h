@@ -27,4 +27,13 @@ static void kfab_blocked_gemm(const float* ap, const float* bp, float* cp, int64
     }
   }
 }
+
+// dst [cols, rows] = src [rows, cols] transposed, 32 rows of src at a time across OpenMP threads (a
+// Linear's weight W [N, K] read as [K, N]; an A given as [K, M] read as [M, K]).
+inline void kfab_transpose_blocked(const float* src, float* dst, int64_t rows, int64_t cols) {
+#pragma omp parallel for schedule(static) if (rows * cols > 262144)
+  for (int64_t i0 = 0; i0 < rows; i0 += 32)
+    for (int64_t j = 0; j < cols; ++j)
+      for (int64_t i = i0; i < i0 + 32 && i < rows; ++i) dst[j * rows + i] = src[i * cols + j];
+}
 // kfab:end
