@@ -73,24 +73,29 @@ def main() -> int:
     print(f"{len(rows)} problems, at their own sizes; finished: {b.get('finished')}.\n")
     print("| problem | result | precision | tolerance used | ms | TFLOP/s | x eager | x compile | x eager, end to end | reason |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    eager, compile_, e2e = [], [], []
+    means: dict[str, list[list[float]]] = {}  # level: [x eager], [x compile], [x end to end], [1 if passed]
     for r in rows:
         step = final_step(r)
         v = step.get("verdict") or {}
         ms, tflops, used = timing(v)
         passed = r.get("disposition") == "passed"
-        for acc, key in ((eager, "speedup"), (compile_, "speedup_vs_compile"), (e2e, "speedup_end_to_end")):
+        name = r.get("path", "").rsplit("/", 1)[-1]
+        level = name.split("_", 1)[0] if re.match(r"level\d+_", name) else "all"
+        acc = means.setdefault(level, [[], [], [], []])
+        for a, key in zip(acc, ("speedup", "speedup_vs_compile", "speedup_end_to_end")):
             x = r.get(key)
-            acc.append(x if passed and isinstance(x, (int, float)) and x > 0 else 1.0)
+            a.append(x if passed and isinstance(x, (int, float)) and x > 0 else 1.0)
+        acc[3].append(1 if passed else 0)
         reason = "" if passed else (r.get("error") or r.get("detail") or "")
         reason = reason.replace("|", "\\|").replace("\n", " ")[:140]
-        print(f"| {r.get('path', '').rsplit('/', 1)[-1]} | {r.get('disposition')} | {precision(step)} | {num(used, '.3g')} | "
+        print(f"| {name} | {r.get('disposition')} | {precision(step)} | {num(used, '.3g')} | "
               f"{num(ms, '.3f')} | {num(tflops, '.3g')} | {num(r.get('speedup'), '.3f')} | {num(r.get('speedup_vs_compile'), '.3f')} | "
               f"{num(r.get('speedup_end_to_end'), '.3f')} | {reason} |")
-    passed = sum(r.get("disposition") == "passed" for r in rows)
-    print(f"\n{passed} of {len(rows)} passed. Geometric means over all {len(rows)} (a problem that did not pass counts as 1x): "
-          f"x eager {num(geomean(eager), '.3f')}, x compile {num(geomean(compile_), '.3f')}, "
-          f"x eager end to end {num(geomean(e2e), '.3f')}.")
+    print()
+    for level, (eager, compile_, e2e, passed) in sorted(means.items()):
+        print(f"{level}: {sum(passed)} of {len(eager)} passed. Geometric means over all {len(eager)} (a problem that did not pass "
+              f"counts as 1x): x eager {num(geomean(eager), '.3f')}, x compile {num(geomean(compile_), '.3f')}, "
+              f"x eager end to end {num(geomean(e2e), '.3f')}.")
     return 0
 
 
