@@ -16,7 +16,8 @@ points=${3:-3}
 shift $(( $# < 3 ? $# : 3 ))
 case "$level" in level1|level2|all) ;; *) echo "suite.sh: level1, level2 or all, not $level" >&2; exit 2 ;; esac
 mkdir -p "$out"
-KFAB_GPU_TARGETS="kfab kfab-runner" KFAB_GPU_STAGES=none scripts/gpu_machine.sh "$out/machine" || exit 1
+# KFAB_PREBUILT=1: build-gpu/kfab is built already (another of these scripts running beside this one built it)
+[ -n "${KFAB_PREBUILT:-}" ] || KFAB_GPU_TARGETS="kfab kfab-runner" KFAB_GPU_STAGES=none scripts/gpu_machine.sh "$out/machine" || exit 1
 # gpu_machine.sh unpacked CUTLASS's headers there (its own export does not reach this shell)
 [ -d /tmp/site/cutlass_library/source/include ] && export KFAB_CUTLASS_INCLUDE=/tmp/site/cutlass_library/source/include
 kb=${KFAB_KB_DIR:-kernelbench/KernelBench}

@@ -51,6 +51,7 @@ _CALL2 = {"maximum": "max", "minimum": "min", "pow": "pow", "lt": "lt", "le": "l
 _VIEWS = {"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "expand", "alias", "clone", "contiguous", "detach",
           "lift_fresh_copy", "_to_copy", "to", "copy", "view_as", "expand_as", "flatten"}
 # the ops that give another view of the same memory, no copy: a GEMM operand may be one of an input
+_RESHAPES = {"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze"}  # the same elements in the same order
 _LAYOUT_VIEWS = {"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "permute", "t", "transpose", "alias"}
 
 
@@ -604,6 +605,32 @@ def _find_gemm(gm):
     return node, pa, pb, trans, bias, trans_a, batched
 
 
+def _matrix_vector_as_rows(gm) -> None:
+    """A matrix times one column (aten.mm of A [M, K] by B [K, 1]: KernelBench's level1_4, 2048 x 1048576)
+    is memory-bound and would leave a GEMM's tiles nearly empty: rewritten in the graph as the row program
+    sum(A * B.view(1, K), dim=1, keepdim=True), one pass over A at the memory's speed. The new nodes'
+    values are computed on the caller's fake tensors (no memory)."""
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or _base(node) != "mm":
+            continue
+        a, b = node.args[:2]
+        va = a.meta.get("val") if isinstance(a, torch.fx.Node) else None
+        vb = b.meta.get("val") if isinstance(b, torch.fx.Node) else None
+        if not isinstance(va, torch.Tensor) or not isinstance(vb, torch.Tensor) or va.dim() != 2 or vb.dim() != 2 or vb.shape[1] != 1:
+            continue
+        k = int(vb.shape[0])
+        with gm.graph.inserting_before(node):
+            row = gm.graph.call_function(torch.ops.aten.view.default, (b, [1, k]))
+            prod = gm.graph.call_function(torch.ops.aten.mul.Tensor, (a, row))
+            total = gm.graph.call_function(torch.ops.aten.sum.dim_IntList, (prod, [1], True))
+        row.meta["val"] = vb.view(1, k)
+        prod.meta["val"] = va * row.meta["val"]
+        total.meta["val"] = prod.meta["val"].sum(dim=1, keepdim=True)
+        node.replace_all_uses_with(total)
+        gm.graph.erase_node(node)
+    gm.graph.lint()
+
+
 def _pooled_product(node):
     """The product's columns averaged in windows: a GEMM's [M, N] product whose only use is a chain of
     views, one avg_pool1d/avg_pool2d over its last dimension (window k, stride k, no padding, floor mode:
@@ -748,6 +775,7 @@ def _trace_fake(t: taskmod.KbTask, shape: dict) -> dict:
             kind["init"] = t.init_scalars(shape)
         return kind
     try:
+        _matrix_vector_as_rows(gm)
         gemm = _find_gemm(gm)
         gshape = list(gemm[0].meta["val"].shape) if gemm else None
         while gshape is not None and len(gshape) > 2 and gshape[0] == 1 and not gemm[6]:
@@ -789,6 +817,12 @@ def _trace_fake(t: taskmod.KbTask, shape: dict) -> dict:
             pool_in = 1
             if pooled and gemm[4] is node and list(ex.shape) == [pooled[3][1] * pooled[0]] and not set(node.users) - {gemm[0]}:
                 c, pool_in = "C", pooled[0]  # the Linear's bias, averaged like the product's columns
+            if c is None and node.users:
+                # an input read only through reshapes of one class (a matrix-vector product's [K, 1] column, read
+                # as a row of [1, K]): the same elements in the same order, so that class
+                cs = {m.shape_cls(u.meta["val"].shape, integer) if u.op == "call_function" and _base(u) in _RESHAPES else None
+                      for u in node.users}
+                c = cs.pop() if len(cs) == 1 else None
             if c is None:
                 raise Unsupported(f"input {i} has shape {list(ex.shape)}, which is not the row shape {m.S}, a row, a column or a scalar")
             if integer and c != "R":
@@ -855,6 +889,10 @@ def _trace_fake(t: taskmod.KbTask, shape: dict) -> dict:
             r["gemm"]["batched"] = True  # A [batch, M, K], B [batch, K, N]: a GEMM a batch
         if pooled:
             r["gemm"]["pool"] = pooled[0]  # the product's columns averaged in windows of pool
+        # the product's dimensions at this shape (a batched one's per batch): the tuner orders its points by them
+        left = gemm[0].args[1] if _base(gemm[0]) == "addmm" else gemm[0].args[0]
+        out = list(gemm[0].meta["val"].shape)
+        r["gemm"].update({"m": int(out[-2]), "n": int(out[-1]) // (pooled[0] if pooled else 1), "k": int(left.meta["val"].shape[-1])})
         r["tensors"] = len(placeholders)
     return r
 

@@ -55,6 +55,9 @@ struct GemmProgram {
   /// its window, no padding): B's columns are averaged first, so the GEMM makes the pooled product
   /// [M, N / pool] directly, pool times fewer columns; 1: none.
   int pool = 1;
+  /// The GEMM's dimensions at the tuning shape (a batched product's per batch, a pooled one's pooled N),
+  /// which order the grid's points; 0 where unknown (a native task's sizes are symbolic).
+  int64_t m = 0, n = 0, k = 0;
   int tensors = 2;
   std::vector<int> bind;
   Program epilogue;
@@ -67,7 +70,7 @@ std::optional<Program> folded_epilogue(const GemmProgram& gp, const TemplatePara
 
 std::string generate_gemm_cuda(const GemmProgram& gp, const TemplateParams& params, const std::string& title);
 std::string generate_gemm_cpp(const GemmProgram& gp, const TemplateParams& params, const std::string& title);
-/// The parameter points for `gp` (the same for every GEMM today; the program may decide later).
+/// The parameter points for `gp`, most promising first for its dimensions where they are known.
 std::vector<TemplateParams> gemm_cuda_grid(const GemmProgram& gp);
 std::vector<TemplateParams> gemm_cpu_grid(const GemmProgram& gp);
 

@@ -113,14 +113,20 @@ std::vector<TemplateParams> gemm_cuda_grid(const GemmProgram& gp) {
   // search of three points holds an fp32-accurate point of each path; then the other sm90 tiles,
   // clusters and schedules. Not yet measured against each other: the search decides.
   const bool hopper = cutlass && cuda_candidate_arch() == "sm_90a";
+  // Few output tiles over a long K (KernelBench's 256 x 256 x 524288: 4 tiles of 128 x 128 where an
+  // H100 has 132 SMs): stream-K, which splits K across every SM, right after the TF32 point. Measured
+  // on an H200 (issue 23): the persistent scheduler ran that product at 0.08x eager.
+  const int64_t tiles = ((gp.m + 127) / 128) * ((gp.n + 127) / 128);
+  const bool few_tiles = gp.m > 0 && gp.n > 0 && tiles < 66 && gp.k >= 8192;
   if (hopper) {
     sm90("sm90_tf32", "128x256x32", "1", "coop");
+    if (few_tiles) sm90("sm90_3xtf32", "128x128x32", "1", "coop", "streamk");
     sm90("sm90_3xtf32", "128x128x32", "1", "coop");
   }
   if (cutlass) tc("128x64x16", "64x32x16", "4");
   if (hopper) {
     // stream-K: a product of few tiles and a long K (KernelBench's 256 x 256 x 524288) on every SM
-    sm90("sm90_3xtf32", "128x128x32", "1", "coop", "streamk");
+    if (!few_tiles) sm90("sm90_3xtf32", "128x128x32", "1", "coop", "streamk");
     sm90("sm90_3xtf32", "128x256x32", "1", "coop");
     sm90("sm90_3xtf32", "128x128x32", "2", "coop");
     sm90("sm90_3xtf32", "64x256x32", "1", "pingpong");

@@ -431,7 +431,8 @@ void prepare_kernels(const GemmProgram& gp, Emitter& e) {
 
 // The product's buffer for a row kernel after the GEMM, kept between calls (grown when a shape needs
 // more), as the epilogue's input `pin`.
-// `extra`: an expression of further floats the buffer holds after the product (the operands' parts).
+// `extra`: an expression of further floats the buffer holds after the product (the operands' TF32
+// parts, or B written K-major).
 std::string product_buffer(int pin, const std::string& extra = "0") {
   return fmt::format(R"(  // the product's buffer{1}, kept between calls (grown when a shape needs more)
   static float* product = nullptr;
@@ -445,7 +446,7 @@ std::string product_buffer(int pin, const std::string& extra = "0") {
   }}
   a.in{0} = product;
 )",
-                     pin, extra == "0" ? "" : " and the operands' big and small parts after it", extra);
+                     pin, extra == "0" ? "" : " and the operands' scratch after it", extra);
 }
 
 /// kfab_run's end for the GEMM: the grid, the float4 choice and the launch; with a row kernel after
@@ -505,8 +506,8 @@ void cutlass_gemm_types(const GemmProgram& gp, const TemplateParams& tp, Emitter
 // TMA, wgmma, warp-specialised): three TF32 products at fp32 accuracy (mma sm90_3xtf32), or one
 // (sm90_tf32: the reduced precision the tuner keeps only well within the task's tolerance). Shapes and
 // pointers TMA cannot take (K or N not a multiple of 4, unaligned) go to CUTLASS's SM80 3xTF32 at
-// alignment 1. B given as W [N, K] (K-major, as TF32 wgmma reads it) or as [K, N] (CUTLASS swaps the
-// operands and transposes one in registers).
+// alignment 1. B given as W [N, K] (K-major, as TF32 wgmma reads it) or as [K, N], written as [N, K]
+// into the scratch first (with three products, by the pass that splits it).
 std::string generate_gemm_sm90(const GemmProgram& gp, const TemplateParams& tp, const std::string& title) {
   const Program& p = gp.epilogue;
   const Gen g(p, cuda_lang());
@@ -534,25 +535,26 @@ std::string generate_gemm_sm90(const GemmProgram& gp, const TemplateParams& tp, 
   e.raw(rows.code).blank();
   e.raw(template_text("sm90_tf32_gemm.cuh")).blank();
   const bool streamk = tp.count("scheduler") && tp.at("scheduler") == "streamk";
-  e.linef("using KfabTile = KfabSm90Gemm<{}, {}, {}, {}, {}>;", tile, param(tp, "cluster", 1), coop ? "true" : "false",
-          gp.trans_b ? "true" : "false", streamk ? "true" : "false")
+  e.linef("using KfabTile = KfabSm90Gemm<{}, {}, {}, {}>;", tile, param(tp, "cluster", 1), coop ? "true" : "false",
+          streamk ? "true" : "false")
       .blank();
   cutlass_gemm_types(gp, {}, e);  // the alignment-1 instance for what TMA cannot take
   Binding b = gemm_binding(gp, true);
-  b.setup = product_buffer(pin, three ? "2 * (gmb + gn) * K" : "0");
+  b.setup = product_buffer(pin, three ? "2 * batch * (gmb + gn) * K" : gp.trans_b ? "0" : "batch * gn * K");
+  // every batch in one launch (CUTLASS's batch mode): a batch alone may have fewer tiles than the GPU has SMs
   std::string launch = R"(  if (total == 0) return 0;
-  if (gmb > 2147483647 || gn > 2147483647 || K > 2147483647) return 6;
-  for (int64_t z = 0; z < batch; ++z) {  // a batch's GEMM on its slices
-    const float* ap = a_data + z * gmb * K;
-    const float* bp = w_data + z * K * gn;
-    float* cp = product + z * gmb * gn;
-    const int m32 = static_cast<int>(gmb), n32 = static_cast<int>(gn), k32 = static_cast<int>(K);
-    const bool tma = K > 0 && K % 4 == 0 && gn % 4 == 0 && kfab_aligned16(ap) && kfab_aligned16(bp);
+  if (gmb > 2147483647 || gn > 2147483647 || K > 2147483647 || batch > 2147483647) return 6;
+  const int m32 = static_cast<int>(gmb), n32 = static_cast<int>(gn), k32 = static_cast<int>(K), l32 = static_cast<int>(batch);
+  if (K > 0 && K % 4 == 0 && gn % 4 == 0 && kfab_aligned16(a_data) && kfab_aligned16(w_data)) {
 )";
-  launch += three ? "    const int rc = tma ? kfab_sm90_3xtf32<KfabTile>(ap, bp, cp, product + total, m32, n32, k32, stream)\n"
-                  : "    const int rc = tma ? kfab_sm90_product<KfabTile>(ap, bp, cp, m32, n32, k32, 0.0f, stream)\n";
-  launch += R"(                       : kfab_tc_gemm<1>(ap, bp, cp, m32, n32, k32, stream);
-    if (rc != 0) return rc;
+  launch += fmt::format("    const int rc = kfab_sm90_{}xtf32<KfabTile>(a_data, w_data, product, product + total, m32, n32, k32, l32, {}, stream);\n",
+                        three ? 3 : 1, gp.trans_b ? "false" : "true");
+  launch += R"(    if (rc != 0) return rc;
+  } else {  // what TMA cannot take: CUTLASS's SM80 3xTF32 at alignment 1, a batch at a time
+    for (int64_t z = 0; z < batch; ++z) {
+      const int rc = kfab_tc_gemm<1>(a_data + z * gmb * K, w_data + z * K * gn, product + z * gmb * gn, m32, n32, k32, stream);
+      if (rc != 0) return rc;
+    }
   }
 )" + rows.launch;
   host(g, b, launch, e);

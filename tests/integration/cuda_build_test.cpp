@@ -134,8 +134,8 @@ TEST_F(CudaBuild, CudaTemplatesCompileAtEveryPoint) {
 // CUTLASS point costs nvcc a minute on a small machine, so CI builds one: on Hopper (the default
 // without a GPU) the sm90 3xTF32 point with the stream-K scheduler, whose file holds the SM80 3xTF32
 // instance at alignment 1 too (tests/templates/sm90_tf32_gemm.cu builds the persistent scheduler on
-// its own); elsewhere the SM80 point. The native tasks' B [K, N] at an sm90 point (CUTLASS swaps the
-// operands) is checked for its text only; KFAB_BUILD_EVERY_TC_POINT=1 builds it too.
+// its own); elsewhere the SM80 point. The native tasks' B [K, N] at an sm90 point (written as [N, K]
+// first) is checked for its text only; KFAB_BUILD_EVERY_TC_POINT=1 builds it too.
 TEST_F(CudaBuild, GemmEpiloguesCompileAtEveryPoint) {
   int built = 0;
   auto build = [&](const std::string& name, const std::string& src) {
@@ -161,7 +161,10 @@ TEST_F(CudaBuild, GemmEpiloguesCompileAtEveryPoint) {
     if (tc == grid.end() || std::string(t) != "matmul") continue;
     const std::string src = generate_gemm_cuda(*gp, *tc, t);
     if (hopper) {
-      EXPECT_NE(src.find("KfabSm90Gemm<128, 256, 32, 1, true, false, false>"), std::string::npos) << "B [K, N] is N-major\n" << src.substr(0, 600);
+      // TF32 wgmma reads B K-major: B [K, N] is written as [N, K] into the scratch after the product
+      EXPECT_NE(src.find("KfabSm90Gemm<128, 256, 32, 1, true, false>"), std::string::npos) << src.substr(0, 600);
+      EXPECT_NE(src.find("kfab_sm90_1xtf32<KfabTile>(a_data, w_data, product, product + total, m32, n32, k32, l32, true, stream)"), std::string::npos);
+      EXPECT_NE(src.find("const int64_t need = total + batch * gn * K;"), std::string::npos);
     }
     if (every) build(t, src), ++extra;
   }
@@ -179,7 +182,19 @@ TEST_F(CudaBuild, GemmEpiloguesCompileAtEveryPoint) {
   if (hopper) {
     EXPECT_EQ(grid.front().at("mma"), "sm90_tf32");
     EXPECT_EQ(grid.front().at("precision"), "tf32");
-    EXPECT_NE(generate_gemm_cuda(ln, grid.front(), "ln").find("kfab_sm90_product<KfabTile>(ap, bp, cp,"), std::string::npos);
+    EXPECT_NE(generate_gemm_cuda(ln, grid.front(), "ln").find("kfab_sm90_1xtf32<KfabTile>(a_data, w_data, product, product + total, m32, n32, k32, l32, false,"),
+              std::string::npos);
+  }
+  if (hopper) {  // the dimensions order the points: few output tiles over a long K take stream-K second
+    GemmProgram few = ln, many = ln;
+    few.m = 256, few.n = 256, few.k = 524288;  // KernelBench's level1_6: 4 tiles of 128 x 128
+    many.m = 1024, many.n = 8192, many.k = 8192;
+    const auto fg = gemm_cuda_grid(few), mg = gemm_cuda_grid(many);
+    ASSERT_GE(fg.size(), 3u);
+    ASSERT_GE(mg.size(), 3u);
+    EXPECT_EQ(fg[1].at("scheduler"), "streamk");
+    EXPECT_EQ(mg[1].at("scheduler"), "persistent");
+    EXPECT_EQ(fg.size(), mg.size()) << "the same points, in another order";
   }
   // the Linear at the stream-K point (the matmul above took the persistent scheduler)
   const auto three = std::find_if(grid.begin(), grid.end(), [](const TemplateParams& q) {
@@ -190,9 +205,9 @@ TEST_F(CudaBuild, GemmEpiloguesCompileAtEveryPoint) {
   const std::string src = generate_gemm_cuda(ln, point, "linear_layernorm_relu");
   EXPECT_NE(src.find("kfab_rows_cached"), std::string::npos) << "a row-reducing epilogue runs as a row kernel";
   if (hopper) {
-    EXPECT_NE(src.find("kfab_sm90_3xtf32<KfabTile>(ap, bp, cp, product + total,"), std::string::npos);
-    EXPECT_NE(src.find("const int64_t need = total + 2 * (gmb + gn) * K;"), std::string::npos) << "the operands' big and small parts after the product";
-    EXPECT_NE(src.find("KfabSm90Gemm<128, 128, 32, 1, true, true, true>"), std::string::npos) << "W [N, K] is K-major, stream-K";
+    EXPECT_NE(src.find("kfab_sm90_3xtf32<KfabTile>(a_data, w_data, product, product + total, m32, n32, k32, l32, false,"), std::string::npos);
+    EXPECT_NE(src.find("const int64_t need = total + 2 * batch * (gmb + gn) * K;"), std::string::npos) << "the operands' big and small parts after the product";
+    EXPECT_NE(src.find("KfabSm90Gemm<128, 128, 32, 1, true, true>"), std::string::npos) << "stream-K";
   }
   build("linear_layernorm_relu", src);
   // a product read only through a row sum of a linear function of it (KernelBench's Gemm_Divide_Sum_Scaling,
@@ -242,6 +257,14 @@ TEST_F(CudaBuild, GemmEpiloguesCompileAtEveryPoint) {
   EXPECT_NE(bsrc.find("kfab_gemm<true><<<grid, NT, 0, stream>>>(o, a, gmb, gn, K, z * gmb);"), std::string::npos);
   EXPECT_NE(bsrc.find("a.out0[prow * n + c]"), std::string::npos);
   build("bmm_relu", bsrc);
+  if (hopper) {  // at the sm90 3xTF32 point: every batch in one launch, B [K, N] written as [N, K] a batch at a time
+    const auto bgrid = gemm_cuda_grid(bm);
+    const auto at = std::find_if(bgrid.begin(), bgrid.end(), [](const TemplateParams& q) { return q.count("mma") && q.at("mma") == "sm90_3xtf32"; });
+    ASSERT_NE(at, bgrid.end());
+    const std::string b90 = generate_gemm_cuda(bm, *at, "bmm_relu_sm90");
+    EXPECT_NE(b90.find("kfab_sm90_3xtf32<KfabTile>(a_data, w_data, product, product + total, m32, n32, k32, l32, true, stream);"), std::string::npos);
+    if (every) build("bmm_relu_sm90", b90), ++extra;
+  }
   // a pooled product (an AvgPool1d of 16 over a Linear's outputs): the weight's rows and the bias averaged
   // first on the device, then the GEMM on them
   GemmProgram pl;

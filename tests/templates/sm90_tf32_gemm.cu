@@ -30,6 +30,6 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t, kfab_tensor* out, int32
   if (scratch == nullptr && cudaMalloc(reinterpret_cast<void**>(&scratch), sizeof(float) * 2 * (static_cast<size_t>(m) + n) * k) != cudaSuccess)
     return 4;
   return kfab_sm90_3xtf32<KfabSm90Gemm<128, 128, 32, 1, true>>(static_cast<const float*>(in[0].data), static_cast<const float*>(in[1].data),
-                                                                static_cast<float*>(out[0].data), scratch, m, n, k,
+                                                                static_cast<float*>(out[0].data), scratch, m, n, k, 1, false,
                                                                 static_cast<cudaStream_t>(stream));
 }

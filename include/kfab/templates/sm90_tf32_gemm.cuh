@@ -1,11 +1,10 @@
 #pragma once
 // Hopper's own tensor-core GEMM for the tuner's generated CUDA candidates (tuner/print_cuda.cpp):
-// C = A @ W^T with A [M, K] and W [N, K] (a Linear layer's weight, K-major: KMAJOR_B), or C = A @ B with
-// B [K, N] (N-major), C [M, N] row-major, accumulated in fp32, from CUTLASS 3's sm90 collectives (TMA
-// loads, wgmma, a producer warp and one or two consumer warpgroups, persistent blocks). TF32 wgmma reads
-// K-major operands from shared memory; for an N-major B, CUTLASS's builder swaps the operands and
-// transposes one in registers. Needs -arch=sm_90a, K and N multiples of 4 and 16-byte aligned
-// pointers (TMA's strides and addresses).
+// C = A @ W^T with A [M, K] and W [N, K] (a Linear layer's weight, K-major), C [M, N] row-major,
+// accumulated in fp32, from CUTLASS 3's sm90 collectives (TMA loads, wgmma, a producer warp and one or
+// two consumer warpgroups, persistent blocks). TF32 wgmma reads K-major operands from shared memory: a
+// B given as [K, N] (N-major; C = A @ B) is written as [N, K] first, in the pass that splits it.
+// Needs -arch=sm_90a, K and N multiples of 4 and 16-byte aligned pointers (TMA's strides and addresses).
 //
 // CUTLASS has no 3xTF32 wgmma kernel, so fp32 accuracy is built here from three TF32 products, as
 // CUTLASS's SM80 OpMultiplyAddFastF32 builds it in registers: each operand v split into big(v), v
@@ -24,15 +23,14 @@
 // tests/templates/sm90_tf32_gemm.cu compiles it on its own.
 // kfab:begin
 // One CUTLASS 3 GEMM type: tile TM x TN x TK, a cluster of CM blocks along M, the cooperative schedule
-// (two consumer warpgroups on one tile) or the ping-pong one (two tiles in turn), B K-major ([N, K]) or
-// N-major ([K, N]), tiles handed out whole to persistent blocks or, STREAMK, split along K across them
+// (two consumer warpgroups on one tile) or the ping-pong one (two tiles in turn), B K-major ([N, K]),
+// tiles handed out whole to persistent blocks or, STREAMK, split along K across them
 // (stream-K: a product of few tiles and a long K, 256 x 256 x 524288, keeps every SM busy; the partial
 // sums meet in a workspace).
-template <int TM, int TN, int TK, int CM, bool COOP, bool KMAJOR_B = true, bool STREAMK = false>
+template <int TM, int TN, int TK, int CM, bool COOP, bool STREAMK = false>
 struct KfabSm90Gemm {
-  static constexpr bool kKMajorB = KMAJOR_B;
   static constexpr bool kStreamK = STREAMK;
-  using LayoutB = std::conditional_t<KMAJOR_B, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
+  using LayoutB = cutlass::layout::ColumnMajor;  // B (K x N) column-major: W [N, K]
   using Tile = cute::Shape<cute::Int<TM>, cute::Int<TN>, cute::Int<TK>>;
   using Cluster = cute::Shape<cute::Int<CM>, cute::_1, cute::_1>;
   using MainSchedule =
@@ -52,18 +50,18 @@ struct KfabSm90Gemm {
   using Device = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 };
 
-// C = A @ W^T (or A @ B) + beta * C with G's kernel; 0, or 7 when CUTLASS cannot take the shape, 5 when
-// it fails.
+// C = A @ W^T + beta * C with G's kernel, for each of `l` batches one after another in memory (A [l, m, k],
+// W [l, n, k], C [l, m, n]: one launch whose tiles cover every batch); 0, or 7 when CUTLASS cannot take
+// the shape, 5 when it fails.
 template <class G>
-int kfab_sm90_product(const float* a, const float* w, float* c, int m, int n, int k, float beta, cudaStream_t stream) {
+int kfab_sm90_product(const float* a, const float* w, float* c, int m, int n, int k, int l, float beta, cudaStream_t stream) {
   using Dev = typename G::Device;
-  const typename G::Kernel::StrideA sa = cute::make_stride(int64_t(k), cute::Int<1>{}, int64_t(0));
-  typename G::Kernel::StrideB sb;
-  if constexpr (G::kKMajorB) sb = cute::make_stride(int64_t(k), cute::Int<1>{}, int64_t(0));  // W [N, K]
-  else sb = cute::make_stride(cute::Int<1>{}, int64_t(n), int64_t(0));                         // B [K, N]
-  const typename G::Kernel::StrideC sc = cute::make_stride(int64_t(n), cute::Int<1>{}, int64_t(0));
-  const typename G::Kernel::StrideD sd = cute::make_stride(int64_t(n), cute::Int<1>{}, int64_t(0));
-  typename Dev::Arguments args{cutlass::gemm::GemmUniversalMode::kGemm, {m, n, k, 1}, {a, sa, w, sb}, {{}, c, sc, c, sd}};
+  const int64_t bl = l > 1 ? 1 : 0;  // batch strides: none for one batch
+  const typename G::Kernel::StrideA sa = cute::make_stride(int64_t(k), cute::Int<1>{}, bl * m * k);
+  const typename G::Kernel::StrideB sb = cute::make_stride(int64_t(k), cute::Int<1>{}, bl * n * k);  // W [N, K]
+  const typename G::Kernel::StrideC sc = cute::make_stride(int64_t(n), cute::Int<1>{}, bl * m * n);
+  const typename G::Kernel::StrideD sd = cute::make_stride(int64_t(n), cute::Int<1>{}, bl * m * n);
+  typename Dev::Arguments args{cutlass::gemm::GemmUniversalMode::kGemm, {m, n, k, l}, {a, sa, w, sb}, {{}, c, sc, c, sd}};
   args.epilogue.thread.alpha = 1.0f;
   args.epilogue.thread.beta = beta;
   // the SM count, asked once (the persistent grid is one block per SM)
@@ -107,12 +105,58 @@ __global__ void kfab_tf32_split(const float4* __restrict__ v, float4* __restrict
   }
 }
 
-// C = A @ W^T (or A @ B) at fp32 accuracy from three TF32 products (small x big, big x small, big x big;
-// the small x small term, below 2^-21 of the product, dropped as in CUTLASS's 3xTF32); `scratch` holds
-// 2 * (m + n) * k floats: each operand's big and small parts.
+// B given as [K, N] (N-major), written as [N, K] (K-major, the layout TF32 wgmma reads): 32 x 32 tiles
+// through shared memory; `small` non-null: its big and small parts (as kfab_tf32_split), else B itself.
+// Measured on an H200 (issue 23): CUTLASS's sm90 GEMM with an N-major TF32 B was wrong by 0.7% on
+// KernelBench's level1_1 (4096 x 4096 x 4096), with one product and with three.
+__global__ void __launch_bounds__(256) kfab_tf32_split_t(const float* __restrict__ x, float* __restrict__ big, float* __restrict__ small,
+                                                         int64_t k, int64_t n) {
+  __shared__ float tile[32][33];  // +1: the column reads hit 32 different banks
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * 32, z = static_cast<int64_t>(blockIdx.z) * k * n;  // blockIdx.z: a batch
+  x += z, big += z;
+  if (small != nullptr) small += z;
+  for (int64_t k0 = static_cast<int64_t>(blockIdx.y) * 32; k0 < k; k0 += static_cast<int64_t>(gridDim.y) * 32) {
+#pragma unroll
+    for (int r = threadIdx.y; r < 32; r += 8) {
+      const int64_t kk = k0 + r, nn = n0 + threadIdx.x;
+      if (kk < k && nn < n) tile[r][threadIdx.x] = __ldcs(x + kk * n + nn);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = threadIdx.y; r < 32; r += 8) {
+      const int64_t nn = n0 + r, kk = k0 + threadIdx.x;
+      if (nn < n && kk < k) {
+        const float v = tile[threadIdx.x][r];
+        if (small == nullptr) {
+          __stcs(big + nn * k + kk, v);
+        } else {
+          const float b = kfab_tf32_big(v);
+          __stcs(big + nn * k + kk, b);
+          __stcs(small + nn * k + kk, v - b);
+        }
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// Launches kfab_tf32_split_t over the l batches of B [l, K, N]; 0, 6 for more batches than a grid
+// takes, or 5 when the launch fails.
+inline int kfab_split_kn(const float* b, float* big, float* small, int n, int k, int l, cudaStream_t stream) {
+  if (n == 0 || k == 0 || l == 0) return 0;
+  if (l > 65535) return 6;
+  const dim3 grid(static_cast<unsigned>((n + 31) / 32), static_cast<unsigned>(std::min(((k + 31) / 32), 65535)), static_cast<unsigned>(l));
+  kfab_tf32_split_t<<<grid, dim3(32, 8), 0, stream>>>(b, big, small, k, n);
+  return cudaGetLastError() == cudaSuccess ? 0 : 5;
+}
+
+// C = A @ W^T (W [N, K]), or A @ B where B_KN (B [K, N], transposed here), for each of l batches, at fp32
+// accuracy from three TF32 products (small x big, big x small, big x big; the small x small term, below
+// 2^-21 of the product, dropped as in CUTLASS's 3xTF32); `scratch` holds 2 * l * (m + n) * k floats: each
+// operand's big and small parts, W's as [N, K].
 template <class G>
-int kfab_sm90_3xtf32(const float* a, const float* w, float* c, float* scratch, int m, int n, int k, cudaStream_t stream) {
-  const size_t am = static_cast<size_t>(m) * k, wn = static_cast<size_t>(n) * k;
+int kfab_sm90_3xtf32(const float* a, const float* w, float* c, float* scratch, int m, int n, int k, int l, bool b_kn, cudaStream_t stream) {
+  const size_t am = static_cast<size_t>(l) * m * k, wn = static_cast<size_t>(l) * n * k;
   float* ab = scratch;
   float* as = ab + am;
   float* wb = as + am;
@@ -122,13 +166,27 @@ int kfab_sm90_3xtf32(const float* a, const float* w, float* c, float* scratch, i
   if (a4 > 0)
     kfab_tf32_split<<<blocks(a4), 256, 0, stream>>>(reinterpret_cast<const float4*>(a), reinterpret_cast<float4*>(ab),
                                                     reinterpret_cast<float4*>(as), a4);
-  if (w4 > 0)
+  if (b_kn) {
+    if (const int rc = kfab_split_kn(w, wb, ws, n, k, l, stream); rc != 0) return rc;
+  } else if (w4 > 0) {
     kfab_tf32_split<<<blocks(w4), 256, 0, stream>>>(reinterpret_cast<const float4*>(w), reinterpret_cast<float4*>(wb),
                                                     reinterpret_cast<float4*>(ws), w4);
+  }
   if (cudaGetLastError() != cudaSuccess) return 5;
-  int rc = kfab_sm90_product<G>(as, wb, c, m, n, k, 0.0f, stream);
-  if (rc == 0) rc = kfab_sm90_product<G>(ab, ws, c, m, n, k, 1.0f, stream);
-  if (rc == 0) rc = kfab_sm90_product<G>(ab, wb, c, m, n, k, 1.0f, stream);
+  int rc = kfab_sm90_product<G>(as, wb, c, m, n, k, l, 0.0f, stream);
+  if (rc == 0) rc = kfab_sm90_product<G>(ab, ws, c, m, n, k, l, 1.0f, stream);
+  if (rc == 0) rc = kfab_sm90_product<G>(ab, wb, c, m, n, k, l, 1.0f, stream);
   return rc;
+}
+
+// C = A @ W^T, or A @ B where B_KN, for each of l batches, in one TF32 product (a reduced precision);
+// B [K, N] is first written as [N, K] into `scratch` (l * n * k floats; unused otherwise).
+template <class G>
+int kfab_sm90_1xtf32(const float* a, const float* w, float* c, float* scratch, int m, int n, int k, int l, bool b_kn, cudaStream_t stream) {
+  if (b_kn) {
+    if (const int rc = kfab_split_kn(w, scratch, nullptr, n, k, l, stream); rc != 0) return rc;
+    w = scratch;
+  }
+  return kfab_sm90_product<G>(a, w, c, m, n, k, l, 0.0f, stream);
 }
 // kfab:end
