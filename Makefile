@@ -66,9 +66,9 @@ test: build venv test-deps
 # The fuzzers (libFuzzer under clang, with ASan and UBSan) of the manifest parser, the runner
 # protocol's decoder and the LLM reply parser: FUZZ_SECONDS each from the corpus in tests/fuzz/corpus
 # (new inputs go to build-fuzz/, not the repository). A crash stops make with the input's path.
-# (10 in CI, which must stay under 20 minutes: the ten-minute runs are in the README.)
+# (5 in CI, which must stay under 20 minutes: the ten-minute runs are in the README.)
 ifeq ($(CI),true)
-FUZZ_SECONDS ?= 10
+FUZZ_SECONDS ?= 5
 else
 FUZZ_SECONDS ?= 20
 endif

@@ -220,7 +220,7 @@ TEST_F(KbEval, TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest) {
   const std::set<std::string> fusible = {"rms_norm",      "l1_relu",         "l1_gelu_tanh",  "l1_mish",
                                          "l1_softmax",    "l1_log_softmax",  "l1_layer_norm", "l1_amax_dim",
                                          "l1_cross_entropy", "l1_mse_loss",  "l1_huber_loss", "l1_kl_div",
-                                         "l1_layer_norm_chw", "l1_l2_norm", "l1_diag_scale"};
+                                         "l1_layer_norm_chw", "l1_l2_norm", "l1_diag_scale", "l1_matvec"};
   // a GEMM (aten.mm / addmm) followed by a program over its product
   const std::set<std::string> gemms = {"l1_matmul",           "l2_linear_gelu_scale",         "l2_linear_layernorm_relu",
                                        "l2_linear_residual_rmsnorm", "l2_linear_scale_clamp_logsumexp", "l2_linear_swish_sum",
@@ -346,6 +346,12 @@ TEST_F(KbEval, TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest) {
     }
     if (stem == "l1_l2_norm") {
       EXPECT_NE((*tr)["formula"].get<std::string>().find("sqrt(rowsum("), std::string::npos) << (*tr)["formula"];
+    }
+    if (stem == "l1_matvec") {  // A @ b for b [K, 1]: a row sum of A times b read as a row, no GEMM
+      EXPECT_FALSE(tr->contains("gemm")) << tr->dump();
+      EXPECT_EQ((*tr)["inputs"][1].value("cls", ""), "C") << tr->dump();
+      EXPECT_NE((*tr)["formula"].get<std::string>().find("(in0 * in1)"), std::string::npos) << (*tr)["formula"];
+      EXPECT_NE((*tr)["formula"].get<std::string>().find("rowsum("), std::string::npos) << (*tr)["formula"];
     }
     if (stem == "l1_layer_norm_chw") {
       // a row is (C, H, W): the weight and bias are per column of that row, n is their product at
