@@ -535,8 +535,10 @@ std::string generate_gemm_sm90(const GemmProgram& gp, const TemplateParams& tp, 
   e.raw(rows.code).blank();
   e.raw(template_text("sm90_tf32_gemm.cuh")).blank();
   const bool streamk = tp.count("scheduler") && tp.at("scheduler") == "streamk";
+  // three products: CUTLASS's stream-K scheduler, which splits the big x big product along K (kfab_tf32_k_slice)
+  // and hands out the others' tiles whole (scheduler=persistent) or as its heuristic picks (scheduler=streamk)
   e.linef("using KfabTile = KfabSm90Gemm<{}, {}, {}, {}>;", tile, param(tp, "cluster", 1), coop ? "true" : "false",
-          streamk ? "true" : "false")
+          streamk || three ? "true" : "false")
       .blank();
   cutlass_gemm_types(gp, {}, e);  // the alignment-1 instance for what TMA cannot take
   Binding b = gemm_binding(gp, true);
@@ -547,8 +549,8 @@ std::string generate_gemm_sm90(const GemmProgram& gp, const TemplateParams& tp, 
   const int m32 = static_cast<int>(gmb), n32 = static_cast<int>(gn), k32 = static_cast<int>(K), l32 = static_cast<int>(batch);
   if (K > 0 && K % 4 == 0 && gn % 4 == 0 && kfab_aligned16(a_data) && kfab_aligned16(w_data)) {
 )";
-  launch += fmt::format("    const int rc = kfab_sm90_{}xtf32<KfabTile>(a_data, w_data, product, product + total, m32, n32, k32, l32, {}, stream);\n",
-                        three ? 3 : 1, gp.trans_b ? "false" : "true");
+  launch += fmt::format("    const int rc = kfab_sm90_{}xtf32<KfabTile>(a_data, w_data, product, product + total, m32, n32, k32, l32, {}{}, stream);\n",
+                        three ? 3 : 1, gp.trans_b ? "false" : "true", three ? (streamk ? ", false" : ", true") : "");
   launch += R"(    if (rc != 0) return rc;
   } else {  // what TMA cannot take: CUTLASS's SM80 3xTF32 at alignment 1, a batch at a time
     for (int64_t z = 0; z < batch; ++z) {

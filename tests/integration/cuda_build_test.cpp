@@ -133,8 +133,8 @@ TEST_F(CudaBuild, CudaTemplatesCompileAtEveryPoint) {
 // [N, K]) followed by a row-reducing epilogue (the two-kernel path) at one tensor-core point. Each
 // CUTLASS point costs nvcc a minute on a small machine, so CI builds one: on Hopper (the default
 // without a GPU) the sm90 3xTF32 point with the stream-K scheduler, whose file holds the SM80 3xTF32
-// instance at alignment 1 too (tests/templates/sm90_tf32_gemm.cu builds the persistent scheduler on
-// its own); elsewhere the SM80 point. The native tasks' B [K, N] at an sm90 point (written as [N, K]
+// instance at alignment 1 too (tests/templates/sm90_tf32_gemm.cu builds the persistent scheduler, one
+// TF32 product, on its own); elsewhere the SM80 point. The native tasks' B [K, N] at an sm90 point (written as [N, K]
 // first) is checked for its text only; KFAB_BUILD_EVERY_TC_POINT=1 builds it too.
 TEST_F(CudaBuild, GemmEpiloguesCompileAtEveryPoint) {
   int built = 0;
@@ -205,7 +205,7 @@ TEST_F(CudaBuild, GemmEpiloguesCompileAtEveryPoint) {
   const std::string src = generate_gemm_cuda(ln, point, "linear_layernorm_relu");
   EXPECT_NE(src.find("kfab_rows_cached"), std::string::npos) << "a row-reducing epilogue runs as a row kernel";
   if (hopper) {
-    EXPECT_NE(src.find("kfab_sm90_3xtf32<KfabTile>(a_data, w_data, product, product + total, m32, n32, k32, l32, false,"), std::string::npos);
+    EXPECT_NE(src.find("kfab_sm90_3xtf32<KfabTile>(a_data, w_data, product, product + total, m32, n32, k32, l32, false, false,"), std::string::npos);
     EXPECT_NE(src.find("const int64_t need = total + 2 * batch * (gmb + gn) * K;"), std::string::npos) << "the operands' big and small parts after the product";
     EXPECT_NE(src.find("KfabSm90Gemm<128, 128, 32, 1, true, true>"), std::string::npos) << "stream-K";
   }
@@ -262,7 +262,7 @@ TEST_F(CudaBuild, GemmEpiloguesCompileAtEveryPoint) {
     const auto at = std::find_if(bgrid.begin(), bgrid.end(), [](const TemplateParams& q) { return q.count("mma") && q.at("mma") == "sm90_3xtf32"; });
     ASSERT_NE(at, bgrid.end());
     const std::string b90 = generate_gemm_cuda(bm, *at, "bmm_relu_sm90");
-    EXPECT_NE(b90.find("kfab_sm90_3xtf32<KfabTile>(a_data, w_data, product, product + total, m32, n32, k32, l32, true, stream);"), std::string::npos);
+    EXPECT_NE(b90.find("kfab_sm90_3xtf32<KfabTile>(a_data, w_data, product, product + total, m32, n32, k32, l32, true, true, stream);"), std::string::npos);
     if (every) build("bmm_relu_sm90", b90), ++extra;
   }
   // a pooled product (an AvgPool1d of 16 over a Linear's outputs): the weight's rows and the bias averaged

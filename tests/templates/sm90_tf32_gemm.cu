@@ -1,5 +1,7 @@
 // include/kfab/templates/sm90_tf32_gemm.cuh compiled on its own (tests/integration/cuda_build_test.cpp),
-// with the headers a generated candidate puts before it, at one tile: out = x @ w^T at fp32 accuracy.
+// with the headers a generated candidate puts before it, at one tile and the persistent scheduler (the
+// generated files' three products take the stream-K one: CudaBuild.GemmEpiloguesCompileAtEveryPoint):
+// out = x @ b in one TF32 product, b [K, N] written K-major first.
 #ifndef NDEBUG
 #define NDEBUG
 #endif
@@ -25,11 +27,10 @@ namespace {
 }  // namespace
 
 KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t, kfab_tensor* out, int32_t, void* stream) {
-  const int m = static_cast<int>(in[0].shape[0]), k = static_cast<int>(in[0].shape[1]), n = static_cast<int>(in[1].shape[0]);
+  const int m = static_cast<int>(in[0].shape[0]), k = static_cast<int>(in[0].shape[1]), n = static_cast<int>(in[1].shape[1]);
   static float* scratch = nullptr;
-  if (scratch == nullptr && cudaMalloc(reinterpret_cast<void**>(&scratch), sizeof(float) * 2 * (static_cast<size_t>(m) + n) * k) != cudaSuccess)
-    return 4;
-  return kfab_sm90_3xtf32<KfabSm90Gemm<128, 128, 32, 1, true>>(static_cast<const float*>(in[0].data), static_cast<const float*>(in[1].data),
-                                                                static_cast<float*>(out[0].data), scratch, m, n, k, 1, false,
-                                                                static_cast<cudaStream_t>(stream));
+  if (scratch == nullptr && cudaMalloc(reinterpret_cast<void**>(&scratch), sizeof(float) * static_cast<size_t>(n) * k) != cudaSuccess) return 4;
+  return kfab_sm90_1xtf32<KfabSm90Gemm<128, 128, 32, 1, true>>(static_cast<const float*>(in[0].data), static_cast<const float*>(in[1].data),
+                                                               static_cast<float*>(out[0].data), scratch, m, n, k, 1, true,
+                                                               static_cast<cudaStream_t>(stream));
 }

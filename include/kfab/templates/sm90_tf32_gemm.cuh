@@ -51,10 +51,14 @@ struct KfabSm90Gemm {
 };
 
 // C = A @ W^T + beta * C with G's kernel, for each of `l` batches one after another in memory (A [l, m, k],
-// W [l, n, k], C [l, m, n]: one launch whose tiles cover every batch); 0, or 7 when CUTLASS cannot take
-// the shape, 5 when it fails.
+// W [l, n, k], C [l, m, n]: one launch whose tiles cover every batch). With G's stream-K scheduler,
+// `splits` > 1 splits K into that many slices (CUTLASS's split-K, the slices' fp32 partial sums reduced
+// in a fixed order in the workspace), else `data_parallel` hands out whole tiles and its absence lets
+// CUTLASS's heuristic choose (stream-K for few tiles). 0, or 7 when CUTLASS cannot take the shape, 5
+// when it fails.
 template <class G>
-int kfab_sm90_product(const float* a, const float* w, float* c, int m, int n, int k, int l, float beta, cudaStream_t stream) {
+int kfab_sm90_product(const float* a, const float* w, float* c, int m, int n, int k, int l, float beta, cudaStream_t stream, int splits = 1,
+                      bool data_parallel = false) {
   using Dev = typename G::Device;
   const int64_t bl = l > 1 ? 1 : 0;  // batch strides: none for one batch
   const typename G::Kernel::StrideA sa = cute::make_stride(int64_t(k), cute::Int<1>{}, bl * m * k);
@@ -64,6 +68,11 @@ int kfab_sm90_product(const float* a, const float* w, float* c, int m, int n, in
   typename Dev::Arguments args{cutlass::gemm::GemmUniversalMode::kGemm, {m, n, k, l}, {a, sa, w, sb}, {{}, c, sc, c, sd}};
   args.epilogue.thread.alpha = 1.0f;
   args.epilogue.thread.beta = beta;
+  if constexpr (G::kStreamK) {
+    using Mode = cutlass::gemm::kernel::detail::DecompositionMode;
+    args.scheduler.splits = splits > 1 ? splits : 1;
+    args.scheduler.decomposition_mode = splits > 1 ? Mode::SplitK : data_parallel ? Mode::DataParallel : Mode::Heuristic;
+  }
   // the SM count, asked once (the persistent grid is one block per SM)
   static const int sms = [] {
     int device = 0;
@@ -78,7 +87,10 @@ int kfab_sm90_product(const float* a, const float* w, float* c, int m, int n, in
   static size_t have = 0;
   const size_t need = Dev::get_workspace_size(args);
   if (need > have) {
-    if (workspace != nullptr) cudaFree(workspace);
+    if (workspace != nullptr) {  // an earlier launch on this stream may still read it (grown once per shape)
+      (void)cudaStreamSynchronize(stream);
+      cudaFree(workspace);
+    }
     workspace = nullptr, have = 0;
     if (cudaMalloc(&workspace, need) != cudaSuccess) return 4;
     have = need;
@@ -150,12 +162,23 @@ inline int kfab_split_kn(const float* b, float* big, float* small, int n, int k,
   return cudaGetLastError() == cudaSuccess ? 0 : 5;
 }
 
+// The longest K one wgmma accumulation runs over in the big x big product. wgmma's TF32 accumulation
+// loses accuracy with K, about linearly (truncation): measured on an H200 (issue 23), level2_76 (K = 8192)
+// used 0.51 of KernelBench's tolerance in one accumulation and 0.18 in four slices of 2048 (CUTLASS's SM80
+// 3xTF32: 0.12), at 5% of the time; level1_6 (K = 524288) was 0.36% off in one.
+constexpr int kfab_tf32_k_slice = 2048;
+
 // C = A @ W^T (W [N, K]), or A @ B where B_KN (B [K, N], transposed here), for each of l batches, at fp32
 // accuracy from three TF32 products (small x big, big x small, big x big; the small x small term, below
-// 2^-21 of the product, dropped as in CUTLASS's 3xTF32); `scratch` holds 2 * l * (m + n) * k floats: each
-// operand's big and small parts, W's as [N, K].
+// 2^-21 of the product, dropped as in CUTLASS's 3xTF32), the big x big one split along K into slices of
+// at most kfab_tf32_k_slice whose partial sums add in fp32; the two small ones (2^-11 of the product and
+// less) in one accumulation, their tiles handed out whole where DATA_PARALLEL, else as CUTLASS's
+// heuristic picks. `scratch` holds 2 * l * (m + n) * k floats: each operand's big and small parts, W's
+// as [N, K].
 template <class G>
-int kfab_sm90_3xtf32(const float* a, const float* w, float* c, float* scratch, int m, int n, int k, int l, bool b_kn, cudaStream_t stream) {
+int kfab_sm90_3xtf32(const float* a, const float* w, float* c, float* scratch, int m, int n, int k, int l, bool b_kn, bool data_parallel,
+                     cudaStream_t stream) {
+  static_assert(G::kStreamK, "the big x big product is split along K: G needs CUTLASS's stream-K scheduler");
   const size_t am = static_cast<size_t>(l) * m * k, wn = static_cast<size_t>(l) * n * k;
   float* ab = scratch;
   float* as = ab + am;
@@ -173,9 +196,10 @@ int kfab_sm90_3xtf32(const float* a, const float* w, float* c, float* scratch, i
                                                     reinterpret_cast<float4*>(ws), w4);
   }
   if (cudaGetLastError() != cudaSuccess) return 5;
-  int rc = kfab_sm90_product<G>(as, wb, c, m, n, k, l, 0.0f, stream);
-  if (rc == 0) rc = kfab_sm90_product<G>(ab, ws, c, m, n, k, l, 1.0f, stream);
-  if (rc == 0) rc = kfab_sm90_product<G>(ab, wb, c, m, n, k, l, 1.0f, stream);
+  const int splits = (k + kfab_tf32_k_slice - 1) / kfab_tf32_k_slice;
+  int rc = kfab_sm90_product<G>(as, wb, c, m, n, k, l, 0.0f, stream, 1, data_parallel);
+  if (rc == 0) rc = kfab_sm90_product<G>(ab, ws, c, m, n, k, l, 1.0f, stream, 1, data_parallel);
+  if (rc == 0) rc = kfab_sm90_product<G>(ab, wb, c, m, n, k, l, 1.0f, stream, splits, data_parallel);
   return rc;
 }
 
