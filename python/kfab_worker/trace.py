@@ -631,19 +631,73 @@ def _matrix_vector_as_rows(gm) -> None:
     gm.graph.lint()
 
 
+def _unused(n) -> bool:
+    """Whether nothing but dead nodes read n (a max pooling's indices, squeezed and dropped)."""
+    return all(_unused(u) for u in n.users)
+
+
+def _with_users(n) -> list:
+    """n and every node that reads it, transitively."""
+    out = [n]
+    for u in n.users:
+        out += _with_users(u)
+    return out
+
+
+def _pool_window(u, b: str, S: list):
+    """The window k of a pooling node u over the last dimension of an [M, N] product made 3-D or 4-D (window
+    k, stride k, no padding, dilation 1, floor mode; an average without a divisor override), else None."""
+    a = list(u.args) + [None] * 7
+    kernel = list(a[1]) if isinstance(a[1], (list, tuple)) else [a[1]]
+    stride = list(a[2]) if isinstance(a[2], (list, tuple)) and a[2] else kernel
+    pad = list(a[3]) if isinstance(a[3], (list, tuple)) else [a[3] or 0]
+    if b.startswith("avg"):
+        ceil, dil, extra = bool(a[4]) or bool(u.kwargs.get("ceil_mode", False)), [1], a[6] if b == "avg_pool2d" else None
+    else:  # max_pool(1|2)d(_with_indices): self, kernel, stride, padding, dilation, ceil_mode
+        dil = list(a[4]) if isinstance(a[4], (list, tuple)) else [a[4] or 1]
+        ceil, extra = bool(a[5]) or bool(u.kwargs.get("ceil_mode", False)), None
+    want = [1, kernel[-1]] if "2d" in b else [kernel[-1]]
+    if kernel != want or stride != want or any(pad) or any(d != 1 for d in dil) or ceil or extra is not None or kernel[-1] < 2 \
+            or S[-1] % kernel[-1]:
+        return None
+    return kernel[-1]
+
+
+_POOLS = {"avg_pool1d": "avg", "avg_pool2d": "avg", "max_pool1d": "max", "max_pool2d": "max", "max_pool1d_with_indices": "max",
+          "max_pool2d_with_indices": "max"}
+
+
 def _pooled_product(node):
-    """The product's columns averaged in windows: a GEMM's [M, N] product whose only use is a chain of
-    views, one avg_pool1d/avg_pool2d over its last dimension (window k, stride k, no padding, floor mode:
-    an nn.AvgPool1d over a Linear's outputs), then views back to [M, N / k]. (k, the chain's nodes, the
-    chain's last node, [M, N / k]), or None."""
+    """The product's columns pooled in windows: a GEMM's [M, N] product whose only use is a chain of views,
+    one average or max pooling over its last dimension (window k, stride k, no padding, floor mode: an
+    nn.AvgPool1d or nn.MaxPool1d over a Linear's outputs; a max pooling's indices unused), then views back
+    to [M, N / k]. (k, the chain's nodes, the chain's last node, [M, N / k], "avg" or "max"), or None."""
     S = list(node.meta["val"].shape)
     if len(S) != 2:
         return None
-    chain, x, k = [], node, None
+    chain, x, k, kind = [], node, None, None
     views = ("unsqueeze", "view", "_unsafe_view", "reshape", "squeeze")
     while len(x.users) == 1:
         u = next(iter(x.users))
         b = _base(u)
+        if b in _POOLS and k is None:
+            k, kind = _pool_window(u, b, S), _POOLS[b]
+            if k is None:
+                return None
+            if b.endswith("with_indices"):  # (values, indices): the values read on, the indices read by nothing
+                vals = [w for w in u.users if w.target is operator.getitem and w.args[1] == 0]
+                idx = [w for w in u.users if w.target is operator.getitem and w.args[1] == 1]
+                if len(vals) != 1 or len(vals) + len(idx) != len(u.users) or not all(_unused(w) for w in idx):
+                    return None
+                chain.append(u)
+                for w in idx:
+                    chain += _with_users(w)
+                u = vals[0]
+            chain.append(u)
+            x = u
+            if list(u.meta["val"].shape) == [S[0], S[1] // k]:
+                break
+            continue
         shape = list(u.meta["val"].shape) if isinstance(u.meta.get("val"), torch.Tensor) else None
         if shape is None:
             break
@@ -651,22 +705,6 @@ def _pooled_product(node):
         if b in views and k is None and nz == [d for d in S if d != 1] and shape[-1] == S[-1]:
             chain.append(u)
             x = u
-            continue
-        if b in ("avg_pool1d", "avg_pool2d") and k is None:
-            a = list(u.args) + [None] * 7
-            kernel = list(a[1]) if isinstance(a[1], (list, tuple)) else [a[1]]
-            stride = list(a[2]) if isinstance(a[2], (list, tuple)) and a[2] else kernel
-            pad = list(a[3]) if isinstance(a[3], (list, tuple)) else [a[3] or 0]
-            ceil = bool(a[4]) or bool(u.kwargs.get("ceil_mode", False))
-            divisor = a[6] if b == "avg_pool2d" else None
-            want = [1, kernel[-1]] if b == "avg_pool2d" else [kernel[-1]]
-            if kernel != want or stride != want or any(pad) or ceil or divisor is not None or kernel[-1] < 2 or S[-1] % kernel[-1]:
-                return None
-            k = kernel[-1]
-            chain.append(u)
-            x = u
-            if shape == [S[0], S[1] // k]:
-                break
             continue
         if b in views and k is not None and [d for d in shape if d != 1] == [S[0], S[1] // k]:
             chain.append(u)
@@ -677,7 +715,7 @@ def _pooled_product(node):
         break
     if k is None or list(x.meta["val"].shape) != [S[0], S[1] // k]:
         return None
-    return k, chain, x, [S[0], S[1] // k]
+    return k, chain, x, [S[0], S[1] // k], kind
 
 
 def _avg_pool_kind(gm, example: list):
@@ -780,8 +818,8 @@ def _trace_fake(t: taskmod.KbTask, shape: dict) -> dict:
         gshape = list(gemm[0].meta["val"].shape) if gemm else None
         while gshape is not None and len(gshape) > 2 and gshape[0] == 1 and not gemm[6]:
             gshape = gshape[1:]  # a bmm of one batch: the product is [M, N]
-        # the product's columns averaged in windows (an AvgPool1d after a Linear): the GEMM makes the pooled
-        # product, from B's (and the bias's) columns averaged first
+        # the product's columns pooled in windows (an AvgPool1d after a Linear: the GEMM makes the pooled
+        # product from B's and the bias's columns averaged first; a MaxPool1d: a pass after the GEMM takes the maxima)
         pooled = _pooled_product(gemm[0]) if gemm and not gemm[6] else None
         if pooled:
             gshape = pooled[3]
@@ -816,7 +854,7 @@ def _trace_fake(t: taskmod.KbTask, shape: dict) -> dict:
             c = m.shape_cls(ex.shape, integer)
             pool_in = 1
             if pooled and gemm[4] is node and list(ex.shape) == [pooled[3][1] * pooled[0]] and not set(node.users) - {gemm[0]}:
-                c, pool_in = "C", pooled[0]  # the Linear's bias, averaged like the product's columns
+                c, pool_in = "C", pooled[0]  # the Linear's bias: averaged like the product's columns, or added before the max
             if c is None and node.users:
                 # an input read only through reshapes of one class (a matrix-vector product's [K, 1] column, read
                 # as a row of [1, K]): the same elements in the same order, so that class
@@ -844,7 +882,7 @@ def _trace_fake(t: taskmod.KbTask, shape: dict) -> dict:
                 continue
             if gemm and node is gemm[0]:
                 at = pooled[2] if pooled else node  # a pooled product's value is the pooling's
-                if gemm[4] is None:
+                if gemm[4] is None or (pooled and pooled[4] == "max"):  # a max pooling adds the bias before its maximum
                     m.val[at], m.cls[at] = "acc", "E"
                 else:
                     be, bc = m.arg(gemm[4])
@@ -888,11 +926,13 @@ def _trace_fake(t: taskmod.KbTask, shape: dict) -> dict:
         if gemm[6]:
             r["gemm"]["batched"] = True  # A [batch, M, K], B [batch, K, N]: a GEMM a batch
         if pooled:
-            r["gemm"]["pool"] = pooled[0]  # the product's columns averaged in windows of pool
+            r["gemm"]["pool"] = pooled[0]  # the product's columns averaged (or max-pooled) in windows of pool
+            if pooled[4] == "max":
+                r["gemm"]["pool_max"] = True
         # the product's dimensions at this shape (a batched one's per batch): the tuner orders its points by them
         left = gemm[0].args[1] if _base(gemm[0]) == "addmm" else gemm[0].args[0]
         out = list(gemm[0].meta["val"].shape)
-        r["gemm"].update({"m": int(out[-2]), "n": int(out[-1]) // (pooled[0] if pooled else 1), "k": int(left.meta["val"].shape[-1])})
+        r["gemm"].update({"m": int(out[-2]), "n": int(out[-1]) // (pooled[0] if pooled and pooled[4] == "avg" else 1), "k": int(left.meta["val"].shape[-1])})
         r["tensors"] = len(placeholders)
     return r
 

@@ -55,6 +55,11 @@ struct GemmProgram {
   /// its window, no padding): B's columns are averaged first, so the GEMM makes the pooled product
   /// [M, N / pool] directly, pool times fewer columns; 1: none.
   int pool = 1;
+  /// With pool > 1: the windows' maximum instead (a MaxPool1d over a Linear's outputs: KernelBench's
+  /// level2_55), which no pass over B can make: the GEMM makes the full [M, N] product, a pass takes each
+  /// window's maximum of it plus the per-column inputs of pool > 1 (the Linear's bias, added before the
+  /// maximum), and the epilogue reads the [M, N / pool] result.
+  bool pool_max = false;
   /// The GEMM's dimensions at the tuning shape (a batched product's per batch, a pooled one's pooled N),
   /// which order the grid's points; 0 where unknown (a native task's sizes are symbolic).
   int64_t m = 0, n = 0, k = 0;

@@ -71,7 +71,7 @@ std::vector<TemplateParams> fused_cpu_grid() { return {{{"schedule", "static"}},
 
 std::optional<Program> folded_epilogue(const GemmProgram& gp, const TemplateParams* point) {
   if (point != nullptr && !(point->count("fold") && point->at("fold") == "rowsum")) return std::nullopt;
-  if (gp.batched) return std::nullopt;
+  if (gp.batched || gp.pool_max) return std::nullopt;  // a max-pooled product's row sums are not the pooled values
   for (size_t i = 0; i < gp.bind.size(); ++i)
     if (gp.bind[i] < 0) return fold_row_sums(gp.epilogue, static_cast<int>(i));
   return std::nullopt;

@@ -224,7 +224,7 @@ std::string generate_gemm_cpp(const GemmProgram& gp, const TemplateParams& tp, c
                               blocked_gemm_source(), e);
   b.setup = fmt::format(R"(  // the product (and W transposed to [K, N]), in buffers kept between calls
   static std::vector<float> product, wt;
-  product.resize(static_cast<size_t>(total));
+  product.resize(static_cast<size_t>(gm * gn));
   for (int64_t z = 0; z < batch; ++z) {{  // a batch's GEMM on its slices
     const float* ap = a_data + z * gmb * K;
     const float* bp = w_data + z * K * gn;
@@ -239,6 +239,7 @@ std::string generate_gemm_cpp(const GemmProgram& gp, const TemplateParams& tp, c
 )",
                         fmt::arg("trans", gp.trans_b ? "true" : "false"), fmt::arg("rows", param(tp, "rows", 8)),
                         fmt::arg("kblock", param(tp, "kblock", 256)), fmt::arg("pin", product_input(gp)));
+  b.setup += max_pool_pass(gp, product_input(gp), false);
   host(g, b, launch(g, tp), e);
   return e.take();
 }

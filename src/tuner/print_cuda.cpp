@@ -429,15 +429,41 @@ void prepare_kernels(const GemmProgram& gp, Emitter& e) {
   e.raw(template_text("tiled_transpose.cuh")).blank();
 }
 
+/// Whether the epilogue is the product itself (out0 = acc: KernelBench's plain matrix products), which the
+/// tensor-core GEMMs then write straight into the output: no buffer, no row pass (which would read and
+/// write the product once more: 8 GiB of traffic for level1_7's 4 GiB output).
+bool product_is_output(const GemmProgram& gp, int pin) {
+  const Program& p = gp.epilogue;
+  if (p.outputs.size() != 1 || p.groups > 1 || gp.pool > 1 || pin < 0) return false;
+  const PNode& n = p.nodes[static_cast<size_t>(p.outputs[0].second)];
+  return n.op == "in" && n.input == pin;
+}
+
 // The product's buffer for a row kernel after the GEMM, kept between calls (grown when a shape needs
-// more), as the epilogue's input `pin`.
-// `extra`: an expression of further floats the buffer holds after the product (the operands' TF32
-// parts, or B written K-major).
-std::string product_buffer(int pin, const std::string& extra = "0") {
+// more), as the epilogue's input `pin`; where the product is the output (`direct`), the output itself.
+// `extra`: an expression of further floats kept after the product (the operands' TF32 parts, or B
+// written K-major), from `scratch` on (declared only where there is an extra or a direct product).
+std::string product_buffer(int pin, const std::string& extra = "0", bool direct = false) {
+  if (direct) {
+    std::string s = "  // the product is the output: written there, no row pass after the GEMM\n  float* const product = a.out0;\n";
+    if (extra == "0") return s + "  float* const scratch = nullptr;\n";
+    return s + fmt::format(R"(  // the operands' scratch, kept between calls (grown when a shape needs more)
+  static float* scratch = nullptr;
+  static int64_t capacity = 0;
+  const int64_t need = {0};
+  if (need > capacity) {{
+    if (scratch != nullptr) cudaFree(scratch);
+    scratch = nullptr, capacity = 0;
+    if (cudaMalloc(reinterpret_cast<void**>(&scratch), sizeof(float) * static_cast<size_t>(need)) != cudaSuccess) return 4;
+    capacity = need;
+  }}
+)",
+                           extra);
+  }
   return fmt::format(R"(  // the product's buffer{1}, kept between calls (grown when a shape needs more)
   static float* product = nullptr;
   static int64_t capacity = 0;
-  const int64_t need = total + {2};
+  const int64_t need = gm * gn + {2};  // the GEMM's product (a max-pooled one's at its full width)
   if (need > capacity) {{
     if (product != nullptr) cudaFree(product);
     product = nullptr, capacity = 0;
@@ -445,8 +471,9 @@ std::string product_buffer(int pin, const std::string& extra = "0") {
     capacity = need;
   }}
   a.in{0} = product;
-)",
-                     pin, extra == "0" ? "" : " and the operands' scratch after it", extra);
+{3})",
+                     pin, extra == "0" ? "" : " and the operands' scratch after it", extra,
+                     extra == "0" ? "" : "  float* const scratch = product + gm * gn;\n");
 }
 
 /// kfab_run's end for the GEMM: the grid, the float4 choice and the launch; with a row kernel after
@@ -542,14 +569,17 @@ std::string generate_gemm_sm90(const GemmProgram& gp, const TemplateParams& tp, 
       .blank();
   cutlass_gemm_types(gp, {}, e);  // the alignment-1 instance for what TMA cannot take
   Binding b = gemm_binding(gp, true);
-  b.setup = product_buffer(pin, three ? "2 * batch * (gmb + gn) * K" : gp.trans_b ? "0" : "batch * gn * K");
+  const bool direct = product_is_output(gp, pin);
+  const std::string extra = three ? "2 * batch * (gmb + gn) * K" : gp.trans_b ? "0" : "batch * gn * K";
+  b.setup = product_buffer(pin, extra, direct);
+  if (!direct && extra == "0") b.setup += "  float* const scratch = nullptr;  // W is read as it is\n";
   // every batch in one launch (CUTLASS's batch mode): a batch alone may have fewer tiles than the GPU has SMs
   std::string launch = R"(  if (total == 0) return 0;
   if (gmb > 2147483647 || gn > 2147483647 || K > 2147483647 || batch > 2147483647) return 6;
   const int m32 = static_cast<int>(gmb), n32 = static_cast<int>(gn), k32 = static_cast<int>(K), l32 = static_cast<int>(batch);
-  if (K > 0 && K % 4 == 0 && gn % 4 == 0 && kfab_aligned16(a_data) && kfab_aligned16(w_data)) {
+  if (K > 0 && K % 4 == 0 && gn % 4 == 0 && kfab_aligned16(a_data) && kfab_aligned16(w_data) && kfab_aligned16(product)) {
 )";
-  launch += fmt::format("    const int rc = kfab_sm90_{}xtf32<KfabTile>(a_data, w_data, product, product + total, m32, n32, k32, l32, {}{}, stream);\n",
+  launch += fmt::format("    const int rc = kfab_sm90_{}xtf32<KfabTile>(a_data, w_data, product, scratch, m32, n32, k32, l32, {}{}, stream);\n",
                         three ? 3 : 1, gp.trans_b ? "false" : "true", three ? (streamk ? ", false" : ", true") : "");
   launch += R"(    if (rc != 0) return rc;
   } else {  // what TMA cannot take: CUTLASS's SM80 3xTF32 at alignment 1, a batch at a time
@@ -558,7 +588,7 @@ std::string generate_gemm_sm90(const GemmProgram& gp, const TemplateParams& tp, 
       if (rc != 0) return rc;
     }
   }
-)" + rows.launch;
+)" + (direct ? std::string() : max_pool_pass(gp, pin, true) + rows.launch);
   host(g, b, launch, e);
   return e.take();
 }
@@ -580,19 +610,20 @@ std::string generate_gemm_tensor_cores(const GemmProgram& gp, const TemplatePara
   e.raw(rows.code).blank();
   cutlass_gemm_types(gp, tp, e);
   Binding b = gemm_binding(gp, true);
-  b.setup = product_buffer(pin);
+  const bool direct = product_is_output(gp, pin);
+  b.setup = product_buffer(pin, "0", direct);
   const std::string launch = R"(  if (total == 0) return 0;
   if (gmb > 2147483647 || gn > 2147483647 || K > 2147483647) return 6;
   for (int64_t z = 0; z < batch; ++z) {  // a batch's GEMM on its slices
     const float* ap = a_data + z * gmb * K;
     const float* bp = w_data + z * K * gn;
     float* cp = product + z * gmb * gn;
-    const bool v4 = K % 4 == 0 && gn % 4 == 0 && kfab_aligned16(ap) && kfab_aligned16(bp);
+    const bool v4 = K % 4 == 0 && gn % 4 == 0 && kfab_aligned16(ap) && kfab_aligned16(bp) && kfab_aligned16(cp);
     const int m32 = static_cast<int>(gmb), n32 = static_cast<int>(gn), k32 = static_cast<int>(K);
     const int rc = v4 ? kfab_tc_gemm<4>(ap, bp, cp, m32, n32, k32, stream) : kfab_tc_gemm<1>(ap, bp, cp, m32, n32, k32, stream);
     if (rc != 0) return rc;
   }
-)" + rows.launch;
+)" + (direct ? std::string() : max_pool_pass(gp, pin, true) + rows.launch);
   host(g, b, launch, e);
   return e.take();
 }
@@ -660,7 +691,7 @@ std::string generate_gemm_cuda(const GemmProgram& gp, const TemplateParams& tp, 
   const Program& p = gp.epilogue;
   const Gen g(p, cuda_lang());
   const int pin = product_input(gp);
-  const bool fused = pointwise_only(g);
+  const bool fused = pointwise_only(g) && !gp.pool_max;  // a max-pooled product is pooled in a pass of its own
   Emitter e;
   head(title, tp,
        fmt::format("{}: C = A @ {}, then the epilogue", fused ? "A tiled GEMM, epilogue applied to the registers" : "A tiled GEMM, then a row kernel",
@@ -691,7 +722,7 @@ std::string generate_gemm_cuda(const GemmProgram& gp, const TemplateParams& tp, 
   e.close();
   Binding b = gemm_binding(gp, true);
   std::string launch = gemm_launch(fused, pin, b);
-  if (!fused) launch += rows.launch;
+  if (!fused) launch += max_pool_pass(gp, pin, true) + rows.launch;
   host(g, b, launch, e);
   return e.take();
 }

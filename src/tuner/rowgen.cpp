@@ -319,7 +319,7 @@ namespace {
 /// in windows into buffers kept between calls (on the device with pool_columns.cuh's kernel, or on the
 /// host), and w_data and the inputs pointed there. Empty without pooling.
 std::string pool_prepare(const GemmProgram& gp, bool cuda) {
-  if (gp.pool <= 1) return {};
+  if (gp.pool <= 1 || gp.pool_max) return {};  // a max-pooled product is pooled after the GEMM (max_pool_pass)
   // [rows, cols] averaged along its rows in windows of `pool` columns: W [gnf, K] (trans_b) is K columns
   // of gnf rows, so it is averaged over windows of rows; B [K, gnf] over windows of columns
   std::string s = fmt::format("  // the product's columns averaged in windows of {0}: B's first, then the pooled per-column inputs\n", gp.pool);
@@ -383,6 +383,47 @@ std::string pool_prepare(const GemmProgram& gp, bool cuda) {
 
 }  // namespace
 
+std::string max_pool_pass(const GemmProgram& gp, int pin, bool cuda) {
+  if (gp.pool <= 1 || !gp.pool_max) return {};
+  std::string bias = "nullptr";  // the per-column inputs of the product's full width, added before the maximum
+  for (size_t i = 0; i < gp.epilogue.inputs.size(); ++i)
+    if (gp.epilogue.inputs[i].pool > 1) bias = fmt::format("a.in{}", i);
+  if (cuda)
+    return fmt::format(R"(  // the product's columns max-pooled in windows of {0} (its bias added first), into a buffer kept between calls
+  static float* pooled = nullptr;
+  static int64_t pooled_cap = 0;
+  if (total > pooled_cap) {{
+    if (pooled != nullptr) cudaFree(pooled);
+    pooled = nullptr, pooled_cap = 0;
+    if (cudaMalloc(reinterpret_cast<void**>(&pooled), sizeof(float) * static_cast<size_t>(total)) != cudaSuccess) return 4;
+    pooled_cap = total;
+  }}
+  if (kfab_max_windows(product, {1}, pooled, gm, gn, {0}, stream) != 0) return 6;
+  a.in{2} = pooled;
+)",
+                       gp.pool, bias, pin);
+  return fmt::format(R"(  // the product's columns max-pooled in windows of {0} (its bias added first; a NaN in a window is its maximum,
+  // as torch's max pooling), into a buffer kept between calls
+  static std::vector<float> pooled;
+  pooled.resize(static_cast<size_t>(total));
+  {{
+    const float* bias = {1};
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < gm; ++r)
+      for (int64_t j = 0; j < n; ++j) {{
+        float m = -INFINITY;
+        for (int64_t t = j * {0}; t < (j + 1) * {0}; ++t) {{
+          const float v = product[static_cast<size_t>(r * gn + t)] + (bias != nullptr ? bias[t] : 0.0f);
+          m = v > m || v != v ? v : m;
+        }}
+        pooled[static_cast<size_t>(r * n + j)] = m;
+      }}
+  }}
+  a.in{2} = pooled.data();
+)",
+                     gp.pool, bias, pin);
+}
+
 Binding gemm_binding(const GemmProgram& gp, bool cuda) {
   Binding b;
   b.n_in = gp.tensors;
@@ -408,7 +449,11 @@ Binding gemm_binding(const GemmProgram& gp, bool cuda) {
     e.line("const int64_t batch = 1, gmb = gm;  // one GEMM");
     e.linef("const int64_t gnf = W.shape[{}];", wn).linef("if (W.shape[{}] != K) return 2;", wk);
   }
-  if (gp.pool > 1) {
+  if (gp.pool > 1 && gp.pool_max) {
+    e.linef("// the product's columns max-pooled in windows of {0} after the GEMM: the GEMM makes [gm, gnf], the epilogue reads [gm, gnf / {0}]",
+            gp.pool);
+    e.linef("if (gnf % {} != 0) return 3;", gp.pool).line("const int64_t gn = gnf;  // the GEMM's width");
+  } else if (gp.pool > 1) {
     e.linef("// the product's columns averaged in windows of {0}: B's columns averaged first, the product [gm, gnf / {0}]", gp.pool);
     e.linef("if (gnf % {} != 0) return 3;", gp.pool).linef("const int64_t gn = gnf / {};", gp.pool);
   } else {
@@ -417,7 +462,9 @@ Binding gemm_binding(const GemmProgram& gp, bool cuda) {
   e.line("const float* a_data = static_cast<const float*>(A.data);  // A as [batch][gmb, K], row-major");
   e.line("const float* w_data = static_cast<const float*>(W.data);  // B as given (pooled: its columns' averages)");
   const int groups = gp.epilogue.groups;
-  if (groups <= 1) {
+  if (gp.pool > 1 && gp.pool_max) {
+    e.linef("const int64_t rows = gm, n = gn / {};", gp.pool);
+  } else if (groups <= 1) {
     e.line("const int64_t rows = gm, n = gn;");
   } else {
     e.linef("// the epilogue's rows are groups of {0} per product row: [gm * {0}, gn / {0}]", groups);

@@ -120,6 +120,11 @@ Binding default_binding(const Program& p);
 /// floats); for an A given as [K, M], `prepare` transposes it into a buffer (on the device or the host:
 /// `cuda`) and points a_data there. A CUDA file that takes it needs tiled_transpose.cuh's kernel.
 Binding gemm_binding(const GemmProgram& gp, bool cuda);
+/// After a max-pooled GEMM (GemmProgram::pool_max), what takes each window's maximum of the [gm, gn]
+/// product in `product` (plus the epilogue's per-column inputs of the full width) into a buffer of
+/// [gm, gn / pool] that the epilogue reads as its input `pin` (on the device with pool_columns.cuh's
+/// kernel, or on the host); empty otherwise.
+std::string max_pool_pass(const GemmProgram& gp, int pin, bool cuda);
 
 /// kfab_run: checks every tensor against its class, then `launch`.
 void host(const Gen& g, const Binding& b, const std::string& launch, Emitter& e);

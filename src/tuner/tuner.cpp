@@ -88,6 +88,7 @@ Expected<TracedPlan> plan_traced(const json& traced, const std::string& target) 
       plan.gemm.trans_a = g.value("trans_a", false);
       plan.gemm.batched = g.value("batched", false);
       plan.gemm.pool = g.value("pool", 1);
+      plan.gemm.pool_max = g.value("pool_max", false);
       plan.gemm.m = g.value("m", int64_t{0});
       plan.gemm.n = g.value("n", int64_t{0});
       plan.gemm.k = g.value("k", int64_t{0});

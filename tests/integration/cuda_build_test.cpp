@@ -163,8 +163,11 @@ TEST_F(CudaBuild, GemmEpiloguesCompileAtEveryPoint) {
     if (hopper) {
       // TF32 wgmma reads B K-major: B [K, N] is written as [N, K] into the scratch after the product
       EXPECT_NE(src.find("KfabSm90Gemm<128, 256, 32, 1, true, false>"), std::string::npos) << src.substr(0, 600);
-      EXPECT_NE(src.find("kfab_sm90_1xtf32<KfabTile>(a_data, w_data, product, product + total, m32, n32, k32, l32, true, stream)"), std::string::npos);
-      EXPECT_NE(src.find("const int64_t need = total + batch * gn * K;"), std::string::npos);
+      EXPECT_NE(src.find("kfab_sm90_1xtf32<KfabTile>(a_data, w_data, product, scratch, m32, n32, k32, l32, true, stream)"), std::string::npos);
+      // the product is the output (C = acc): written there, no row pass; the scratch holds B [N, K] alone
+      EXPECT_NE(src.find("float* const product = a.out0;"), std::string::npos);
+      EXPECT_NE(src.find("const int64_t need = batch * gn * K;"), std::string::npos);
+      EXPECT_EQ(src.find("kfab_go<P>("), std::string::npos) << "no row kernel launched";
     }
     if (every) build(t, src), ++extra;
   }
@@ -182,7 +185,7 @@ TEST_F(CudaBuild, GemmEpiloguesCompileAtEveryPoint) {
   if (hopper) {
     EXPECT_EQ(grid.front().at("mma"), "sm90_tf32");
     EXPECT_EQ(grid.front().at("precision"), "tf32");
-    EXPECT_NE(generate_gemm_cuda(ln, grid.front(), "ln").find("kfab_sm90_1xtf32<KfabTile>(a_data, w_data, product, product + total, m32, n32, k32, l32, false,"),
+    EXPECT_NE(generate_gemm_cuda(ln, grid.front(), "ln").find("kfab_sm90_1xtf32<KfabTile>(a_data, w_data, product, scratch, m32, n32, k32, l32, false,"),
               std::string::npos);
   }
   if (hopper) {  // the dimensions order the points: few output tiles over a long K take stream-K second
@@ -205,8 +208,8 @@ TEST_F(CudaBuild, GemmEpiloguesCompileAtEveryPoint) {
   const std::string src = generate_gemm_cuda(ln, point, "linear_layernorm_relu");
   EXPECT_NE(src.find("kfab_rows_cached"), std::string::npos) << "a row-reducing epilogue runs as a row kernel";
   if (hopper) {
-    EXPECT_NE(src.find("kfab_sm90_3xtf32<KfabTile>(a_data, w_data, product, product + total, m32, n32, k32, l32, false, false,"), std::string::npos);
-    EXPECT_NE(src.find("const int64_t need = total + 2 * batch * (gmb + gn) * K;"), std::string::npos) << "the operands' big and small parts after the product";
+    EXPECT_NE(src.find("kfab_sm90_3xtf32<KfabTile>(a_data, w_data, product, scratch, m32, n32, k32, l32, false, false,"), std::string::npos);
+    EXPECT_NE(src.find("const int64_t need = gm * gn + 2 * batch * (gmb + gn) * K;"), std::string::npos) << "the operands' big and small parts after the product";
     EXPECT_NE(src.find("KfabSm90Gemm<128, 128, 32, 1, true, true>"), std::string::npos) << "stream-K";
   }
   build("linear_layernorm_relu", src);
@@ -262,7 +265,7 @@ TEST_F(CudaBuild, GemmEpiloguesCompileAtEveryPoint) {
     const auto at = std::find_if(bgrid.begin(), bgrid.end(), [](const TemplateParams& q) { return q.count("mma") && q.at("mma") == "sm90_3xtf32"; });
     ASSERT_NE(at, bgrid.end());
     const std::string b90 = generate_gemm_cuda(bm, *at, "bmm_relu_sm90");
-    EXPECT_NE(b90.find("kfab_sm90_3xtf32<KfabTile>(a_data, w_data, product, product + total, m32, n32, k32, l32, true, true, stream);"), std::string::npos);
+    EXPECT_NE(b90.find("kfab_sm90_3xtf32<KfabTile>(a_data, w_data, product, scratch, m32, n32, k32, l32, true, true, stream);"), std::string::npos);
     if (every) build("bmm_relu_sm90", b90), ++extra;
   }
   // a pooled product (an AvgPool1d of 16 over a Linear's outputs): the weight's rows and the bias averaged
@@ -279,9 +282,25 @@ TEST_F(CudaBuild, GemmEpiloguesCompileAtEveryPoint) {
   EXPECT_NE(psrc.find("kfab_pool_windows(w_data, pooled, batch * gn, K, 16, true, stream)"), std::string::npos);
   EXPECT_NE(psrc.find("kfab_numel(in[2]) != n * 16"), std::string::npos) << "the bias is the product's full width";
   build("linear_avgpool", psrc);
+  // a max-pooled product (a MaxPool1d of 2 over a Linear's outputs, then a sum): the full product, then a pass
+  // of the windows' maxima with the bias added first, then the row program over them; no fused epilogue, no fold
+  GemmProgram mp = pl;
+  mp.pool = 2, mp.pool_max = true;
+  PInput mbias{"bias", VClass::C};
+  mbias.pool = 2;
+  auto mq = parse_program("y = rowsum(acc) * 0.5", {mbias, {"acc", VClass::E}}, {"y"});
+  ASSERT_TRUE(mq.has_value()) << mq.error().message;
+  mp.epilogue = *mq;
+  EXPECT_EQ(gemm_cuda_grid(mp).front().count("fold"), 0u) << "a max-pooled product's row sums are not the pooled ones";
+  const std::string msrc = simt_source(mp, "linear_maxpool");
+  ASSERT_FALSE(msrc.empty());
+  EXPECT_NE(msrc.find("kfab_max_windows(product, a.in0, pooled, gm, gn, 2, stream)"), std::string::npos) << msrc.substr(0, 400);
+  EXPECT_NE(msrc.find("const int64_t rows = gm, n = gn / 2;"), std::string::npos);
+  EXPECT_EQ(msrc.find("kfab_pool_windows(w_data"), std::string::npos) << "B is not averaged";
+  build("linear_maxpool", msrc);
   // every SIMT point of both tasks, the Linear, the two folded sums, A transposed, the batched product,
-  // the pooled one (and, asked, the native matmul's first tensor-core point)
-  EXPECT_EQ(built, 2 * 5 + 1 + 2 + 1 + 1 + 1 + extra);
+  // the averaged and the max-pooled ones (and, asked, the tensor-core points above)
+  EXPECT_EQ(built, 2 * 5 + 1 + 2 + 1 + 1 + 1 + 1 + extra);
 }
 
 // A candidate built on CUTLASS (issue 23's 3xTF32 probe) gets CUTLASS's headers where the worker's Python

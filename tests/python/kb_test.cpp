@@ -226,7 +226,7 @@ TEST_F(KbEval, TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest) {
                                        "l2_linear_residual_rmsnorm", "l2_linear_scale_clamp_logsumexp", "l2_linear_swish_sum",
                                        "l2_linear_batchnorm_gelu", "l2_linear_groupnorm_hardtanh", "l2_linear_divide_sum_scale",
                                        "l1_matmul_transposed_a", "l1_matmul_triu", "l1_einsum_4d", "l1_bmm",
-                                       "l2_linear_avgpool_gelu_max"};
+                                       "l2_linear_avgpool_gelu_max", "l2_linear_maxpool_sum_scale"};
   // single-op Models that go to a dedicated template rather than a program
   const std::map<std::string, std::pair<std::string, std::string>> kinds = {
       {"l1_cumsum", {"scan", "cuda_row_scan"}}, {"l1_sum_dim", {"middle_sum", "cuda_middle_sum"}},
@@ -280,6 +280,7 @@ TEST_F(KbEval, TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest) {
       for (const auto& i : (*tr)["inputs"]) {
         const std::string c = i["cls"];
         ins.push_back({i["name"], c == "E" ? VClass::E : c == "C" ? VClass::C : c == "R" ? VClass::R : VClass::K, i["integer"], i["i32"]});
+        ins.back().pool = i.value("pool", 1);
         gp.bind.push_back(i["tensor"]);
       }
       gp.a = (*tr)["gemm"]["a"], gp.b = (*tr)["gemm"]["b"], gp.trans_b = (*tr)["gemm"]["trans_b"], gp.tensors = (*tr)["tensors"];
@@ -293,7 +294,10 @@ TEST_F(KbEval, TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest) {
       if (stem == "l2_linear_batchnorm_gelu") {  // the Model as constructed (training): the batch's statistics
         EXPECT_NE((*tr)["formula"].get<std::string>().find("colmean("), std::string::npos) << (*tr)["formula"];
       }
-      EXPECT_EQ((*tr)["gemm"].value("pool", 1), stem == "l2_linear_avgpool_gelu_max" ? 16 : 1) << stem << ": an AvgPool1d over the product";
+      EXPECT_EQ((*tr)["gemm"].value("pool", 1), stem == "l2_linear_avgpool_gelu_max" ? 16 : stem == "l2_linear_maxpool_sum_scale" ? 2 : 1)
+          << stem << ": an AvgPool1d or a MaxPool1d over the product";
+      EXPECT_EQ((*tr)["gemm"].value("pool_max", false), stem == "l2_linear_maxpool_sum_scale") << stem;
+      gp.pool = (*tr)["gemm"].value("pool", 1), gp.pool_max = (*tr)["gemm"].value("pool_max", false);
       if (stem == "l1_matmul_triu") {  // torch.triu: a mask over the column and row indices
         EXPECT_NE((*tr)["formula"].get<std::string>().find("ge("), std::string::npos) << (*tr)["formula"];
         EXPECT_NE((*tr)["formula"].get<std::string>().find("colidx"), std::string::npos) << (*tr)["formula"];
@@ -475,6 +479,7 @@ TEST_F(KbEval, TheTunerTakesKernelBenchsFormsOfAMatrixProduct) {
       {"l1_matmul_transposed_a", {"A given as [K, gm]: transposed", "kfab_blocked_gemm"}},
       {"l1_matmul_triu", {"colidx", "rowidx"}},
       {"l2_linear_avgpool_gelu_max", {"averaged in windows of 16", "kfab_blocked_gemm"}},
+      {"l2_linear_maxpool_sum_scale", {"max-pooled in windows of 2", "kfab_blocked_gemm"}},
       {"l1_bmm", {"a batch's GEMM on its slices", "kfab_blocked_gemm"}}};
   for (const auto& [stem, _] : want) fs::create_symlink(fs::path(KFAB_SOURCE_DIR) / "tasks/kb" / (stem + ".py"), suite / (stem + ".py"));
   const fs::path out = scratch() / "product-forms-bench";
