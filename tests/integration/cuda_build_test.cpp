@@ -170,6 +170,14 @@ TEST_F(CudaBuild, GemmEpiloguesCompileAtEveryPoint) {
       EXPECT_EQ(src.find("kfab_go<P>("), std::string::npos) << "no row kernel launched";
     }
     if (every) build(t, src), ++extra;
+    // and at the first three-product point: the product written straight into the output, the split beside it
+    const auto three = std::find_if(grid.begin(), grid.end(), [](const TemplateParams& q) { return q.count("mma") && q.at("mma") == "sm90_3xtf32"; });
+    if (hopper && three != grid.end()) {
+      const std::string src3 = generate_gemm_cuda(*gp, *three, t);
+      EXPECT_NE(src3.find("float* const product = a.out0;"), std::string::npos);
+      EXPECT_NE(src3.find("const int64_t need = 2 * batch * (gmb + gn) * K;"), std::string::npos);
+      if (every) build(std::string(t) + "_3x", src3), ++extra;
+    }
   }
   GemmProgram ln;
   ln.a = 0, ln.b = 1, ln.trans_b = true, ln.tensors = 4, ln.bind = {2, 3, -1};
