@@ -171,7 +171,8 @@ constexpr int kfab_tf32_k_slice = 2048;
 // C = A @ W^T (W [N, K]), or A @ B where B_KN (B [K, N], transposed here), for each of l batches, at fp32
 // accuracy from three TF32 products (small x big, big x small, big x big; the small x small term, below
 // 2^-21 of the product, dropped as in CUTLASS's 3xTF32), the big x big one split along K into slices of
-// at most kfab_tf32_k_slice whose partial sums add in fp32; the two small ones (2^-11 of the product and
+// kfab_tf32_k_slice whose partial sums add in fp32 (CUTLASS makes no more slices than the GPU has SMs:
+// level1_6's K of 524288 gets 132 of about 4000 on an H100); the two small ones (2^-11 of the product and
 // less) in one accumulation, their tiles handed out whole where DATA_PARALLEL, else as CUTLASS's
 // heuristic picks. `scratch` holds 2 * l * (m + n) * k floats: each operand's big and small parts, W's
 // as [N, K].
