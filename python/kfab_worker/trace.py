@@ -932,6 +932,8 @@ def _trace_fake(t: taskmod.KbTask, shape: dict) -> dict:
         # the product's dimensions at this shape (a batched one's per batch): the tuner orders its points by them
         left = gemm[0].args[1] if _base(gemm[0]) == "addmm" else gemm[0].args[0]
         out = list(gemm[0].meta["val"].shape)
+        if gemm[6]:
+            r["gemm"]["batch"] = int(out[0])
         r["gemm"].update({"m": int(out[-2]), "n": int(out[-1]) // (pooled[0] if pooled and pooled[4] == "avg" else 1), "k": int(left.meta["val"].shape[-1])})
         r["tensors"] = len(placeholders)
     return r

@@ -94,6 +94,7 @@ void add_options(CLI::App& sub, OptimizeArgs& a) {
                  "children at once); nothing is built or run here");
   sub.add_option("--queue", a.queue.name, "the job queue's name on that server (default kfab)");
   sub.add_option("--timeout", a.measure.timeout_s, "seconds each runner job may take")->capture_default_str();
+  sub.add_flag("--no-compile", a.measure.no_compile, "KernelBench tasks: do not time torch.compile in the final check");
   sub.add_flag("--quiet,-q", a.measure.quiet, "no progress lines on stderr");
   add_tolerances(sub, a.measure);
   sub.add_flag("--json", a.json, "print one JSON object on stdout");

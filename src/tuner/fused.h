@@ -60,9 +60,9 @@ struct GemmProgram {
   /// window's maximum of it plus the per-column inputs of pool > 1 (the Linear's bias, added before the
   /// maximum), and the epilogue reads the [M, N / pool] result.
   bool pool_max = false;
-  /// The GEMM's dimensions at the tuning shape (a batched product's per batch, a pooled one's pooled N),
-  /// which order the grid's points; 0 where unknown (a native task's sizes are symbolic).
-  int64_t m = 0, n = 0, k = 0;
+  /// The GEMM's dimensions at the tuning shape (a batched product's per batch, an averaged one's pooled N)
+  /// and its batch count, which order the grid's points; 0 where unknown (a native task's sizes are symbolic).
+  int64_t m = 0, n = 0, k = 0, batch = 1;
   int tensors = 2;
   std::vector<int> bind;
   Program epilogue;

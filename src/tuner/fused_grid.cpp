@@ -2,6 +2,7 @@
 // printers that generate the kernels are tuner/print_cuda.cpp (CUDA C++) and tuner/print_cpp.cpp (C++).
 #include "tuner/fused.h"
 
+#include <algorithm>
 #include <array>
 
 #include "backends/cuda/cuda_backend.h"
@@ -116,7 +117,7 @@ std::vector<TemplateParams> gemm_cuda_grid(const GemmProgram& gp) {
   // Few output tiles over a long K (KernelBench's 256 x 256 x 524288: 4 tiles of 128 x 128 where an
   // H100 has 132 SMs): stream-K, which splits K across every SM, right after the TF32 point. Measured
   // on an H200 (issue 23): the persistent scheduler ran that product at 0.08x eager.
-  const int64_t tiles = ((gp.m + 127) / 128) * ((gp.n + 127) / 128);
+  const int64_t tiles = ((gp.m + 127) / 128) * ((gp.n + 127) / 128) * std::max<int64_t>(gp.batch, 1);  // every batch in one launch
   const bool few_tiles = gp.m > 0 && gp.n > 0 && tiles < 66 && gp.k >= 8192;
   if (hopper) {
     sm90("sm90_tf32", "128x256x32", "1", "coop");

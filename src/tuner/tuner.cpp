@@ -92,6 +92,7 @@ Expected<TracedPlan> plan_traced(const json& traced, const std::string& target) 
       plan.gemm.m = g.value("m", int64_t{0});
       plan.gemm.n = g.value("n", int64_t{0});
       plan.gemm.k = g.value("k", int64_t{0});
+      plan.gemm.batch = g.value("batch", int64_t{1});
       if (plan.gemm.pool < 1) return make_error("the traced program is malformed: gemm.pool < 1");
       plan.gemm.tensors = traced.at("tensors").get<int>();
     }

@@ -416,7 +416,8 @@ TEST_F(KbEval, TheTunerTracesAKernelBenchModelAndTunesItsProgram) {
 // held-out one (odd sizes in every dimension) included.
 TEST_F(KbEval, TheTunerTakesALayerNormWhoseRowIsSeveralDimensions) {
   const std::string task = std::string(KFAB_SOURCE_DIR) + "/tasks/kb/l1_layer_norm_chw.py";
-  CliResult r = kfab_cli({"optimize", task, "--target", "cpu", "--fresh", "--json", "--quiet", "--out", (scratch() / "ln-chw").string()}, 900);
+  CliResult r = kfab_cli({"optimize", task, "--target", "cpu", "--fresh", "--no-compile", "--json", "--quiet", "--out", (scratch() / "ln-chw").string()},
+                         900);
   ASSERT_EQ(r.status.code, 0) << r.out << r.err;
   nlohmann::json j = r.json();
   EXPECT_EQ(j["best"]["disposition"], "passed") << j.dump(2);
@@ -430,7 +431,8 @@ TEST_F(KbEval, TheTunerTakesALayerNormWhoseRowIsSeveralDimensions) {
 // that counts in the border windows' divisor: a dedicated template whose kernel passes every shape.
 TEST_F(KbEval, TheTunerTakesAnAveragePoolingWithItsWindowBuiltIn) {
   const std::string task = std::string(KFAB_SOURCE_DIR) + "/tasks/kb/l1_avg_pool2d.py";
-  CliResult r = kfab_cli({"optimize", task, "--target", "cpu", "--fresh", "--json", "--quiet", "--out", (scratch() / "pool").string()}, 900);
+  CliResult r = kfab_cli({"optimize", task, "--target", "cpu", "--fresh", "--no-compile", "--json", "--quiet", "--out", (scratch() / "pool").string()},
+                         900);
   ASSERT_EQ(r.status.code, 0) << r.out << r.err;
   nlohmann::json j = r.json();
   EXPECT_EQ(j["best"]["disposition"], "passed") << j.dump(2);
@@ -447,7 +449,7 @@ TEST_F(KbEval, TheTunerTakesAnAveragePoolingWithItsWindowBuiltIn) {
 // norm, is traced and built by TracingFinds*, and run by the devices stage's bench of tasks/kb.)
 TEST_F(KbEval, TheTunerFindsAGemmAndTunesItWithItsEpilogue) {
   const std::string task = std::string(KFAB_SOURCE_DIR) + "/tasks/kb/l2_linear_groupnorm_hardtanh.py";
-  CliResult r = kfab_cli({"optimize", task, "--target", "cpu", "--fresh", "--points", "2", "--json", "--quiet", "--out",
+  CliResult r = kfab_cli({"optimize", task, "--target", "cpu", "--fresh", "--points", "2", "--no-compile", "--json", "--quiet", "--out",
                           (scratch() / "kb-gemm").string()},
                          900);
   ASSERT_EQ(r.status.code, 0) << r.out << r.err;
@@ -507,7 +509,7 @@ TEST_F(KbEval, TheTunerTakesKernelBenchsFormsOfAMatrixProduct) {
 // and the share of the tolerance it used.
 TEST_F(KbEval, TheTunerNormalisesWithTheBatchsStatistics) {
   const std::string task = std::string(KFAB_SOURCE_DIR) + "/tasks/kb/l2_linear_batchnorm_gelu.py";
-  CliResult r = kfab_cli({"optimize", task, "--target", "cpu", "--fresh", "--points", "1", "--json", "--quiet", "--out",
+  CliResult r = kfab_cli({"optimize", task, "--target", "cpu", "--fresh", "--points", "1", "--no-compile", "--json", "--quiet", "--out",
                           (scratch() / "kb-bn").string()},
                          900);
   ASSERT_EQ(r.status.code, 0) << r.out << r.err;
