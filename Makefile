@@ -41,15 +41,16 @@ build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
 # torch for KernelBench-format tasks, and what KernelBench's own problem files import beside it (einops:
-# two level-3 problems).
+# two level-3 problems). torch with its CUDA libraries is about 4.7 GB installed; --no-cache-dir keeps pip
+# from keeping a second copy of the wheels (about 3.5 GB) in ~/.cache/pip.
 venv:
 	@if .venv/bin/python -c "import torch, einops" 2>/dev/null; then :; else \
 	  echo "kfab: installing $(TORCH_PIN) and einops into .venv (for KernelBench-format tasks)"; \
-	  $(PYTHON) -m venv .venv && .venv/bin/pip install -q --disable-pip-version-check "$(TORCH_PIN)" numpy einops==0.8.1; \
+	  $(PYTHON) -m venv .venv && .venv/bin/pip install -q --no-cache-dir --disable-pip-version-check "$(TORCH_PIN)" numpy einops==0.8.1; \
 	fi
 	@.venv/bin/python -c "import cutlass_library" 2>/dev/null || { \
 	  echo "kfab: installing $(CUTLASS_PIN) into .venv (CUTLASS's headers, for CUDA candidates built on CUTLASS)"; \
-	  .venv/bin/pip install -q --disable-pip-version-check --no-deps "$(CUTLASS_PIN)"; }
+	  .venv/bin/pip install -q --no-cache-dir --disable-pip-version-check --no-deps "$(CUTLASS_PIN)"; }
 
 # Debian's chromium, which the report test renders kfab's HTML page in (headless).
 test-deps:
