@@ -21,7 +21,12 @@ aten = torch.ops.aten
 
 
 class Unsupported(Exception):
-    pass
+    """What did not fit; `node`, where known, the graph node at which it did not (a plan of several
+    programs cuts its stage there)."""
+
+    def __init__(self, msg: str, node=None):
+        super().__init__(msg)
+        self.node = node
 
 
 def _decompositions():
@@ -68,8 +73,13 @@ def _num(v) -> str:
 
 
 class _Matcher:
-    def __init__(self, gm, example: list, n_inputs: int, shape: list | None = None):
+    def __init__(self, gm, example: list, n_inputs: int, shape: list | None = None, frame: list | None = None,
+                 gemm: bool = True):
         self.gm = gm
+        # A stage of a plan whose main shape is its output's with the dimensions of size 1 left out (a
+        # [M, 1] row minimum plus a [1, N, 1, 1] bias: a [1, N, M, 1] output, seen as [N, M]): values are
+        # classed by the dimensions of `frame` along which they vary when broadcast to it.
+        self.frame = list(frame) if frame is not None else None
         self.lines: list[str] = []
         self.val: dict = {}     # node -> formula expression (a name or a literal)
         self.cls: dict = {}     # node -> E, R, C, K
@@ -91,11 +101,13 @@ class _Matcher:
         # norm over normalized_shape (C, H, W), a mean over dims (1, 2, 3)) covers the same trailing
         # dimensions. The program then sees S as [prod(S[:-k]), prod(S[-k:])].
         self.k = 1 if shape is not None else _row_dims(gm, self.S)
+        if self.frame is not None and len(self.S) > 2:
+            raise Unsupported(f"a stage of shape {self.frame}: more than two dimensions of size above 1")
         # A GroupNorm over a GEMM's [M, N] product: the program's rows are its groups (each product row
         # splits into `groups` rows of N / groups), per-channel [N] inputs are read at (row % groups) *
         # n + c, and no other reduction over the row may appear (its rows are no longer the product's).
         self.groups = 1
-        if shape is not None and len(self.S) == 2:
+        if shape is not None and gemm and len(self.S) == 2:
             gns = [n for n in gm.graph.nodes if n.op == "call_function" and _base(n) == "native_group_norm"]
             sizes = {int(n.args[6]) for n in gns}
             if len(sizes) > 1:
@@ -118,9 +130,30 @@ class _Matcher:
         """S as the program sees it: [rows, n] when a row is several dimensions, else S."""
         return self.S if self.k == 1 else [math.prod(self.lead), math.prod(self.row)]
 
+    def frame_cls(self, shape) -> str | None:
+        """The class of a value of `shape` broadcast to the frame: by which of the main shape's
+        dimensions (the frame's of size above 1) it varies along; None where it does not broadcast."""
+        F = self.frame
+        if len(shape) > len(F):
+            return None
+        padded = [1] * (len(F) - len(shape)) + list(shape)
+        big = [i for i, d in enumerate(F) if d != 1]
+        if any(p not in (1, d) for p, d in zip(padded, F)):
+            return None
+        varies = [j for j, i in enumerate(big) if padded[i] != 1]
+        if not varies:
+            return "K"
+        if len(big) == 1:
+            return "E"
+        return {(0,): "R", (1,): "C", (0, 1): "E"}[tuple(varies)]
+
     def shape_cls(self, shape, integer=False) -> str | None:
         shape = list(shape)
         S = self.S
+        if self.frame is not None:
+            fc = self.frame_cls(shape)
+            if fc is not None and not (integer and fc != "R"):
+                return fc
         if shape == S:
             return "E"
         if math.prod(shape) == 1:
@@ -812,8 +845,24 @@ def _trace_fake(t: taskmod.KbTask, shape: dict) -> dict:
         if kind.get("op_params"):
             kind["init"] = t.init_scalars(shape)
         return kind
+    _matrix_vector_as_rows(gm)
+    one = _trace_graph(gm, example, nx)
+    one.pop("_node", None)
+    if one.get("supported"):
+        return one
+    staged = _trace_staged(gm, example, nx)
+    if staged is None:
+        return one
+    if not staged.get("supported"):
+        return {"supported": False, "reason": f"{one['reason']}; as a plan of several programs: {staged['reason']}"}
+    return staged
+
+
+def _trace_graph(gm, example: list, nx: int, S: list | None = None, frame: list | None = None) -> dict:
+    """One program of `gm` (a GEMM and its epilogue, or a row program): the formula, its inputs' classes and
+    the tensors they bind, or why not. S and frame (a stage of a plan, tuner/plan): the main shape to use,
+    and the shape it is a squeezed view of (inputs then classed by how they broadcast to it)."""
     try:
-        _matrix_vector_as_rows(gm)
         gemm = _find_gemm(gm)
         gshape = list(gemm[0].meta["val"].shape) if gemm else None
         while gshape is not None and len(gshape) > 2 and gshape[0] == 1 and not gemm[6]:
@@ -823,7 +872,7 @@ def _trace_fake(t: taskmod.KbTask, shape: dict) -> dict:
         pooled = _pooled_product(gemm[0]) if gemm and not gemm[6] else None
         if pooled:
             gshape = pooled[3]
-        m = _Matcher(gm, example, nx, gshape)
+        m = _Matcher(gm, example, nx, gshape if gemm else S, frame, gemm=bool(gemm))
         inputs = []
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         skip = set()  # nodes the GEMM consumes
@@ -862,7 +911,8 @@ def _trace_fake(t: taskmod.KbTask, shape: dict) -> dict:
                       for u in node.users}
                 c = cs.pop() if len(cs) == 1 else None
             if c is None:
-                raise Unsupported(f"input {i} has shape {list(ex.shape)}, which is not the row shape {m.S}, a row, a column or a scalar")
+                raise Unsupported(f"input {i} has shape {list(ex.shape)}, which is not the row shape {m.S}, a row, a column or a scalar",
+                                  next((u for u in gm.graph.nodes if u in node.users), None))
             if integer and c != "R":
                 raise Unsupported(f"integer input {i} is not one index per row")
             if m.groups > 1 and c == "R":
@@ -899,7 +949,7 @@ def _trace_fake(t: taskmod.KbTask, shape: dict) -> dict:
                         raise Unsupported("an output is not f32")
                     want = m.shape_cls(v.shape)
                     if want != m.cls[o] and not (want == "K" and m.cls[o] == "K"):
-                        raise Unsupported(f"output {j} has shape {list(v.shape)} but is a {m.cls[o]}-class value")
+                        raise Unsupported(f"output {j} has shape {list(v.shape)} but is a {m.cls[o]}-class value", o)
                     m.lines.append(f"out{j} = {m.val[o]}")
                     outputs.append(f"out{j}")
                 continue
@@ -907,13 +957,17 @@ def _trace_fake(t: taskmod.KbTask, shape: dict) -> dict:
                 raise Unsupported(f"graph node {node.op} {node.target}")
             if node in dead:
                 continue
-            m.visit(node)
+            try:
+                m.visit(node)
+            except Unsupported as e:
+                e.node = e.node or node
+                raise
         for node, c in m.reclassed.items():
             for inp in inputs:
                 if inp["name"] == m.val[node]:
                     inp["cls"] = c
     except Unsupported as e:
-        return {"supported": False, "reason": str(e)}
+        return {"supported": False, "reason": str(e), "_node": e.node}
     r = {"supported": True, "formula": "\n".join(m.lines), "inputs": inputs, "outputs": outputs, "shape": m.flat_shape()}
     if m.k > 1:
         r["row_dims"] = m.k
@@ -939,12 +993,151 @@ def _trace_fake(t: taskmod.KbTask, shape: dict) -> dict:
     return r
 
 
+_MAX_STAGES = 4
+
+
+def _free(n) -> bool:
+    """A node every stage that reads it makes for itself: a view of the Model's inputs (a Linear's
+    transposed weight) or a constant (no tensor arguments)."""
+    if n.op != "call_function":
+        return False
+    ins = n.all_input_nodes
+    if not ins:
+        return True
+    return _base(n) in _LAYOUT_VIEWS and all(a.op == "placeholder" or _free(a) for a in ins)
+
+
+def _stage_module(ops: list, later: set, model_outs: list):
+    """The graph of one stage: its ops (in order), the free nodes they read, a placeholder for every
+    other value they read (a Model input or an earlier stage's result), and as outputs the values that
+    later stages or the Model's outputs read. (module, externals, results)."""
+    inside = set(ops)
+    externals: list = []
+    free: list = []
+
+    def collect(n):
+        for a in n.all_input_nodes:
+            if a in inside or a in externals or a in free:
+                continue
+            if _free(a):
+                collect(a)
+                free.append(a)
+            else:
+                externals.append(a)
+    for n in ops:
+        collect(n)
+    results = [n for n in ops if any(u in later or u.op == "output" for u in n.users)]
+    for n in results:
+        if n in model_outs and any(u in later for u in n.users):
+            raise Unsupported(f"{n.name} is an output of the Model and read by a later stage")
+    g = torch.fx.Graph()
+    env: dict = {}
+    for k, a in enumerate(externals):
+        p = g.placeholder(f"s{k}")
+        p.meta["val"] = a.meta["val"]
+        env[a] = p
+    copied = set(free) | inside
+    for n in ops[0].graph.nodes:  # in the graph's order, which is topological
+        if n in copied:
+            env[n] = g.node_copy(n, lambda a: env[a])
+    g.output(tuple(env[n] for n in results))
+    return torch.fx.GraphModule(torch.nn.Module(), g), externals, results
+
+
+def _trace_stage(sm, ex: list, results: list, gemm: bool) -> dict:
+    """A stage as one program: at its inputs' main shape, or (a stage without a GEMM) at its largest
+    result's shape with the dimensions of size 1 left out (a broadcast into a shape of its own)."""
+    r = _trace_graph(sm, ex, len(ex))
+    if r.get("supported") or gemm:
+        return r
+    big = max(results, key=lambda n: n.meta["val"].numel())
+    frame = list(big.meta["val"].shape)
+    S = [d for d in frame if d != 1] or [1]
+    f = _trace_graph(sm, ex, len(ex), S, frame)
+    if f.get("supported"):
+        f["view"] = S
+        return f
+    return r
+
+
+def _trace_staged(gm, example: list, nx: int) -> dict | None:
+    """The Model as a plan of several programs (src/tuner/plan), where one program cannot take it: a
+    stage for each matrix product (level2_45: a Linear, a sigmoid, a second Linear and a logsumexp), and
+    a cut before the node where a stage did not fit (level2_75: a GroupNorm's rows, then a minimum over
+    the whole row, then a bias that broadcasts the [M, 1] minima to [1, N, M, 1]). Each stage's results
+    that later stages read are buffers (`tmps`); a stage binds Model tensors and buffers by index (the
+    Model's inputs first, then the buffers). None where there is nothing to cut."""
+    ops = [n for n in gm.graph.nodes if n.op == "call_function" and not _free(n)]
+    if len(ops) < 2:
+        return None
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    outs = out_node.args[0]
+    model_outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    prods = [i for i, n in enumerate(ops) if _base(n) in _PRODUCTS]
+    cuts = set(prods[1:])
+    reason = "nothing to cut"
+    for _ in range(2 * _MAX_STAGES):
+        bounds = sorted(cuts | {0}) + [len(ops)]
+        if len(bounds) - 1 > _MAX_STAGES:
+            return {"supported": False, "reason": f"more than {_MAX_STAGES} programs ({reason})"}
+        stages, tmps, where = [], [], {}  # where: node -> combined tensor index
+        for k, p in enumerate(placeholders):
+            where[p] = k
+        retry = False
+        for si in range(len(bounds) - 1):
+            part = ops[bounds[si]:bounds[si + 1]]
+            later = set(ops[bounds[si + 1]:])
+            try:
+                sm, externals, results = _stage_module(part, later, model_outs)
+            except Unsupported as e:
+                return {"supported": False, "reason": str(e)}
+            if not results:
+                return {"supported": False, "reason": f"stage {si + 1} computes nothing a later stage or output reads"}
+            ex = [a.meta["val"] for a in externals]
+            r = _trace_stage(sm, ex, results, any(_base(n) in _PRODUCTS for n in part))
+            if not r.get("supported"):
+                bad = r.pop("_node", None)
+                reason = f"stage {si + 1} ({part[0].name} .. {part[-1].name}): {r['reason']}"
+                src = next((n for n in part if n.name == getattr(bad, "name", None)), None)
+                at = part.index(src) if src is not None else 0
+                if at > 0:
+                    cuts.add(bounds[si] + at)
+                    retry = True
+                    break
+                return None if len(bounds) == 2 else {"supported": False, "reason": reason}
+            r.pop("_node", None)
+            r["bind"] = [where[a] for a in externals]
+            r["results"] = []
+            for n in results:
+                if n in model_outs:
+                    r["results"].append({"output": model_outs.index(n)})
+                else:
+                    v = n.meta["val"]
+                    if not isinstance(v, torch.Tensor) or v.dtype != torch.float32:
+                        return {"supported": False, "reason": f"{n.name}, read by a later stage, is not an f32 tensor"}
+                    where[n] = len(placeholders) + len(tmps)
+                    r["results"].append({"tmp": len(tmps)})
+                    tmps.append({"shape": [int(d) for d in v.shape], "node": n.name})
+            stages.append(r)
+        if retry:
+            continue
+        return {"supported": True, "stages": stages, "tmps": tmps, "tensors": len(placeholders),
+                "input_shapes": [[int(d) for d in p.meta["val"].shape] for p in placeholders],
+                "formula": "\n".join(f"# program {k + 1} of {len(stages)}\n{st['formula']}" for k, st in enumerate(stages)),
+                "shape": stages[-1]["shape"]}
+    return {"supported": False, "reason": reason}
+
+
 _NUM = re.compile(r"(?<![A-Za-z_0-9.])(\d+\.?\d*(?:e[-+]?\d+)?)")
 
 
 def _generalize(a: dict, b: dict) -> dict:
     """The formula of shape a with every constant that differs at shape b and is the row count, the
     row length or their product there replaced by nrows, ncols or nrows * ncols."""
+    for key in ("groups", "row_dims"):
+        if a.get(key, 1) != b.get(key, 1):
+            return {"supported": False, "reason": f"the program's {key} changes with the shape ({a.get(key, 1)}, then {b.get(key, 1)})"}
     ta, tb = _NUM.split(a["formula"]), _NUM.split(b["formula"])
     if len(ta) != len(tb) or any(x != y for x, y in zip(ta[0::2], tb[0::2])):
         return {"supported": False, "reason": "the traced graph changes with the shape"}
@@ -967,6 +1160,56 @@ def _generalize(a: dict, b: dict) -> dict:
     r = dict(a)
     r["formula"] = "".join(out)
     return r
+
+
+def _dim_ref(va: int, vb, ins_a: list, ins_b) -> list:
+    """A buffer's or a view's dimension (va at the traced shape, vb at the second one, None where there is
+    none) as [constant, [[tensor, dim], ...]]: the product of the Model's tensors' dimensions that equals it
+    at both shapes, times the constant, so that kfab_run sizes it from the shapes it is given."""
+    dims = [(i, d, x, None if ins_b is None else ins_b[i][d]) for i, sh in enumerate(ins_a) for d, x in enumerate(sh)]
+    if va == 1 and vb in (None, 1):
+        return [1, []]
+    for i, d, x, y in dims:
+        if x == va and (vb is None or y == vb):
+            return [1, [[i, d]]]
+    for i, d, x, y in dims:
+        for j, e, x2, y2 in dims:
+            if (i, d) < (j, e) and x * x2 == va and (vb is None or y * y2 == vb):
+                return [1, [[i, d], [j, e]]]
+    if vb is None or va == vb:
+        return [va, []]
+    raise Unsupported(f"a buffer's dimension of {va} (and {vb} at another shape) that no input's dimensions give")
+
+
+def _plan_dims(a: dict, b: dict | None) -> dict:
+    """The plan's buffers and views sized by the Model's tensors' dimensions (_dim_ref); its stages'
+    formulas generalized against the second shape's (constants that are the row count or length)."""
+    if b is not None:
+        if len(b.get("stages", [])) != len(a["stages"]) or len(b["tmps"]) != len(a["tmps"]):
+            return {"supported": False, "reason": "the plan of programs changes with the shape"}
+        for k, (sa, sb) in enumerate(zip(a["stages"], b["stages"])):
+            g = _generalize(sa, sb)
+            if not g.get("supported"):
+                return {"supported": False, "reason": f"program {k + 1}: {g['reason']}"}
+            a["stages"][k] = g
+    ins_a, ins_b = a["input_shapes"], (b["input_shapes"] if b is not None else None)
+    try:
+        for t, tmp in enumerate(a["tmps"]):
+            sb = b["tmps"][t]["shape"] if b is not None else [None] * len(tmp["shape"])
+            if len(sb) != len(tmp["shape"]):
+                return {"supported": False, "reason": "a buffer's rank changes with the shape"}
+            tmp["dims"] = [_dim_ref(x, y, ins_a, ins_b) for x, y in zip(tmp["shape"], sb)]
+        for k, st in enumerate(a["stages"]):
+            st["n"] = st["shape"][-1]
+            if "view" in st:
+                vb = b["stages"][k].get("view") if b is not None else [None] * len(st["view"])
+                if vb is None or len(vb) != len(st["view"]):
+                    return {"supported": False, "reason": f"program {k + 1}'s view changes with the shape"}
+                st["view_dims"] = [_dim_ref(x, y, ins_a, ins_b) for x, y in zip(st["view"], vb)]
+    except Unsupported as e:
+        return {"supported": False, "reason": str(e)}
+    a["formula"] = "\n".join(f"# program {k + 1} of {len(a['stages'])}\n{st['formula']}" for k, st in enumerate(a["stages"]))
+    return a
 
 
 def _bind_params(a: dict, b: dict) -> dict:
@@ -1012,7 +1255,11 @@ def trace(t: taskmod.KbTask, overrides: dict) -> dict:
         b = _trace_at(t, other)
         if not b.get("supported"):
             return b
-        a = _generalize(a, b)
+        a = _plan_dims(a, b) if "stages" in a else _generalize(a, b)
+        if not a.get("supported"):
+            return a
+    elif "stages" in a:
+        a = _plan_dims(a, None)
         if not a.get("supported"):
             return a
     # the row length at the requested shape, from meta tensors (no memory)

@@ -27,7 +27,8 @@ Expected<void> fused_supported(const Program& p) {
     if (in.integer && in.cls != VClass::R) return make_error("integer input " + in.name + " is not per-row (only class indices are)");
     if (in.cls == VClass::E && !in.integer) main = true;
   }
-  if (!main) return make_error("no per-element f32 input: nothing to set the row shape");
+  for (const auto& o : p.outputs) main = main || p.nodes[o.second].cls == VClass::E;
+  if (!main) return make_error("no per-element f32 input or output: nothing to set the row shape");
   return {};
 }
 

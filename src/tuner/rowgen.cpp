@@ -301,7 +301,13 @@ Binding default_binding(const Program& p) {
     if (main_in < 0 && p.inputs[i].cls == VClass::E && !p.inputs[i].integer) main_in = static_cast<int>(i);
   }
   Emitter e(1);
-  e.linef("const kfab_tensor& m = in[{}];", main_in);
+  if (main_in >= 0) {
+    e.linef("const kfab_tensor& m = in[{}];", main_in);
+  } else {  // no per-element input (a plan's broadcast of a per-row and a per-column value): the output's shape
+    int main_out = 0;
+    while (main_out + 1 < static_cast<int>(p.outputs.size()) && p.nodes[p.outputs[main_out].second].cls != VClass::E) ++main_out;
+    e.linef("const kfab_tensor& m = out[{}];", main_out);
+  }
   if (p.row_dims <= 1) {
     e.line("if (m.ndim < 1 || !kfab_dense(m)) return 2;").line("const int64_t n = m.shape[m.ndim - 1];");
   } else {  // a row is the last row_dims dimensions

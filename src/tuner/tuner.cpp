@@ -69,6 +69,16 @@ Expected<TracedPlan> plan_traced(const json& traced, const std::string& target) 
     }
     return plan;
   }
+  if (traced.contains("stages")) {
+    auto staged = parse_plan(traced, target);
+    if (!staged) return Unexpected{staged.error()};
+    plan.plan = std::move(*staged);
+    const Printer* printer = printer_for(target);
+    if (printer == nullptr) return make_error("the built-in tuner generates no kernels for " + target, kTracedHint);
+    const bool any_gemm = std::any_of(plan.plan.stages.begin(), plan.plan.stages.end(), [](const PlanStage& s) { return s.is_gemm; });
+    plan.template_name = (any_gemm ? printer->gemm_template() : printer->rows_template()).name;
+    return plan;
+  }
   std::vector<PInput> ins;
   std::vector<std::string> outs;
   plan.is_gemm = traced.contains("gemm");
@@ -157,6 +167,7 @@ struct SearchSpace {
   json program_json;  ///< a KernelBench task's traced program (kept in the cache: a rerun needs no trace)
   Program program;
   GemmProgram gemm_program;
+  Plan plan;  ///< a plan of several programs (tuner/plan.h), where the trace made one
   /// The tuner's cache entry for this task here (the winner, a KernelBench Model's traced program).
   fs::path cache_file() const { return cache_dir() / "tuner" / (hash_hex(material).substr(0, 24) + ".json"); }
 };
@@ -175,7 +186,7 @@ Expected<void> traced_space(SearchSpace& sp, const TuneOptions& opt, const Loade
   if (!text) return make_error("cannot read " + opt.task.string());
   sp.task = loaded.task;
   sp.material = *text + '\0' + opt.target + '\0' + backend.describe() + '\0' + fused.name + std::to_string(fused.version) + '\0' +
-                gemm.name + std::to_string(gemm.version);
+                gemm.name + std::to_string(gemm.version) + '\0' + "plan" + std::to_string(kPlanVersion);
   // single-op tasks a program cannot state go to a dedicated template (the trace's "kind")
   for (const auto& [kind, name] : printer->dedicated)
     if (const auto* t2 = template_named(name)) sp.material += '\0' + name + std::to_string(t2->version);
@@ -209,6 +220,14 @@ Expected<void> traced_space(SearchSpace& sp, const TuneOptions& opt, const Loade
     }
     for (const auto& g : dedicated->grid(sp.task)) sp.points.push_back({dedicated->name, g});
     sp.source = [&sp, dedicated](const Point& pt) { return dedicated->generate(sp.task, pt.params); };
+    return {};
+  }
+  if (!plan->plan.stages.empty()) {
+    sp.plan = std::move(plan->plan);
+    say(fmt::format("a plan of {} programs:\n{}", sp.plan.stages.size(), sp.program_json.value("formula", std::string())));
+    const std::string name = plan->template_name;
+    for (const auto& g : plan_grid(*printer, sp.plan)) sp.points.push_back({name, g});
+    sp.source = [&sp, printer](const Point& pt) { return generate_plan(*printer, sp.plan, pt.params, "plan for " + sp.task.name); };
     return {};
   }
   sp.program = std::move(plan->program);

@@ -18,6 +18,7 @@
 #include "eval/torch_harness.h"
 #include "store/run.h"
 #include "tuner/fused.h"
+#include "tuner/plan.h"
 #include "tuner/templates.h"
 
 namespace kfab {
@@ -46,6 +47,7 @@ struct TracedPlan {
   bool is_gemm = false;                       ///< a GEMM, then `program` as its epilogue
   Program program;
   GemmProgram gemm;
+  Plan plan;                                  ///< a plan of several programs (tuner/plan.h): its stages, else none
 };
 Expected<TracedPlan> plan_traced(const nlohmann::json& traced, const std::string& target);
 

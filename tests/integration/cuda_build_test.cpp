@@ -4,12 +4,16 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
 #include "backends/cpu_cpp/cpu_backend.h"
 #include "backends/cuda/cuda_backend.h"
 #include "core/paths.h"
 #include "core/process.h"
 #include "core/task.h"
 #include "tuner/fused.h"
+#include "tuner/plan.h"
 #include "harness.h"
 
 namespace kfab::test {
@@ -356,6 +360,48 @@ TEST_F(CudaBuild, TemplateHeadersCompileOnTheirOwn) {
     ++built;
   }
   EXPECT_GE(built, 7);
+}
+
+// A plan of several programs (tuner/plan.h) is one source: each stage's kernels in a namespace of their
+// own, the #include lines first, buffers between the stages. The traced plans of KernelBench's level2_45
+// (two Linears) and level2_75 (a Linear and a GroupNorm, a row minimum, a broadcast into [1, N, M, 1])
+// build at a point without tensor cores, and at the first (tensor-core) point where asked
+// (KFAB_BUILD_EVERY_TC_POINT).
+TEST_F(CudaBuild, PlansOfSeveralProgramsBuildAsOneSource) {
+  const bool every = std::getenv("KFAB_BUILD_EVERY_TC_POINT") != nullptr;
+  const Printer* printer = printer_for("cuda");
+  ASSERT_NE(printer, nullptr);
+  int built = 0;
+  for (const char* name : {"two_linears_logsumexp", "linear_groupnorm_min_bias"}) {
+    auto text = read_file(std::filesystem::path(KFAB_TEST_FIXTURES) / "plans" / (std::string(name) + ".json"));
+    ASSERT_TRUE(text.has_value()) << name;
+    auto plan = parse_plan(nlohmann::json::parse(*text), "cuda");
+    ASSERT_TRUE(plan.has_value()) << name << ": " << plan.error().message;
+    const auto grid = plan_grid(*printer, *plan);
+    ASSERT_FALSE(grid.empty());
+    std::vector<TemplateParams> points;
+    const auto simt = std::find_if(grid.begin(), grid.end(), [](const TemplateParams& p) {
+      return std::none_of(p.begin(), p.end(), [](const auto& kv) { return kv.first.find(".mma") != std::string::npos; });
+    });
+    ASSERT_NE(simt, grid.end()) << name << ": every point has a tensor-core stage";
+    points.push_back(*simt);
+    if (every) points.push_back(grid.front());
+    for (const auto& point : points) {
+      const std::string src = generate_plan(*printer, *plan, point, name);
+      // one kfab_run, the stages' own renamed
+      size_t runs = 0;
+      for (size_t at = src.find("KFAB_EXPORT int kfab_run("); at != std::string::npos; at = src.find("KFAB_EXPORT int kfab_run(", at + 1)) ++runs;
+      EXPECT_EQ(runs, 1u) << src.substr(0, 2000);
+      for (size_t k = 0; k < plan->stages.size(); ++k)
+        EXPECT_NE(src.find(fmt::format("kfab_plan{}::run(args_in", k)), std::string::npos) << name << " stage " << k;
+      const auto f = scratch() / fmt::format("plan_{}_{}.cu", name, built);
+      ASSERT_TRUE(write_file_atomic(f, src).has_value());
+      auto r = backend_.build(f);
+      ASSERT_TRUE(r.ok()) << name << " at " << format_params(point) << "\n" << r.failure().message.substr(0, 4000);
+      ++built;
+    }
+  }
+  EXPECT_EQ(built, every ? 4 : 2);
 }
 
 }  // namespace kfab::test
