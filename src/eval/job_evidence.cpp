@@ -60,6 +60,18 @@ json merge_stats(const json& acc, const json& m) {
       if (!a.contains(k) && b.contains(k)) a[k] = b[k];
   };
   merge_one(out, m);
+  // the Model run in float64, where a comparison failed: the counts summed, the worst kept
+  if (m.contains("reference_fp64") && m["reference_fp64"].is_object()) {
+    const json& b = m["reference_fp64"];
+    if (!out.contains("reference_fp64") || out["reference_fp64"].contains("skipped")) {
+      out["reference_fp64"] = b;
+    } else if (!b.contains("skipped")) {
+      json& a = out["reference_fp64"];
+      for (const char* k : {"checked", "reference_outside", "candidate_outside"}) a[k] = a.value(k, int64_t{0}) + b.value(k, int64_t{0});
+      for (const char* k : {"reference_tolerance_used", "candidate_tolerance_used"})
+        if (b.contains(k) && (!a.contains(k) || num(b[k]) > num(a[k]))) a[k] = b[k];
+    }
+  }
   if (out.contains("outputs") && m.contains("outputs") && out["outputs"].size() == m["outputs"].size())
     for (size_t i = 0; i < out["outputs"].size(); ++i) merge_one(out["outputs"][i], m["outputs"][i]);
   out["correct"] = out.value("mismatches", int64_t{0}) == 0 && !out.contains("problem");
@@ -70,6 +82,23 @@ TimingDefaults timing_defaults(int min_calls, double min_time_s, int warmup, boo
   return {min_calls > 0 ? min_calls : (device ? 100 : 50), min_time_s >= 0 ? min_time_s : (device ? 0.05 : 0.5),
           warmup > 0 ? warmup : (device ? 10 : 3)};
 }
+
+namespace {
+
+/// What the Model run in float64 (the Python worker's compare, where it failed) says of the reference.
+std::string fp64_text(const json& errors) {
+  if (!errors.contains("reference_fp64") || !errors["reference_fp64"].is_object()) return {};
+  const json& f = errors["reference_fp64"];
+  const auto share = [](const json& v) { return v.is_number() ? fmt::format("{:.3g}", v.get<double>()) : v.dump(); };
+  if (f.value("reference_outside", int64_t{0}) == 0) return {};
+  return fmt::format(
+      "; the reference itself is outside the tolerance of the Model run in float64 at {} of {} values (worst {} of it), this "
+      "candidate at {} (worst {}): the check asks for eager's own fp32 rounding there",
+      f.value("reference_outside", int64_t{0}), f.value("checked", int64_t{0}), share(f.value("reference_tolerance_used", json())),
+      f.value("candidate_outside", int64_t{0}), share(f.value("candidate_tolerance_used", json())));
+}
+
+}  // namespace
 
 std::string mismatch_text(const json& errors, std::optional<Tolerance> tol) {
   if (errors.contains("problem") && errors["problem"].is_string()) return errors["problem"].get<std::string>();
@@ -84,7 +113,7 @@ std::string mismatch_text(const json& errors, std::optional<Tolerance> tol) {
   if (tol) text += fmt::format(" (atol {:g}, rtol {:g})", tol->atol, tol->rtol);
   if (m.value("call", 0) == kPerturbedCall)
     text += "; call 5 had the last seed's inputs changed in four places only: an answer cached under a sample of the input values";
-  return text;
+  return text + fp64_text(errors);
 }
 
 namespace {

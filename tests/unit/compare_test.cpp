@@ -4,6 +4,7 @@
 
 #include "core/compare.h"
 #include "core/stats.h"
+#include "eval/job_evidence.h"
 
 namespace kfab {
 
@@ -90,6 +91,41 @@ TEST(Stats, MedianAndIqrInterpolate) {
   EXPECT_EQ(t.n, 5u);
   EXPECT_EQ(summarize({1, 2, 3, 4}).median, 2.5);
   EXPECT_EQ(TimeStats::from_json(t.to_json()).iqr, 2.0);
+}
+
+// The Python worker's comparison, where it failed, runs the Model in float64 too (jobs.py
+// _against_fp64): merged over calls (counts summed, the worst kept), and where the reference itself is
+// outside the tolerance of that run, the verdict's text says so beside what the check found.
+TEST(Compare, AReferenceOutsideItsFloat64RunIsNamedInTheMismatchText) {
+  const nlohmann::json first = {{"checked", 1024}, {"mismatches", 3}, {"correct", false},
+                                {"first_mismatch", {{"output", "output"}, {"coord", {7, 0}}, {"seed", 1}, {"call", 1}, {"got", 1.5}, {"want", 1.2}}},
+                                {"reference_fp64",
+                                 {{"checked", 1024}, {"reference_outside", 2}, {"reference_tolerance_used", 3.1}, {"candidate_outside", 0},
+                                  {"candidate_tolerance_used", 0.2}}}};
+  const nlohmann::json second = {{"checked", 1024}, {"mismatches", 1}, {"correct", false},
+                                 {"reference_fp64",
+                                  {{"checked", 1024}, {"reference_outside", 1}, {"reference_tolerance_used", 1.4}, {"candidate_outside", 1},
+                                   {"candidate_tolerance_used", 1.1}}}};
+  const nlohmann::json merged = merge_stats(merge_stats(nlohmann::json(), first), second);
+  EXPECT_EQ(merged["mismatches"], 4);
+  EXPECT_EQ(merged["reference_fp64"]["reference_outside"], 3);
+  EXPECT_EQ(merged["reference_fp64"]["candidate_outside"], 1);
+  EXPECT_DOUBLE_EQ(merged["reference_fp64"]["reference_tolerance_used"].get<double>(), 3.1);
+  EXPECT_DOUBLE_EQ(merged["reference_fp64"]["candidate_tolerance_used"].get<double>(), 1.1);
+  const std::string text = mismatch_text(merged);
+  EXPECT_NE(text.find("4 of 2048 values differ"), std::string::npos) << text;
+  EXPECT_NE(text.find("the reference itself is outside the tolerance of the Model run in float64 at 3 of 2048 values (worst 3.1 of it), "
+                      "this candidate at 1 (worst 1.1)"),
+            std::string::npos)
+      << text;
+  // a reference within its float64 run's tolerance, or a float64 run not made: nothing is added
+  nlohmann::json fine = first;
+  fine["reference_fp64"]["reference_outside"] = 0;
+  EXPECT_EQ(mismatch_text(fine).find("float64"), std::string::npos);
+  nlohmann::json skipped = first;
+  skipped["reference_fp64"] = {{"skipped", "not made: the Model in float64 needs about 40.0 GiB, 12.0 GiB is free"}};
+  EXPECT_EQ(mismatch_text(skipped).find("float64"), std::string::npos);
+  EXPECT_EQ(merge_stats(skipped, first)["reference_fp64"]["reference_outside"], 2) << "a run made replaces one skipped";
 }
 
 }  // namespace kfab
