@@ -175,8 +175,8 @@ std::string gemm_cpu_generate(const Task& t, const TemplateParams& params) {
   return g ? generate_gemm_cpp(*g, params, "GEMM + epilogue for " + t.name) : "#error the task no longer states a GEMM\n";
 }
 
-const KernelTemplate kGemmCuda{"cuda_gemm_epilogue", "cuda", 6, gemm_applies, gemm_cuda_task_grid, gemm_cuda_generate};
-const KernelTemplate kGemmCpu{"cpu_gemm_epilogue", "cpu", 5, gemm_applies, gemm_cpu_task_grid, gemm_cpu_generate};
+const KernelTemplate kGemmCuda{"cuda_gemm_epilogue", "cuda", 7, gemm_applies, gemm_cuda_task_grid, gemm_cuda_generate};
+const KernelTemplate kGemmCpu{"cpu_gemm_epilogue", "cpu", 6, gemm_applies, gemm_cpu_task_grid, gemm_cpu_generate};
 
 }  // namespace
 

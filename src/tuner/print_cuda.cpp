@@ -631,8 +631,7 @@ std::string generate_gemm_tensor_cores(const GemmProgram& gp, const TemplatePara
 // A GEMM whose epilogue reads the product only through row sums of linear functions of it
 // (fold_row_sums): the product is never formed. B's sums over the product's columns (a pass over B),
 // A times them (a pass over A), then the folded epilogue as a row kernel over the product's row sums
-// (include/kfab/templates/row_sums_gemv.cuh). fp32 throughout: a summation order of its own, which
-// the verdict's tolerance judges like any other.
+// (include/kfab/templates/row_sums_gemv.cuh). Summed in double, the result rounded to fp32 once.
 std::string generate_gemm_folded(const GemmProgram& gp, const Program& p, const TemplateParams& tp, const std::string& title) {
   const Gen g(p, cuda_lang());
   const int pin = product_input(gp);
@@ -650,7 +649,7 @@ std::string generate_gemm_folded(const GemmProgram& gp, const Program& p, const 
   b.setup = fmt::format(R"(  // the product's row sums and the pass over B's scratch, kept between calls (grown when a shape needs more)
   static float* sums = nullptr;
   static int64_t capacity = 0;
-  const int64_t need = gm + (kfab_fold_chunks + 1) * K + 4;
+  const int64_t need = gm + 2 * (kfab_fold_chunks + 1) * K + 4;  // the sums, then the scratch's doubles
   if (need > capacity) {{
     if (sums != nullptr) cudaFree(sums);
     sums = nullptr, capacity = 0;

@@ -16,7 +16,7 @@ namespace {
 KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t, kfab_tensor* out, int32_t, void* stream) {
   const int64_t m = in[0].shape[0], K = in[0].shape[1], n = in[1].shape[0];
   static float* scratch = nullptr;
-  if (scratch == nullptr && cudaMalloc(reinterpret_cast<void**>(&scratch), sizeof(float) * (kfab_fold_chunks + 1) * K) != cudaSuccess) return 4;
+  if (scratch == nullptr && cudaMalloc(reinterpret_cast<void**>(&scratch), sizeof(double) * (kfab_fold_chunks + 1) * K) != cudaSuccess) return 4;
   return kfab_product_row_sums(static_cast<const float*>(in[0].data), static_cast<const float*>(in[1].data), static_cast<float*>(out[0].data),
                                scratch, m, n, K, true, false, static_cast<cudaStream_t>(stream));
 }
