@@ -570,7 +570,7 @@ std::string generate_gemm_sm90(const GemmProgram& gp, const TemplateParams& tp, 
   cutlass_gemm_types(gp, {}, e);  // the alignment-1 instance for what TMA cannot take
   Binding b = gemm_binding(gp, true);
   const bool direct = product_is_output(gp, pin);
-  const std::string extra = three ? "2 * batch * (gmb + gn) * K" : gp.trans_b ? "0" : "batch * gn * K";
+  const std::string extra = three ? "kfab_3xtf32_scratch(gmb, gn, K, batch)" : gp.trans_b ? "0" : "batch * gn * K";
   b.setup = product_buffer(pin, extra, direct);
   if (!direct && extra == "0") b.setup += "  float* const scratch = nullptr;  // W is read as it is\n";
   // every batch in one launch (CUTLASS's batch mode): a batch alone may have fewer tiles than the GPU has SMs

@@ -18,6 +18,7 @@
 #include "eval/evaluator.h"
 #include "eval/torch_harness.h"
 #include "tuner/fused.h"
+#include "tuner/plan.h"
 #include "../integration/harness.h"
 
 namespace kfab::test {
@@ -323,6 +324,20 @@ TEST_F(KbEval, TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest) {
       auto b = nvcc.build(f);
       ASSERT_TRUE(b.ok()) << stem << "\n" << b.failure().message;
       ++compiled;
+      continue;
+    }
+    if (const std::map<std::string, size_t> plans = {{"l2_two_linears_logsumexp", 2}, {"l2_linear_groupnorm_min_bias", 3}};
+        plans.count(stem)) {  // a plan of several programs (tuner/plan.h), which the tuner parses
+      ASSERT_TRUE(tr->value("supported", false)) << stem << ": " << tr->value("reason", std::string());
+      ASSERT_TRUE(tr->contains("stages")) << tr->dump();
+      EXPECT_EQ((*tr)["stages"].size(), plans.at(stem)) << tr->dump();
+      auto plan = parse_plan(*tr, "cuda");
+      ASSERT_TRUE(plan.has_value()) << stem << ": " << plan.error().message;
+      EXPECT_TRUE(plan->stages.front().is_gemm) << stem;
+      if (stem == "l2_linear_groupnorm_min_bias") {  // the last stage over [N, M]: its view, N the bias's, M the batch
+        ASSERT_EQ(plan->stages.back().view.size(), 2u);
+        EXPECT_EQ(plan->stages.back().view[1].factors, (std::vector<std::pair<int, int>>{{0, 0}})) << tr->dump();
+      }
       continue;
     }
     if (!fusible.count(stem)) {

@@ -152,6 +152,52 @@ __global__ void __launch_bounds__(256) kfab_tf32_split_t(const float* __restrict
   }
 }
 
+// For a short K (kfab_sm90_3xtf32): v [rows, k] (K-contiguous) written as [rows, 3k], each row its three
+// parts side by side: [small | big | big] for A (`a_side`), [big | small | big] for W, so that one product
+// over K' = 3k makes small x big + big x small + big x big in one accumulation. Four floats at a time (k a
+// multiple of 4).
+__global__ void kfab_tf32_split_cat(const float4* __restrict__ v, float4* __restrict__ out, int64_t rows, int64_t k4, bool a_side) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x, n4 = rows * k4;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n4; i += step) {
+    const int64_t r = i / k4, c = i % k4;
+    const float4 a = __ldcs(v + i);
+    const float4 b = make_float4(kfab_tf32_big(a.x), kfab_tf32_big(a.y), kfab_tf32_big(a.z), kfab_tf32_big(a.w));
+    const float4 sm = make_float4(a.x - b.x, a.y - b.y, a.z - b.z, a.w - b.w);
+    float4* row = out + r * 3 * k4;
+    __stcs(row + c, a_side ? sm : b);
+    __stcs(row + k4 + c, a_side ? b : sm);
+    __stcs(row + 2 * k4 + c, b);
+  }
+}
+
+// B given as [K, N] for a short K: written as [N, 3K], each row [big | small | big] (kfab_tf32_split_cat's
+// W side), through shared memory as kfab_tf32_split_t.
+__global__ void __launch_bounds__(256) kfab_tf32_split_t_cat(const float* __restrict__ x, float* __restrict__ out, int64_t k, int64_t n) {
+  __shared__ float tile[32][33];
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * 32, z = static_cast<int64_t>(blockIdx.z);
+  x += z * k * n, out += z * n * 3 * k;
+  for (int64_t k0 = static_cast<int64_t>(blockIdx.y) * 32; k0 < k; k0 += static_cast<int64_t>(gridDim.y) * 32) {
+#pragma unroll
+    for (int r = threadIdx.y; r < 32; r += 8) {
+      const int64_t kk = k0 + r, nn = n0 + threadIdx.x;
+      if (kk < k && nn < n) tile[r][threadIdx.x] = __ldcs(x + kk * n + nn);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = threadIdx.y; r < 32; r += 8) {
+      const int64_t nn = n0 + r, kk = k0 + threadIdx.x;
+      if (nn < n && kk < k) {
+        const float v = tile[threadIdx.x][r], b = kfab_tf32_big(v);
+        float* row = out + nn * 3 * k;
+        __stcs(row + kk, b);
+        __stcs(row + k + kk, v - b);
+        __stcs(row + 2 * k + kk, b);
+      }
+    }
+    __syncthreads();
+  }
+}
+
 // Launches kfab_tf32_split_t over the l batches of B [l, K, N]; 0, 6 for more batches than a grid
 // takes, or 5 when the launch fails.
 inline int kfab_split_kn(const float* b, float* big, float* small, int n, int k, int l, cudaStream_t stream) {
@@ -168,25 +214,52 @@ inline int kfab_split_kn(const float* b, float* big, float* small, int n, int k,
 // 3xTF32: 0.12), at 5% of the time; level1_6 (K = 524288) was 0.36% off in one.
 constexpr int kfab_tf32_k_slice = 2048;
 
+// The floats kfab_sm90_3xtf32's scratch needs: each operand's three parts side by side for a short K (3K at
+// most a slice: one product), else its big and small parts.
+inline int64_t kfab_3xtf32_scratch(int64_t m, int64_t n, int64_t k, int64_t l) {
+  return (3 * k <= kfab_tf32_k_slice ? 3 : 2) * l * (m + n) * k;
+}
+
 // C = A @ W^T (W [N, K]), or A @ B where B_KN (B [K, N], transposed here), for each of l batches, at fp32
 // accuracy from three TF32 products (small x big, big x small, big x big; the small x small term, below
 // 2^-21 of the product, dropped as in CUTLASS's 3xTF32), the big x big one split along K into slices of
 // kfab_tf32_k_slice whose partial sums add in fp32 (CUTLASS makes no more slices than the GPU has SMs:
 // level1_6's K of 524288 gets 132 of about 4000 on an H100); the two small ones (2^-11 of the product and
 // less) in one accumulation, their tiles handed out whole where DATA_PARALLEL, else as CUTLASS's
-// heuristic picks. `scratch` holds 2 * l * (m + n) * k floats: each operand's big and small parts, W's
-// as [N, K].
+// heuristic picks. `scratch` holds kfab_3xtf32_scratch floats: each operand's big and small parts, W's
+// as [N, K]. A short K (3K at most a slice: KernelBench's level1_7, K = 64, with an output of 4 GiB) is
+// one product over K' = 3K instead, [As | Ab | Ab] @ [Wb | Ws | Wb]^T, which writes C once where the three
+// would read and write it five times.
 template <class G>
 int kfab_sm90_3xtf32(const float* a, const float* w, float* c, float* scratch, int m, int n, int k, int l, bool b_kn, bool data_parallel,
                      cudaStream_t stream) {
   static_assert(G::kStreamK, "the big x big product is split along K: G needs CUTLASS's stream-K scheduler");
   const size_t am = static_cast<size_t>(l) * m * k, wn = static_cast<size_t>(l) * n * k;
+  auto blocks = [](int64_t n4) { return static_cast<unsigned>(std::min<int64_t>((n4 + 255) / 256, 4096)); };
+  if (3 * static_cast<int64_t>(k) <= kfab_tf32_k_slice) {  // a short K: the three parts side by side, one product
+    float* a3 = scratch;
+    float* w3 = a3 + 3 * am;
+    if (am > 0)
+      kfab_tf32_split_cat<<<blocks(static_cast<int64_t>(am / 4)), 256, 0, stream>>>(reinterpret_cast<const float4*>(a), reinterpret_cast<float4*>(a3),
+                                                                                    static_cast<int64_t>(l) * m, k / 4, true);
+    if (b_kn) {
+      if (n > 0 && k > 0 && l > 0) {
+        if (l > 65535) return 6;
+        const dim3 grid(static_cast<unsigned>((n + 31) / 32), static_cast<unsigned>(std::min((k + 31) / 32, 65535)), static_cast<unsigned>(l));
+        kfab_tf32_split_t_cat<<<grid, dim3(32, 8), 0, stream>>>(w, w3, k, n);
+      }
+    } else if (wn > 0) {
+      kfab_tf32_split_cat<<<blocks(static_cast<int64_t>(wn / 4)), 256, 0, stream>>>(reinterpret_cast<const float4*>(w), reinterpret_cast<float4*>(w3),
+                                                                                    static_cast<int64_t>(l) * n, k / 4, false);
+    }
+    if (cudaGetLastError() != cudaSuccess) return 5;
+    return kfab_sm90_product<G>(a3, w3, c, m, n, 3 * k, l, 0.0f, stream, 1, data_parallel);
+  }
   float* ab = scratch;
   float* as = ab + am;
   float* wb = as + am;
   float* ws = wb + wn;
   const int64_t a4 = static_cast<int64_t>(am / 4), w4 = static_cast<int64_t>(wn / 4);
-  auto blocks = [](int64_t n4) { return static_cast<unsigned>(std::min<int64_t>((n4 + 255) / 256, 4096)); };
   if (a4 > 0)
     kfab_tf32_split<<<blocks(a4), 256, 0, stream>>>(reinterpret_cast<const float4*>(a), reinterpret_cast<float4*>(ab),
                                                     reinterpret_cast<float4*>(as), a4);
