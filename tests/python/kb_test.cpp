@@ -203,6 +203,27 @@ TEST_F(KbEval, WorkerMemorySavingsSeeEveryChangeAndScaleOnlyWhatIsTheirs) {
   EXPECT_NE(r->output.find("scaling ok"), std::string::npos) << r->output;
 }
 
+// Where a candidate's outputs differ from the reference, the Model is run in float64 too: a candidate
+// that sums in double fails against torch's fp32 sums of values that cancel, and the verdict says that
+// the reference itself is outside the tolerance of that run, and the candidate is not.
+TEST_F(KbEval, AFailedCheckSaysWhereTheReferenceItselfIsOutsideItsFloat64Run) {
+  CliResult r = kfab_cli({"eval", fixture("kb/cancelling_sum.py"), kb_fixture("double_sum.cpp"), "--target", "cpu", "--json", "--no-compile",
+                          "--min-time", "0.05", "--min-calls", "20"},
+                         900);
+  ASSERT_EQ(r.status.code, 1) << r.out << r.err;
+  const nlohmann::json j = r.json();
+  EXPECT_EQ(j["disposition"], "incorrect") << j.dump(1);
+  ASSERT_TRUE(j["shapes"][0].contains("reference_fp64")) << j["shapes"][0].dump(1);
+  const nlohmann::json& f = j["shapes"][0]["reference_fp64"];
+  EXPECT_GT(f.value("reference_outside", 0), 0) << f.dump();
+  EXPECT_EQ(f.value("candidate_outside", -1), 0) << f.dump();
+  EXPECT_LT(f["candidate_tolerance_used"].get<double>(), 0.1) << f.dump();
+  EXPECT_GT(f["reference_tolerance_used"].get<double>(), 1.0) << f.dump();
+  EXPECT_NE(j["detail"].get<std::string>().find("the reference itself is outside the tolerance of the Model run in float64"),
+            std::string::npos)
+      << j["detail"];
+}
+
 TEST_F(KbEval, TasksCheckFlagsADegenerateTaskAndPassesTheSuite) {
   CliResult bad = kfab_cli({"tasks", fixture("kb/degenerate_zero.py"), "--check", "--json"});
   EXPECT_EQ(bad.status.code, 1) << bad.out << bad.err;
