@@ -312,6 +312,7 @@ class _Setup:
         self.answer_id = None
         self.answer_last = True
         self.answer64 = None  # (answer_id, the Model's outputs in float64), made where a comparison failed
+        self.forward_s: dict = {}  # (seed, scale) -> seconds the Model's forward took (its float64 run's estimate)
         self.answers: dict = {}  # the trusted worker's answers kept per (seed, scale): _Answers
         self.exported = None
         self.cand = None
@@ -467,6 +468,7 @@ def reference_job(req) -> dict:
                 ref = None
                 xs = s.inputs(seed, scale, perturb, bool(req.get("perturb_last", True)))
                 ref = _reference(s.model, xs, s.device)
+            s.forward_s[(seed, scale)] = time.perf_counter() - t0
             if not perturb:
                 _keep_answer(s, (seed, scale), ref, time.perf_counter() - t0)
     except JobFailure:
@@ -550,7 +552,7 @@ def compare_job(req) -> dict:
         _sync(s.device)
         failed = any(st.mismatches for st in stats) and not any(st.problem for st in stats)
         # while the candidate's outputs are still mapped (imp.close unmaps them)
-        fp64 = _against_fp64(s, got) if failed and s.dtype == torch.float32 else None
+        fp64 = _against_fp64(s, got, float(req.get("timeout_s") or 0)) if failed and s.dtype == torch.float32 else None
     finally:
         imp.close()
     total = Stats()
@@ -574,7 +576,13 @@ def compare_job(req) -> dict:
     return r
 
 
-def _fp64_answer(s: _Setup) -> list:
+# The float64 run's time, as a multiple of the fp32 forward's (a CPU's double GEMM runs at half its float one's
+# rate and more), may take at most this share of the comparison job's deadline.
+_FP64_SLOWER = 4.0
+_FP64_SHARE = 0.25
+
+
+def _fp64_answer(s: _Setup, deadline_s: float) -> list:
     """The Model's outputs on the current answer's inputs with its weights and inputs in float64 (the
     weights copied, the Model left as it is), made once per answer; TaskError where it cannot be."""
     if s.answer64 is not None and s.answer64[0] == s.answer_id:
@@ -585,6 +593,10 @@ def _fp64_answer(s: _Setup) -> list:
     if "error" in s.fp or need > 0.8 * free:
         raise taskmod.TaskError(f"not made: the Model in float64 needs about {need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB is free")
     seed, scale, perturb = s.answer_id
+    took = s.forward_s.get((seed, scale))
+    if deadline_s > 0 and took is not None and _FP64_SLOWER * took > _FP64_SHARE * deadline_s:
+        raise taskmod.TaskError(f"not made: the Model's forward took {took:.1f} s, and its float64 run would take about "
+                                f"{_FP64_SLOWER * took:.0f} s of the comparison's {deadline_s:.0f} s")
     try:
         xs = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
               for x in s.inputs(seed, scale, perturb, s.answer_last)]
@@ -603,13 +615,13 @@ def _fp64_answer(s: _Setup) -> list:
     return out
 
 
-def _against_fp64(s: _Setup, got: list) -> dict:
+def _against_fp64(s: _Setup, got: list, deadline_s: float = 0.0) -> dict:
     """Where a candidate's outputs differ from the Model's: both against the Model run in float64, in the
     task's tolerance. A reference that is itself outside it (KernelBench's level2_14: row sums of 8192
     products of about 52, which cancel to values near 0) makes the check one of matching eager's fp32
     rounding, not of fp32 accuracy: the verdict says so, and stays what the check found."""
     try:
-        want64 = _fp64_answer(s)
+        want64 = _fp64_answer(s, deadline_s)
     except taskmod.TaskError as e:
         return {"skipped": str(e)}
     j = {"checked": 0, "reference_outside": 0, "reference_tolerance_used": 0.0, "candidate_outside": 0,
