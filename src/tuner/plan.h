@@ -42,7 +42,7 @@ struct PlanStage {
 };
 
 /// Bumped when what generate_plan prints changes (the tuner's cache keys hold it).
-inline constexpr int kPlanVersion = 1;
+inline constexpr int kPlanVersion = 2;
 
 struct Plan {
   int tensors = 0;  ///< the Model's tensors (inputs, then parameters and buffers): kfab_run's inputs

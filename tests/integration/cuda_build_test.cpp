@@ -386,6 +386,12 @@ TEST_F(CudaBuild, PlansOfSeveralProgramsBuildAsOneSource) {
     ASSERT_NE(simt, grid.end()) << name << ": every point has a tensor-core stage";
     points.push_back(*simt);
     if (every) points.push_back(grid.front());
+    // CUTLASS's headers (a tensor-core stage) come after NDEBUG's definition, which leads the file
+    const std::string first = generate_plan(*printer, *plan, grid.front(), name);
+    if (first.find("cutlass/") != std::string::npos) {
+      EXPECT_LT(first.find("#define NDEBUG"), first.find("#include")) << first.substr(0, 1500);
+      EXPECT_EQ(first.find("#define NDEBUG"), first.rfind("#define NDEBUG")) << "defined once";
+    }
     for (const auto& point : points) {
       const std::string src = generate_plan(*printer, *plan, point, name);
       // one kfab_run, the stages' own renamed
