@@ -601,7 +601,7 @@ def _fp64_answer(s: _Setup, deadline_s: float) -> list:
         xs = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
               for x in s.inputs(seed, scale, perturb, s.answer_last)]
         s.drop_inputs()
-        state = {n: (t.detach().double() if t.is_floating_point() else t) for n, t in
+        state = {n: (t.detach().double() if t.is_floating_point() else t.detach().clone()) for n, t in
                  list(s.model.named_parameters()) + list(s.model.named_buffers())}
         with torch.no_grad():
             out = taskmod.as_list(torch.func.functional_call(s.model, state, tuple(xs)))
@@ -628,21 +628,26 @@ def _against_fp64(s: _Setup, got: list, deadline_s: float = 0.0) -> dict:
          "candidate_tolerance_used": 0.0}
     for r, g, w in zip(s.answer, got, want64):
         if not all(isinstance(t, torch.Tensor) for t in (r, g, w)) or r.shape != w.shape or g.shape != w.shape:
-            return {"skipped": "an output that is not a tensor of the reference's shape"}
+            j = {"skipped": "an output that is not a tensor of the reference's shape"}
+            break
         w = w.detach().reshape(-1)
         for name, t in (("reference", r), ("candidate", g)):
             t = t.detach().reshape(-1)
             for lo in range(0, w.numel(), 1 << 24):
                 ww = w[lo:lo + (1 << 24)]
                 tt = t[lo:lo + (1 << 24)].to(device=ww.device, dtype=torch.float64)
+                # as compare.py: NaN meets NaN and an infinity the same one; an allowance of 0 is met by 0 only
                 fin = torch.isfinite(ww) & torch.isfinite(tt)
-                used = torch.where(fin, (tt - ww).abs() / (s.atol + s.rtol * ww.abs()), torch.full_like(ww, math.inf))
-                used = torch.where(torch.isnan(ww) & torch.isnan(tt), torch.zeros_like(ww), used)
+                diff = torch.where(fin, (tt - ww).abs(), torch.zeros_like(ww))
+                allowed = s.atol + s.rtol * ww.abs()
+                used = torch.where(allowed > 0, diff / allowed.clamp_min(1e-300), torch.where(diff > 0, math.inf, 0.0))
+                same = (torch.isnan(ww) & torch.isnan(tt)) | (torch.isinf(ww) & (tt == ww))
+                used = torch.where(fin | same, used, torch.full_like(ww, math.inf))
                 j[f"{name}_outside"] += int((used > 1).sum())
                 j[f"{name}_tolerance_used"] = max(j[f"{name}_tolerance_used"], float(used.max()) if used.numel() else 0.0)
         j["checked"] += w.numel()
     for k in ("reference_tolerance_used", "candidate_tolerance_used"):
-        if not math.isfinite(j[k]):
+        if k in j and not math.isfinite(j[k]):
             j[k] = "inf"
     del want64
     if s.device == "cuda":
