@@ -65,7 +65,7 @@ test-deps:
 # torch.compile timed, every dedicated CUDA template built at every point). CI (CI=true), which must stay
 # under 20 minutes on 2 cores, leaves them out; `make test` anywhere else runs them, `make test-slow` runs
 # them alone, and the GPU machine's test stage (scripts/gpu_machine.sh) runs every test.
-SLOW_TESTS := Bench\.TheCoreSuiteOnTheCpuIsScoredAndReportedAndChromiumRendersIt|Tuner\.SearchesThenReusesItsCachedResult|KbEval\.TheTunerTracesAKernelBenchModelAndTunesItsProgram|CudaBuild\.CudaTemplatesCompileAtEveryPoint
+SLOW_TESTS := Bench\.TheCoreSuiteOnTheCpuIsScoredAndReportedAndChromiumRendersIt|KbEval\.TheTunerRunsPlansOfSeveralPrograms|Tuner\.SearchesThenReusesItsCachedResult|KbEval\.TheTunerTracesAKernelBenchModelAndTunesItsProgram|CudaBuild\.CudaTemplatesCompileAtEveryPoint
 ifeq ($(CI),true)
 CTEST_SKIP := -E '$(SLOW_TESTS)'
 endif
