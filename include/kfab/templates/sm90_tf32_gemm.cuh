@@ -118,15 +118,18 @@ __global__ void kfab_tf32_split(const float4* __restrict__ v, float4* __restrict
 }
 
 // B given as [K, N] (N-major), written as [N, K] (K-major, the layout TF32 wgmma reads): 32 x 32 tiles
-// through shared memory; `small` non-null: its big and small parts (as kfab_tf32_split), else B itself.
+// through shared memory, each output row `ld` floats apart (k, or 3k for kfab_sm90_3xtf32's short K, whose
+// rows hold [big | small | big]); `small` non-null: its big and small parts (as kfab_tf32_split), and
+// `big2` non-null: the big part once more, else B itself.
 // Measured on an H200 (issue 23): CUTLASS's sm90 GEMM with an N-major TF32 B was wrong by 0.7% on
 // KernelBench's level1_1 (4096 x 4096 x 4096), with one product and with three.
 __global__ void __launch_bounds__(256) kfab_tf32_split_t(const float* __restrict__ x, float* __restrict__ big, float* __restrict__ small,
-                                                         int64_t k, int64_t n) {
+                                                         float* __restrict__ big2, int64_t k, int64_t n, int64_t ld) {
   __shared__ float tile[32][33];  // +1: the column reads hit 32 different banks
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * 32, z = static_cast<int64_t>(blockIdx.z) * k * n;  // blockIdx.z: a batch
-  x += z, big += z;
-  if (small != nullptr) small += z;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * 32, z = static_cast<int64_t>(blockIdx.z);  // blockIdx.z: a batch
+  x += z * k * n, big += z * n * ld;
+  if (small != nullptr) small += z * n * ld;
+  if (big2 != nullptr) big2 += z * n * ld;
   for (int64_t k0 = static_cast<int64_t>(blockIdx.y) * 32; k0 < k; k0 += static_cast<int64_t>(gridDim.y) * 32) {
 #pragma unroll
     for (int r = threadIdx.y; r < 32; r += 8) {
@@ -140,11 +143,12 @@ __global__ void __launch_bounds__(256) kfab_tf32_split_t(const float* __restrict
       if (nn < n && kk < k) {
         const float v = tile[threadIdx.x][r];
         if (small == nullptr) {
-          __stcs(big + nn * k + kk, v);
+          __stcs(big + nn * ld + kk, v);
         } else {
           const float b = kfab_tf32_big(v);
-          __stcs(big + nn * k + kk, b);
-          __stcs(small + nn * k + kk, v - b);
+          __stcs(big + nn * ld + kk, b);
+          __stcs(small + nn * ld + kk, v - b);
+          if (big2 != nullptr) __stcs(big2 + nn * ld + kk, b);
         }
       }
     }
@@ -170,41 +174,14 @@ __global__ void kfab_tf32_split_cat(const float4* __restrict__ v, float4* __rest
   }
 }
 
-// B given as [K, N] for a short K: written as [N, 3K], each row [big | small | big] (kfab_tf32_split_cat's
-// W side), through shared memory as kfab_tf32_split_t.
-__global__ void __launch_bounds__(256) kfab_tf32_split_t_cat(const float* __restrict__ x, float* __restrict__ out, int64_t k, int64_t n) {
-  __shared__ float tile[32][33];
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * 32, z = static_cast<int64_t>(blockIdx.z);
-  x += z * k * n, out += z * n * 3 * k;
-  for (int64_t k0 = static_cast<int64_t>(blockIdx.y) * 32; k0 < k; k0 += static_cast<int64_t>(gridDim.y) * 32) {
-#pragma unroll
-    for (int r = threadIdx.y; r < 32; r += 8) {
-      const int64_t kk = k0 + r, nn = n0 + threadIdx.x;
-      if (kk < k && nn < n) tile[r][threadIdx.x] = __ldcs(x + kk * n + nn);
-    }
-    __syncthreads();
-#pragma unroll
-    for (int r = threadIdx.y; r < 32; r += 8) {
-      const int64_t nn = n0 + r, kk = k0 + threadIdx.x;
-      if (nn < n && kk < k) {
-        const float v = tile[threadIdx.x][r], b = kfab_tf32_big(v);
-        float* row = out + nn * 3 * k;
-        __stcs(row + kk, b);
-        __stcs(row + k + kk, v - b);
-        __stcs(row + 2 * k + kk, b);
-      }
-    }
-    __syncthreads();
-  }
-}
-
 // Launches kfab_tf32_split_t over the l batches of B [l, K, N]; 0, 6 for more batches than a grid
 // takes, or 5 when the launch fails.
-inline int kfab_split_kn(const float* b, float* big, float* small, int n, int k, int l, cudaStream_t stream) {
+inline int kfab_split_kn(const float* b, float* big, float* small, int n, int k, int l, cudaStream_t stream, float* big2 = nullptr,
+                         int64_t ld = 0) {
   if (n == 0 || k == 0 || l == 0) return 0;
   if (l > 65535) return 6;
   const dim3 grid(static_cast<unsigned>((n + 31) / 32), static_cast<unsigned>(std::min(((k + 31) / 32), 65535)), static_cast<unsigned>(l));
-  kfab_tf32_split_t<<<grid, dim3(32, 8), 0, stream>>>(b, big, small, k, n);
+  kfab_tf32_split_t<<<grid, dim3(32, 8), 0, stream>>>(b, big, small, big2, k, n, ld > 0 ? ld : k);
   return cudaGetLastError() == cudaSuccess ? 0 : 5;
 }
 
@@ -242,12 +219,9 @@ int kfab_sm90_3xtf32(const float* a, const float* w, float* c, float* scratch, i
     if (am > 0)
       kfab_tf32_split_cat<<<blocks(static_cast<int64_t>(am / 4)), 256, 0, stream>>>(reinterpret_cast<const float4*>(a), reinterpret_cast<float4*>(a3),
                                                                                     static_cast<int64_t>(l) * m, k / 4, true);
-    if (b_kn) {
-      if (n > 0 && k > 0 && l > 0) {
-        if (l > 65535) return 6;
-        const dim3 grid(static_cast<unsigned>((n + 31) / 32), static_cast<unsigned>(std::min((k + 31) / 32, 65535)), static_cast<unsigned>(l));
-        kfab_tf32_split_t_cat<<<grid, dim3(32, 8), 0, stream>>>(w, w3, k, n);
-      }
+    if (b_kn) {  // rows of [big | small | big]
+      if (const int rc = kfab_split_kn(w, w3, w3 + k, n, k, l, stream, w3 + 2 * static_cast<int64_t>(k), 3 * static_cast<int64_t>(k)); rc != 0)
+        return rc;
     } else if (wn > 0) {
       kfab_tf32_split_cat<<<blocks(static_cast<int64_t>(wn / 4)), 256, 0, stream>>>(reinterpret_cast<const float4*>(w), reinterpret_cast<float4*>(w3),
                                                                                     static_cast<int64_t>(l) * n, k / 4, false);
