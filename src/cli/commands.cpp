@@ -95,6 +95,8 @@ void add_options(CLI::App& sub, OptimizeArgs& a) {
   sub.add_option("--queue", a.queue.name, "the job queue's name on that server (default kfab)");
   sub.add_option("--timeout", a.measure.timeout_s, "seconds each runner job may take")->capture_default_str();
   sub.add_flag("--no-compile", a.measure.no_compile, "KernelBench tasks: do not time torch.compile in the final check");
+  sub.add_option("--dtype", a.measure.dtype, "KernelBench tasks: the float dtype of inputs, weights and reference (f32; f16 and bf16: "
+                                             "the built-in tuner takes a plain matrix product, on 16-bit tensor cores)")->capture_default_str();
   sub.add_flag("--quiet,-q", a.measure.quiet, "no progress lines on stderr");
   add_tolerances(sub, a.measure);
   sub.add_flag("--json", a.json, "print one JSON object on stdout");
@@ -116,6 +118,8 @@ void add_options(CLI::App& sub, BenchArgs& a) {
   sub.add_option("--min-time", a.measure.min_time_s, "seconds of timed calls per shape in the final checks, at least")->check(CLI::NonNegativeNumber);
   sub.add_option("--timeout", a.measure.timeout_s, "seconds each runner job may take")->capture_default_str()->check(CLI::PositiveNumber);
   sub.add_flag("--no-compile", a.measure.no_compile, "KernelBench tasks: do not time torch.compile");
+  sub.add_option("--dtype", a.measure.dtype, "KernelBench tasks: the float dtype of inputs, weights and reference (f32, f16, bf16)")
+      ->capture_default_str();
   sub.add_option("--filter", a.filter, "only the tasks whose path matches this regular expression");
   sub.add_option("--sample", a.sample, "only this many of the tasks, spread evenly over them (after --filter)")->check(CLI::Range(1, 1000000));
   sub.add_flag("--quiet,-q", a.measure.quiet, "no progress on stderr");

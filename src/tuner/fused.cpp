@@ -78,14 +78,27 @@ Expected<GemmProgram> task_gemm(const Task& task) {
   if (task.inputs.size() < 2 || task.outputs.empty()) return make_error("a GEMM task has inputs A and B and an output");
   const TensorSpec& a = task.inputs[0];
   const TensorSpec& b = task.inputs[1];
-  if (a.dtype != DType::F32 || b.dtype != DType::F32 || a.shape.size() != 2 || b.shape.size() != 2)
-    return make_error("a GEMM task's first two inputs are 2-D f32 matrices");
+  const bool half = a.dtype == DType::F16 || a.dtype == DType::BF16;
+  if ((a.dtype != DType::F32 && !half) || b.dtype != a.dtype || a.shape.size() != 2 || b.shape.size() != 2)
+    return make_error("a GEMM task's first two inputs are 2-D matrices, both f32, both f16 or both bf16");
   GemmProgram gp;
   gp.tensors = static_cast<int>(task.inputs.size());
   gp.trans_b = b.shape[0] != a.shape[1];
   if (gp.trans_b && b.shape[1] != a.shape[1])
     return make_error(fmt::format("{} [{}] and {} [{}] share no inner dimension", a.name, fmt::join(a.shape, ", "), b.name, fmt::join(b.shape, ", ")));
   const std::vector<std::string> s = {a.shape[0], gp.trans_b ? b.shape[0] : b.shape[1]};
+  if (half) {  // a plain product on 16-bit tensor cores: C = A @ B in the operands' type, nothing after it
+    const auto& out = task.outputs;
+    if (task.inputs.size() != 2 || out.size() != 1 || !task.formula.empty() || out[0].dtype != a.dtype || out[0].shape != s)
+      return make_error(fmt::format("a {} GEMM task is a plain product: inputs A and B, one {} output [{}], no formula (epilogues take f32 only)",
+                                    dtype_name(a.dtype), dtype_name(a.dtype), fmt::join(s, ", ")));
+    gp.dtype = a.dtype;
+    gp.bind = {-1};
+    auto p = parse_program(out[0].name + " = acc", {{"acc", VClass::E, false, false}}, {out[0].name}, task.op_params);
+    if (!p) return Unexpected{p.error()};
+    gp.epilogue = std::move(*p);
+    return gp;
+  }
   auto cls_of = [&](const TensorSpec& t) { return shape_class(t, s, "the product"); };
   std::vector<PInput> ins;
   for (size_t i = 2; i < task.inputs.size(); ++i) {
@@ -165,6 +178,11 @@ std::vector<TemplateParams> gemm_cpu_task_grid(const Task& t) {
   auto g = task_gemm(t);
   return g ? gemm_cpu_grid(*g) : std::vector<TemplateParams>{};
 }
+// the cpu target's blocked GEMM reads and writes f32 only
+bool gemm_cpu_applies(const Task& t) {
+  auto g = task_gemm(t);
+  return g && g->dtype == DType::F32;
+}
 
 std::string gemm_cuda_generate(const Task& t, const TemplateParams& params) {
   auto g = task_gemm(t);
@@ -175,8 +193,8 @@ std::string gemm_cpu_generate(const Task& t, const TemplateParams& params) {
   return g ? generate_gemm_cpp(*g, params, "GEMM + epilogue for " + t.name) : "#error the task no longer states a GEMM\n";
 }
 
-const KernelTemplate kGemmCuda{"cuda_gemm_epilogue", "cuda", 7, gemm_applies, gemm_cuda_task_grid, gemm_cuda_generate};
-const KernelTemplate kGemmCpu{"cpu_gemm_epilogue", "cpu", 6, gemm_applies, gemm_cpu_task_grid, gemm_cpu_generate};
+const KernelTemplate kGemmCuda{"cuda_gemm_epilogue", "cuda", 8, gemm_applies, gemm_cuda_task_grid, gemm_cuda_generate};
+const KernelTemplate kGemmCpu{"cpu_gemm_epilogue", "cpu", 6, gemm_cpu_applies, gemm_cpu_task_grid, gemm_cpu_generate};
 
 }  // namespace
 

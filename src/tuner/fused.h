@@ -66,7 +66,16 @@ struct GemmProgram {
   int tensors = 2;
   std::vector<int> bind;
   Program epilogue;
+  /// The operands' and the output's element type: F32, or F16/BF16 for a half-precision task (a plain
+  /// product, `out = acc`: 16-bit tensor cores accumulating in fp32, rounded to the output's type once;
+  /// cuda only, where CUTLASS's headers are present).
+  DType dtype = DType::F32;
 };
+
+/// Whether the epilogue is the product itself (out0 = acc, epilogue input `pin`: KernelBench's plain matrix
+/// products), which the tensor-core GEMMs then write straight into the output: no buffer, no row pass
+/// (which would read and write the product once more: 8 GiB of traffic for level1_7's 4 GiB output).
+bool product_is_output(const GemmProgram& gp, int pin);
 
 /// The epilogue folded to read only the product's row sums (fold_row_sums, its product input now per
 /// row) where the point asks for it (`fold=rowsum`, or any point when `point` is null) and the GEMM allows

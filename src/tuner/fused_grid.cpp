@@ -89,15 +89,56 @@ void fold_point(const GemmProgram& gp, std::vector<TemplateParams>& g) {
 
 }  // namespace
 
+bool product_is_output(const GemmProgram& gp, int pin) {
+  const Program& p = gp.epilogue;
+  if (p.outputs.size() != 1 || p.groups > 1 || gp.pool > 1 || pin < 0) return false;
+  const PNode& n = p.nodes[static_cast<size_t>(p.outputs[0].second)];
+  return n.op == "in" && n.input == pin;
+}
+
 std::vector<TemplateParams> gemm_cpu_grid(const GemmProgram& gp) {
   std::vector<TemplateParams> g;
+  if (gp.dtype != DType::F32) return g;  // the blocked GEMM reads and writes f32 only
   fold_point(gp, g);
   for (const char* mb : {"8", "4", "16"})
     for (const char* kb : {"256", "128"}) g.push_back({{"rows", mb}, {"kblock", kb}});
   return g;
 }
 
+// A half-precision task's plain product (GemmProgram::dtype F16 or BF16): CUTLASS's 16-bit tensor-core
+// GEMMs, accumulating in fp32. On Hopper the sm90 ones first (TMA, wgmma, persistent warp-specialised
+// blocks; stream-K first where the tiles are few and K long, as for fp32), then CUTLASS's SM80 mma.sync
+// ones, which are also every other GPU's. Without CUTLASS's headers there is none: no point.
+static std::vector<TemplateParams> gemm_half_cuda_grid(const GemmProgram& gp) {
+  std::vector<TemplateParams> g;
+  if (cutlass_include_dir().empty()) return g;
+  const std::string type = gp.dtype == DType::BF16 ? "bf16" : "fp16";
+  auto sm90 = [&](const char* tile, const char* cluster, const char* schedule, const char* scheduler = "persistent") {
+    g.push_back({{"mma", "sm90_half"}, {"precision", type}, {"io", type}, {"tile", tile}, {"cluster", cluster}, {"schedule", schedule},
+                 {"scheduler", scheduler}});
+  };
+  auto sm80 = [&](const char* tile, const char* warp, const char* stages) {
+    g.push_back({{"mma", "sm80_half"}, {"precision", type}, {"io", type}, {"tile", tile}, {"warp", warp}, {"stages", stages}});
+  };
+  const int64_t tiles = ((gp.m + 127) / 128) * ((gp.n + 127) / 128) * std::max<int64_t>(gp.batch, 1);
+  const bool few_tiles = gp.m > 0 && gp.n > 0 && tiles < 66 && gp.k >= 8192;
+  if (cuda_candidate_arch() == "sm_90a") {
+    if (few_tiles) sm90("128x128x64", "1", "coop", "streamk");
+    sm90("128x256x64", "1", "coop");
+    sm90("128x128x64", "1", "coop");
+    if (!few_tiles) sm90("128x128x64", "1", "coop", "streamk");
+    sm90("128x128x64", "2", "coop");
+    sm90("64x128x64", "1", "pingpong");
+    sm90("256x128x64", "1", "coop");
+  }
+  sm80("128x128x32", "64x64x32", "3");
+  sm80("128x256x32", "64x64x32", "3");
+  sm80("64x64x32", "32x32x32", "5");
+  return g;
+}
+
 std::vector<TemplateParams> gemm_cuda_grid(const GemmProgram& gp) {
+  if (gp.dtype != DType::F32) return gemm_half_cuda_grid(gp);
   std::vector<TemplateParams> g;
   fold_point(gp, g);
   auto tc = [&](const char* tile, const char* warp, const char* stages) {

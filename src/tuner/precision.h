@@ -5,7 +5,9 @@
 /// tolerance (a shape's `tolerance_used`: max |got - want| / (atol + rtol |want|)) on every shape and
 /// seed it was checked on: in the search (2 seeds, the tuning shapes) and again in the final check (every
 /// seed, the held-out shapes too). A pass with little to spare may be luck that another seed or shape
-/// would not repeat. fp32-accurate points ("fp32", "3xtf32", or no `precision`) are kept on any pass.
+/// would not repeat. fp32-accurate points ("fp32", "3xtf32", or no `precision`) are kept on any pass, and so
+/// is a half-precision task's point in its own type (`io` equal to `precision`: fp16 or bf16 operands and
+/// output, accumulated in fp32).
 
 #include <string>
 

@@ -429,16 +429,6 @@ void prepare_kernels(const GemmProgram& gp, Emitter& e) {
   e.raw(template_text("tiled_transpose.cuh")).blank();
 }
 
-/// Whether the epilogue is the product itself (out0 = acc: KernelBench's plain matrix products), which the
-/// tensor-core GEMMs then write straight into the output: no buffer, no row pass (which would read and
-/// write the product once more: 8 GiB of traffic for level1_7's 4 GiB output).
-bool product_is_output(const GemmProgram& gp, int pin) {
-  const Program& p = gp.epilogue;
-  if (p.outputs.size() != 1 || p.groups > 1 || gp.pool > 1 || pin < 0) return false;
-  const PNode& n = p.nodes[static_cast<size_t>(p.outputs[0].second)];
-  return n.op == "in" && n.input == pin;
-}
-
 // The product's buffer for a row kernel after the GEMM, kept between calls (grown when a shape needs
 // more), as the epilogue's input `pin`; where the product is the output (`direct`), the output itself.
 // `extra`: an expression of further floats kept after the product (the operands' TF32 parts, or B
@@ -675,6 +665,114 @@ std::string generate_gemm_folded(const GemmProgram& gp, const Program& p, const 
   return e.take();
 }
 
+// A half-precision task's plain product (GemmProgram::dtype F16 or BF16): C = A @ B on 16-bit tensor
+// cores, accumulated in fp32 and rounded to C's type once; every operand read in its own layout (A as
+// [M, K] or [K, M], B as [K, N] or W [N, K]), batches in one launch on Hopper. At an sm90 point,
+// CUTLASS 3's sm90 GEMM (include/kfab/templates/sm90_half_gemm.cuh) where TMA takes the shape and the
+// pointers, else CUTLASS's SM80 mma.sync GEMM a batch at a time (at an sm80 point, always), and where
+// a contiguous dimension is not a multiple of 8 or a pointer not 16-byte aligned, CUTLASS's SIMT GEMM.
+std::string generate_gemm_half(const GemmProgram& gp, const TemplateParams& tp, const std::string& title) {
+  const bool bf16 = gp.dtype == DType::BF16;
+  const std::string type = bf16 ? "cutlass::bfloat16_t" : "cutlass::half_t", code = bf16 ? "KFAB_BF16" : "KFAB_F16";
+  const bool sm90 = tp.at("mma") == "sm90_half";
+  auto dims = [&](const char* key, const char* dflt) {
+    std::string v = tp.count(key) ? tp.at(key) : dflt;
+    for (char& c : v)
+      if (c == 'x') c = ',';
+    return v;
+  };
+  Emitter e;
+  head(title, tp,
+       fmt::format("{} tensor cores, fp32 accumulation, {}: C = {} @ {}", bf16 ? "bf16" : "fp16",
+                   sm90 ? "CUTLASS 3's sm90 GEMM (TMA, wgmma)" : "CUTLASS's SM80 GEMM (mma.sync)", gp.trans_a ? "A^T (A is [K, M])" : "A",
+                   gp.trans_b ? "W^T (W is [N, K])" : "B"),
+       gp.epilogue, e);
+  e.line("// CUTLASS's device-side asserts are calls, and a call inside the wgmma pipeline serialises it").line("#ifndef NDEBUG");
+  e.line("#define NDEBUG").line("#endif");
+  e.line("#include <cuda_runtime.h>").blank().line("#include <cstdint>").line("#include <type_traits>").blank();
+  std::vector<const char*> headers = {"cutlass/bfloat16.h", "cutlass/cutlass.h", "cutlass/epilogue/thread/linear_combination.h",
+                                      "cutlass/gemm/device/gemm.h", "cutlass/half.h"};
+  if (sm90)
+    headers.insert(headers.begin(), {"cute/tensor.hpp", "cutlass/epilogue/collective/collective_builder.hpp",
+                                     "cutlass/gemm/collective/collective_builder.hpp", "cutlass/gemm/device/gemm_universal_adapter.h",
+                                     "cutlass/gemm/kernel/gemm_universal.hpp", "cutlass/gemm/kernel/tile_scheduler.hpp"});
+  for (const char* h : headers) e.linef("#include \"{}\"", h);
+  e.line("#include \"kfab/candidate.h\"").blank().line("namespace {").blank();
+  e.raw(host_checks()).blank();
+  e.linef("using T = {};", type);
+  e.linef("using LayoutA = cutlass::layout::{};  // A {}", gp.trans_a ? "ColumnMajor" : "RowMajor", gp.trans_a ? "[K, M]" : "[M, K]");
+  e.linef("using LayoutB = cutlass::layout::{};  // {}", gp.trans_b ? "ColumnMajor" : "RowMajor", gp.trans_b ? "W [N, K]" : "B [K, N]").blank();
+  if (sm90) {
+    e.raw(template_text("sm90_tf32_gemm.cuh")).raw(template_text("sm90_half_gemm.cuh")).blank();  // the first: its kfab_sm90_launch
+    std::string tile;
+    for (char c : tp.count("tile") ? tp.at("tile") : std::string("128x128x64")) tile += c == 'x' ? std::string(", ") : std::string(1, c);
+    e.linef("using KfabTile = KfabSm90HalfGemm<T, {}, {}, {}, {}, {}, {}>;", tile, param(tp, "cluster", 1),
+            !tp.count("schedule") || tp.at("schedule") == "coop" ? "true" : "false",
+            tp.count("scheduler") && tp.at("scheduler") == "streamk" ? "true" : "false", gp.trans_a ? "true" : "false",
+            gp.trans_b ? "true" : "false");
+  }
+  e.line("// CUTLASS's SM80 tensor-core GEMM (operands' contiguous dimensions multiples of 8, 16-byte aligned), and");
+  e.line("// its SIMT GEMM for any other shape and pointers; both accumulate in fp32");
+  e.line("using KfabTc = cutlass::gemm::device::Gemm<");
+  e.indent().indent();
+  e.line("T, LayoutA, T, LayoutB, T, cutlass::layout::RowMajor, float, cutlass::arch::OpClassTensorOp, cutlass::arch::Sm80,");
+  e.linef("cutlass::gemm::GemmShape<{}>, cutlass::gemm::GemmShape<{}>, cutlass::gemm::GemmShape<16, 8, 16>,", dims("tile", "128x128x32"),
+          dims("warp", "64x64x32"));
+  e.linef("cutlass::epilogue::thread::LinearCombination<T, 8, float, float>, cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<>, {}, 8, 8>;",
+          sm90 ? 3 : param(tp, "stages", 3));
+  e.dedent().dedent();
+  e.line("using KfabSimt = cutlass::gemm::device::Gemm<T, LayoutA, T, LayoutB, T, cutlass::layout::RowMajor, float,");
+  e.line("                                             cutlass::arch::OpClassSimt, cutlass::arch::Sm80>;").blank();
+  e.line("// C = A @ B (C [m, n] row-major; lda, ldb: A's and B's leading dimensions) with Gemm; 0, 7 where it cannot take it, 5");
+  e.line("template <class Gemm>");
+  e.open("int kfab_sm80_half(const T* a, const T* b, T* c, int m, int n, int k, int lda, int ldb, cudaStream_t stream)");
+  e.line("const typename Gemm::Arguments args({m, n, k}, {a, lda}, {b, ldb}, {c, n}, {c, n}, {1.0f, 0.0f});");
+  e.line("Gemm gemm;").line("if (gemm.can_implement(args) != cutlass::Status::kSuccess) return 7;");
+  e.line("return gemm(args, nullptr, stream) == cutlass::Status::kSuccess ? 0 : 5;").close().blank();
+  e.line("}  // namespace").blank();
+  e.open("KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void* stream_)");
+  e.linef("if (in == nullptr || out == nullptr || n_in != {} || n_out != 1) return 1;", gp.tensors);
+  e.linef("const kfab_tensor& A = in[{}];", gp.a).linef("const kfab_tensor& W = in[{}];", gp.b).line("kfab_tensor& C = out[0];");
+  e.linef("if (A.dtype != {0} || W.dtype != {0} || C.dtype != {0} || !kfab_dense(A) || !kfab_dense(W) || !kfab_dense(C)) return 2;", code);
+  const int wn = gp.trans_b ? 0 : 1, wk = gp.trans_b ? 1 : 0;  // W's dimensions of N and K (after the batch)
+  if (gp.batched) {
+    e.line("if (A.ndim != 3 || W.ndim != 3 || W.shape[0] != A.shape[0]) return 2;");
+    e.linef("const int64_t batch = A.shape[0], K = A.shape[{}], gmb = A.shape[{}];", gp.trans_a ? 1 : 2, gp.trans_a ? 2 : 1);
+    e.linef("const int64_t gn = W.shape[{}];", wn + 1).linef("if (W.shape[{}] != K) return 2;", wk + 1);
+  } else {
+    e.line("if (W.ndim != 2) return 2;");
+    if (gp.trans_a) {
+      e.line("if (A.ndim != 2) return 2;").line("const int64_t batch = 1, K = A.shape[0], gmb = A.shape[1];  // A given as [K, M]");
+    } else {
+      e.line("if (A.ndim < 2) return 2;").line("// A's leading dimensions are the product's rows (a 3-D tensor times a matrix)");
+      e.line("const int64_t batch = 1, K = A.shape[A.ndim - 1];").line("int64_t gmb = 1;");
+      e.nested("for (int32_t d = 0; d + 1 < A.ndim; ++d)", "gmb *= A.shape[d];");
+    }
+    e.linef("const int64_t gn = W.shape[{}];", wn).linef("if (W.shape[{}] != K) return 2;", wk);
+  }
+  e.line("if (kfab_numel(C) != batch * gmb * gn) return 3;");
+  e.line("cudaStream_t stream = static_cast<cudaStream_t>(stream_);");
+  e.line("T* const c = static_cast<T*>(C.data);").line("if (batch * gmb * gn == 0) return 0;");
+  e.line("if (K == 0) return cudaMemsetAsync(c, 0, sizeof(T) * static_cast<size_t>(batch * gmb * gn), stream) == cudaSuccess ? 0 : 5;");
+  e.line("if (gmb > 2147483647 || gn > 2147483647 || K > 2147483647 || batch > 2147483647) return 6;");
+  e.line("const T* const a = static_cast<const T*>(A.data);").line("const T* const b = static_cast<const T*>(W.data);");
+  e.line("const int m32 = static_cast<int>(gmb), n32 = static_cast<int>(gn), k32 = static_cast<int>(K);");
+  if (sm90) {
+    e.line("// every batch in one launch where TMA takes the shape and the pointers");
+    e.line("if (kfab_sm90_half_fits<KfabTile>(a, b, c, gmb, gn, K))");
+    e.line("  return kfab_sm90_half<KfabTile>(a, b, c, m32, n32, k32, static_cast<int>(batch), stream);");
+  }
+  e.linef("const int lda = {}, ldb = {};", gp.trans_a ? "m32" : "k32", gp.trans_b ? "k32" : "n32");
+  e.open("for (int64_t z = 0; z < batch; ++z)");
+  e.line("const T* const az = a + z * gmb * K;").line("const T* const bz = b + z * K * gn;").line("T* const cz = c + z * gmb * gn;");
+  e.line("const bool v8 = lda % 8 == 0 && ldb % 8 == 0 && gn % 8 == 0 && kfab_aligned16(az) && kfab_aligned16(bz) && kfab_aligned16(cz);");
+  e.line("const int rc = v8 ? kfab_sm80_half<KfabTc>(az, bz, cz, m32, n32, k32, lda, ldb, stream)");
+  e.line("                  : kfab_sm80_half<KfabSimt>(az, bz, cz, m32, n32, k32, lda, ldb, stream);");
+  e.line("if (rc != 0) return rc;").close();
+  e.line("return cudaGetLastError() == cudaSuccess ? 0 : 5;").close();
+  return e.take();
+}
+
 }  // namespace
 
 std::string generate_fused_cuda(const Program& p, const TemplateParams& tp, const std::string& title) {
@@ -684,6 +782,7 @@ std::string generate_fused_cuda(const Program& p, const TemplateParams& tp, cons
 }
 
 std::string generate_gemm_cuda(const GemmProgram& gp, const TemplateParams& tp, const std::string& title) {
+  if (gp.dtype != DType::F32) return generate_gemm_half(gp, tp, title);
   if (auto folded = folded_epilogue(gp, &tp)) return generate_gemm_folded(gp, *folded, tp, title);
   if (tp.count("mma") && tp.at("mma") == "tf32x3") return generate_gemm_tensor_cores(gp, tp, title);
   if (tp.count("mma") && tp.at("mma").rfind("sm90_", 0) == 0) return generate_gemm_sm90(gp, tp, title);

@@ -172,6 +172,28 @@ struct SearchSpace {
   fs::path cache_file() const { return cache_dir() / "tuner" / (hash_hex(material).substr(0, 24) + ".json"); }
 };
 
+/// The element type of a KernelBench task's traced program at `--dtype` (f32, f16 or bf16): F32 for f32; F16
+/// or BF16 where the program is a plain matrix product, which the 16-bit tensor-core GEMMs take (the
+/// Model's tensors all in that type); an Error for anything else, whose kernels read and write f32 only.
+Expected<DType> half_precision(const std::string& dtype, const TracedPlan& plan, const fs::path& task, const std::string& target) {
+  if (dtype == "f32") return DType::F32;
+  const auto t = parse_dtype(dtype);
+  if (!t || (*t != DType::F16 && *t != DType::BF16)) return make_error("--dtype " + dtype + ": the built-in tuner takes f32, f16 or bf16");
+  if (target != "cuda")
+    return make_error(fmt::format("the built-in tuner has no {} template on {}: its 16-bit products run on cuda's tensor cores", dtype, target),
+                      "run it at --dtype f32, or with --target cuda");
+  GemmProgram gp = plan.gemm;
+  gp.epilogue = plan.program;
+  int pin = -1;
+  for (size_t i = 0; i < gp.bind.size(); ++i)
+    if (gp.bind[i] < 0) pin = static_cast<int>(i);
+  if (plan.is_gemm && plan.plan.stages.empty() && gp.tensors == 2 && !gp.pool_max && product_is_output(gp, pin)) return *t;
+  return make_error(fmt::format("the built-in tuner has no {} template for {}: at f16 and bf16 it takes a plain matrix product "
+                                "(16-bit tensor cores, fp32 accumulation); its epilogues and row programs read and write f32",
+                                dtype, task.filename().string()),
+                    "run it at --dtype f32, or use --llm PROVIDER:MODEL");
+}
+
 /// A KernelBench Model: traced (or its trace taken from the cache), then a dedicated template of a
 /// single-op Model, a GEMM with its epilogue, or a fused row program.
 Expected<void> traced_space(SearchSpace& sp, const TuneOptions& opt, const LoadedTask& loaded, const Backend& backend,
@@ -206,10 +228,13 @@ Expected<void> traced_space(SearchSpace& sp, const TuneOptions& opt, const Loade
     if (!tr) return Unexpected{tr.error()};
     sp.program_json = *tr;
   }
+  if (opt.eval.dtype != "f32") sp.material += std::string(1, '\0') + "dtype " + opt.eval.dtype;  // another task's kernels
   auto plan = plan_traced(sp.program_json, opt.target);
   if (!plan)
     return make_error("the built-in tuner has no template for " + opt.task.filename().string() + ": " + plan.error().message,
                       plan.error().hint);
+  const auto dtype = half_precision(opt.eval.dtype, *plan, opt.task, opt.target);
+  if (!dtype) return Unexpected{dtype.error()};
   if (plan->dedicated != nullptr) {
     const KernelTemplate* dedicated = plan->dedicated;
     say("the Model is one " + plan->kind + ": template " + dedicated->name);
@@ -232,6 +257,7 @@ Expected<void> traced_space(SearchSpace& sp, const TuneOptions& opt, const Loade
   }
   sp.program = std::move(plan->program);
   sp.gemm_program = std::move(plan->gemm);
+  sp.gemm_program.dtype = *dtype;
   say(std::string(plan->is_gemm ? "a GEMM (" + gemm.name + "), then the epilogue" : "program") + ":\n" +
       sp.program_json.value("formula", std::string()));
   if (plan->is_gemm) {

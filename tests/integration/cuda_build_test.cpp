@@ -14,6 +14,7 @@
 #include "core/task.h"
 #include "tuner/fused.h"
 #include "tuner/plan.h"
+#include "tuner/precision.h"
 #include "harness.h"
 
 namespace kfab::test {
@@ -329,6 +330,84 @@ TEST_F(CudaBuild, ACandidateOnCutlassBuildsWithItsHeadersOrSaysWhereToGetThem) {
     EXPECT_NE(r.failure().message.find("nvidia-cutlass"), std::string::npos) << r.failure().message;
     if (std::getenv("KFAB_REQUIRE_TORCH")) ADD_FAILURE() << "make test installs nvidia-cutlass in .venv";
   }
+}
+
+// A half-precision task's plain product (tasks/half/matmul_bf16: bf16 A [M, K] and W [N, K], a bf16 C) on
+// 16-bit tensor cores: the cuda grid holds CUTLASS's sm90 GEMM on Hopper, then its SM80 one, each at the
+// task's own precision (not a reduced one); every operand read in its own layout; the cpu target's
+// blocked GEMM, f32 only, does not take it, and a formula after the product is refused with the reason.
+// CI builds an SM80 point (tests/templates/sm90_half_gemm.cu builds the sm90 types on their own);
+// KFAB_BUILD_EVERY_TC_POINT=1 builds the first sm90 point and the fp16 variant too.
+TEST_F(CudaBuild, HalfPrecisionProductsRunOnSixteenBitTensorCores) {
+  auto task = load_task(std::filesystem::path(KFAB_SOURCE_DIR) / "tasks/half/matmul_bf16");
+  ASSERT_TRUE(task.has_value()) << task.error().message;
+  auto gp = task_gemm(*task);
+  ASSERT_TRUE(gp.has_value()) << gp.error().message;
+  EXPECT_EQ(gp->dtype, DType::BF16);
+  EXPECT_TRUE(gp->trans_b);
+  EXPECT_FALSE(gemm_cpu_template().applies(*task));
+  EXPECT_TRUE(gemm_cpu_grid(*gp).empty());
+  const auto grid = gemm_cuda_grid(*gp);
+  if (cutlass_include_dir().empty()) {
+    EXPECT_TRUE(grid.empty()) << "no CUTLASS, no 16-bit point";
+    GTEST_SKIP() << "CUTLASS's headers are not installed (make venv installs nvidia-cutlass)";
+  }
+  ASSERT_FALSE(grid.empty());
+  const bool hopper = cuda_candidate_arch() == "sm_90a";
+  EXPECT_EQ(grid.front().at("mma"), hopper ? "sm90_half" : "sm80_half");
+  for (const auto& point : grid) {
+    EXPECT_EQ(point.at("precision"), "bf16");
+    EXPECT_FALSE(reduced_precision(point)) << format_params(point);
+  }
+  const bool every = std::getenv("KFAB_BUILD_EVERY_TC_POINT") != nullptr;
+  int built = 0;
+  auto build = [&](const std::string& name, const std::string& src) {
+    const auto f = scratch() / (name + "_h" + std::to_string(built) + ".cu");
+    ASSERT_TRUE(write_file_atomic(f, src).has_value());
+    auto r = backend_.build(f);
+    ASSERT_TRUE(r.ok()) << name << "\n" << r.failure().message;
+    ++built;
+  };
+  const auto sm80 = std::find_if(grid.begin(), grid.end(), [](const TemplateParams& q) { return q.at("mma") == "sm80_half"; });
+  ASSERT_NE(sm80, grid.end());
+  const std::string s80 = generate_gemm_cuda(*gp, *sm80, "matmul_bf16");
+  EXPECT_NE(s80.find("using T = cutlass::bfloat16_t;"), std::string::npos);
+  EXPECT_NE(s80.find("using LayoutB = cutlass::layout::ColumnMajor;  // W [N, K]"), std::string::npos) << "W read as given";
+  EXPECT_NE(s80.find("A.dtype != KFAB_BF16 || W.dtype != KFAB_BF16 || C.dtype != KFAB_BF16"), std::string::npos);
+  EXPECT_NE(s80.find("kfab_sm80_half<KfabSimt>"), std::string::npos) << "a shape the tensor cores cannot take goes to SIMT";
+  EXPECT_EQ(s80.find("KfabSm90HalfGemm"), std::string::npos);
+  build("matmul_bf16", s80);
+  if (hopper) {
+    const std::string s90 = generate_gemm_cuda(*gp, grid.front(), "matmul_bf16");
+    EXPECT_NE(s90.find("using KfabTile = KfabSm90HalfGemm<T, 128, 256, 64, 1, true, false, false, true>;"), std::string::npos)
+        << s90.substr(0, 3000);
+    EXPECT_NE(s90.find("kfab_sm90_half<KfabTile>(a, b, c, m32, n32, k32, static_cast<int>(batch), stream)"), std::string::npos);
+    if (every) build("matmul_bf16_sm90", s90);
+  }
+  // fp16, B given as [K, N] (read N-major as it is, no pass writes it K-major)
+  Task f16 = *task;
+  for (auto& t : f16.inputs) t.dtype = DType::F16;
+  f16.outputs[0].dtype = DType::F16;
+  f16.inputs[1].shape = {"K", "N"};
+  auto g16 = task_gemm(f16);
+  ASSERT_TRUE(g16.has_value()) << g16.error().message;
+  EXPECT_EQ(g16->dtype, DType::F16);
+  EXPECT_FALSE(g16->trans_b);
+  const std::string h = generate_gemm_cuda(*g16, gemm_cuda_grid(*g16).front(), "matmul_f16");
+  EXPECT_NE(h.find("using T = cutlass::half_t;"), std::string::npos);
+  EXPECT_NE(h.find("using LayoutB = cutlass::layout::RowMajor;  // B [K, N]"), std::string::npos);
+  EXPECT_EQ(h.find("kfab_split_kn(", h.find("KFAB_EXPORT int kfab_run(")), std::string::npos) << "no pass over B";
+  if (every) build("matmul_f16", h);
+  // epilogues are f32-only: a bf16 product with a formula after it is refused, saying so
+  Task epi = *task;
+  epi.formula = "C = relu(acc)";
+  auto refused = task_gemm(epi);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_NE(refused.error().message.find("plain product"), std::string::npos) << refused.error().message;
+  // mixed operand types are refused
+  Task mixed = *task;
+  mixed.inputs[1].dtype = DType::F32;
+  EXPECT_FALSE(task_gemm(mixed).has_value());
 }
 
 TEST_F(CudaBuild, ArchitectureComesFromTheDeviceOrDefaultsToHopper) {

@@ -500,6 +500,29 @@ TEST_F(KbEval, TheTunerFindsAGemmAndTunesItWithItsEpilogue) {
   EXPECT_TRUE(heldout);
 }
 
+// At --dtype f16 or bf16 the built-in tuner takes a plain matrix product on cuda (16-bit tensor cores; their
+// builds: CudaBuild.HalfPrecisionProductsRunOnSixteenBitTensorCores) and refuses, before anything is built,
+// a product with an epilogue (its kernels read and write f32) and any 16-bit task on the cpu, saying why.
+TEST_F(KbEval, AHalfPrecisionTaskIsAPlainProductOnCudaOrRefusedWithTheReason) {
+  const std::string kb = std::string(KFAB_SOURCE_DIR) + "/tasks/kb/";
+  CliResult epi = kfab_cli({"optimize", kb + "l2_linear_gelu_scale.py", "--target", "cuda", "--dtype", "bf16", "--fresh", "--quiet",
+                            "--out", (scratch() / "kb-half-epi").string()},
+                           300);
+  EXPECT_NE(epi.status.code, 0);
+  EXPECT_NE(epi.err.find("no bf16 template for l2_linear_gelu_scale.py"), std::string::npos) << epi.err;
+  EXPECT_NE(epi.err.find("plain matrix product"), std::string::npos) << epi.err;
+  CliResult cpu = kfab_cli({"optimize", kb + "l1_matmul.py", "--target", "cpu", "--dtype", "f16", "--fresh", "--quiet", "--out",
+                            (scratch() / "kb-half-cpu").string()},
+                           300);
+  EXPECT_NE(cpu.status.code, 0);
+  EXPECT_NE(cpu.err.find("no f16 template on cpu"), std::string::npos) << cpu.err;
+  CliResult bad = kfab_cli({"optimize", kb + "l1_matmul.py", "--target", "cpu", "--dtype", "i8", "--fresh", "--quiet", "--out",
+                            (scratch() / "kb-half-bad").string()},
+                           300);
+  EXPECT_NE(bad.status.code, 0);
+  EXPECT_NE(bad.err.find("f32, f16 or bf16"), std::string::npos) << bad.err;
+}
+
 // KernelBench's forms of a matrix product, each a bundled task at a small size, tuned in one bench on
 // the cpu (one point each: the first of the grid) and checked on every seed and the held-out shape:
 // - a product read only through row sums of a linear function of it (Gemm_Divide_Sum_Scaling) is never

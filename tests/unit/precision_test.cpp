@@ -42,6 +42,11 @@ TEST(Precision, AReducedPrecisionIsKeptOnlyWithinItsShareOfTheTolerance) {
     EXPECT_EQ(precision_refusal(p, 0.99), "");
   }
   EXPECT_TRUE(reduced_precision({{"precision", "bf16"}}));
+  // a half-precision task's point in its own type is not a reduction of it; bf16 for an fp16 task is
+  const TemplateParams own{{"mma", "sm90_half"}, {"precision", "bf16"}, {"io", "bf16"}};
+  EXPECT_FALSE(reduced_precision(own));
+  EXPECT_EQ(precision_refusal(own, 0.9), "");
+  EXPECT_TRUE(reduced_precision({{"precision", "bf16"}, {"io", "fp16"}}));
 }
 
 // A reduced precision refused in the final check after it passed (level2_22 on an H200: tf32 used 0.14

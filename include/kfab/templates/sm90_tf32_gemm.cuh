@@ -22,6 +22,36 @@
 // the kfab:begin and kfab:end lines is spliced into those candidates, inside an unnamed namespace;
 // tests/templates/sm90_tf32_gemm.cu compiles it on its own.
 // kfab:begin
+// Runs one CUTLASS 3 GEMM (a GemmUniversalAdapter) with `args`: the SM count asked once, the workspace
+// (stream-K's partial sums; none for the persistent scheduler) kept between calls and grown when a shape
+// needs more; sm90_half_gemm.cuh launches through it too. 0, 7 when CUTLASS cannot take the arguments, 4
+// when the workspace cannot be had, 5 when CUTLASS fails.
+template <class Dev>
+int kfab_sm90_launch(typename Dev::Arguments& args, cudaStream_t stream) {
+  static const int sms = [] {  // the persistent grid is one block per SM
+    int device = 0;
+    (void)cudaGetDevice(&device);
+    return cutlass::KernelHardwareInfo::query_device_multiprocessor_count(device);
+  }();
+  args.hw_info.sm_count = sms;
+  Dev gemm;
+  if (gemm.can_implement(args) != cutlass::Status::kSuccess) return 7;
+  static void* workspace = nullptr;
+  static size_t have = 0;
+  const size_t need = Dev::get_workspace_size(args);
+  if (need > have) {
+    if (workspace != nullptr) {  // an earlier launch on this stream may still read it (grown once per shape)
+      (void)cudaStreamSynchronize(stream);
+      cudaFree(workspace);
+    }
+    workspace = nullptr, have = 0;
+    if (cudaMalloc(&workspace, need) != cudaSuccess) return 4;
+    have = need;
+  }
+  if (gemm.initialize(args, workspace, stream) != cutlass::Status::kSuccess) return 5;
+  return gemm.run(stream) == cutlass::Status::kSuccess ? 0 : 5;
+}
+
 // One CUTLASS 3 GEMM type: tile TM x TN x TK, a cluster of CM blocks along M, the cooperative schedule
 // (two consumer warpgroups on one tile) or the ping-pong one (two tiles in turn), B K-major ([N, K]),
 // tiles handed out whole to persistent blocks or, STREAMK, split along K across them
@@ -73,30 +103,7 @@ int kfab_sm90_product(const float* a, const float* w, float* c, int m, int n, in
     args.scheduler.splits = splits > 1 ? splits : 1;
     args.scheduler.decomposition_mode = splits > 1 ? Mode::SplitK : data_parallel ? Mode::DataParallel : Mode::Heuristic;
   }
-  // the SM count, asked once (the persistent grid is one block per SM)
-  static const int sms = [] {
-    int device = 0;
-    (void)cudaGetDevice(&device);
-    return cutlass::KernelHardwareInfo::query_device_multiprocessor_count(device);
-  }();
-  args.hw_info.sm_count = sms;
-  Dev gemm;
-  if (gemm.can_implement(args) != cutlass::Status::kSuccess) return 7;
-  // the workspace (stream-K's partial sums; none for the persistent scheduler), kept between calls
-  static void* workspace = nullptr;
-  static size_t have = 0;
-  const size_t need = Dev::get_workspace_size(args);
-  if (need > have) {
-    if (workspace != nullptr) {  // an earlier launch on this stream may still read it (grown once per shape)
-      (void)cudaStreamSynchronize(stream);
-      cudaFree(workspace);
-    }
-    workspace = nullptr, have = 0;
-    if (cudaMalloc(&workspace, need) != cudaSuccess) return 4;
-    have = need;
-  }
-  if (gemm.initialize(args, workspace, stream) != cutlass::Status::kSuccess) return 5;
-  return gemm.run(stream) == cutlass::Status::kSuccess ? 0 : 5;
+  return kfab_sm90_launch<Dev>(args, stream);
 }
 
 // v's value rounded to the nearest TF32 (10 mantissa bits; halves away from zero): its low 13 bits
