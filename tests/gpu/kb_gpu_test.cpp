@@ -118,16 +118,31 @@ TEST_F(KbGpu, ExportedModelNewOfTheTritonCandidatePassesAllclose) {
 
 // A Linear whose output is only summed over its features (KernelBench's Gemm_Divide_Sum_Scaling, here
 // with a bias): the tuner's first cuda point never forms the product (the weight's column sums, then a
-// matrix-vector product), and it passes every seed and the held-out shape at fp32.
+// matrix-vector product, in double). At KernelBench's size the row sums cancel, and torch eager's fp32
+// answer (cuBLAS) may itself be outside the tolerance of the Model run in float64 at a few values: on 4
+// H100s (2026-11-27) level2_14 and 18 failed so (eager outside at 103 and 2 of 5120 values, the fold at
+// none), and this test failed too, its log not kept. So the fold either passes every seed and the held-out
+// shape, or fails only where the verdict's float64 run finds the reference outside and this candidate inside.
 TEST_F(KbGpu, TheTunerFoldsARowSumOfTheProductAndItPasses) {
   const std::string task = std::string(KFAB_SOURCE_DIR) + "/tasks/kb/l2_linear_divide_sum_scale.py";
   CliResult r = kfab_cli({"optimize", task, "--target", "cuda", "--fresh", "--points", "1", "--json", "--quiet", "--out",
                           (scratch() / "kb-fold").string()},
                          900);
-  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  ASSERT_TRUE(r.status.exited) << r.status.describe() << r.err;
   nlohmann::json j = r.json();
-  EXPECT_EQ(j["best"]["disposition"], "passed") << j.dump(2);
+  ASSERT_TRUE(j.contains("points") && j["points"].size() == 1u) << r.out << r.err;
+  const nlohmann::json& point = j["points"][0];
   EXPECT_EQ(j["tuner"]["template"], "cuda_gemm_epilogue");
+  EXPECT_EQ(point["params"].value("fold", ""), "rowsum") << point.dump();
+  if (point["disposition"] != "passed") {
+    EXPECT_EQ(r.status.code, 1);
+    const std::string detail = point.value("detail", "");
+    EXPECT_NE(detail.find("the reference itself is outside the tolerance of the Model run in float64"), std::string::npos) << detail;
+    EXPECT_NE(detail.find("this candidate at 0 ("), std::string::npos) << detail;
+    return;
+  }
+  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  EXPECT_EQ(j["best"]["disposition"], "passed") << j.dump(2);
   EXPECT_EQ(j["tuner"]["params"].value("fold", ""), "rowsum") << j["tuner"].dump();
   EXPECT_EQ(j["best"]["precision"], "fp32");
   int heldout = 0;
