@@ -161,8 +161,15 @@ std::vector<TemplateParams> gemm_cuda_grid(const GemmProgram& gp) {
   // on an H200 (issue 23): the persistent scheduler ran that product at 0.08x eager.
   const int64_t tiles = ((gp.m + 127) / 128) * ((gp.n + 127) / 128) * std::max<int64_t>(gp.batch, 1);  // every batch in one launch
   const bool few_tiles = gp.m > 0 && gp.n > 0 && tiles < 66 && gp.k >= 8192;
+  if (hopper) sm90("sm90_tf32", "128x256x32", "1", "coop");
+  {
+    // few tiles over a long K: CUTLASS's SM80 3xTF32, which splits each operand in registers (the sm90
+    // points write the splits out: 3 GB of traffic for level1_6's 1 GB of operands, 0.498x eager on an
+    // H100), with K in slices over every SM
+    if (cutlass && few_tiles)
+      g.push_back({{"mma", "tf32x3"}, {"precision", "3xtf32"}, {"tile", "128x64x16"}, {"warp", "64x32x16"}, {"stages", "4"}, {"splitk", "auto"}});
+  }
   if (hopper) {
-    sm90("sm90_tf32", "128x256x32", "1", "coop");
     if (few_tiles) sm90("sm90_3xtf32", "128x128x32", "1", "coop", "streamk");
     sm90("sm90_3xtf32", "128x128x32", "1", "coop");
   }

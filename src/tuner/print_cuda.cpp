@@ -499,8 +499,9 @@ void cutlass_gemm_types(const GemmProgram& gp, const TemplateParams& tp, Emitter
     return v;
   };
   e.line("// fp32 in and out, the 3xTF32 product on tensor cores (arch::OpMultiplyAddFastF32), B given as");
-  e.linef("// {}", gp.trans_b ? "W [N, K] (a column-major [K, N])" : "B [K, N] (row-major)");
-  e.line("template <int ALIGN>");
+  e.linef("// {}; SPLIT: K split into slices whose partial sums meet in C in turn (CUTLASS's serial split-K)",
+          gp.trans_b ? "W [N, K] (a column-major [K, N])" : "B [K, N] (row-major)");
+  e.line("template <int ALIGN, bool SPLIT = false>");
   e.line("using KfabGemm = cutlass::gemm::device::Gemm<");
   e.indent().indent();
   e.linef("float, cutlass::layout::RowMajor, float, cutlass::layout::{}, float, cutlass::layout::RowMajor, float,",
@@ -508,14 +509,36 @@ void cutlass_gemm_types(const GemmProgram& gp, const TemplateParams& tp, Emitter
   e.linef("cutlass::arch::OpClassTensorOp, cutlass::arch::Sm80, cutlass::gemm::GemmShape<{}>, cutlass::gemm::GemmShape<{}>,",
           dims("tile", "128x64x16"), dims("warp", "64x32x16"));
   e.line("cutlass::gemm::GemmShape<16, 8, 8>, cutlass::epilogue::thread::LinearCombination<float, ALIGN, float, float>,");
-  e.linef("cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<>, {}, ALIGN, ALIGN, false, cutlass::arch::OpMultiplyAddFastF32>;",
+  e.linef("cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<>, {}, ALIGN, ALIGN, SPLIT, cutlass::arch::OpMultiplyAddFastF32>;",
           param(tp, "stages", 4));
   e.dedent().dedent();
-  e.blank().line("// C = A @ B into `c` (rows x n, row-major) with the instance for `ALIGN`.").line("template <int ALIGN>");
+  e.blank().line("// C = A @ B into `c` (rows x n, row-major) with the instance for `ALIGN`. SPLIT: a product of few output tiles");
+  e.line("// over a long K (KernelBench's level1_6, 256 x 256 x 524288: 8 tiles where an H100 has 132 SMs) in slices of K,");
+  e.line("// enough for two blocks an SM and at least 1024 deep, each slice's fp32 sum added to C in slice order.");
+  e.line("template <int ALIGN, bool SPLIT = false>");
   e.open("int kfab_tc_gemm(const float* a, const float* b, float* c, int m, int n, int k, cudaStream_t stream)");
-  e.linef("const typename KfabGemm<ALIGN>::Arguments args({{m, n, k}}, {{a, k}}, {{b, {}}}, {{c, n}}, {{c, n}}, {{1.0f, 0.0f}});",
-          gp.trans_b ? "k" : "n");
-  e.line("KfabGemm<ALIGN> gemm;").line("if (gemm.can_implement(args) != cutlass::Status::kSuccess) return 7;");
+  e.line("using G = KfabGemm<ALIGN, SPLIT>;").line("int slices = 1;");
+  e.open("if constexpr (SPLIT)");
+  e.open("static const int sms = []");
+  e.line("int device = 0, count = 0;").line("(void)cudaGetDevice(&device);");
+  e.line("return cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) == cudaSuccess && count > 0 ? count : 1;");
+  e.close("}();");
+  e.line("const int64_t tiles = (static_cast<int64_t>(m) + G::ThreadblockShape::kM - 1) / G::ThreadblockShape::kM *");
+  e.line("                      ((static_cast<int64_t>(n) + G::ThreadblockShape::kN - 1) / G::ThreadblockShape::kN);");
+  e.line("const int64_t want = (2 * static_cast<int64_t>(sms) + tiles - 1) / tiles, most = k / 1024;");
+  e.line("slices = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(want, most)));");
+  e.close();
+  e.linef("const typename G::Arguments args({{m, n, k}}, {{a, k}}, {{b, {}}}, {{c, n}}, {{c, n}}, {{1.0f, 0.0f}}, slices);", gp.trans_b ? "k" : "n");
+  e.line("G gemm;").line("if (gemm.can_implement(args) != cutlass::Status::kSuccess) return 7;");
+  e.open("if constexpr (SPLIT)");
+  e.line("// the slices' semaphores (a flag a tile), kept between calls; initialize zeroes them on the stream");
+  e.line("static void* workspace = nullptr;").line("static size_t have = 0;").line("const size_t need = G::get_workspace_size(args);");
+  e.open("if (need > have)");
+  e.line("if (workspace != nullptr) {  // an earlier launch on this stream may still read it").line("  (void)cudaStreamSynchronize(stream);");
+  e.line("  cudaFree(workspace);").line("}").line("workspace = nullptr, have = 0;");
+  e.line("if (cudaMalloc(&workspace, need) != cudaSuccess) return 4;").line("have = need;").close();
+  e.line("if (gemm.initialize(args, workspace, stream) != cutlass::Status::kSuccess) return 5;");
+  e.line("return gemm.run(stream) == cutlass::Status::kSuccess ? 0 : 5;").close();
   e.line("return gemm(args, nullptr, stream) == cutlass::Status::kSuccess ? 0 : 5;").close();
 }
 
@@ -593,12 +616,14 @@ std::string generate_gemm_tensor_cores(const GemmProgram& gp, const TemplatePara
   head(title, tp,
        fmt::format("CUTLASS's 3xTF32 tensor-core GEMM, then a row kernel: C = A @ {}, then the epilogue", gp.trans_b ? "W^T (W is [N, K])" : "B"),
        p, e);
+  e.line("#include <algorithm>").blank();
   e.line("#include \"cutlass/epilogue/thread/linear_combination.h\"").line("#include \"cutlass/gemm/device/gemm.h\"");
   e.raw(kPrelude).raw(host_checks()).blank();
   prepare_kernels(gp, e);
   const Parts rows = rows_parts(g, kProductRows);  // declares Args too
   e.raw(rows.code).blank();
   cutlass_gemm_types(gp, tp, e);
+  e.linef("constexpr bool SPLIT_K = {};  // K in slices (few output tiles over a long K)", tp.count("splitk") ? "true" : "false").blank();
   Binding b = gemm_binding(gp, true);
   const bool direct = product_is_output(gp, pin);
   b.setup = product_buffer(pin, "0", direct);
@@ -610,7 +635,7 @@ std::string generate_gemm_tensor_cores(const GemmProgram& gp, const TemplatePara
     float* cp = product + z * gmb * gn;
     const bool v4 = K % 4 == 0 && gn % 4 == 0 && kfab_aligned16(ap) && kfab_aligned16(bp) && kfab_aligned16(cp);
     const int m32 = static_cast<int>(gmb), n32 = static_cast<int>(gn), k32 = static_cast<int>(K);
-    const int rc = v4 ? kfab_tc_gemm<4>(ap, bp, cp, m32, n32, k32, stream) : kfab_tc_gemm<1>(ap, bp, cp, m32, n32, k32, stream);
+    const int rc = v4 ? kfab_tc_gemm<4, SPLIT_K>(ap, bp, cp, m32, n32, k32, stream) : kfab_tc_gemm<1, SPLIT_K>(ap, bp, cp, m32, n32, k32, stream);
     if (rc != 0) return rc;
   }
 )" + (direct ? std::string() : max_pool_pass(gp, pin, true) + rows.launch);

@@ -201,16 +201,17 @@ TEST_F(CudaBuild, GemmEpiloguesCompileAtEveryPoint) {
     EXPECT_NE(generate_gemm_cuda(ln, grid.front(), "ln").find("kfab_sm90_1xtf32<KfabTile>(a_data, w_data, product, scratch, m32, n32, k32, l32, false,"),
               std::string::npos);
   }
-  if (hopper) {  // the dimensions order the points: few output tiles over a long K take stream-K second
+  if (hopper) {  // the dimensions order the points: few output tiles over a long K take K in slices second, stream-K third
     GemmProgram few = ln, many = ln;
     few.m = 256, few.n = 256, few.k = 524288;  // KernelBench's level1_6: 4 tiles of 128 x 128
     many.m = 1024, many.n = 8192, many.k = 8192;
     const auto fg = gemm_cuda_grid(few), mg = gemm_cuda_grid(many);
-    ASSERT_GE(fg.size(), 3u);
+    ASSERT_GE(fg.size(), 4u);
     ASSERT_GE(mg.size(), 3u);
-    EXPECT_EQ(fg[1].at("scheduler"), "streamk");
+    EXPECT_EQ(fg[1].count("splitk"), 1u) << format_params(fg[1]);
+    EXPECT_EQ(fg[2].at("scheduler"), "streamk");
     EXPECT_EQ(mg[1].at("scheduler"), "persistent");
-    EXPECT_EQ(fg.size(), mg.size()) << "the same points, in another order";
+    EXPECT_EQ(fg.size(), mg.size() + 1) << "the same points, in another order, and the split-K one";
   }
   // the Linear at the stream-K point (the matmul above took the persistent scheduler)
   const auto three = std::find_if(grid.begin(), grid.end(), [](const TemplateParams& q) {
@@ -329,6 +330,37 @@ TEST_F(CudaBuild, ACandidateOnCutlassBuildsWithItsHeadersOrSaysWhereToGetThem) {
     ASSERT_FALSE(r.ok());
     EXPECT_NE(r.failure().message.find("nvidia-cutlass"), std::string::npos) << r.failure().message;
     if (std::getenv("KFAB_REQUIRE_TORCH")) ADD_FAILURE() << "make test installs nvidia-cutlass in .venv";
+  }
+}
+
+// Few output tiles over a long K (KernelBench's level1_6, 256 x 256 x 524288): the cuda grid's first
+// fp32-accurate point is CUTLASS's SM80 3xTF32 (the operands split in registers, none written out) with K
+// in slices over the SMs (serial split-K, its semaphores in a workspace kept between calls). CI checks its
+// text; KFAB_BUILD_EVERY_TC_POINT=1 builds it.
+TEST_F(CudaBuild, AFewTileProductOverALongKSplitsKInSlices) {
+  if (cutlass_include_dir().empty()) GTEST_SKIP() << "CUTLASS's headers are not installed (make venv installs nvidia-cutlass)";
+  auto task = load_task(std::filesystem::path(KFAB_SOURCE_DIR) / "tasks/core/matmul");
+  ASSERT_TRUE(task.has_value());
+  auto gp = task_gemm(*task);
+  ASSERT_TRUE(gp.has_value()) << gp.error().message;
+  gp->m = 256, gp->n = 256, gp->k = 524288;
+  const auto grid = gemm_cuda_grid(*gp);
+  const auto split = std::find_if(grid.begin(), grid.end(), [](const TemplateParams& q) { return q.count("splitk") != 0; });
+  ASSERT_NE(split, grid.end());
+  const auto first_accurate = std::find_if(grid.begin(), grid.end(), [](const TemplateParams& q) { return !reduced_precision(q); });
+  EXPECT_EQ(split, first_accurate) << format_params(*first_accurate);
+  const std::string src = generate_gemm_cuda(*gp, *split, "long_k");
+  EXPECT_NE(src.find("constexpr bool SPLIT_K = true;"), std::string::npos);
+  EXPECT_NE(src.find("kfab_tc_gemm<4, SPLIT_K>(ap, bp, cp, m32, n32, k32, stream)"), std::string::npos);
+  EXPECT_NE(src.find("gemm.initialize(args, workspace, stream)"), std::string::npos);
+  // a product of many tiles gets no such point
+  gp->m = 4096, gp->n = 4096, gp->k = 4096;
+  for (const auto& q : gemm_cuda_grid(*gp)) EXPECT_EQ(q.count("splitk"), 0u) << format_params(q);
+  if (std::getenv("KFAB_BUILD_EVERY_TC_POINT") != nullptr) {
+    const auto f = scratch() / "long_k_split.cu";
+    ASSERT_TRUE(write_file_atomic(f, src).has_value());
+    auto r = backend_.build(f);
+    ASSERT_TRUE(r.ok()) << r.failure().message;
   }
 }
 
