@@ -453,7 +453,7 @@ std::string product_buffer(int pin, const std::string& extra = "0", bool direct 
   return fmt::format(R"(  // the product's buffer{1}, kept between calls (grown when a shape needs more)
   static float* product = nullptr;
   static int64_t capacity = 0;
-  const int64_t need = gm * gn + {2};  // the GEMM's product (a max-pooled one's at its full width)
+  const int64_t need = (gm * gn + 3) / 4 * 4 + {2};  // the GEMM's product (a max-pooled one's at its full width)
   if (need > capacity) {{
     if (product != nullptr) cudaFree(product);
     product = nullptr, capacity = 0;
@@ -463,7 +463,7 @@ std::string product_buffer(int pin, const std::string& extra = "0", bool direct 
   a.in{0} = product;
 {3})",
                      pin, extra == "0" ? "" : " and the operands' scratch after it", extra,
-                     extra == "0" ? "" : "  float* const scratch = product + gm * gn;\n");
+                     extra == "0" ? "" : "  float* const scratch = product + (gm * gn + 3) / 4 * 4;  // 16-byte aligned\n");
 }
 
 /// kfab_run's end for the GEMM: the grid, the float4 choice and the launch; with a row kernel after
@@ -583,19 +583,23 @@ std::string generate_gemm_sm90(const GemmProgram& gp, const TemplateParams& tp, 
   cutlass_gemm_types(gp, {}, e);  // the alignment-1 instance for what TMA cannot take
   Binding b = gemm_binding(gp, true);
   const bool direct = product_is_output(gp, pin);
-  const std::string extra = three ? "kfab_3xtf32_scratch(gmb, gn, K, batch)" : gp.trans_b ? "0" : "batch * gn * K";
+  // three products: the parts' rows padded where TMA cannot take the operands or the product as they are
+  const std::string extra = three ? fmt::format("kfab_3xtf32_scratch_for(a_data, w_data, {}, gmb, gn, K, batch)", direct ? "a.out0" : "nullptr")
+                                  : gp.trans_b ? "0"
+                                               : "batch * gn * K";
   b.setup = product_buffer(pin, extra, direct);
   if (!direct && extra == "0") b.setup += "  float* const scratch = nullptr;  // W is read as it is\n";
   // every batch in one launch (CUTLASS's batch mode): a batch alone may have fewer tiles than the GPU has SMs
   std::string launch = R"(  if (total == 0) return 0;
   if (gmb > 2147483647 || gn > 2147483647 || K > 2147483647 || batch > 2147483647) return 6;
   const int m32 = static_cast<int>(gmb), n32 = static_cast<int>(gn), k32 = static_cast<int>(K), l32 = static_cast<int>(batch);
-  if (K > 0 && K % 4 == 0 && gn % 4 == 0 && kfab_aligned16(a_data) && kfab_aligned16(w_data) && kfab_aligned16(product)) {
+  if (K > 0)" + std::string(three ? "" : " && K % 4 == 0 && gn % 4 == 0 && kfab_aligned16(a_data) && kfab_aligned16(w_data) && kfab_aligned16(product)") +
+                       R"() {
 )";
   launch += fmt::format("    const int rc = kfab_sm90_{}xtf32<KfabTile>(a_data, w_data, product, scratch, m32, n32, k32, l32, {}{}, stream);\n",
                         three ? 3 : 1, gp.trans_b ? "false" : "true", three ? (streamk ? ", false" : ", true") : "");
   launch += R"(    if (rc != 0) return rc;
-  } else {  // what TMA cannot take: CUTLASS's SM80 3xTF32 at alignment 1, a batch at a time
+  } else {  // what TMA cannot take (with one product): CUTLASS's SM80 3xTF32 at alignment 1, a batch at a time
     for (int64_t z = 0; z < batch; ++z) {
       const int rc = kfab_tc_gemm<1>(a_data + z * gmb * K, w_data + z * K * gn, product + z * gmb * gn, m32, n32, k32, stream);
       if (rc != 0) return rc;

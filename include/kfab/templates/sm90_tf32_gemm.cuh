@@ -86,15 +86,18 @@ struct KfabSm90Gemm {
 // in a fixed order in the workspace), else `data_parallel` hands out whole tiles and its absence lets
 // CUTLASS's heuristic choose (stream-K for few tiles). 0, or 7 when CUTLASS cannot take the shape, 5
 // when it fails.
+// `lda`, `ldw`, `ldc` (0: k, k, n): the rows' strides, multiples of 4 (TMA's 16 bytes); a row's elements past k
+// (or n) are not read (TMA fills them with zeros) or written.
 template <class G>
 int kfab_sm90_product(const float* a, const float* w, float* c, int m, int n, int k, int l, float beta, cudaStream_t stream, int splits = 1,
-                      bool data_parallel = false) {
+                      bool data_parallel = false, int64_t lda = 0, int64_t ldw = 0, int64_t ldc = 0) {
   using Dev = typename G::Device;
   const int64_t bl = l > 1 ? 1 : 0;  // batch strides: none for one batch
-  const typename G::Kernel::StrideA sa = cute::make_stride(int64_t(k), cute::Int<1>{}, bl * m * k);
-  const typename G::Kernel::StrideB sb = cute::make_stride(int64_t(k), cute::Int<1>{}, bl * n * k);  // W [N, K]
-  const typename G::Kernel::StrideC sc = cute::make_stride(int64_t(n), cute::Int<1>{}, bl * m * n);
-  const typename G::Kernel::StrideD sd = cute::make_stride(int64_t(n), cute::Int<1>{}, bl * m * n);
+  lda = lda > 0 ? lda : k, ldw = ldw > 0 ? ldw : k, ldc = ldc > 0 ? ldc : n;
+  const typename G::Kernel::StrideA sa = cute::make_stride(lda, cute::Int<1>{}, bl * m * lda);
+  const typename G::Kernel::StrideB sb = cute::make_stride(ldw, cute::Int<1>{}, bl * n * ldw);  // W [N, K]
+  const typename G::Kernel::StrideC sc = cute::make_stride(ldc, cute::Int<1>{}, bl * m * ldc);
+  const typename G::Kernel::StrideD sd = cute::make_stride(ldc, cute::Int<1>{}, bl * m * ldc);
   typename Dev::Arguments args{cutlass::gemm::GemmUniversalMode::kGemm, {m, n, k, l}, {a, sa, w, sb}, {{}, c, sc, c, sd}};
   args.epilogue.thread.alpha = 1.0f;
   args.epilogue.thread.beta = beta;
@@ -121,6 +124,19 @@ __global__ void kfab_tf32_split(const float4* __restrict__ v, float4* __restrict
     const float4 b = make_float4(kfab_tf32_big(a.x), kfab_tf32_big(a.y), kfab_tf32_big(a.z), kfab_tf32_big(a.w));
     __stcs(big + i, b);
     __stcs(small + i, make_float4(a.x - b.x, a.y - b.y, a.z - b.z, a.w - b.w));
+  }
+}
+
+// v [rows, k] (any k, any alignment) split into big and small [rows, ld] (ld >= k, a multiple of 4: the rows
+// TMA can read where k is not a multiple of 4); the columns from k to ld are left as they are (unread).
+__global__ void kfab_tf32_split_ld(const float* __restrict__ v, float* __restrict__ big, float* __restrict__ small, int64_t rows, int64_t k,
+                                   int64_t ld) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x, n = rows * k;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
+    const int64_t r = i / k, c = i % k;
+    const float x = __ldcs(v + i), b = kfab_tf32_big(x);
+    __stcs(big + r * ld + c, b);
+    __stcs(small + r * ld + c, x - b);
   }
 }
 
@@ -204,6 +220,22 @@ inline int64_t kfab_3xtf32_scratch(int64_t m, int64_t n, int64_t k, int64_t l) {
   return (3 * k <= kfab_tf32_k_slice ? 3 : 2) * l * (m + n) * k;
 }
 
+// Whether TMA takes the operands and C as they are: k and n multiples of 4, 16-byte aligned pointers (c
+// null: a buffer of kfab's own, aligned). Otherwise kfab_sm90_3xtf32 writes the parts with rows padded to
+// a multiple of 4 and, where n or c need it, the product into a padded buffer copied to c after.
+inline bool kfab_3xtf32_tma(const void* a, const void* w, const void* c, int64_t n, int64_t k) {
+  auto al = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
+  return k % 4 == 0 && n % 4 == 0 && al(a) && al(w) && (c == nullptr || al(c));
+}
+
+// The floats kfab_sm90_3xtf32's scratch needs for these operands and this C (c null: kfab's own buffer).
+inline int64_t kfab_3xtf32_scratch_for(const void* a, const void* w, const void* c, int64_t m, int64_t n, int64_t k, int64_t l) {
+  if (kfab_3xtf32_tma(a, w, c, n, k)) return kfab_3xtf32_scratch(m, n, k, l);
+  const int64_t kp = (k + 3) / 4 * 4, np = (n + 3) / 4 * 4;
+  const bool c_ok = n % 4 == 0 && (c == nullptr || (reinterpret_cast<uintptr_t>(c) & 15u) == 0);
+  return 2 * l * (m + n) * kp + (c_ok ? 0 : l * m * np);
+}
+
 // C = A @ W^T (W [N, K]), or A @ B where B_KN (B [K, N], transposed here), for each of l batches, at fp32
 // accuracy from three TF32 products (small x big, big x small, big x big; the small x small term, below
 // 2^-21 of the product, dropped as in CUTLASS's 3xTF32), the big x big one split along K into slices of
@@ -214,10 +246,46 @@ inline int64_t kfab_3xtf32_scratch(int64_t m, int64_t n, int64_t k, int64_t l) {
 // as [N, K]. A short K (3K at most a slice: KernelBench's level1_7, K = 64, with an output of 4 GiB) is
 // one product over K' = 3K instead, [As | Ab | Ab] @ [Wb | Ws | Wb]^T, which writes C once where the three
 // would read and write it five times.
+// Shapes and pointers TMA cannot take as they are (kfab_3xtf32_tma: KernelBench's level1_8, 8205 x 2949 x 5921)
+// go through parts whose rows are padded to a multiple of 4 (`scratch`: kfab_3xtf32_scratch_for floats), and,
+// where n is not a multiple of 4 or c is not aligned, a product padded the same way, copied to c after.
+template <class G>
+int kfab_sm90_3xtf32_padded(const float* a, const float* w, float* c, float* scratch, int m, int n, int k, int l, bool b_kn,
+                            bool data_parallel, cudaStream_t stream) {
+  const int64_t kp = (static_cast<int64_t>(k) + 3) / 4 * 4, np = (static_cast<int64_t>(n) + 3) / 4 * 4;
+  const int64_t am = static_cast<int64_t>(l) * m * kp, wn = static_cast<int64_t>(l) * n * kp;
+  float* ab = scratch;
+  float* as = ab + am;
+  float* wb = as + am;
+  float* ws = wb + wn;
+  const bool c_ok = n % 4 == 0 && (reinterpret_cast<uintptr_t>(c) & 15u) == 0;
+  float* cp = c_ok ? c : ws + wn;  // the product [l * m, np] where c cannot take it
+  auto blocks = [](int64_t n1) { return static_cast<unsigned>(std::min<int64_t>((n1 + 255) / 256, 4096)); };
+  const int64_t arows = static_cast<int64_t>(l) * m, wrows = static_cast<int64_t>(l) * n;
+  if (arows * k > 0) kfab_tf32_split_ld<<<blocks(arows * k), 256, 0, stream>>>(a, ab, as, arows, k, kp);
+  if (b_kn) {
+    if (const int rc = kfab_split_kn(w, wb, ws, n, k, l, stream, nullptr, kp); rc != 0) return rc;
+  } else if (wrows * k > 0) {
+    kfab_tf32_split_ld<<<blocks(wrows * k), 256, 0, stream>>>(w, wb, ws, wrows, k, kp);
+  }
+  if (cudaGetLastError() != cudaSuccess) return 5;
+  const int splits = (k + kfab_tf32_k_slice - 1) / kfab_tf32_k_slice;
+  const int64_t ldc = c_ok ? n : np;
+  int rc = kfab_sm90_product<G>(as, wb, cp, m, n, k, l, 0.0f, stream, 1, data_parallel, kp, kp, ldc);
+  if (rc == 0) rc = kfab_sm90_product<G>(ab, ws, cp, m, n, k, l, 1.0f, stream, 1, data_parallel, kp, kp, ldc);
+  if (rc == 0) rc = kfab_sm90_product<G>(ab, wb, cp, m, n, k, l, 1.0f, stream, splits, data_parallel, kp, kp, ldc);
+  if (rc != 0 || c_ok) return rc;
+  return cudaMemcpy2DAsync(c, sizeof(float) * static_cast<size_t>(n), cp, sizeof(float) * static_cast<size_t>(np),
+                           sizeof(float) * static_cast<size_t>(n), static_cast<size_t>(arows), cudaMemcpyDeviceToDevice, stream) == cudaSuccess
+             ? 0
+             : 5;
+}
+
 template <class G>
 int kfab_sm90_3xtf32(const float* a, const float* w, float* c, float* scratch, int m, int n, int k, int l, bool b_kn, bool data_parallel,
                      cudaStream_t stream) {
   static_assert(G::kStreamK, "the big x big product is split along K: G needs CUTLASS's stream-K scheduler");
+  if (!kfab_3xtf32_tma(a, w, c, n, k)) return kfab_sm90_3xtf32_padded<G>(a, w, c, scratch, m, n, k, l, b_kn, data_parallel, stream);
   const size_t am = static_cast<size_t>(l) * m * k, wn = static_cast<size_t>(l) * n * k;
   auto blocks = [](int64_t n4) { return static_cast<unsigned>(std::min<int64_t>((n4 + 255) / 256, 4096)); };
   if (3 * static_cast<int64_t>(k) <= kfab_tf32_k_slice) {  // a short K: the three parts side by side, one product
