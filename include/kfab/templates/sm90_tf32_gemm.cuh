@@ -86,18 +86,15 @@ struct KfabSm90Gemm {
 // in a fixed order in the workspace), else `data_parallel` hands out whole tiles and its absence lets
 // CUTLASS's heuristic choose (stream-K for few tiles). 0, or 7 when CUTLASS cannot take the shape, 5
 // when it fails.
-// `lda`, `ldw`, `ldc` (0: k, k, n): the rows' strides, multiples of 4 (TMA's 16 bytes); a row's elements past k
-// (or n) are not read (TMA fills them with zeros) or written.
 template <class G>
 int kfab_sm90_product(const float* a, const float* w, float* c, int m, int n, int k, int l, float beta, cudaStream_t stream, int splits = 1,
-                      bool data_parallel = false, int64_t lda = 0, int64_t ldw = 0, int64_t ldc = 0) {
+                      bool data_parallel = false) {
   using Dev = typename G::Device;
   const int64_t bl = l > 1 ? 1 : 0;  // batch strides: none for one batch
-  lda = lda > 0 ? lda : k, ldw = ldw > 0 ? ldw : k, ldc = ldc > 0 ? ldc : n;
-  const typename G::Kernel::StrideA sa = cute::make_stride(lda, cute::Int<1>{}, bl * m * lda);
-  const typename G::Kernel::StrideB sb = cute::make_stride(ldw, cute::Int<1>{}, bl * n * ldw);  // W [N, K]
-  const typename G::Kernel::StrideC sc = cute::make_stride(ldc, cute::Int<1>{}, bl * m * ldc);
-  const typename G::Kernel::StrideD sd = cute::make_stride(ldc, cute::Int<1>{}, bl * m * ldc);
+  const typename G::Kernel::StrideA sa = cute::make_stride(int64_t(k), cute::Int<1>{}, bl * m * k);
+  const typename G::Kernel::StrideB sb = cute::make_stride(int64_t(k), cute::Int<1>{}, bl * n * k);  // W [N, K]
+  const typename G::Kernel::StrideC sc = cute::make_stride(int64_t(n), cute::Int<1>{}, bl * m * n);
+  const typename G::Kernel::StrideD sd = cute::make_stride(int64_t(n), cute::Int<1>{}, bl * m * n);
   typename Dev::Arguments args{cutlass::gemm::GemmUniversalMode::kGemm, {m, n, k, l}, {a, sa, w, sb}, {{}, c, sc, c, sd}};
   args.epilogue.thread.alpha = 1.0f;
   args.epilogue.thread.beta = beta;
@@ -127,16 +124,17 @@ __global__ void kfab_tf32_split(const float4* __restrict__ v, float4* __restrict
   }
 }
 
-// v [rows, k] (any k, any alignment) split into big and small [rows, ld] (ld >= k, a multiple of 4: the rows
-// TMA can read where k is not a multiple of 4); the columns from k to ld are left as they are (unread).
+// v [rows, k] (any k, any alignment) split into big and small parts whose rows are `ld` floats apart (ld >= k,
+// a multiple of 4: rows TMA can read where k is not one), the columns from k to ld zero; the rows come in
+// batches of `rin` and are written in batches of `rout` rows (rout >= rin: the rows between, left as they are).
 __global__ void kfab_tf32_split_ld(const float* __restrict__ v, float* __restrict__ big, float* __restrict__ small, int64_t rows, int64_t k,
-                                   int64_t ld) {
-  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x, n = rows * k;
+                                   int64_t ld, int64_t rin, int64_t rout) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x, n = rows * ld;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
-    const int64_t r = i / k, c = i % k;
-    const float x = __ldcs(v + i), b = kfab_tf32_big(x);
-    __stcs(big + r * ld + c, b);
-    __stcs(small + r * ld + c, x - b);
+    const int64_t r = i / ld, c = i % ld, o = ((r / rin) * rout + r % rin) * ld + c;
+    const float x = c < k ? __ldcs(v + r * k + c) : 0.0f, b = kfab_tf32_big(x);
+    __stcs(big + o, b);
+    __stcs(small + o, x - b);
   }
 }
 
@@ -147,12 +145,12 @@ __global__ void kfab_tf32_split_ld(const float* __restrict__ v, float* __restric
 // Measured on an H200 (issue 23): CUTLASS's sm90 GEMM with an N-major TF32 B was wrong by 0.7% on
 // KernelBench's level1_1 (4096 x 4096 x 4096), with one product and with three.
 __global__ void __launch_bounds__(256) kfab_tf32_split_t(const float* __restrict__ x, float* __restrict__ big, float* __restrict__ small,
-                                                         float* __restrict__ big2, int64_t k, int64_t n, int64_t ld) {
+                                                         float* __restrict__ big2, int64_t k, int64_t n, int64_t ld, int64_t nout) {
   __shared__ float tile[32][33];  // +1: the column reads hit 32 different banks
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * 32, z = static_cast<int64_t>(blockIdx.z);  // blockIdx.z: a batch
-  x += z * k * n, big += z * n * ld;
-  if (small != nullptr) small += z * n * ld;
-  if (big2 != nullptr) big2 += z * n * ld;
+  x += z * k * n, big += z * nout * ld;  // a batch's output: nout rows (n of them written)
+  if (small != nullptr) small += z * nout * ld;
+  if (big2 != nullptr) big2 += z * nout * ld;
   for (int64_t k0 = static_cast<int64_t>(blockIdx.y) * 32; k0 < k; k0 += static_cast<int64_t>(gridDim.y) * 32) {
 #pragma unroll
     for (int r = threadIdx.y; r < 32; r += 8) {
@@ -197,14 +195,14 @@ __global__ void kfab_tf32_split_cat(const float4* __restrict__ v, float4* __rest
   }
 }
 
-// Launches kfab_tf32_split_t over the l batches of B [l, K, N]; 0, 6 for more batches than a grid
-// takes, or 5 when the launch fails.
+// Launches kfab_tf32_split_t over the l batches of B [l, K, N] (each batch's output `nout` rows of `ld`
+// floats; 0: n rows of k); 0, 6 for more batches than a grid takes, or 5 when the launch fails.
 inline int kfab_split_kn(const float* b, float* big, float* small, int n, int k, int l, cudaStream_t stream, float* big2 = nullptr,
-                         int64_t ld = 0) {
+                         int64_t ld = 0, int64_t nout = 0) {
   if (n == 0 || k == 0 || l == 0) return 0;
   if (l > 65535) return 6;
   const dim3 grid(static_cast<unsigned>((n + 31) / 32), static_cast<unsigned>(std::min(((k + 31) / 32), 65535)), static_cast<unsigned>(l));
-  kfab_tf32_split_t<<<grid, dim3(32, 8), 0, stream>>>(b, big, small, big2, k, n, ld > 0 ? ld : k);
+  kfab_tf32_split_t<<<grid, dim3(32, 8), 0, stream>>>(b, big, small, big2, k, n, ld > 0 ? ld : k, nout > 0 ? nout : n);
   return cudaGetLastError() == cudaSuccess ? 0 : 5;
 }
 
@@ -220,9 +218,9 @@ inline int64_t kfab_3xtf32_scratch(int64_t m, int64_t n, int64_t k, int64_t l) {
   return (3 * k <= kfab_tf32_k_slice ? 3 : 2) * l * (m + n) * k;
 }
 
-// Whether TMA takes the operands and C as they are: k and n multiples of 4, 16-byte aligned pointers (c
-// null: a buffer of kfab's own, aligned). Otherwise kfab_sm90_3xtf32 writes the parts with rows padded to
-// a multiple of 4 and, where n or c need it, the product into a padded buffer copied to c after.
+// Whether TMA takes the operands and C as they are: k and n multiples of 4 (CUTLASS's sm90 GEMM asks that of
+// the problem's contiguous dimensions), 16-byte aligned pointers (c null: a buffer of kfab's own, aligned).
+// Otherwise kfab_sm90_3xtf32 pads: see kfab_sm90_3xtf32_padded.
 inline bool kfab_3xtf32_tma(const void* a, const void* w, const void* c, int64_t n, int64_t k) {
   auto al = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
   return k % 4 == 0 && n % 4 == 0 && al(a) && al(w) && (c == nullptr || al(c));
@@ -233,7 +231,47 @@ inline int64_t kfab_3xtf32_scratch_for(const void* a, const void* w, const void*
   if (kfab_3xtf32_tma(a, w, c, n, k)) return kfab_3xtf32_scratch(m, n, k, l);
   const int64_t kp = (k + 3) / 4 * 4, np = (n + 3) / 4 * 4;
   const bool c_ok = n % 4 == 0 && (c == nullptr || (reinterpret_cast<uintptr_t>(c) & 15u) == 0);
-  return 2 * l * (m + n) * kp + (c_ok ? 0 : l * m * np);
+  return 2 * l * (m + np) * kp + (c_ok ? 0 : l * m * np);
+}
+
+// Shapes and pointers TMA cannot take as they are (kfab_3xtf32_tma: KernelBench's level1_8, 8205 x 2949 x 5921):
+// the product over K' = k rounded up to a multiple of 4, the split parts' rows padded with zeros to K'
+// (`scratch`: kfab_3xtf32_scratch_for floats); where n is not a multiple of 4 or c not aligned, over N' = n
+// rounded up the same way (W's parts given zero rows to N') into a buffer [l * m, N'], whose first n
+// columns are then copied to c.
+template <class G>
+int kfab_sm90_3xtf32_padded(const float* a, const float* w, float* c, float* scratch, int m, int n, int k, int l, bool b_kn,
+                            bool data_parallel, cudaStream_t stream) {
+  const int64_t kp = (static_cast<int64_t>(k) + 3) / 4 * 4, np = (static_cast<int64_t>(n) + 3) / 4 * 4;
+  const int64_t am = static_cast<int64_t>(l) * m * kp, wn = static_cast<int64_t>(l) * np * kp;
+  float* ab = scratch;
+  float* as = ab + am;
+  float* wb = as + am;
+  float* ws = wb + wn;
+  const bool c_ok = n % 4 == 0 && (reinterpret_cast<uintptr_t>(c) & 15u) == 0;  // then np is n
+  float* cp = c_ok ? c : ws + wn;  // the product [l * m, np] where c cannot take it
+  if (np > 2147483647 || kp > 2147483647) return 6;
+  const int n32 = static_cast<int>(np), k32 = static_cast<int>(kp);
+  auto blocks = [](int64_t n1) { return static_cast<unsigned>(std::min<int64_t>((n1 + 255) / 256, 4096)); };
+  const int64_t arows = static_cast<int64_t>(l) * m, wrows = static_cast<int64_t>(l) * n;
+  // W's parts zero first where some of their rows or columns are not written below (the padding)
+  if ((np != n || (b_kn && kp != k)) && cudaMemsetAsync(wb, 0, sizeof(float) * static_cast<size_t>(2 * wn), stream) != cudaSuccess) return 5;
+  if (arows > 0) kfab_tf32_split_ld<<<blocks(arows * kp), 256, 0, stream>>>(a, ab, as, arows, k, kp, arows, arows);
+  if (b_kn) {
+    if (const int rc = kfab_split_kn(w, wb, ws, n, k, l, stream, nullptr, kp, np); rc != 0) return rc;
+  } else if (wrows > 0) {
+    kfab_tf32_split_ld<<<blocks(wrows * kp), 256, 0, stream>>>(w, wb, ws, wrows, k, kp, n, np);
+  }
+  if (cudaGetLastError() != cudaSuccess) return 5;
+  const int splits = (k32 + kfab_tf32_k_slice - 1) / kfab_tf32_k_slice;
+  int rc = kfab_sm90_product<G>(as, wb, cp, m, n32, k32, l, 0.0f, stream, 1, data_parallel);
+  if (rc == 0) rc = kfab_sm90_product<G>(ab, ws, cp, m, n32, k32, l, 1.0f, stream, 1, data_parallel);
+  if (rc == 0) rc = kfab_sm90_product<G>(ab, wb, cp, m, n32, k32, l, 1.0f, stream, splits, data_parallel);
+  if (rc != 0 || c_ok) return rc;
+  return cudaMemcpy2DAsync(c, sizeof(float) * static_cast<size_t>(n), cp, sizeof(float) * static_cast<size_t>(np),
+                           sizeof(float) * static_cast<size_t>(n), static_cast<size_t>(arows), cudaMemcpyDeviceToDevice, stream) == cudaSuccess
+             ? 0
+             : 5;
 }
 
 // C = A @ W^T (W [N, K]), or A @ B where B_KN (B [K, N], transposed here), for each of l batches, at fp32
@@ -246,41 +284,6 @@ inline int64_t kfab_3xtf32_scratch_for(const void* a, const void* w, const void*
 // as [N, K]. A short K (3K at most a slice: KernelBench's level1_7, K = 64, with an output of 4 GiB) is
 // one product over K' = 3K instead, [As | Ab | Ab] @ [Wb | Ws | Wb]^T, which writes C once where the three
 // would read and write it five times.
-// Shapes and pointers TMA cannot take as they are (kfab_3xtf32_tma: KernelBench's level1_8, 8205 x 2949 x 5921)
-// go through parts whose rows are padded to a multiple of 4 (`scratch`: kfab_3xtf32_scratch_for floats), and,
-// where n is not a multiple of 4 or c is not aligned, a product padded the same way, copied to c after.
-template <class G>
-int kfab_sm90_3xtf32_padded(const float* a, const float* w, float* c, float* scratch, int m, int n, int k, int l, bool b_kn,
-                            bool data_parallel, cudaStream_t stream) {
-  const int64_t kp = (static_cast<int64_t>(k) + 3) / 4 * 4, np = (static_cast<int64_t>(n) + 3) / 4 * 4;
-  const int64_t am = static_cast<int64_t>(l) * m * kp, wn = static_cast<int64_t>(l) * n * kp;
-  float* ab = scratch;
-  float* as = ab + am;
-  float* wb = as + am;
-  float* ws = wb + wn;
-  const bool c_ok = n % 4 == 0 && (reinterpret_cast<uintptr_t>(c) & 15u) == 0;
-  float* cp = c_ok ? c : ws + wn;  // the product [l * m, np] where c cannot take it
-  auto blocks = [](int64_t n1) { return static_cast<unsigned>(std::min<int64_t>((n1 + 255) / 256, 4096)); };
-  const int64_t arows = static_cast<int64_t>(l) * m, wrows = static_cast<int64_t>(l) * n;
-  if (arows * k > 0) kfab_tf32_split_ld<<<blocks(arows * k), 256, 0, stream>>>(a, ab, as, arows, k, kp);
-  if (b_kn) {
-    if (const int rc = kfab_split_kn(w, wb, ws, n, k, l, stream, nullptr, kp); rc != 0) return rc;
-  } else if (wrows * k > 0) {
-    kfab_tf32_split_ld<<<blocks(wrows * k), 256, 0, stream>>>(w, wb, ws, wrows, k, kp);
-  }
-  if (cudaGetLastError() != cudaSuccess) return 5;
-  const int splits = (k + kfab_tf32_k_slice - 1) / kfab_tf32_k_slice;
-  const int64_t ldc = c_ok ? n : np;
-  int rc = kfab_sm90_product<G>(as, wb, cp, m, n, k, l, 0.0f, stream, 1, data_parallel, kp, kp, ldc);
-  if (rc == 0) rc = kfab_sm90_product<G>(ab, ws, cp, m, n, k, l, 1.0f, stream, 1, data_parallel, kp, kp, ldc);
-  if (rc == 0) rc = kfab_sm90_product<G>(ab, wb, cp, m, n, k, l, 1.0f, stream, splits, data_parallel, kp, kp, ldc);
-  if (rc != 0 || c_ok) return rc;
-  return cudaMemcpy2DAsync(c, sizeof(float) * static_cast<size_t>(n), cp, sizeof(float) * static_cast<size_t>(np),
-                           sizeof(float) * static_cast<size_t>(n), static_cast<size_t>(arows), cudaMemcpyDeviceToDevice, stream) == cudaSuccess
-             ? 0
-             : 5;
-}
-
 template <class G>
 int kfab_sm90_3xtf32(const float* a, const float* w, float* c, float* scratch, int m, int n, int k, int l, bool b_kn, bool data_parallel,
                      cudaStream_t stream) {
