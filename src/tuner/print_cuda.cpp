@@ -577,8 +577,9 @@ std::string generate_gemm_sm90(const GemmProgram& gp, const TemplateParams& tp, 
   const bool streamk = tp.count("scheduler") && tp.at("scheduler") == "streamk";
   // three products: CUTLASS's stream-K scheduler, which splits the big x big product along K (kfab_tf32_k_slice)
   // and hands out the others' tiles whole (scheduler=persistent) or as its heuristic picks (scheduler=streamk)
+  // (CUTLASS's ping-pong schedule has no stream-K scheduler: its three products take a K short of a slice)
   e.linef("using KfabTile = KfabSm90Gemm<{}, {}, {}, {}>;", tile, param(tp, "cluster", 1), coop ? "true" : "false",
-          streamk || three ? "true" : "false")
+          coop && (streamk || three) ? "true" : "false")
       .blank();
   cutlass_gemm_types(gp, {}, e);  // the alignment-1 instance for what TMA cannot take
   Binding b = gemm_binding(gp, true);

@@ -366,6 +366,38 @@ TEST_F(CudaBuild, AFewTileProductOverALongKSplitsKInSlices) {
   }
 }
 
+// A short K with a large output (KernelBench's level1_7 and 9: 32768 x 32768 outputs over K = 64 and 32,
+// written once by one product over K' = 3K): on Hopper the second point is the sm90 3xTF32 one with
+// CUTLASS's ping-pong schedule (one consumer's epilogue over the other's mainloop), which CUTLASS runs
+// without the stream-K scheduler; a K that would need slices returns 7 there. CI checks its text;
+// KFAB_BUILD_EVERY_TC_POINT=1 builds it.
+TEST_F(CudaBuild, AShortKWithALargeOutputTakesThePingPongSchedule) {
+  if (cutlass_include_dir().empty() || cuda_candidate_arch() != "sm_90a") GTEST_SKIP() << "the sm90 points need CUTLASS and sm_90a";
+  auto task = load_task(std::filesystem::path(KFAB_SOURCE_DIR) / "tasks/core/matmul");
+  ASSERT_TRUE(task.has_value());
+  auto gp = task_gemm(*task);
+  ASSERT_TRUE(gp.has_value()) << gp.error().message;
+  gp->m = 32768, gp->n = 32768, gp->k = 64;
+  const auto grid = gemm_cuda_grid(*gp);
+  ASSERT_GE(grid.size(), 3u);
+  EXPECT_EQ(grid[1].at("mma"), "sm90_3xtf32");
+  EXPECT_EQ(grid[1].at("schedule"), "pingpong");
+  const std::string src = generate_gemm_cuda(*gp, grid[1], "short_k");
+  EXPECT_NE(src.find("using KfabTile = KfabSm90Gemm<64, 256, 32, 1, false, false>;"), std::string::npos) << "no stream-K with ping-pong";
+  int pingpong = 0;  // once only
+  for (const auto& q : grid) pingpong += q.count("schedule") && q.at("schedule") == "pingpong";
+  EXPECT_EQ(pingpong, 1);
+  // a long K gets no ping-pong point: its big x big product needs slices
+  gp->m = 1024, gp->n = 8192, gp->k = 8192;
+  for (const auto& q : gemm_cuda_grid(*gp)) EXPECT_FALSE(q.count("schedule") && q.at("schedule") == "pingpong") << format_params(q);
+  if (std::getenv("KFAB_BUILD_EVERY_TC_POINT") != nullptr) {
+    const auto f = scratch() / "short_k_pingpong.cu";
+    ASSERT_TRUE(write_file_atomic(f, src).has_value());
+    auto r = backend_.build(f);
+    ASSERT_TRUE(r.ok()) << r.failure().message;
+  }
+}
+
 // A half-precision task's plain product (tasks/half/matmul_bf16: bf16 A [M, K] and W [N, K], a bf16 C) on
 // 16-bit tensor cores: the cuda grid holds CUTLASS's sm90 GEMM on Hopper, then its SM80 one, each at the
 // task's own precision (not a reduced one); every operand read in its own layout; the cpu target's

@@ -264,6 +264,7 @@ int kfab_sm90_3xtf32_padded(const float* a, const float* w, float* c, float* scr
   }
   if (cudaGetLastError() != cudaSuccess) return 5;
   const int splits = (k32 + kfab_tf32_k_slice - 1) / kfab_tf32_k_slice;
+  if (splits > 1 && !G::kStreamK) return 7;  // the big x big product's slices need CUTLASS's stream-K scheduler
   int rc = kfab_sm90_product<G>(as, wb, cp, m, n32, k32, l, 0.0f, stream, 1, data_parallel);
   if (rc == 0) rc = kfab_sm90_product<G>(ab, ws, cp, m, n32, k32, l, 1.0f, stream, 1, data_parallel);
   if (rc == 0) rc = kfab_sm90_product<G>(ab, wb, cp, m, n32, k32, l, 1.0f, stream, splits, data_parallel);
@@ -283,11 +284,12 @@ int kfab_sm90_3xtf32_padded(const float* a, const float* w, float* c, float* scr
 // heuristic picks. `scratch` holds kfab_3xtf32_scratch floats: each operand's big and small parts, W's
 // as [N, K]. A short K (3K at most a slice: KernelBench's level1_7, K = 64, with an output of 4 GiB) is
 // one product over K' = 3K instead, [As | Ab | Ab] @ [Wb | Ws | Wb]^T, which writes C once where the three
-// would read and write it five times.
+// would read and write it five times. G without the stream-K scheduler (the ping-pong schedule, which
+// CUTLASS gives none: its epilogue of one tile overlaps the other consumer's mainloop, for a short K's
+// large output) takes only a K that needs no slices: 7 otherwise.
 template <class G>
 int kfab_sm90_3xtf32(const float* a, const float* w, float* c, float* scratch, int m, int n, int k, int l, bool b_kn, bool data_parallel,
                      cudaStream_t stream) {
-  static_assert(G::kStreamK, "the big x big product is split along K: G needs CUTLASS's stream-K scheduler");
   if (!kfab_3xtf32_tma(a, w, c, n, k)) return kfab_sm90_3xtf32_padded<G>(a, w, c, scratch, m, n, k, l, b_kn, data_parallel, stream);
   const size_t am = static_cast<size_t>(l) * m * k, wn = static_cast<size_t>(l) * n * k;
   auto blocks = [](int64_t n4) { return static_cast<unsigned>(std::min<int64_t>((n4 + 255) / 256, 4096)); };
@@ -323,6 +325,7 @@ int kfab_sm90_3xtf32(const float* a, const float* w, float* c, float* scratch, i
   }
   if (cudaGetLastError() != cudaSuccess) return 5;
   const int splits = (k + kfab_tf32_k_slice - 1) / kfab_tf32_k_slice;
+  if (splits > 1 && !G::kStreamK) return 7;  // the big x big product's slices need CUTLASS's stream-K scheduler
   int rc = kfab_sm90_product<G>(as, wb, c, m, n, k, l, 0.0f, stream, 1, data_parallel);
   if (rc == 0) rc = kfab_sm90_product<G>(ab, ws, c, m, n, k, l, 1.0f, stream, 1, data_parallel);
   if (rc == 0) rc = kfab_sm90_product<G>(ab, wb, c, m, n, k, l, 1.0f, stream, splits, data_parallel);
