@@ -141,12 +141,15 @@ std::vector<TemplateParams> gemm_cuda_grid(const GemmProgram& gp) {
   if (gp.dtype != DType::F32) return gemm_half_cuda_grid(gp);
   std::vector<TemplateParams> g;
   fold_point(gp, g);
-  auto tc = [&](const char* tile, const char* warp, const char* stages) {
+  auto tc = [&](const char* tile, const char* warp, const char* stages, const char* swizzle = "1") {
     g.push_back({{"mma", "tf32x3"}, {"precision", "3xtf32"}, {"tile", tile}, {"warp", warp}, {"stages", stages}});
+    if (std::string(swizzle) != "1") g.back()["swizzle"] = swizzle;
   };
-  auto sm90 = [&](const char* mma, const char* tile, const char* cluster, const char* schedule, const char* scheduler = "persistent") {
+  auto sm90 = [&](const char* mma, const char* tile, const char* cluster, const char* schedule, const char* scheduler = "persistent",
+                  const char* swizzle = "1") {
     g.push_back({{"mma", mma}, {"precision", std::string(mma) == "sm90_tf32" ? "tf32" : "3xtf32"}, {"tile", tile}, {"cluster", cluster},
                  {"schedule", schedule}, {"scheduler", scheduler}});
+    if (std::string(swizzle) != "1") g.back()["swizzle"] = swizzle;
   };
   const bool cutlass = !cutlass_include_dir().empty();
   // On Hopper, CUTLASS 3's sm90 GEMM first: one TF32 product (kept only where its errors stay well
@@ -185,6 +188,9 @@ std::vector<TemplateParams> gemm_cuda_grid(const GemmProgram& gp) {
     if (!(short_k && large_out) && (gp.k == 0 || short_k)) sm90("sm90_3xtf32", "64x256x32", "1", "pingpong");  // K within a slice
   }
   if (cutlass) tc("64x64x16", "32x32x16", "4");
+  // the tiles in swizzled groups (neighbouring blocks share rows of A and columns of B in L2)
+  if (hopper) sm90("sm90_3xtf32", "128x128x32", "1", "coop", "persistent", "4");
+  if (cutlass) tc("128x64x16", "64x32x16", "4", "4");
   // {bm, bn, bk, tm, tn}: 256 threads each; the large tiles first (large GEMMs), the small ones for
   // shapes that would leave most of the GPU idle with them
   for (const auto& t : std::vector<std::array<int, 5>>{

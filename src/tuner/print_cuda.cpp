@@ -509,8 +509,9 @@ void cutlass_gemm_types(const GemmProgram& gp, const TemplateParams& tp, Emitter
   e.linef("cutlass::arch::OpClassTensorOp, cutlass::arch::Sm80, cutlass::gemm::GemmShape<{}>, cutlass::gemm::GemmShape<{}>,",
           dims("tile", "128x64x16"), dims("warp", "64x32x16"));
   e.line("cutlass::gemm::GemmShape<16, 8, 8>, cutlass::epilogue::thread::LinearCombination<float, ALIGN, float, float>,");
-  e.linef("cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<>, {}, ALIGN, ALIGN, SPLIT, cutlass::arch::OpMultiplyAddFastF32>;",
-          param(tp, "stages", 4));
+  const int swizzle = param(tp, "swizzle", 1);  // blocks launched in groups along N (L2 reuse of A's rows)
+  e.linef("cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<{}>, {}, ALIGN, ALIGN, SPLIT, cutlass::arch::OpMultiplyAddFastF32>;",
+          swizzle != 1 ? std::to_string(swizzle) : std::string(), param(tp, "stages", 4));
   e.dedent().dedent();
   e.blank().line("// C = A @ B into `c` (rows x n, row-major) with the instance for `ALIGN`. SPLIT: a product of few output tiles");
   e.line("// over a long K (KernelBench's level1_6, 256 x 256 x 524288: 8 tiles where an H100 has 132 SMs) in slices of K,");
@@ -578,8 +579,9 @@ std::string generate_gemm_sm90(const GemmProgram& gp, const TemplateParams& tp, 
   // three products: CUTLASS's stream-K scheduler, which splits the big x big product along K (kfab_tf32_k_slice)
   // and hands out the others' tiles whole (scheduler=persistent) or as its heuristic picks (scheduler=streamk)
   // (CUTLASS's ping-pong schedule has no stream-K scheduler: its three products take a K short of a slice)
-  e.linef("using KfabTile = KfabSm90Gemm<{}, {}, {}, {}>;", tile, param(tp, "cluster", 1), coop ? "true" : "false",
-          coop && (streamk || three) ? "true" : "false")
+  const int swizzle = param(tp, "swizzle", 1);
+  e.linef("using KfabTile = KfabSm90Gemm<{}, {}, {}, {}{}>;", tile, param(tp, "cluster", 1), coop ? "true" : "false",
+          coop && (streamk || three) ? "true" : "false", swizzle != 1 ? fmt::format(", {}", swizzle) : std::string())
       .blank();
   cutlass_gemm_types(gp, {}, e);  // the alignment-1 instance for what TMA cannot take
   Binding b = gemm_binding(gp, true);

@@ -398,6 +398,38 @@ TEST_F(CudaBuild, AShortKWithALargeOutputTakesThePingPongSchedule) {
   }
 }
 
+// The tile order is searched too: points whose tiles go out in swizzled groups of 4 (CUTLASS 3's tile
+// scheduler's max_swizzle_size on Hopper, GemmIdentityThreadblockSwizzle<4> for the SM80 3xTF32 GEMM).
+// CI checks their text; KFAB_BUILD_EVERY_TC_POINT=1 builds them.
+TEST_F(CudaBuild, SwizzledTileOrdersAreSearchedToo) {
+  if (cutlass_include_dir().empty()) GTEST_SKIP() << "CUTLASS's headers are not installed (make venv installs nvidia-cutlass)";
+  auto task = load_task(std::filesystem::path(KFAB_SOURCE_DIR) / "tasks/core/matmul");
+  ASSERT_TRUE(task.has_value());
+  auto gp = task_gemm(*task);
+  ASSERT_TRUE(gp.has_value()) << gp.error().message;
+  const bool hopper = cuda_candidate_arch() == "sm_90a";
+  std::vector<std::string> sources;
+  for (const auto& q : gemm_cuda_grid(*gp)) {
+    if (!q.count("swizzle")) continue;
+    EXPECT_EQ(q.at("swizzle"), "4");
+    const std::string src = generate_gemm_cuda(*gp, q, "swizzled");
+    if (q.at("mma") == "sm90_3xtf32") {
+      EXPECT_NE(src.find("using KfabTile = KfabSm90Gemm<128, 128, 32, 1, true, true, 4>;"), std::string::npos);
+    } else {
+      EXPECT_NE(src.find("GemmIdentityThreadblockSwizzle<4>, 4, ALIGN, ALIGN, SPLIT"), std::string::npos) << src.substr(0, 3000);
+    }
+    sources.push_back(src);
+  }
+  EXPECT_EQ(sources.size(), hopper ? 2u : 1u);
+  if (std::getenv("KFAB_BUILD_EVERY_TC_POINT") != nullptr)
+    for (size_t i = 0; i < sources.size(); ++i) {
+      const auto f = scratch() / ("swizzled_" + std::to_string(i) + ".cu");
+      ASSERT_TRUE(write_file_atomic(f, sources[i]).has_value());
+      auto r = backend_.build(f);
+      ASSERT_TRUE(r.ok()) << r.failure().message;
+    }
+}
+
 // A half-precision task's plain product (tasks/half/matmul_bf16: bf16 A [M, K] and W [N, K], a bf16 C) on
 // 16-bit tensor cores: the cuda grid holds CUTLASS's sm90 GEMM on Hopper, then its SM80 one, each at the
 // task's own precision (not a reduced one); every operand read in its own layout; the cpu target's

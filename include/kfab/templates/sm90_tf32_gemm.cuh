@@ -54,12 +54,14 @@ int kfab_sm90_launch(typename Dev::Arguments& args, cudaStream_t stream) {
 
 // One CUTLASS 3 GEMM type: tile TM x TN x TK, a cluster of CM blocks along M, the cooperative schedule
 // (two consumer warpgroups on one tile) or the ping-pong one (two tiles in turn), B K-major ([N, K]),
-// tiles handed out whole to persistent blocks or, STREAMK, split along K across them
+// tiles handed out whole to persistent blocks (in swizzled groups of at most SWIZZLE, for L2 reuse) or,
+// STREAMK, split along K across them
 // (stream-K: a product of few tiles and a long K, 256 x 256 x 524288, keeps every SM busy; the partial
 // sums meet in a workspace).
-template <int TM, int TN, int TK, int CM, bool COOP, bool STREAMK = false>
+template <int TM, int TN, int TK, int CM, bool COOP, bool STREAMK = false, int SWIZZLE = 1>
 struct KfabSm90Gemm {
   static constexpr bool kStreamK = STREAMK;
+  static constexpr int kSwizzle = SWIZZLE;  // the tile scheduler's largest swizzle (tiles in groups of 1, 2, 4 or 8)
   using LayoutB = cutlass::layout::ColumnMajor;  // B (K x N) column-major: W [N, K]
   using Tile = cute::Shape<cute::Int<TM>, cute::Int<TN>, cute::Int<TK>>;
   using Cluster = cute::Shape<cute::Int<CM>, cute::_1, cute::_1>;
@@ -98,6 +100,7 @@ int kfab_sm90_product(const float* a, const float* w, float* c, int m, int n, in
   typename Dev::Arguments args{cutlass::gemm::GemmUniversalMode::kGemm, {m, n, k, l}, {a, sa, w, sb}, {{}, c, sc, c, sd}};
   args.epilogue.thread.alpha = 1.0f;
   args.epilogue.thread.beta = beta;
+  args.scheduler.max_swizzle_size = G::kSwizzle;
   if constexpr (G::kStreamK) {
     using Mode = cutlass::gemm::kernel::detail::DecompositionMode;
     args.scheduler.splits = splits > 1 ? splits : 1;
