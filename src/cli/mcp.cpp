@@ -11,6 +11,7 @@
 
 #include "backends/target.h"
 #include "cli/commands.h"
+#include "core/discover.h"
 #include "core/hash.h"
 #include "core/paths.h"
 #include "core/text.h"
@@ -40,7 +41,9 @@ json schema(json properties, std::vector<std::string> required) {
 }
 
 json tools() {
-  const json task = {{"type", "string"}, {"description", "a task folder (task.toml) or a KernelBench-format .py file"}};
+  const json task = {{"type", "string"},
+                     {"description", "the task: its folder (task.toml) or KernelBench-format .py file, or its name (as list_tasks "
+                                     "shows it, found under ./tasks)"}};
   json names = json::array();
   std::string suffixes;
   for (const Target* t : targets()) {
@@ -52,6 +55,11 @@ json tools() {
   const json source = {{"type", "string"}, {"description", "the candidate's source, instead of a path (with filename)"}};
   const json filename = {{"type", "string"}, {"description", "the file name for `source`, whose suffix picks the kind (e.g. my_kernel.cu)"}};
   const json target = {{"type", "string"}, {"enum", names}, {"description", "default: the best target present for the file"}};
+  const json seeds = {{"type", "integer"}, {"minimum", 1}, {"maximum", 100}, {"description", "seeds per shape (default 5)"}};
+  const json min_time = {{"type", "number"}, {"minimum", 0}, {"maximum", 60},
+                         {"description", "seconds of timed calls per shape, at least (default: cpu 0.5, cuda/opencl 0.05)"}};
+  const json eval_props = {{"task", task},   {"candidate", candidate}, {"source", source},
+                           {"filename", filename}, {"target", target}, {"seeds", seeds}, {"min_time", min_time}};
   return json::array({
       {{"name", "list_tasks"},
        {"description", "The tasks under a folder (native task.toml folders and KernelBench-format files)."},
@@ -63,29 +71,59 @@ json tools() {
       {{"name", "evaluate"},
        {"description", "Verify (5 seeds on every tuning shape) and time a candidate against the task's baseline: the verdict of "
                        "`kfab eval --json`, held-out shapes left out. The evaluation is recorded in kfab's store."},
-       {"inputSchema", schema({{"task", task}, {"candidate", candidate}, {"source", source}, {"filename", filename}, {"target", target}},
-                              {"task"})}},
+       {"inputSchema", schema(eval_props, {"task"})}},
+      {{"name", "check_heldout"},
+       {"description", "Whether a candidate is also correct on the task's held-out shapes, which no tool shows: pass or fail per "
+                       "held-out shape (by index, sizes withheld), after the same check on the tuning shapes. A kernel that "
+                       "only works for the tuning sizes (a tail dropped, a size built in) fails here. Recorded like evaluate."},
+       {"inputSchema", schema(eval_props, {"task"})}},
       {{"name", "profile"},
        {"description", "As evaluate, then Nsight Compute metrics per kernel of the first tuning shape (cuda): duration, DRAM and "
                        "SM throughput, occupancy, registers, shared memory, L1/L2 hit rates, top warp stalls."},
-       {"inputSchema", schema({{"task", task}, {"candidate", candidate}, {"source", source}, {"filename", filename}, {"target", target}},
-                              {"task"})}},
+       {"inputSchema", schema(eval_props, {"task"})}},
       {{"name", "history"},
-       {"description", "The recorded evaluations of a task (by name), newest first: disposition, speedup, target, candidate."},
-       {"inputSchema", schema({{"task", {{"type", "string"}, {"description", "the task's name"}}},
-                               {"limit", {{"type", "integer"}, {"minimum", 1}, {"maximum", 1000}}}},
-                              {"task"})}},
+       {"description", "The recorded evaluations of a task, newest first: disposition, speedup, target, candidate, and whether "
+                       "its held-out shapes were checked and passed (heldout: passed and total, or null when not checked)."},
+       {"inputSchema", schema({{"task", task}, {"limit", {{"type", "integer"}, {"minimum", 1}, {"maximum", 1000}}}}, {"task"})}},
       {{"name", "best"},
-       {"description", "The fastest candidate that passed for a task (by name), with its source."},
-       {"inputSchema", schema({{"task", {{"type", "string"}, {"description", "the task's name"}}},
-                               {"target", target}},
+       {"description", "The fastest candidate that passed for a task, with its source, preferring one that also passed its "
+                       "held-out shapes (check_heldout): `heldout` says which it is."},
+       {"inputSchema", schema({{"task", task}, {"target", {{"type", "string"}, {"enum", names}, {"description", "only this target's evaluations (default: any)"}}}},
                               {"task"})}},
   });
 }
 
 struct ToolError {
   std::string message;
+  std::string hint;
 };
+
+/// The tool's arguments checked against its inputSchema: every name one it declares, every value of its
+/// type (string, integer, number, boolean), within its minimum, maximum and enum; every required one given.
+void check_arguments(const std::string& tool, const json& a) {
+  const json all = tools();
+  const auto it = std::find_if(all.begin(), all.end(), [&](const json& t) { return t["name"] == tool; });
+  if (it == all.end()) throw ToolError{"no tool named " + tool, "tools/list gives the tools"};
+  const json& props = (*it)["inputSchema"]["properties"];
+  std::string accepted;
+  for (const auto& [k, v] : props.items()) accepted += (accepted.empty() ? "" : ", ") + k;
+  for (const auto& [k, v] : a.items()) {
+    if (!props.contains(k)) throw ToolError{fmt::format("{} takes no argument {}", tool, k), "its arguments: " + accepted};
+    const json& p = props[k];
+    const std::string type = p.value("type", "");
+    const bool ok = type == "string" ? v.is_string() : type == "integer" ? v.is_number_integer() : type == "number" ? v.is_number()
+                  : type == "boolean" ? v.is_boolean() : true;
+    if (!ok) throw ToolError{fmt::format("argument {} of {} must be {} {}, not {}", k, tool, type == "integer" ? "an" : "a", type, v.dump())};
+    if (p.contains("enum") && std::find(p["enum"].begin(), p["enum"].end(), v) == p["enum"].end())
+      throw ToolError{fmt::format("argument {} of {} is {}: one of {} is accepted", k, tool, v.dump(), p["enum"].dump())};
+    if (v.is_number() && ((p.contains("minimum") && v.get<double>() < p["minimum"].get<double>()) ||
+                          (p.contains("maximum") && v.get<double>() > p["maximum"].get<double>())))
+      throw ToolError{fmt::format("argument {} of {} is {}: from {} to {} is accepted", k, tool, v.dump(), p.value("minimum", json()).dump(),
+                                  p.value("maximum", json()).dump())};
+  }
+  for (const auto& r : (*it)["inputSchema"]["required"])
+    if (!a.contains(r.get<std::string>())) throw ToolError{fmt::format("{} needs the argument {}", tool, r.get<std::string>())};
+}
 
 json text_result(const json& data, bool is_error = false) {
   return {{"content", json::array({{{"type", "text"}, {"text", data.is_string() ? data.get<std::string>() : data.dump(2)}}})},
@@ -110,11 +148,40 @@ json run_kfab(const std::vector<std::string>& args, double timeout_s) {
                        timeout_s);
   if (!r) throw ToolError{r.error().message};
   if (r->timed_out) throw ToolError{"kfab did not finish within " + std::to_string(static_cast<int>(timeout_s)) + " s"};
+  json j;
   try {
-    return json::parse(r->output);
+    j = json::parse(r->output);
   } catch (const json::exception&) {
     throw ToolError{"kfab printed no JSON (" + r->status.describe() + "): " + printable(r->output, 2000)};
   }
+  // kfab's refusal of the command (a missing file, an unknown target): {"error", "hint"}, not a verdict
+  if (j.is_object() && j.contains("error") && j["error"].is_string() && !j.contains("disposition"))
+    throw ToolError{j["error"].get<std::string>(), j.value("hint", std::string())};
+  return j;
+}
+
+/// A task argument as a path: an existing file or folder as it is, else the task of that name under ./tasks
+/// (a native task's manifest name, a KernelBench file's stem).
+std::string task_path(const json& a) {
+  const std::string t = a.at("task").get<std::string>();
+  std::error_code ec;
+  if (fs::exists(t, ec)) return t;
+  if (t.find('/') == std::string::npos && fs::is_directory("tasks", ec))
+    for (const auto& e : discover_tasks("tasks")) {
+      const std::string name = e.task ? e.task->name : e.path.stem().string();
+      if (name == t) return e.path.string();
+    }
+  throw ToolError{"no task " + t + ": neither a path nor the name of a task under ./tasks", "list_tasks shows the tasks and their paths"};
+}
+
+/// A task argument as the name the store records: a path's task name, else the argument as it is.
+std::string task_name(const json& a) {
+  const std::string t = a.at("task").get<std::string>();
+  std::error_code ec;
+  if (!fs::exists(t, ec)) return t;
+  auto lt = open_task(t);
+  if (!lt) throw ToolError{lt.error().message, lt.error().hint};
+  return lt->task.name;
 }
 
 std::string arg(const json& a, const char* key, bool required = true) {
@@ -140,15 +207,43 @@ std::string candidate_file(const json& a) {
   return file.string();
 }
 
-json evaluate(const json& a, bool profile) {
-  std::vector<std::string> args = {"eval", arg(a, "task"), candidate_file(a), "--quiet", "--no-heldout"};
+enum class Check { Tuning, Profile, HeldOut };
+
+json evaluate(const json& a, Check check) {
+  std::vector<std::string> args = {"eval", task_path(a), candidate_file(a), "--quiet"};
+  if (check != Check::HeldOut) args.push_back("--no-heldout");
   if (const std::string t = arg(a, "target", false); !t.empty()) args.insert(args.end(), {"--target", t});
-  if (profile) args.push_back("--profile");
-  return run_kfab(args, 3600);
+  if (a.contains("seeds")) args.insert(args.end(), {"--seeds", std::to_string(a["seeds"].get<int>())});
+  if (a.contains("min_time")) args.insert(args.end(), {"--min-time", fmt::format("{}", a["min_time"].get<double>())});
+  if (check == Check::Profile) args.push_back("--profile");
+  json v = run_kfab(args, 3600);
+  if (check != Check::HeldOut) return v;
+  // pass or fail per held-out shape, by index: the sizes (and the errors, which name elements) stay here
+  json heldout = json::array(), tuning = json::array();
+  int passed = 0, index = 0;
+  for (const auto& sh : v.value("shapes", json::array())) {
+    const bool ok = sh.value("correct", false);
+    if (!sh.value("heldout", false)) {
+      tuning.push_back({{"correct", ok}});
+      continue;
+    }
+    heldout.push_back({{"index", index++}, {"correct", ok}});
+    passed += ok;
+  }
+  return {{"disposition", v.value("disposition", "")},
+          {"heldout_passed", !heldout.empty() && passed == static_cast<int>(heldout.size())},
+          {"heldout", heldout},
+          {"passed", passed},
+          {"total", heldout.size()},
+          {"tuning_shapes", tuning},
+          {"evaluation", v.value("evaluation", json())},
+          {"detail", heldout.empty() ? "the task has no held-out shapes" : v.value("disposition", "") == "passed"
+                                                                                ? "correct on every tuning and held-out shape"
+                                                                                : "not correct on every shape: fix it, then evaluate again"}};
 }
 
 json describe(const json& a) {
-  const fs::path task = arg(a, "task");
+  const fs::path task = task_path(a);
   json out;
   std::error_code ec;
   auto lt = open_task(task);
@@ -182,24 +277,48 @@ std::unique_ptr<Store> open_store() {
   return std::move(*s);
 }
 
+/// Whether an evaluation's verdict (its JSON) checked held-out shapes: {passed, total}, or null when it did not.
+json heldout_status(const std::string& verdict) {
+  try {
+    const json v = json::parse(verdict);
+    int passed = 0, total = 0;
+    for (const auto& sh : v.value("shapes", json::array()))
+      if (sh.value("heldout", false)) ++total, passed += sh.value("correct", false);
+    return total == 0 ? json() : json{{"passed", passed}, {"total", total}};
+  } catch (const json::exception&) {
+    return json();
+  }
+}
+
 json history(const json& a, bool best_only) {
-  const std::string task = arg(a, "task");
+  const std::string task = task_name(a);
   const int limit = a.contains("limit") && a["limit"].is_number_integer() ? std::clamp(a["limit"].get<int>(), 1, 1000) : 50;
   auto store = open_store();
   auto rows = store->task_evaluations(task, best_only ? 100000 : limit);
   if (!rows) throw ToolError{rows.error().message};
   json list = json::array();
   const std::string target = best_only ? arg(a, "target", false) : "";
+  // best: the fastest that passed, among those that also passed held-out shapes where any did; a candidate
+  // that some evaluation found wrong on a held-out shape is never best (it is not correct)
   const Store::TaskEvaluation* best = nullptr;
+  bool best_heldout = false;
+  std::vector<std::string> failed_heldout;  // candidates some evaluation found wrong on a held-out shape
+  for (const auto& r : *rows)
+    if (const json held = heldout_status(r.verdict); held.is_object() && held["passed"] != held["total"])
+      failed_heldout.push_back(r.row.candidate_hash);
   for (const auto& r : *rows) {
+    const json held = heldout_status(r.verdict);
     if (best_only) {
-      if (r.row.disposition != "passed" || !r.row.speedup || (!target.empty() && r.row.target != target)) continue;
-      if (best == nullptr || *r.row.speedup > *best->row.speedup) best = &r;
+      if (r.row.disposition != "passed" || !r.row.speedup || (!target.empty() && r.row.target != target) ||
+          std::find(failed_heldout.begin(), failed_heldout.end(), r.row.candidate_hash) != failed_heldout.end())
+        continue;
+      const bool h = held.is_object() && held["passed"] == held["total"];
+      if (best == nullptr || (h && !best_heldout) || (h == best_heldout && *r.row.speedup > *best->row.speedup)) best = &r, best_heldout = h;
       continue;
     }
     list.push_back({{"evaluation", r.row.id}, {"candidate", r.candidate_path}, {"candidate_hash", r.row.candidate_hash},
                     {"dsl", r.dsl}, {"target", r.row.target}, {"disposition", r.row.disposition},
-                    {"speedup", r.row.speedup ? json(*r.row.speedup) : json()}, {"at", r.row.created_at}});
+                    {"speedup", r.row.speedup ? json(*r.row.speedup) : json()}, {"heldout", held}, {"at", r.row.created_at}});
   }
   if (!best_only) return {{"task", task}, {"evaluations", list}};
   if (best == nullptr) return {{"task", task}, {"best", nullptr}, {"why", "no passed evaluation of this task is recorded"}};
@@ -207,7 +326,7 @@ json history(const json& a, bool best_only) {
   return {{"task", task},
           {"best", {{"evaluation", best->row.id}, {"candidate", best->candidate_path}, {"candidate_hash", best->row.candidate_hash},
                     {"dsl", best->dsl}, {"target", best->row.target}, {"speedup", *best->row.speedup}, {"at", best->row.created_at},
-                    {"source", src ? *src : ""}}}};
+                    {"heldout", best_heldout ? "passed" : "not checked: check_heldout checks it"}, {"source", src ? *src : ""}}}};
 }
 
 /// `kfab tasks --json` without the held-out shapes.
@@ -232,10 +351,12 @@ json withhold_heldout(json j) {
 }
 
 json call_tool(const std::string& name, const json& a) {
+  check_arguments(name, a);
   if (name == "list_tasks") return list_tasks(a);
   if (name == "describe_task") return describe(a);
-  if (name == "evaluate") return evaluate(a, false);
-  if (name == "profile") return evaluate(a, true);
+  if (name == "evaluate") return evaluate(a, Check::Tuning);
+  if (name == "check_heldout") return evaluate(a, Check::HeldOut);
+  if (name == "profile") return evaluate(a, Check::Profile);
   if (name == "history") return history(a, false);
   if (name == "best") return history(a, true);
   throw ToolError{"no tool named " + name};
@@ -294,10 +415,10 @@ int serve_mcp(std::istream& in, std::ostream& out) {
       }
       try {
         send({{"jsonrpc", "2.0"}, {"id", id}, {"result", text_result(withhold_heldout(call_tool(params["name"], args)))}});
-      } catch (const ToolError& e) {
-        send({{"jsonrpc", "2.0"}, {"id", id}, {"result", text_result(withhold_heldout(json{{"error", e.message}}), true)}});
+      } catch (const ToolError& e) {  // every failure of a tool: isError, {"error", "hint"}
+        send({{"jsonrpc", "2.0"}, {"id", id}, {"result", text_result(withhold_heldout(json{{"error", e.message}, {"hint", e.hint}}), true)}});
       } catch (const std::exception& e) {
-        send({{"jsonrpc", "2.0"}, {"id", id}, {"result", text_result(withhold_heldout(json{{"error", e.what()}}), true)}});
+        send({{"jsonrpc", "2.0"}, {"id", id}, {"result", text_result(withhold_heldout(json{{"error", e.what()}, {"hint", ""}}), true)}});
       }
     } else {
       send(error_reply(id, kMethodNotFound, "method not found: " + method));

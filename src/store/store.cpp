@@ -278,7 +278,7 @@ Expected<std::vector<Store::EvaluationRow>> Store::recent_evaluations(int limit)
 
 Expected<std::vector<Store::TaskEvaluation>> Store::task_evaluations(const std::string& task, int limit) {
   Stmt st(db_,
-          "SELECT e.id, t.name, e.candidate_hash, e.target, e.disposition, e.speedup, e.created_at, c.path, c.dsl "
+          "SELECT e.id, t.name, e.candidate_hash, e.target, e.disposition, e.speedup, e.created_at, c.path, c.dsl, e.verdict "
           "FROM evaluations e JOIN tasks t ON t.id = e.task_id JOIN candidates c ON c.hash = e.candidate_hash "
           "WHERE t.name = ? ORDER BY e.id DESC LIMIT ?");
   if (!st.ok()) return db_error(db_, "reading evaluations");
@@ -287,7 +287,7 @@ Expected<std::vector<Store::TaskEvaluation>> Store::task_evaluations(const std::
   int rc;
   while ((rc = st.step()) == SQLITE_ROW)
     rows.push_back({{st.int_col(0), st.text_col(1), st.text_col(2), st.text_col(3), st.text_col(4), st.real_col(5), st.text_col(6)},
-                    st.text_col(7), st.text_col(8)});
+                    st.text_col(7), st.text_col(8), st.text_col(9)});
   if (rc != SQLITE_DONE) return db_error(db_, "reading evaluations");
   return rows;
 }

@@ -47,6 +47,7 @@ class Store {
     EvaluationRow row;
     std::string candidate_path;
     std::string dsl;
+    std::string verdict;  ///< the verdict's JSON
   };
   Expected<std::vector<TaskEvaluation>> task_evaluations(const std::string& task, int limit);
   // Optimization runs.

@@ -65,7 +65,7 @@ TEST(Mcp, AWholeSessionEvaluatesACandidateAndReadsItBack) {
   EXPECT_EQ(replies[0]["result"]["serverInfo"]["name"], "kfab");
   std::vector<std::string> names;
   for (const auto& t : replies[1]["result"]["tools"]) names.push_back(t["name"]);
-  EXPECT_EQ(names, (std::vector<std::string>{"list_tasks", "describe_task", "evaluate", "profile", "history", "best"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"list_tasks", "describe_task", "evaluate", "check_heldout", "profile", "history", "best"}));
   const auto& desc = replies[2]["result"]["structuredContent"];
   EXPECT_EQ(desc["format"], "native");
   EXPECT_EQ(desc["manifest"].get<std::string>().find("heldout = ["), std::string::npos) << "held-out shapes leaked";
@@ -120,6 +120,8 @@ TEST(Mcp, NoToolResultContainsAHeldOutShape) {
       {"evaluate", {{{"task", task.string()}, {"candidate", good}, {"target", "cpu"}},
                     {{"task", broken.string()}, {"candidate", good}, {"target", "cpu"}}}},
       {"profile", {{{"task", task.string()}, {"candidate", good}, {"target", "cpu"}}}},
+      {"check_heldout", {{{"task", task.string()}, {"candidate", good}, {"target", "cpu"}},
+                         {{"task", broken.string()}, {"candidate", good}, {"target", "cpu"}}}},
       {"history", {{{"task", "heldout_affine"}}}},
       {"best", {{{"task", "heldout_affine"}}}},
   };
@@ -145,6 +147,99 @@ TEST(Mcp, NoToolResultContainsAHeldOutShape) {
   bool passed = false;
   for (const auto& r : replies) passed = passed || r["result"]["structuredContent"].value("disposition", "") == "passed";
   EXPECT_TRUE(passed);
+}
+
+// Issue 24: every failure of a tool is a tool error ({"error", "hint"}, isError true), whether the tool or kfab
+// found it: a missing task, candidate or folder, an argument the tool does not take (a client's
+// {"seeds": 2} on history), one of the wrong type, outside its range or not in its enum, a missing one. And
+// the knobs are real: evaluate's seeds and min_time reach the verdict's protocol.
+TEST(Mcp, EveryFailureIsAToolErrorAndArgumentsAreChecked) {
+  const std::string task = fixture("tasks/affine"), good = fixture("tasks/affine/candidates/good.cpp");
+  const std::vector<nlohmann::json> bad = {
+      call(1, "evaluate", {{"task", "no/such/task"}, {"candidate", good}}),
+      call(2, "evaluate", {{"task", task}, {"candidate", "/no/such.cpp"}, {"target", "cpu"}}),
+      call(3, "list_tasks", {{"path", "/no/such/folder"}}),
+      call(4, "history", {{"task", "affine"}, {"seeds", 2}}),
+      call(5, "history", {{"task", "affine"}, {"limit", "3"}}),
+      call(6, "evaluate", {{"task", task}, {"candidate", good}, {"target", "gpu9"}}),
+      call(7, "evaluate", {{"task", task}, {"candidate", good}, {"seeds", 0}}),
+      call(8, "best", nlohmann::json::object()),
+      call(9, "describe_task", {{"task", "no_task_is_named_this"}}),
+  };
+  std::vector<nlohmann::json> messages = bad;
+  messages.push_back(call(10, "evaluate", {{"task", task}, {"candidate", good}, {"target", "cpu"}, {"seeds", 2}, {"min_time", 0.01}}));
+  const auto replies = session(messages);
+  ASSERT_EQ(replies.size(), messages.size());
+  const std::vector<std::string> says = {"no task no/such/task", "no such candidate file", "no such file or folder", "takes no argument seeds",
+                                         "must be an integer", "one of", "from 1 to 100", "needs the argument task", "no task no_task_is_named_this"};
+  for (size_t i = 0; i < bad.size(); ++i) {
+    const auto& r = replies[i]["result"];
+    EXPECT_TRUE(r.value("isError", false)) << bad[i].dump() << " -> " << replies[i].dump();
+    const std::string error = r["structuredContent"].value("error", "");
+    EXPECT_NE(error.find(says[i]), std::string::npos) << bad[i].dump() << " -> " << error;
+    EXPECT_TRUE(r["structuredContent"].contains("hint")) << replies[i].dump();
+  }
+  EXPECT_NE(replies[3]["result"]["structuredContent"]["hint"].get<std::string>().find("limit"), std::string::npos) << "the accepted ones";
+  const auto& v = replies.back()["result"];
+  EXPECT_FALSE(v.value("isError", true)) << v.dump();
+  EXPECT_EQ(v["structuredContent"]["disposition"], "passed");
+  EXPECT_EQ(v["structuredContent"]["protocol"]["seeds"], 2);
+  EXPECT_DOUBLE_EQ(v["structuredContent"]["protocol"]["min_time_s"].get<double>(), 0.01);
+}
+
+// Issue 24: a kernel that drops the tail of each row where N is not a multiple of 16 passes evaluate (the
+// tuning shapes' N is 256) and fails check_heldout, which says so per held-out shape by index without its
+// sizes; history shows each evaluation's held-out status; best, asked by path or by name, is the correct
+// candidate even where the tail-dropping one measured faster, and says it passed its held-out shapes.
+TEST(Mcp, TheHeldOutCheckCatchesATailDroppingKernelWithoutShowingTheShapes) {
+  const std::string task = fixture("tasks/affine"), good = fixture("tasks/affine/candidates/good.cpp");
+  const auto tail = scratch() / "mcp-tail" / "tail16.cpp";
+  ASSERT_TRUE(write_file_atomic(tail, R"(// y = 2x + 1 on the first N rounded down to 16 of each row: the tail is dropped
+#include "kfab/candidate.h"
+KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t, kfab_tensor* out, int32_t, void*) {
+  const int64_t m = in[0].shape[0], n = in[0].shape[1], n16 = n / 16 * 16;
+  const float* x = static_cast<const float*>(in[0].data);
+  float* y = static_cast<float*>(out[0].data);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n16; ++j) y[i * n + j] = 2.0f * x[i * n + j] + 1.0f;
+  return 0;
+}
+)").has_value());
+  const nlohmann::json fast = {{"task", task}, {"target", "cpu"}, {"seeds", 2}, {"min_time", 0.01}};
+  auto with = [&](const std::string& candidate) {
+    nlohmann::json a = fast;
+    a["candidate"] = candidate;
+    return a;
+  };
+  const auto replies = session({call(1, "evaluate", with(tail.string())), call(2, "check_heldout", with(tail.string())),
+                                call(3, "check_heldout", with(good)), call(4, "history", {{"task", task}}), call(5, "best", {{"task", task}}),
+                                call(6, "best", {{"task", "affine"}})});
+  ASSERT_EQ(replies.size(), 6u);
+  for (const auto& r : replies) {
+    EXPECT_FALSE(r["result"].value("isError", true)) << r.dump();
+    EXPECT_EQ(r.dump().find("1001"), std::string::npos) << "a held-out size shown: " << r.dump();
+  }
+  EXPECT_EQ(replies[0]["result"]["structuredContent"]["disposition"], "passed");
+  const auto& t = replies[1]["result"]["structuredContent"];
+  EXPECT_FALSE(t["heldout_passed"].get<bool>()) << t.dump();
+  ASSERT_EQ(t["heldout"].size(), 1u);
+  EXPECT_EQ(t["heldout"][0]["index"], 0);
+  EXPECT_FALSE(t["heldout"][0]["correct"].get<bool>());
+  EXPECT_EQ(t["passed"], 0);
+  EXPECT_EQ(t["total"], 1);
+  const auto& g = replies[2]["result"]["structuredContent"];
+  EXPECT_TRUE(g["heldout_passed"].get<bool>()) << g.dump();
+  EXPECT_EQ(g["disposition"], "passed");
+  const auto& hist = replies[3]["result"]["structuredContent"]["evaluations"];
+  ASSERT_EQ(hist.size(), 3u) << replies[3].dump();  // newest first
+  EXPECT_EQ(hist[0]["heldout"], (nlohmann::json{{"passed", 1}, {"total", 1}}));
+  EXPECT_EQ(hist[1]["heldout"], (nlohmann::json{{"passed", 0}, {"total", 1}}));
+  EXPECT_TRUE(hist[2]["heldout"].is_null()) << "evaluate does not check them";
+  for (const int i : {4, 5}) {
+    const auto& best = replies[i]["result"]["structuredContent"]["best"];
+    EXPECT_EQ(best.value("candidate", ""), good) << replies[i].dump();
+    EXPECT_EQ(best.value("heldout", ""), "passed");
+  }
 }
 
 }  // namespace kfab::test
