@@ -74,7 +74,8 @@ void add_options(CLI::App& sub, OptimizeArgs& a) {
   sub.add_option("--llm", a.agents.llm, "PROVIDER:MODEL from the config, or replay:RUN (a recorded run's exchanges, no network); "
                                  "none or absent: the built-in tuner");
   sub.add_option("--config", a.agents.config, "provider config (default ~/.config/kfab/config.toml)");
-  sub.add_option("--strategy", a.agents.strategy, "refine (one trajectory)")->capture_default_str();
+  sub.add_option("--strategy", a.agents.strategy, "with --llm: refine (one trajectory) or evolve (a population)")
+      ->capture_default_str()->check(CLI::IsMember({"refine", "evolve"}));
   sub.add_option("--budget", a.agents.budget_candidates, "candidates to evaluate, at most")->capture_default_str()->check(CLI::Range(1, 100000));
   sub.add_option("--budget-tokens", a.agents.budget_tokens, "LLM tokens, at most (0: no limit)");
   sub.add_option("--budget-dollars", a.agents.budget_dollars, "dollars, at most (0: no limit)");
@@ -211,7 +212,9 @@ Commands::Commands(CLI::App& app) : app_(app) {
 
   doctor_ = subcommand(app, "doctor", "what is here: compilers, GPUs, ncu, python+torch, triton, OpenCL", doctor_args_);
   tasks_ = subcommand(app, "tasks", "list tasks (native manifests and KernelBench files)", tasks_args_);
-  optimize_ = subcommand(app, "optimize", "search for a faster correct candidate with LLM agents (planner, coder, fixer, analyst)",
+  optimize_ = subcommand(app, "optimize",
+                         "search for a faster correct candidate: the built-in tuner by default (its kernel templates searched by "
+                         "measurement, no LLM), or LLM agents (planner, coder, fixer, analyst) with --llm",
                          optimize_args_);
   bench_ = subcommand(app, "bench",
                       "a suite of tasks: each optimized (or its bundled candidates evaluated) with its baselines, then scored; "
@@ -219,7 +222,8 @@ Commands::Commands(CLI::App& app) : app_(app) {
                       bench_args_);
   report_ = subcommand(app, "report", "a stored run (or a bench folder) as a self-contained HTML page, or as text or JSON",
                        report_args_);
-  mcp_ = app.add_subcommand("mcp", "an MCP server on stdio (JSON-RPC 2.0) for coding agents: list_tasks, describe_task, evaluate, profile, history, best");
+  mcp_ = app.add_subcommand("mcp", "an MCP server on stdio (JSON-RPC 2.0) for coding agents: list_tasks, describe_task, evaluate, "
+                                   "check_heldout, profile, history, best");
   export_ = subcommand(app, "export", "write a KernelBench ModelNew file for a candidate of a KernelBench-format task", export_args_);
   worker_ = subcommand(app, "worker",
                        "take evaluation jobs (a bench's tasks) from a Redis job queue and run them here, one at a time, until stopped",
@@ -229,6 +233,9 @@ Commands::Commands(CLI::App& app) : app_(app) {
                         "folder, no network, no privilege), to see what a driver or library needs",
                         sandbox_args_);
   eval_ = subcommand(app, "eval", "verify and time one candidate against the task's reference", eval_args_);
+  // eval and report bind --db themselves; these give it to every process they start (KFAB_DB)
+  for (CLI::App* sub : {optimize_, bench_, mcp_, worker_})
+    sub->add_option("--db", db_, "the store (default: $KFAB_DB, else " + (data_dir() / "kfab.db").string() + ")");
 }
 
 int Commands::run() {
@@ -239,6 +246,7 @@ int Commands::run() {
   if (tasks_->parsed()) return tasks(tasks_args_);
   if (eval_->parsed()) return eval(eval_args_);
   if (export_->parsed()) return export_modelnew(export_args_);
+  if (!db_.empty()) ::setenv("KFAB_DB", fs::absolute(db_).c_str(), 1);  // Store::default_path(), here and in what this starts
   if (mcp_->parsed()) return serve_mcp(std::cin, std::cout);
   if (optimize_->parsed()) return optimize_task(optimize_args_);
   if (bench_->parsed()) return bench(bench_args_);
@@ -505,8 +513,27 @@ int Commands::tasks(const TasksArgs& a) {
                 {"outputs", outs_j}, {"tune", t.tune}, {"heldout", t.heldout}});
       table.add({t.name, e.format, t.op_class.empty() ? "-" : t.op_class, ins, outs, shape_list(t.tune), shape_list(t.heldout)});
     } else if (e.format == "kernelbench") {
+      // what the file declares beside KernelBench's format, read from its text (nothing is imported here)
+      const auto file = read_file(e.path);
+      const std::string text = file ? *file : std::string();
+      auto declared = [&](const char* name) {
+        static const std::string value = R"(\s*=\s*([^\n]*))";
+        std::smatch m;
+        if (!std::regex_search(text, m, std::regex(std::string("(^|\n)") + name + value))) return std::string();
+        std::string v = m[2].str();
+        if (const auto hash = v.find("  #"); hash != std::string::npos) v.resize(hash);
+        while (!v.empty() && std::isspace(static_cast<unsigned char>(v.back()))) v.pop_back();
+        if (v.size() >= 2 && (v.front() == '"' || v.front() == '\'') && v.back() == v.front()) v = v.substr(1, v.size() - 2);
+        return v;
+      };
+      const std::string op = declared("KFAB_OP_CLASS"), gpu = declared("KFAB_GPU"), heldout = declared("KFAB_HELDOUT");
       j["name"] = e.path.stem().string();
-      table.add({e.path.stem().string(), e.format, "-", "get_inputs()", "forward()", "-", "-"});
+      j["op_class"] = op;
+      j["tune"] = "the file's own sizes";
+      if (!gpu.empty()) j["tune_gpu"] = gpu;
+      if (!heldout.empty()) j["heldout"] = heldout;
+      table.add({e.path.stem().string(), e.format, op.empty() ? "-" : op, "get_inputs()", "forward()",
+                 gpu.empty() ? "its own" : "its own; gpu " + gpu, heldout.empty() ? "-" : heldout});
     } else {
       ++broken;
       j["error"] = e.error;

@@ -173,6 +173,7 @@ class Commands {
   CLI::App* sandbox_ = nullptr;
   CLI::App* worker_ = nullptr;
   bool json_ = false;  ///< --json before the subcommand's name: as if given after it
+  std::string db_;     ///< optimize, bench, mcp, worker --db: the store, for this process and those it starts (KFAB_DB)
   DoctorArgs doctor_args_;
   TasksArgs tasks_args_;
   EvalArgs eval_args_;

@@ -1,4 +1,5 @@
 #include "core/doctor.h"
+
 #include "core/sandbox.h"
 
 #include <dlfcn.h>
@@ -8,6 +9,7 @@
 #include <filesystem>
 #include <string>
 
+#include "core/paths.h"
 #include "core/process.h"
 
 namespace kfab {
@@ -40,8 +42,10 @@ json tool(const std::string& name, const std::string& path_hint = {}) {
 }
 
 json probe_python() {
-  const std::string py = find_program("python3");
-  if (py.empty()) return {{"found", false}, {"why", "python3 not on PATH"}};
+  // the interpreter kfab's Python worker runs (KFAB_PYTHON, else the build's .venv, else python3 on PATH)
+  std::string py = python_interpreter();
+  if (py == "python3") py = find_program("python3");
+  if (py.empty()) return {{"found", false}, {"why", "python3 not on PATH (make venv installs torch in .venv; KFAB_PYTHON names another)"}};
   json out = {{"found", true}, {"path", py}};
   const char* script =
       "import sys, importlib\n"

@@ -1,5 +1,7 @@
 #include "store/store.h"
 
+#include <cstdlib>
+
 #include <sqlite3.h>
 #include <sys/statvfs.h>
 
@@ -76,7 +78,10 @@ Unexpected db_error(sqlite3* db, const std::string& what) {
 
 }  // namespace
 
-fs::path Store::default_path() { return data_dir() / "kfab.db"; }
+fs::path Store::default_path() {
+  const char* db = std::getenv("KFAB_DB");  // --db of optimize, bench, mcp and worker, for the processes they start too
+  return db != nullptr && *db != '\0' ? fs::path(db) : data_dir() / "kfab.db";
+}
 
 Expected<std::unique_ptr<Store>> Store::open(const fs::path& file) {
   std::error_code ec;

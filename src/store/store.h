@@ -22,6 +22,8 @@ class Store {
   /// Opens (creating it and its folder if needed) and migrates the store.
   static Expected<std::unique_ptr<Store>> open(const std::filesystem::path& file);
   /// data_dir()/kfab.db
+  /// $KFAB_DB (set by --db of optimize, bench, mcp and worker, for every process they start), else kfab.db
+  /// in the data folder.
   static std::filesystem::path default_path();
   ~Store();
   Store(const Store&) = delete;

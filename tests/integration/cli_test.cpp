@@ -358,6 +358,47 @@ TEST(Tasks, ABrokenManifestIsShownAndExitsTwo) {
   EXPECT_NE(r.out.find("BROKEN"), std::string::npos) << r.out;
 }
 
+// Issue 24's loose ends (finding 9): optimize and bench take --db like eval and report (the run lands in that
+// store, for the processes they start too); `kfab tasks` shows what a KernelBench file declares (its op
+// class, GPU shape and held-out shapes, read from its text); doctor probes the Python the worker runs
+// (the .venv's, with torch where `make test` installed it); optimize's help speaks of the built-in tuner.
+TEST(Cli, TheNewUsersLooseEndsAreTied) {
+  const auto db = scratch() / "optimize-db" / "runs.db";
+  CliResult r = kfab_cli({"optimize", std::string(KFAB_SOURCE_DIR) + "/tasks/core/gelu", "--target", "cpu", "--points", "1", "--fresh", "--json", "--quiet", "--db",
+                          db.string(), "--out", (scratch() / "optimize-db" / "out").string()});
+  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  auto store = Store::open(db);
+  ASSERT_TRUE(store.has_value());
+  EXPECT_GE(*(*store)->count("evaluations"), 2) << "the point and the final check";
+  CliResult rep = kfab_cli({"report", "latest", "--db", db.string(), "--json"});
+  EXPECT_EQ(rep.status.code, 0) << rep.err;
+  EXPECT_NE(rep.out.find(r.json()["run"].get<std::string>()), std::string::npos);
+
+  CliResult t = kfab_cli({"tasks", std::string(KFAB_SOURCE_DIR) + "/tasks/kb", "--json"});
+  ASSERT_EQ(t.status.code, 0) << t.err;
+  bool bmm = false;
+  const nlohmann::json listed = t.json();
+  for (const auto& task : listed["tasks"])
+    if (task["name"] == "l1_bmm") {
+      bmm = true;
+      EXPECT_EQ(task["op_class"], "matmul");
+      EXPECT_NE(task.value("tune_gpu", "").find("batch_size"), std::string::npos) << task.dump();
+      EXPECT_NE(task.value("heldout", "").find("batch_size"), std::string::npos) << task.dump();
+    }
+  EXPECT_TRUE(bmm);
+
+  CliResult d = kfab_cli({"doctor", "--json"});
+  ASSERT_EQ(d.status.code, 0);
+  if (std::getenv("KFAB_REQUIRE_TORCH") != nullptr)
+    EXPECT_EQ(d.json()["python"].value("torch", "absent").find("absent"), std::string::npos) << d.json()["python"].dump();
+
+  CliResult h = kfab_cli({"optimize", "--help"});
+  EXPECT_NE(h.out.find("built-in tuner by default"), std::string::npos) << h.out;
+  EXPECT_NE(h.out.find("evolve"), std::string::npos) << "--strategy names both strategies";
+  EXPECT_NE(h.out.find("--db"), std::string::npos);
+  EXPECT_EQ(kfab_cli({"optimize", fixture("tasks/affine"), "--strategy", "greedy"}).status.code, 2) << "an unknown strategy is bad usage";
+}
+
 TEST(Doctor, NeverFailsAndReportsEveryArea) {
   CliResult r = kfab_cli({"doctor", "--json"});
   ASSERT_EQ(r.status.code, 0) << r.err;
