@@ -100,9 +100,10 @@ fuzz:
 	done
 
 # The main job: kfab optimize on a bundled task with the built-in tuner (no LLM), on the best target
-# present that the tuner has templates for; prints the best kernel's verdict.
+# present that the tuner has templates for; prints the best kernel's verdict. Exit 4 (a correct kernel,
+# none faster than the baseline: the output says so) is not a failure of the job.
 run: build
-	$(BUILD)/kfab optimize tasks/core/softmax
+	$(BUILD)/kfab optimize tasks/core/softmax || [ $$? -eq 4 ]
 
 # Every bundled candidate of tasks/core, with its speedup over the reference (a benchmark, not a test).
 bench: build

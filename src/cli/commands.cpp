@@ -349,12 +349,24 @@ Expected<void> native_task_fits(const std::string& path, const std::string& targ
 }
 
 // A run's result as JSON (--json) or as `text` writes it; exit 0 where its best passed.
-int report_run(bool as_json, const Expected<json>& r, const std::function<void(const json&)>& text) {
-  if (!r) return bad_input(as_json, r.error().message, r.error().hint);
-  if (as_json) std::cout << dump_json(*r, 2) << "\n";
-  else text(*r);
-  const json& b = (*r)["best"];
-  return b["candidate"].is_null() || b["disposition"] != "passed" ? kExitFailed : kExitOk;
+/// An optimize run's result with its outcome (issue 24): `outcome` "faster" (a correct kernel faster than the
+/// baseline, exit 0), "not_faster" (correct, but no faster: the baseline stays the thing to use, exit 4) or
+/// "none" (nothing correct, exit 1), and best's `faster_than_baseline`; the text says the same.
+int report_run(bool as_json, const Expected<json>& given, const std::function<void(const json&)>& text) {
+  if (!given) return bad_input(as_json, given.error().message, given.error().hint);
+  json r = *given;
+  json& b = r["best"];
+  const bool passed = !b["candidate"].is_null() && b["disposition"] == "passed";
+  const bool faster = passed && b["speedup"].is_number() && b["speedup"].get<double>() > 1.0;
+  r["outcome"] = !passed ? "none" : faster ? "faster" : "not_faster";
+  if (passed) b["faster_than_baseline"] = faster;
+  if (as_json) std::cout << dump_json(r, 2) << "\n";
+  else text(r);
+  if (passed && !faster && !as_json)
+    std::cout << fmt::format("no kernel faster than the baseline was found: the fastest correct one runs at {:.3f}x; keep the baseline "
+                             "(the kernel is kept in {} for reference)\n",
+                             b["speedup"].is_number() ? b["speedup"].get<double>() : 0.0, b["candidate"].get<std::string>());
+  return !passed ? kExitFailed : faster ? kExitOk : kExitNotFaster;
 }
 
 // What a run of either kind takes from the command line (its target is chosen before), and where
@@ -706,7 +718,8 @@ int Commands::optimize_task(OptimizeArgs a) {
       if (b["candidate"].is_null()) {
         std::cout << "no parameter point passed\n";
       } else {
-        std::cout << fmt::format("best: {} ({})\n", b["candidate"].get<std::string>(), format_params(r["tuner"]["params"].get<TemplateParams>()));
+        std::cout << fmt::format("{}: {} ({})\n", r["outcome"] == "faster" ? "best" : "fastest correct (slower than the baseline)",
+                                 b["candidate"].get<std::string>(), format_params(r["tuner"]["params"].get<TemplateParams>()));
         std::cout << fmt::format("{} ({:.2f}x): {}\n", b["disposition"].get<std::string>(),
                                  b["speedup"].is_null() ? 0.0 : b["speedup"].get<double>(), b.value("detail", std::string()));
       }
@@ -722,7 +735,8 @@ int Commands::optimize_task(OptimizeArgs a) {
                              r["steps"].get<int>(), r["candidates"].get<int>(), r["tokens_in"].get<int64_t>(), r["tokens_out"].get<int64_t>(),
                              r["cost"].get<double>(), r["stopped_because"].get<std::string>());
     if (b["candidate"].is_null()) std::cout << "no candidate passed (last: " << b["disposition"].get<std::string>() << ")\n";
-    else std::cout << fmt::format("best: {} ({}, {:.3f}x, held-out shapes included)\n", b["candidate"].get<std::string>(),
+    else std::cout << fmt::format("{}: {} ({}, {:.3f}x, held-out shapes included)\n",
+                                  r["outcome"] == "faster" ? "best" : "fastest correct (slower than the baseline)", b["candidate"].get<std::string>(),
                                   b["disposition"].get<std::string>(), b["speedup"].is_null() ? 0.0 : b["speedup"].get<double>());
   });
 }

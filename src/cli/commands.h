@@ -22,6 +22,8 @@ constexpr std::string_view kVersion = "0.1.0";
 constexpr int kExitOk = 0;
 constexpr int kExitFailed = 1;
 constexpr int kExitBadInput = 2;
+/// optimize: a correct kernel was found, but none faster than the baseline (its `outcome` "not_faster").
+constexpr int kExitNotFaster = 4;
 
 /// What a subcommand passes on to the evaluator (EvalOptions). eval, optimize and bench each hold
 /// their own, bound to the options each offers; what a subcommand does not offer keeps these defaults.

@@ -633,13 +633,25 @@ std::string run_body(const json& run, const std::string& prefix, std::string_vie
     const auto sp = step_speedup(steps[i]);
     if (d == "passed" && sp && (!best || *sp > *step_speedup(steps[*best]))) best = i;
   }
+  // the headline is the run's result, the final check's verdict (every shape, held-out ones included, the
+  // full protocol), where there is one; the search's best (tuning shapes, brief timing) beside it
+  std::optional<size_t> final_pass;
+  for (size_t i = 0; i < steps.size(); ++i)
+    if (text(steps[i], "role") == "final" && step_disposition(steps[i]) == "passed") final_pass = i;
   std::string s = "<p class=\"summary\">";
-  if (best) {
+  auto step_link = [&](size_t i) { return fmt::format(R"(<a href="#{}s{}">step {}</a>)", prefix, i, esc_or_dash(text(steps[i], "seq"))); };
+  if (final_pass) {
+    const json& f = steps[*final_pass];
+    const auto sp = step_speedup(f);
+    s += fmt::format("result <b>{}</b> (the final check, {})", fmt_x(sp), step_link(*final_pass));
+    if (!sp || *sp <= 1.0) s += " · <span class=\"fail\">not faster than the baseline: keep the baseline</span>";
+    if (best && *best != *final_pass) s += fmt::format(" · search best {} at {}", fmt_x(step_speedup(steps[*best])), step_link(*best));
+  } else if (best) {
     const json& b = steps[*best];
     const std::string where =
         text(b, "candidate_path").empty() ? truncate(text(b, "candidate_hash"), kHashChars) : text(b, "candidate_path");
-    s += fmt::format(R"(best <b>{}</b> at <a href="#{}s{}">step {}</a>{})", fmt_x(step_speedup(b)), prefix, *best,
-                     esc_or_dash(text(b, "seq")), where.empty() ? "" : " · <code>" + html_escape(where) + "</code>");
+    s += fmt::format(R"(best <b>{}</b> at {}{})", fmt_x(step_speedup(b)), step_link(*best),
+                     where.empty() ? "" : " · <code>" + html_escape(where) + "</code>");
   } else {
     s += "no passing candidate";
   }

@@ -83,6 +83,26 @@ inline CliResult kfab_cli(const std::vector<std::string>& args, double timeout_s
   return kfab_with(scratch() / "data", shared_test_cache(), scratch() / ("io" + std::to_string(++counter)), args, timeout_s);
 }
 
+/// An optimize run that found a correct kernel (issue 24): exit 0 with `outcome` "faster", or exit 4 with
+/// "not_faster" (on a busy machine timing decides which, so a test asks for either); the exit status, the
+/// outcome and best's faster_than_baseline must agree. Plain-text output: the exit status alone.
+inline ::testing::AssertionResult found_correct(const CliResult& r) {
+  const int code = r.status.code;
+  if (!r.status.exited || (code != 0 && code != 4))
+    return ::testing::AssertionFailure() << r.status.describe() << "\n" << r.out << "\nstderr: " << r.err;
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(r.out);
+  } catch (const std::exception&) {
+    return ::testing::AssertionSuccess();
+  }
+  const std::string want = code == 0 ? "faster" : "not_faster";
+  if (j.value("outcome", "") != want || !j["best"].is_object() || j["best"].value("faster_than_baseline", code != 0) != (code == 0))
+    return ::testing::AssertionFailure() << "exit " << code << " but outcome " << j.value("outcome", "?") << ", best "
+                                         << j.value("best", nlohmann::json()).dump();
+  return ::testing::AssertionSuccess();
+}
+
 /// A TCP listener on loopback for the network probes: counts the connections that reach it.
 class Listener {
  public:

@@ -40,7 +40,7 @@ TEST(Optimize, WrongThenFixedThenFasterWithEveryStepStoredAndReplayable) {
   MockLlm llm(fixture("llm/affine_session.json"), dir / "mock");
   CliResult r = kfab_in(data, {"optimize", fixture("tasks/affine"), "--target", "cpu", "--llm", "mock:m1", "--config", llm.config(),
                                "--budget", "3", "--out", (dir / "out").string(), "--json", "--quiet"});
-  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  ASSERT_TRUE(found_correct(r)) << r.out << r.err;
   const auto j = nlohmann::json::parse(r.out);
   const std::string run = j["run"];
   EXPECT_EQ(j["best"]["disposition"], "passed");
@@ -72,7 +72,7 @@ TEST(Optimize, WrongThenFixedThenFasterWithEveryStepStoredAndReplayable) {
   llm.stop();
   CliResult again = kfab_in(data, {"optimize", fixture("tasks/affine"), "--target", "cpu", "--llm", "replay:" + run, "--budget", "3",
                                    "--out", (dir / "replay").string(), "--json", "--quiet"});
-  ASSERT_EQ(again.status.code, 0) << again.out << again.err;
+  ASSERT_TRUE(found_correct(again)) << again.out << again.err;
   const auto replayed = steps_of(data, nlohmann::json::parse(again.out)["run"]);
   ASSERT_EQ(replayed.size(), steps.size());
   for (size_t i = 0; i < steps.size(); ++i) {
@@ -118,7 +118,7 @@ TEST(Optimize, KillNineInTheMiddleThenResumeLosesNoEvaluatedCandidate) {
   EXPECT_EQ(st.signal, SIGKILL);
 
   CliResult r = kfab_in(data, {"optimize", "--resume", run, "--json", "--quiet"});
-  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  ASSERT_TRUE(found_correct(r)) << r.out << r.err;
   const auto after = steps_of(data, run);
   ASSERT_GE(after.size(), 5u);
   for (size_t i = 0; i < before.size(); ++i) {  // nothing stored before the kill is lost or changed
@@ -148,7 +148,7 @@ TEST(Optimize, TheConductorCanStopARunBeforeItsBudgetIsSpent) {
   MockLlm llm(dir / "script.json", dir / "mock");
   CliResult r = kfab_in(data, {"optimize", fixture("tasks/affine"), "--target", "cpu", "--llm", "mock:m1", "--config", llm.config(),
                                "--budget", "10", "--out", (dir / "out").string(), "--json", "--quiet"});
-  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  ASSERT_TRUE(found_correct(r)) << r.out << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["candidates"], 3);
   EXPECT_NE(j["stopped_because"].get<std::string>().find("the conductor: STOP"), std::string::npos) << j.dump();
@@ -177,8 +177,8 @@ nlohmann::json evolve_run(const fs::path& dir, const std::vector<std::string>& e
                                    "--strategy", "evolve", "--budget", "5", "--out", (dir / "out").string(), "--json", "--quiet"};
   args.insert(args.end(), extra.begin(), extra.end());
   CliResult r = kfab_in(data, args);
-  EXPECT_EQ(r.status.code, 0) << r.out << r.err;
-  if (r.status.code != 0) return {};
+  EXPECT_TRUE(found_correct(r));
+  if (r.status.code != 0 && r.status.code != 4) return {};
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["candidates"], 5);
   EXPECT_EQ(j["best"]["disposition"], "passed");
@@ -226,7 +226,7 @@ TEST(Optimize, AnthropicMessagesProviderWithItsKeyFromTheEnvironment) {
   CliResult r = kfab_in(data, {"optimize", fixture("tasks/affine"), "--target", "cpu", "--llm", "mock:claude-test", "--config",
                                (dir / "anthropic.toml").string(), "--budget", "2", "--out", (dir / "out").string(), "--json", "--quiet"});
   ::unsetenv("KFAB_TEST_LLM_KEY");
-  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  ASSERT_TRUE(found_correct(r)) << r.out << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)["best"]["disposition"], "passed");
   auto log = read_file(dir / "mock" / "requests.jsonl");
   ASSERT_TRUE(log.has_value());
@@ -276,7 +276,7 @@ TEST(Optimize, AnLlmServerThatGoesAwayEndsTheRunAndItResumesWhenItIsBack) {
 
   MockLlm back(dir / "second.json", dir / "mock");  // rewrites the config the run names, with its port
   CliResult r = kfab_in(data, {"optimize", "--resume", run, "--json", "--quiet"});
-  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  ASSERT_TRUE(found_correct(r)) << r.out << r.err;
   const auto after = steps_of(data, run);
   ASSERT_GE(after.size(), 5u);
   for (size_t i = 0; i < before.size(); ++i) {
@@ -309,7 +309,7 @@ TEST(Optimize, BytesThatAreNotUtf8FromTheLlmAndFromACrashingCandidateAreStoredAn
   MockLlm llm(dir / "script.json", dir / "mock");
   CliResult r = kfab_in(data, {"optimize", fixture("tasks/affine"), "--target", "cpu", "--llm", "mock:m1", "--config", llm.config(),
                                "--budget", "2", "--out", (dir / "out").string(), "--json", "--quiet"});
-  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  ASSERT_TRUE(found_correct(r)) << r.out << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["best"]["disposition"], "passed");
   const auto steps = steps_of(data, j["run"]);

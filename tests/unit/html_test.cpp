@@ -169,6 +169,24 @@ TEST(Html, RunPageHasChartsTablesSourcesAndDiff) {
   EXPECT_NE(page.find("held-out"), std::string::npos);
 }
 
+// Issue 24 (findings 11, 12): the page heads with the run's result, the final check's figure, not the
+// search's best (tuning shapes, brief timing), which stands beside it; a final figure below 1x says to keep
+// the baseline.
+TEST(Html, TheHeadlineIsTheFinalChecksFigureAndSaysWhenItIsSlower) {
+  nlohmann::json run = small_run();
+  auto& steps = run["steps"];
+  steps.push_back({{"seq", 4}, {"role", "final"}, {"disposition", "passed"}, {"speedup", 1.54}, {"detail", "final"},
+                   {"candidate_hash", "c3"}, {"source", "int y;"}});
+  std::string page = render_run_html(run);
+  EXPECT_NE(page.find("result <b>1.54x</b> (the final check"), std::string::npos) << page.substr(0, 4000);
+  EXPECT_NE(page.find("search best 2.50x"), std::string::npos);
+  EXPECT_EQ(page.find("not faster than the baseline"), std::string::npos);
+  steps.back()["speedup"] = 0.09;
+  page = render_run_html(run);
+  EXPECT_NE(page.find("result <b>0.09x</b>"), std::string::npos);
+  EXPECT_NE(page.find("not faster than the baseline: keep the baseline"), std::string::npos);
+}
+
 TEST(Html, RunWithoutCostSaysSoInsteadOfAnEmptyRoofline) {
   json run = small_run();
   for (auto& st : run["steps"])
