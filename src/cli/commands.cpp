@@ -233,10 +233,16 @@ Commands::Commands(CLI::App& app) : app_(app) {
                         "folder, no network, no privilege), to see what a driver or library needs",
                         sandbox_args_);
   eval_ = subcommand(app, "eval", "verify and time one candidate against the task's reference", eval_args_);
+  mcp_->add_option("--brief", brief_, "DIR: write DIR/AGENTS.md, a brief for a coding agent (the loop, the rules, the tools, an "
+                                      "MCP configuration), instead of serving");
+  mcp_->add_flag("--force", brief_force_, "with --brief: replace an AGENTS.md that is there");
   // eval and report bind --db themselves; these give it to every process they start (KFAB_DB)
   for (CLI::App* sub : {optimize_, bench_, mcp_, worker_})
     sub->add_option("--db", db_, "the store (default: $KFAB_DB, else " + (data_dir() / "kfab.db").string() + ")");
 }
+
+/// `kfab mcp --brief DIR`: DIR/AGENTS.md (agent_brief), kept where it is there unless `force`.
+int write_agent_brief(const std::string& dir, bool force);
 
 int Commands::run() {
   for (bool* j : {&doctor_args_.json, &tasks_args_.json, &eval_args_.json, &export_args_.json, &optimize_args_.json, &bench_args_.json,
@@ -247,6 +253,7 @@ int Commands::run() {
   if (eval_->parsed()) return eval(eval_args_);
   if (export_->parsed()) return export_modelnew(export_args_);
   if (!db_.empty()) ::setenv("KFAB_DB", fs::absolute(db_).c_str(), 1);  // Store::default_path(), here and in what this starts
+  if (mcp_->parsed() && !brief_.empty()) return write_agent_brief(brief_, brief_force_);
   if (mcp_->parsed()) return serve_mcp(std::cin, std::cout);
   if (optimize_->parsed()) return optimize_task(optimize_args_);
   if (bench_->parsed()) return bench(bench_args_);
@@ -313,6 +320,21 @@ int bad_input(bool as_json, const std::string& message, const std::string& hint 
   }
   return kExitBadInput;
 }
+
+}  // namespace
+
+int write_agent_brief(const std::string& dir, bool force) {
+  const fs::path file = fs::path(dir) / "AGENTS.md";
+  std::error_code ec;
+  if (fs::exists(file, ec) && !force) return bad_input(false, file.string() + " is there already", "--force replaces it");
+  fs::create_directories(dir, ec);
+  if (auto ok = write_file_atomic(file, agent_brief(fs::absolute(self_dir() / "kfab").lexically_normal().string())); !ok)
+    return bad_input(false, ok.error().message);
+  std::cout << "wrote " << file.string() << "\n";
+  return kExitOk;
+}
+
+namespace {
 
 std::string fmt_num(const json& j, const char* spec = "{:.3g}") {
   if (j.is_number()) return fmt::format(fmt::runtime(spec), j.get<double>());

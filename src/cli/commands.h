@@ -176,6 +176,8 @@ class Commands {
   CLI::App* worker_ = nullptr;
   bool json_ = false;  ///< --json before the subcommand's name: as if given after it
   std::string db_;     ///< optimize, bench, mcp, worker --db: the store, for this process and those it starts (KFAB_DB)
+  std::string brief_;  ///< mcp --brief DIR: write DIR/AGENTS.md instead of serving
+  bool brief_force_ = false;
   DoctorArgs doctor_args_;
   TasksArgs tasks_args_;
   EvalArgs eval_args_;

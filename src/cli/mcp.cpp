@@ -236,7 +236,7 @@ json evaluate(const json& a, Check check) {
           {"passed", passed},
           {"total", heldout.size()},
           {"tuning_shapes", tuning},
-          {"evaluation", v.value("evaluation", json())},
+          {"evaluation", v.contains("store") && v["store"].is_object() ? v["store"].value("evaluation", json()) : json()},  // the store's id
           {"detail", heldout.empty() ? "the task has no held-out shapes" : v.value("disposition", "") == "passed"
                                                                                 ? "correct on every tuning and held-out shape"
                                                                                 : "not correct on every shape: fix it, then evaluate again"}};
@@ -367,6 +367,70 @@ json error_reply(const json& id, int code, const std::string& message) {
 }
 
 }  // namespace
+
+std::string agent_brief(const std::string& kfab_path) {
+  std::string tools_text;
+  for (const auto& t : tools()) {
+    std::string args;
+    for (const auto& [k, v] : t["inputSchema"]["properties"].items()) args += (args.empty() ? "" : ", ") + k;
+    tools_text += fmt::format("- `{}` ({}): {}\n", t["name"].get<std::string>(), args, t["description"].get<std::string>());
+  }
+  return fmt::format(R"(# Writing kernels with kfab
+
+kfab verifies and times compute kernels against a reference computation. You drive it through its MCP
+server, `{0} mcp` (JSON-RPC on stdio); written by `kfab mcp --brief`, for kfab {1}.
+
+## The loop
+
+1. `list_tasks`, then `describe_task`: what the task computes, its tensors, tuning shapes, tolerance and
+   cost, the reference's source, and the candidate ABI (`kfab_run` in `kfab/candidate.h`).
+2. Write a candidate: a `.cpp` file (cpu target), `.cu` (cuda), `.cl.cpp` (opencl), or for a KernelBench
+   task a `.py` file with `run(inputs, outputs)` or a `ModelNew`. Pass it as `candidate` (a path) or as
+   `source` with `filename`.
+3. `evaluate` it: the verdict (passed, incorrect, compile_failed, runtime_failed, crashed, timeout,
+   rejected) with per-shape errors, timings and the speedup over the baseline. Fix what it says and
+   evaluate again.
+4. Before you call a kernel done, `check_heldout` it: the task has held-out shapes you are never shown
+   (odd sizes: a tail not a multiple of your vector width, a size you built in). It answers pass or
+   fail per held-out shape.
+5. On cuda, `profile` gives Nsight Compute's counters per kernel; `history` and `best` read what is
+   recorded (`best` prefers a kernel that passed its held-out shapes).
+
+## What kfab holds a candidate to
+
+- Correctness: every output within the task's tolerance (atol + rtol * |reference|) on several seeds per
+  shape; a NaN or infinity where the reference has none fails. Outputs are poisoned before each call, so
+  an element you do not write fails.
+- Timing: the median of many calls after warm-up, caches flushed before each timed call, the inputs
+  changed between calls; the speedup is the baseline's median over yours. A kernel slower than the
+  baseline is reported as such: keep the baseline then.
+- Isolation: a candidate runs in a sandboxed process (no network, writes confined); on KernelBench
+  tasks it may not call what the task forbids (the operation it replaces).
+- Errors: every tool failure comes back with `isError: true` and {{"error", "hint"}}; arguments a tool
+  does not take are refused.
+
+## Tools
+
+{2}
+## MCP configuration
+
+For hosts that read an `mcpServers` map (Claude Code's `.mcp.json`, Claude Desktop, Cursor's
+`.cursor/mcp.json`):
+
+```json
+{{"mcpServers": {{"kfab": {{"command": "{0}", "args": ["mcp"]}}}}}}
+```
+
+For Codex (`~/.codex/config.toml`):
+
+```toml
+[mcp_servers.kfab]
+command = "{0}"
+args = ["mcp"]
+```
+)",
+                     kfab_path, kVersion, tools_text);
+}
 
 int serve_mcp(std::istream& in, std::ostream& out) {
   std::string line;

@@ -229,6 +229,7 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t, kfab_tensor* out, int32
   EXPECT_EQ(t["total"], 1);
   const auto& g = replies[2]["result"]["structuredContent"];
   EXPECT_TRUE(g["heldout_passed"].get<bool>()) << g.dump();
+  EXPECT_TRUE(g["evaluation"].is_number_integer()) << "the store's id of the evaluation: " << g.dump();
   EXPECT_EQ(g["disposition"], "passed");
   const auto& hist = replies[3]["result"]["structuredContent"]["evaluations"];
   ASSERT_EQ(hist.size(), 3u) << replies[3].dump();  // newest first
@@ -240,6 +241,34 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t, kfab_tensor* out, int32
     EXPECT_EQ(best.value("candidate", ""), good) << replies[i].dump();
     EXPECT_EQ(best.value("heldout", ""), "passed");
   }
+}
+
+// Issue 24 (point 10): `kfab mcp --brief DIR` writes an AGENTS.md for a coding agent: the loop, every tool
+// the server lists (with its arguments), and MCP configurations naming this kfab; an AGENTS.md that is there
+// is kept (exit 2) unless --force.
+TEST(Mcp, TheBriefForAnAgentNamesEveryToolAndKeepsAnExistingOne) {
+  const auto dir = scratch() / "brief";
+  std::filesystem::remove_all(dir);
+  CliResult r = kfab_cli({"mcp", "--brief", dir.string()});
+  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  auto text = read_file(dir / "AGENTS.md");
+  ASSERT_TRUE(text.has_value());
+  const auto listed = session({request(1, "tools/list")});
+  ASSERT_EQ(listed.size(), 1u);
+  for (const auto& t : listed[0]["result"]["tools"]) {
+    EXPECT_NE(text->find("- `" + t["name"].get<std::string>() + "` ("), std::string::npos) << t["name"];
+    for (const auto& [arg, schema] : t["inputSchema"]["properties"].items()) EXPECT_NE(text->find(arg), std::string::npos) << arg;
+  }
+  const std::string kfab = std::filesystem::absolute(KFAB_BINARY).lexically_normal().string();
+  EXPECT_NE(text->find("\"command\": \"" + kfab + "\", \"args\": [\"mcp\"]"), std::string::npos) << *text;
+  EXPECT_NE(text->find("check_heldout"), std::string::npos);
+  ASSERT_TRUE(write_file_atomic(dir / "AGENTS.md", "mine\n").has_value());
+  CliResult again = kfab_cli({"mcp", "--brief", dir.string()});
+  EXPECT_EQ(again.status.code, 2);
+  EXPECT_NE(again.err.find("--force"), std::string::npos) << again.err;
+  EXPECT_EQ(*read_file(dir / "AGENTS.md"), "mine\n");
+  EXPECT_EQ(kfab_cli({"mcp", "--brief", dir.string(), "--force"}).status.code, 0);
+  EXPECT_NE(read_file(dir / "AGENTS.md")->find("# Writing kernels with kfab"), std::string::npos);
 }
 
 }  // namespace kfab::test
