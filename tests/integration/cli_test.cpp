@@ -389,8 +389,9 @@ TEST(Cli, TheNewUsersLooseEndsAreTied) {
 
   CliResult d = kfab_cli({"doctor", "--json"});
   ASSERT_EQ(d.status.code, 0);
-  if (std::getenv("KFAB_REQUIRE_TORCH") != nullptr)
+  if (std::getenv("KFAB_REQUIRE_TORCH") != nullptr) {
     EXPECT_EQ(d.json()["python"].value("torch", "absent").find("absent"), std::string::npos) << d.json()["python"].dump();
+  }
 
   CliResult h = kfab_cli({"optimize", "--help"});
   EXPECT_NE(h.out.find("built-in tuner by default"), std::string::npos) << h.out;
