@@ -16,7 +16,7 @@ DEB_PACKAGES := cmake g++ make pkg-config nlohmann-json3-dev libcli11-dev libfmt
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps configure build test test-slow test-deps test-all run bench clean venv fuzz
+.PHONY: all deps configure build tools test test-slow test-deps test-all run bench clean venv fuzz
 
 # The Python worker (KernelBench-format tasks) needs torch: a virtual environment in .venv with the
 # torch of the GPU machine (2.11) from PyPI, made once. kfab finds it by itself (KFAB_PYTHON overrides).
@@ -39,6 +39,10 @@ configure: deps
 
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
+
+# kfab and its runner alone (what `make run` needs): the test programs are not built first
+tools: configure
+	cmake --build $(BUILD) -j $(JOBS) --target kfab kfab-runner
 
 # torch for KernelBench-format tasks, and what KernelBench's own problem files import beside it (einops:
 # two level-3 problems). torch with its CUDA libraries is about 4.7 GB installed; --no-cache-dir keeps pip
@@ -102,7 +106,7 @@ fuzz:
 # The main job: kfab optimize on a bundled task with the built-in tuner (no LLM), on the best target
 # present that the tuner has templates for; prints the best kernel's verdict. Exit 4 (a correct kernel,
 # none faster than the baseline: the output says so) is not a failure of the job.
-run: build
+run: tools
 	$(BUILD)/kfab optimize tasks/core/softmax || [ $$? -eq 4 ]
 
 # Every bundled candidate of tasks/core, with its speedup over the reference (a benchmark, not a test).

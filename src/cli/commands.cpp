@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 
 #include <cmath>
 #include <fstream>
@@ -285,7 +286,20 @@ EvalOptions eval_options(const MeasureArgs& m) {
   opt.profile = m.profile;
   opt.runner.timeout_s = m.timeout_s;
   if (m.memory_gib > 0) opt.runner.memory_bytes = static_cast<uint64_t>(m.memory_gib * (1ull << 30));
-  if (!m.quiet && ::isatty(2)) opt.progress = [](const std::string& s) { std::cerr << "kfab: " << s << "\n"; };
+  // progress on stderr: on a terminal as it comes; to a file or a pipe, each line with the time since the
+  // command started (a search of minutes is not silent there)
+  if (!m.quiet) {
+    const bool tty = ::isatty(2) != 0;
+    const auto start = std::chrono::steady_clock::now();
+    opt.progress = [tty, start](const std::string& s) {
+      if (tty) {
+        std::cerr << "kfab: " << s << "\n";
+        return;
+      }
+      const auto secs = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - start).count();
+      std::cerr << fmt::format("kfab [{}:{:02d}]: {}\n", secs / 60, secs % 60, s) << std::flush;
+    };
+  }
   opt.dtype = m.dtype;
   opt.compile_baseline = !m.no_compile;
   opt.compile_mode = m.compile_mode;

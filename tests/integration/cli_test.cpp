@@ -361,12 +361,17 @@ TEST(Tasks, ABrokenManifestIsShownAndExitsTwo) {
 // Issue 24's loose ends (finding 9): optimize and bench take --db like eval and report (the run lands in that
 // store, for the processes they start too); `kfab tasks` shows what a KernelBench file declares (its op
 // class, GPU shape and held-out shapes, read from its text); doctor probes the Python the worker runs
-// (the .venv's, with torch where `make test` installed it); optimize's help speaks of the built-in tuner.
+// (the .venv's, with torch where `make test` installed it); optimize's help speaks of the built-in tuner;
+// with stderr not a terminal, progress comes as plain lines with the elapsed time (finding 10).
 TEST(Cli, TheNewUsersLooseEndsAreTied) {
   const auto db = scratch() / "optimize-db" / "runs.db";
-  CliResult r = kfab_cli({"optimize", std::string(KFAB_SOURCE_DIR) + "/tasks/core/gelu", "--target", "cpu", "--points", "1", "--fresh", "--json", "--quiet", "--db",
+  CliResult r = kfab_cli({"optimize", std::string(KFAB_SOURCE_DIR) + "/tasks/core/gelu", "--target", "cpu", "--points", "1", "--fresh", "--json", "--db",
                           db.string(), "--out", (scratch() / "optimize-db" / "out").string()});
   ASSERT_TRUE(found_correct(r)) << r.out << r.err;
+  // stderr is a file here: plain progress lines, each with the time since the start (finding 10)
+  EXPECT_NE(r.err.find("kfab [0:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("]: cpu_fused_rows ("), std::string::npos) << "a line per point: " << r.err;
+  EXPECT_NE(r.err.find("]: final: "), std::string::npos) << r.err;
   auto store = Store::open(db);
   ASSERT_TRUE(store.has_value());
   EXPECT_GE(*(*store)->count("evaluations"), 2) << "the point and the final check";
