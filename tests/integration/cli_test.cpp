@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <sstream>
 #include <thread>
 #include <tuple>
 
@@ -397,6 +398,18 @@ TEST(Cli, TheNewUsersLooseEndsAreTied) {
   if (std::getenv("KFAB_REQUIRE_TORCH") != nullptr) {
     EXPECT_EQ(d.json()["python"].value("torch", "absent").find("absent"), std::string::npos) << d.json()["python"].dump();
   }
+
+  // make run builds kfab and its runner, not the test programs, before it optimizes (finding 8)
+  auto plan = run_command({"make", "-n", "run", "BUILD=build-dry-run"}, 60.0, KFAB_SOURCE_DIR);
+  ASSERT_TRUE(plan.has_value());
+  EXPECT_NE(plan->output.find("--target kfab kfab-runner\n"), std::string::npos) << plan->output;
+  std::istringstream lines(plan->output);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("cmake --build build-dry-run", 0) == 0) {
+      EXPECT_NE(line.find("--target"), std::string::npos) << line;
+    }
+  }
+  EXPECT_LT(plan->output.find("--target kfab kfab-runner"), plan->output.find("kfab optimize"));
 
   CliResult h = kfab_cli({"optimize", "--help"});
   EXPECT_NE(h.out.find("built-in tuner by default"), std::string::npos) << h.out;
