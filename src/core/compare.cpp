@@ -50,6 +50,9 @@ void compare_output(const HostTensor& got, const HostTensor& want, const Toleran
     ++st.checked;
     if (ok) continue;
     ++st.mismatches;
+    if (!std::isfinite(g) || !std::isfinite(w)) {  // a NaN or infinity on either side: the error is infinite, never 0
+      st.max_abs = st.max_rel = st.tol_used = std::numeric_limits<double>::infinity();
+    }
     if (!st.first) {
       Mismatch m;
       m.output = name;

@@ -50,6 +50,11 @@ def run(device: str) -> None:
     cmp.compare(g, w, 1.0, 1.0, "out", 0, 1, st)
     check(st.mismatches == 3 and st.nonfinite == 1 and st.first["index"] == 2,
           f"{device}: three non-finite mismatches, the first at 2 ({st.to_json()})")
+    check(st.to_json()["max_abs_err"] == "inf" and st.to_json()["tolerance_used"] == "inf",
+          f"{device}: the summary of non-finite mismatches is an infinite error, never 0 ({st.to_json()})")
+    st = cmp.Stats()
+    cmp.compare(torch.full((4,), float("nan"), device=device), torch.ones(4, device=device), 1.0, 1.0, "out", 0, 1, st)
+    check(st.to_json()["max_abs_err"] == "inf" and st.nonfinite == 4, f"{device}: an all-NaN output reads inf ({st.to_json()})")
 
     # tolerance: atol + rtol * |want|, inclusive
     w = torch.full((10,), 2.0, dtype=torch.float64, device=device)

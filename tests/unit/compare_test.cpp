@@ -68,6 +68,15 @@ TEST(Compare, NanOrInfWhereTheReferenceIsFiniteFails) {
   compare_output(got, want, {1e9, 1e9}, "y", 0, 1, st);
   EXPECT_EQ(st.mismatches, 2u);
   EXPECT_EQ(st.nonfinite, 2u);
+  // the error summary cannot read 0 when the outputs are not finite (issue 24, finding 7)
+  const auto j = st.to_json();
+  EXPECT_EQ(j["max_abs_err"], "inf") << j.dump();
+  EXPECT_EQ(j["max_rel_err"], "inf");
+  EXPECT_EQ(j["tolerance_used"], "inf");
+  // and the same where the reference's NaN is missed
+  CompareStats missed;
+  compare_output(make({1}, {1}), make({NAN}, {1}), {1e9, 1e9}, "y", 0, 1, missed);
+  EXPECT_EQ(missed.to_json()["max_abs_err"], "inf");
 }
 
 TEST(Compare, NanMatchesNanAndInfMatchesTheSameInf) {
