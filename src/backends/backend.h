@@ -58,6 +58,8 @@ class Backend {
   virtual std::string describe() const = 0;
   /// Builds a source file, using the compile cache.
   virtual BuildOutcome<BuildResult> build(const std::filesystem::path& source) = 0;
+  /// The command a candidate `source` is built with (for an agent: describe_task); empty where unknown.
+  virtual std::string build_command(const std::string& /*source*/) const { return {}; }
   /// The devices of this target the process sees (GPUs); 0 where it does not count them.
   virtual int device_count() const { return 0; }
 };

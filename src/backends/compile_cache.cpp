@@ -78,6 +78,22 @@ const std::string& system_cxx_version() {
   return version;
 }
 
+namespace {
+std::vector<std::string> compile_argv(const CompileSpec& spec, const fs::path& include, const std::string& source, const std::string& output) {
+  std::vector<std::string> argv = {spec.compiler};
+  argv.insert(argv.end(), spec.flags.begin(), spec.flags.end());
+  argv.insert(argv.end(), {"-I" + include.string(), "-o", output, source});
+  argv.insert(argv.end(), spec.link_flags.begin(), spec.link_flags.end());
+  return argv;
+}
+}  // namespace
+
+std::string compile_command(const CompileSpec& spec, const std::string& source, const std::string& output) {
+  std::string line;
+  for (const auto& a : compile_argv(spec, abi_include_dir(), source, output)) line += (line.empty() ? "" : " ") + a;
+  return line;
+}
+
 BuildOutcome<BuildResult> compile_cached(const CompileSpec& spec, const fs::path& source) {
   const auto start = std::chrono::steady_clock::now();
   auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
@@ -107,10 +123,7 @@ BuildOutcome<BuildResult> compile_cached(const CompileSpec& spec, const fs::path
   // evaluator builds the task's reference: `--devices`).
   static std::atomic<unsigned> builds{0};
   const fs::path tmp = dir / (r.key + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(builds++) + ".so");
-  std::vector<std::string> argv = {spec.compiler};
-  argv.insert(argv.end(), spec.flags.begin(), spec.flags.end());
-  argv.insert(argv.end(), {"-I" + include.string(), "-o", tmp.string(), fs::absolute(source).string()});
-  argv.insert(argv.end(), spec.link_flags.begin(), spec.link_flags.end());
+  const std::vector<std::string> argv = compile_argv(spec, include, fs::absolute(source).string(), tmp.string());
   auto run = run_command(argv, spec.timeout_s, fs::absolute(source).parent_path());
   if (!run) return BuildFailure{run.error().to_string()};
   if (run->timed_out || !run->status.ok()) {

@@ -26,5 +26,8 @@ const std::string& system_cxx();
 const std::string& system_cxx_version();
 
 BuildOutcome<BuildResult> compile_cached(const CompileSpec& spec, const std::filesystem::path& source);
+/// The command compile_cached runs for `source` (its output named `output`), as one line (for an agent's
+/// brief: describe_task).
+std::string compile_command(const CompileSpec& spec, const std::string& source, const std::string& output);
 
 }  // namespace kfab

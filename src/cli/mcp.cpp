@@ -6,6 +6,7 @@
 #include <iostream>
 #include <regex>
 #include <string>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -242,6 +243,78 @@ json evaluate(const json& a, Check check) {
                                                                                 : "not correct on every shape: fix it, then evaluate again"}};
 }
 
+/// What an agent needs to design a kernel for `target` beyond the task: how a candidate is built, where its
+/// buffers live, how it is timed, and the machine (its CPU; on a GPU target the device kfab found; the
+/// peaks kfab measured, where it has: the first evaluation on a target measures them).
+json target_facts(const Target& t, bool kernelbench) {
+  json f = {{"suffix", t.suffix()}, {"dsl", t.dsl}};
+  const auto backend = t.make_backend();
+  if (backend && backend->probe() > 0) {
+    f["build"] = backend->build_command("candidate" + t.suffix());
+    f["device"] = backend->describe();
+  } else {
+    f["available"] = false;
+  }
+  f["buffers"] = kernelbench ? "torch tensors as get_inputs() makes them and the Model's parameters, contiguous; outputs torch.empty "
+                               "(the caching allocator's alignment: 512 bytes on cuda, 64 on the cpu)"
+                 : t.on_host        ? "host memory, each tensor 64-byte aligned, contiguous row-major (strides null)"
+                 : t.name == "cuda" ? "device memory, one cuMemAlloc per tensor (256-byte aligned), contiguous row-major"
+                                    : "an OpenCL buffer per tensor (data is its cl_mem), contiguous row-major";
+  const bool cpu = t.on_host;
+  f["protocol"] = {{"seeds", 5},
+                   {"warmup_calls", 3},
+                   {"min_calls", cpu ? 50 : 100},
+                   {"min_time_s", cpu ? 0.5 : 0.05},
+                   {"flush", t.flush},
+                   {"timer", t.timer},
+                   {"timed_inputs", "the timing seed's inputs, four elements changed anew before each timed call; sampled calls "
+                                    "checked against the reference"},
+                   {"outputs", "poisoned (NaN) before each verified call: every element must be written"},
+                   {"speedup", "the baseline's median time over the candidate's, geometric mean over the tuning shapes"}};
+  return f;
+}
+
+/// The host: CPU model, logical CPUs, instruction-set extensions a kernel may use, cache sizes, and the
+/// peaks kfab measured and cached (copy bandwidth), where it has.
+json host_facts() {
+  json h = json::object();
+  if (auto info = read_file("/proc/cpuinfo")) {
+    std::smatch m;
+    if (std::regex_search(*info, m, std::regex(R"(model name\s*:\s*([^\n]+))"))) h["cpu"] = m[1].str();
+    if (std::regex_search(*info, m, std::regex(R"(\nflags\s*:\s*([^\n]+))"))) {
+      const std::string flags = " " + m[1].str() + " ";
+      json isa = json::array();
+      for (const char* x : {"sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_bf16", "avx512_fp16",
+                            "avx_vnni", "amx_tile", "amx_bf16"})
+        if (flags.find(std::string(" ") + x + " ") != std::string::npos) isa.push_back(x);
+      h["isa"] = isa;
+    }
+  }
+  h["logical_cpus"] = std::thread::hardware_concurrency();
+  json caches = json::array();
+  for (int i = 0; i < 8; ++i) {
+    const fs::path d = fmt::format("/sys/devices/system/cpu/cpu0/cache/index{}", i);
+    auto level = read_file(d / "level"), type = read_file(d / "type"), size = read_file(d / "size");
+    if (!level || !type || !size) continue;
+    auto trim = [](std::string v) {
+      while (!v.empty() && std::isspace(static_cast<unsigned char>(v.back()))) v.pop_back();
+      return v;
+    };
+    caches.push_back(fmt::format("L{} {} {}", trim(*level), trim(*type), trim(*size)));
+  }
+  h["caches"] = caches;
+  json measured = json::object();
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(cache_dir() / "machine", ec))
+    if (e.path().extension() == ".json")
+      if (auto text = read_file(e.path())) try {
+          measured[e.path().stem().string()] = json::parse(*text);
+        } catch (const json::exception&) {
+        }
+  h["measured"] = measured.empty() ? json("nothing yet: the first evaluation on a target measures its peaks") : measured;
+  return h;
+}
+
 json describe(const json& a) {
   const fs::path task = task_path(a);
   json out;
@@ -268,6 +341,12 @@ json describe(const json& a) {
            {"reference_source", reference ? *reference : ""}};
   }
   if (auto abi = read_file(abi_include_dir() / "kfab/candidate.h")) out["abi"] = *abi;
+  // how a candidate is built, where its buffers live and how it is timed, per target that takes the task
+  json per_target = json::object();
+  for (const Target* t : targets())
+    if (!lt->kernelbench() || !t->torch_device.empty()) per_target[std::string(t->name)] = target_facts(*t, lt->kernelbench());
+  out["targets"] = per_target;
+  out["host"] = host_facts();
   return out;
 }
 

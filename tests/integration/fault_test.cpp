@@ -158,8 +158,10 @@ TEST(Fault, KillNineOfARunnerMidSearchCostsOnlyThePointInFlight) {
   const ExitStatus st = kfab.wait(std::chrono::steady_clock::now() + 300s);
   const std::string log = text_or(dir / "log", "");
   ASSERT_TRUE(st.exited) << st.describe() << "\n" << log;
-  EXPECT_EQ(st.code, 0) << log;
   const auto j = nlohmann::json::parse(log.substr(log.find('{')));
+  // 0 for a winner faster than the baseline, 4 for one that is not (timing decides): its outcome agrees
+  EXPECT_TRUE(st.code == 0 || st.code == 4) << log;
+  EXPECT_EQ(j.value("outcome", ""), st.code == 0 ? "faster" : "not_faster") << log;
   EXPECT_EQ(j["best"]["disposition"], "passed");
   EXPECT_EQ(j["candidates"], kTunePoints);
   int crashed = 0;

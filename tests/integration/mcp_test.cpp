@@ -70,6 +70,17 @@ TEST(Mcp, AWholeSessionEvaluatesACandidateAndReadsItBack) {
   EXPECT_EQ(desc["format"], "native");
   EXPECT_EQ(desc["manifest"].get<std::string>().find("heldout = ["), std::string::npos) << "held-out shapes leaked";
   EXPECT_NE(desc["abi"].get<std::string>().find("kfab_run"), std::string::npos);
+  // what decides a design (issue 24, point 6): the build command and flags, the buffers, the timing and
+  // flush protocol, the host's CPU, instruction sets and caches
+  const auto& cpu = desc["targets"]["cpu"];
+  EXPECT_NE(cpu.value("build", "").find("-O3 -march=native -fopenmp"), std::string::npos) << cpu.dump();
+  EXPECT_NE(cpu.value("buffers", "").find("64-byte aligned"), std::string::npos);
+  EXPECT_NE(cpu["protocol"].value("flush", "").find("clflushopt"), std::string::npos);
+  EXPECT_EQ(cpu["protocol"].value("seeds", 0), 5);
+  EXPECT_TRUE(desc["targets"].contains("cuda")) << "every target, present or not";
+  EXPECT_GE(desc["host"].value("logical_cpus", 0), 1);
+  EXPECT_TRUE(desc["host"]["isa"].is_array());
+  EXPECT_TRUE(desc["host"].contains("measured"));
   const auto& good = replies[3]["result"];
   EXPECT_FALSE(good["isError"].get<bool>());
   EXPECT_EQ(good["structuredContent"]["disposition"], "passed");

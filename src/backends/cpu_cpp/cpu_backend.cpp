@@ -26,6 +26,10 @@ BuildOutcome<BuildResult> CpuBackend::build(const fs::path& source) {
   return compile_cached({"cpu", compiler_, compiler_version_, flags(), {}, 120.0}, source);
 }
 
+std::string CpuBackend::build_command(const std::string& source) const {
+  return compile_command({"cpu", compiler_, compiler_version_, flags(), {}, 120.0}, source, source + ".so");
+}
+
 const Target& cpu_target();
 std::vector<std::string> CpuBackend::extensions() const { return cpu_target().suffixes; }
 

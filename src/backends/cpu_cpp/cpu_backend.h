@@ -17,6 +17,7 @@ class CpuBackend final : public Backend {
   int probe() const override { return compiler_version_.empty() ? 0 : 10; }
   std::string describe() const override;
   BuildOutcome<BuildResult> build(const std::filesystem::path& source) override;
+  std::string build_command(const std::string& source) const override;
 
   /// The flags every candidate and reference is compiled with (before -I and -o).
   static const std::vector<std::string>& flags();

@@ -141,10 +141,7 @@ std::string CudaBackend::describe() const {
   return nvcc_version_ + ", " + (gpu_.empty() ? "no GPU (builds only)" : gpu_) + ", -arch=" + arch_;
 }
 
-BuildOutcome<BuildResult> CudaBackend::build(const fs::path& source) {
-  if (nvcc_.empty()) return BuildFailure{"no nvcc: install the CUDA toolkit or put nvcc on PATH"};
-  auto text = read_file(source);
-  if (!text) return BuildFailure{text.error().to_string()};
+CompileSpec CudaBackend::base_spec() const {
   // Machine code for the one architecture that runs it, and no PTX beside it: `-arch=sm_90a` also
   // embeds PTX, which costs nvcc a second cicc pass (about a quarter of a small kernel's cold build)
   // for a JIT fallback the device the arch was read from never needs.
@@ -153,6 +150,20 @@ BuildOutcome<BuildResult> CudaBackend::build(const fs::path& source) {
   CompileSpec spec{"cuda", nvcc_, nvcc_version_, {"-std=c++17", "-O3", "-shared", "-Xcompiler", "-fPIC"}, {}, 300.0};
   spec.flags.insert(spec.flags.end(), arch_flags.begin(), arch_flags.end());
   spec.flags.push_back("-lineinfo");
+  return spec;
+}
+
+std::string CudaBackend::build_command(const std::string& source) const {
+  return compile_command(base_spec(), source, source + ".so") +
+         " (and -lcublas where it includes cublas_v2.h; -I" + (cutlass_include_dir().empty() ? std::string("<CUTLASS, not installed>") : cutlass_include_dir()) +
+         " --expt-relaxed-constexpr where it includes CUTLASS or CuTe)";
+}
+
+BuildOutcome<BuildResult> CudaBackend::build(const fs::path& source) {
+  if (nvcc_.empty()) return BuildFailure{"no nvcc: install the CUDA toolkit or put nvcc on PATH"};
+  auto text = read_file(source);
+  if (!text) return BuildFailure{text.error().to_string()};
+  CompileSpec spec = base_spec();
   // A baseline or candidate built on cuBLAS links it; nothing else is linked implicitly.
   if (text->find("cublas_v2.h") != std::string::npos) spec.link_flags.push_back("-lcublas");
   // One that includes CUTLASS's headers gets their folder (the folder is part of the cache key).

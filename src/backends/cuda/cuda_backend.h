@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/compile_cache.h"
 
 namespace kfab {
 
@@ -38,6 +39,7 @@ class CudaBackend final : public Backend {
   /// 30 with nvcc and a GPU, else 0 (builds still work with nvcc alone, e.g. in CI).
   int probe() const override { return nvcc_.empty() || gpu_.empty() ? 0 : 30; }
   std::string describe() const override;
+  std::string build_command(const std::string& source) const override;
   BuildOutcome<BuildResult> build(const std::filesystem::path& source) override;
 
   /// The -arch value: from $KFAB_CUDA_ARCH, else the GPU's compute capability (sm_90a for 9.0),
@@ -48,6 +50,8 @@ class CudaBackend final : public Backend {
   int device_count() const override { return devices_; }
 
  private:
+  /// The build's flags before any the source asks for (cuBLAS, CUTLASS).
+  CompileSpec base_spec() const;
   std::string nvcc_;
   std::string nvcc_version_;
   std::string gpu_;  ///< name of device 0; empty without a GPU

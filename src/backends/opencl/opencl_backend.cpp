@@ -23,8 +23,7 @@ OpenClBackend::OpenClBackend() : compiler_(system_cxx()), compiler_version_(syst
   else description_ = devices;
 }
 
-BuildOutcome<BuildResult> OpenClBackend::build(const fs::path& source) {
-  if (compiler_version_.empty()) return BuildFailure{"no C++ compiler: " + compiler_ + " is not on PATH"};
+CompileSpec OpenClBackend::spec() const {
   std::vector<std::string> include;
   if (!fs::exists("/usr/include/CL/cl.h") && fs::exists("/usr/local/cuda/include/CL/cl.h"))
     include.push_back("-I/usr/local/cuda/include");
@@ -32,7 +31,14 @@ BuildOutcome<BuildResult> OpenClBackend::build(const fs::path& source) {
                    // The loader's versioned name: a machine may lack the -dev symlink.
                    {"-l:libOpenCL.so.1"}, 120.0};
   spec.flags.insert(spec.flags.end(), include.begin(), include.end());
-  return compile_cached(spec, source);
+  return spec;
+}
+
+std::string OpenClBackend::build_command(const std::string& source) const { return compile_command(spec(), source, source + ".so"); }
+
+BuildOutcome<BuildResult> OpenClBackend::build(const fs::path& source) {
+  if (compiler_version_.empty()) return BuildFailure{"no C++ compiler: " + compiler_ + " is not on PATH"};
+  return compile_cached(spec(), source);
 }
 
 const Target& opencl_target();

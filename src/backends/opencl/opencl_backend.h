@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/compile_cache.h"
 
 namespace kfab {
 
@@ -20,8 +21,10 @@ class OpenClBackend final : public Backend {
   int probe() const override { return usable_ ? 20 : 0; }
   std::string describe() const override { return description_; }
   BuildOutcome<BuildResult> build(const std::filesystem::path& source) override;
+  std::string build_command(const std::string& source) const override;
 
  private:
+  CompileSpec spec() const;  ///< the compiler, its flags and the loader it links
   std::string compiler_;
   std::string compiler_version_;
   bool usable_ = false;
