@@ -386,23 +386,25 @@ Expected<void> native_task_fits(const std::string& path, const std::string& targ
 
 // A run's result as JSON (--json) or as `text` writes it; exit 0 where its best passed.
 /// An optimize run's result with its outcome (issue 24): `outcome` "faster" (a correct kernel faster than the
-/// baseline, exit 0), "not_faster" (correct, but no faster: the baseline stays the thing to use, exit 4) or
-/// "none" (nothing correct, exit 1), and best's `faster_than_baseline`; the text says the same.
+/// baseline, exit 0), "not_faster" (correct, but no faster: the baseline stays the thing to use, exit 4),
+/// "untimed" (correct, the baseline not timed: exit 0, nothing claimed) or "none" (nothing correct, exit 1),
+/// and best's `faster_than_baseline` where timed; the text says the same.
 int report_run(bool as_json, const Expected<json>& given, const std::function<void(const json&)>& text) {
   if (!given) return bad_input(as_json, given.error().message, given.error().hint);
   json r = *given;
   json& b = r["best"];
   const bool passed = !b["candidate"].is_null() && b["disposition"] == "passed";
-  const bool faster = passed && b["speedup"].is_number() && b["speedup"].get<double>() > 1.0;
-  r["outcome"] = !passed ? "none" : faster ? "faster" : "not_faster";
-  if (passed) b["faster_than_baseline"] = faster;
+  const bool timed = passed && b["speedup"].is_number();  // a verdict without a baseline's time claims neither
+  const bool faster = timed && b["speedup"].get<double>() > 1.0;
+  r["outcome"] = !passed ? "none" : !timed ? "untimed" : faster ? "faster" : "not_faster";
+  if (timed) b["faster_than_baseline"] = faster;
   if (as_json) std::cout << dump_json(r, 2) << "\n";
   else text(r);
-  if (passed && !faster && !as_json)
+  if (timed && !faster && !as_json)
     std::cout << fmt::format("no kernel faster than the baseline was found: the fastest correct one runs at {:.3f}x; keep the baseline "
                              "(the kernel is kept in {} for reference)\n",
                              b["speedup"].is_number() ? b["speedup"].get<double>() : 0.0, b["candidate"].get<std::string>());
-  return !passed ? kExitFailed : faster ? kExitOk : kExitNotFaster;
+  return !passed ? kExitFailed : timed && !faster ? kExitNotFaster : kExitOk;
 }
 
 // What a run of either kind takes from the command line (its target is chosen before), and where

@@ -644,7 +644,7 @@ std::string run_body(const json& run, const std::string& prefix, std::string_vie
     const json& f = steps[*final_pass];
     const auto sp = step_speedup(f);
     s += fmt::format("result <b>{}</b> (the final check, {})", fmt_x(sp), step_link(*final_pass));
-    if (!sp || *sp <= 1.0) s += " · <span class=\"fail\">not faster than the baseline: keep the baseline</span>";
+    if (sp && *sp <= 1.0) s += " · <span class=\"fail\">not faster than the baseline: keep the baseline</span>";
     if (best && *best != *final_pass) s += fmt::format(" · search best {} at {}", fmt_x(step_speedup(steps[*best])), step_link(*best));
   } else if (best) {
     const json& b = steps[*best];
