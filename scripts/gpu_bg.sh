@@ -4,7 +4,7 @@
 # a deadline, then copies the log and everything the command wrote in its folder into OUTDIR.
 #
 #   scripts/gpu_bg.sh start OUTDIR SECONDS CMD...   start CMD (with $KFAB_BG_DIR, its folder, exported)
-#   scripts/gpu_bg.sh wait OUTDIR SECONDS           wait at most SECONDS, then copy
+#   scripts/gpu_bg.sh wait OUTDIR SECONDS           wait at most SECONDS, then copy (the log, the tables, files.tgz)
 #
 # Example: the test tiers, then the conformance suite's GPU classes alone:
 #   scripts/gpu_bg.sh start "$OUT" 560 bash -c 'KFAB_GPU_STAGES=tests scripts/gpu_machine.sh "$KFAB_BG_DIR"'
@@ -32,7 +32,18 @@ elif [ "$verb" != wait ]; then
 fi
 
 while [ ! -f "$work/done" ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
+# At most 8 files come back from a device call (16 MiB each, 2 folders down; the device tool's README): the
+# log, up to 5 tables and summaries (*.md, summary.txt) with their folders in their names, and the rest as
+# one archive (files.tgz; its builds and candidates' binaries left out, and where it is still over 15 MiB, all
+# but the JSON, text and logs).
 cp "$work/log.txt" "$out/" 2>/dev/null
-cp -r "$work/files/." "$out/" 2>/dev/null
+(cd "$work/files" && find . -maxdepth 4 \( -name '*.md' -o -name summary.txt \) | sort | head -5) | while read -r f; do
+  cp "$work/files/$f" "$out/$(echo "${f#./}" | tr '/' '_')" 2>/dev/null
+done
+tar czf "$out/files.tgz" -C "$work/files" --exclude='*.so' --exclude='*.o' --exclude='build-*' . 2>/dev/null
+if [ "$(stat -c %s "$out/files.tgz" 2>/dev/null || echo 0)" -gt 15000000 ]; then
+  (cd "$work/files" && find . \( -name '*.json' -o -name '*.txt' -o -name '*.md' -o -name '*.log' -o -name '*.err' -o -name '*.csv' \) -size -20M |
+     tar czf "$out/files.tgz" -T -) 2>/dev/null
+fi
 if [ -f "$work/done" ]; then echo "done: $(cat "$work/done")"; else echo "still running"; fi
 tail -30 "$work/log.txt"
