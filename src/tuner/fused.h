@@ -72,6 +72,9 @@ struct GemmProgram {
   DType dtype = DType::F32;
 };
 
+/// The epilogue's input that is the GEMM's product (bind -1), or -1.
+int product_input(const GemmProgram& gp);
+
 /// Whether the epilogue is the product itself (out0 = acc, epilogue input `pin`: KernelBench's plain matrix
 /// products), which the tensor-core GEMMs then write straight into the output: no buffer, no row pass
 /// (which would read and write the product once more: 8 GiB of traffic for level1_7's 4 GiB output).

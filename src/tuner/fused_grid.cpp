@@ -89,6 +89,19 @@ void fold_point(const GemmProgram& gp, std::vector<TemplateParams>& g) {
 
 }  // namespace
 
+int product_input(const GemmProgram& gp) {
+  for (size_t i = 0; i < gp.bind.size(); ++i)
+    if (gp.bind[i] < 0) return static_cast<int>(i);
+  return -1;
+}
+
+// Few output tiles of 128 x 128 (every batch in one launch) over a long K: fewer than half an H100's SMs busy
+// without a split of K (KernelBench's level1_6, 256 x 256 x 524288: 4 tiles).
+static bool few_tiles(const GemmProgram& gp) {
+  const int64_t tiles = ((gp.m + 127) / 128) * ((gp.n + 127) / 128) * std::max<int64_t>(gp.batch, 1);
+  return gp.m > 0 && gp.n > 0 && tiles < 66 && gp.k >= 8192;
+}
+
 bool product_is_output(const GemmProgram& gp, int pin) {
   const Program& p = gp.epilogue;
   if (p.outputs.size() != 1 || p.groups > 1 || gp.pool > 1 || pin < 0) return false;
@@ -120,13 +133,12 @@ static std::vector<TemplateParams> gemm_half_cuda_grid(const GemmProgram& gp) {
   auto sm80 = [&](const char* tile, const char* warp, const char* stages) {
     g.push_back({{"mma", "sm80_half"}, {"precision", type}, {"io", type}, {"tile", tile}, {"warp", warp}, {"stages", stages}});
   };
-  const int64_t tiles = ((gp.m + 127) / 128) * ((gp.n + 127) / 128) * std::max<int64_t>(gp.batch, 1);
-  const bool few_tiles = gp.m > 0 && gp.n > 0 && tiles < 66 && gp.k >= 8192;
+  const bool few = few_tiles(gp);
   if (cuda_candidate_arch() == "sm_90a") {
-    if (few_tiles) sm90("128x128x64", "1", "coop", "streamk");
+    if (few) sm90("128x128x64", "1", "coop", "streamk");
     sm90("128x256x64", "1", "coop");
     sm90("128x128x64", "1", "coop");
-    if (!few_tiles) sm90("128x128x64", "1", "coop", "streamk");
+    if (!few) sm90("128x128x64", "1", "coop", "streamk");
     sm90("128x128x64", "2", "coop");
     sm90("64x128x64", "1", "pingpong");
     sm90("256x128x64", "1", "coop");
@@ -162,13 +174,12 @@ std::vector<TemplateParams> gemm_cuda_grid(const GemmProgram& gp) {
   // Few output tiles over a long K (KernelBench's 256 x 256 x 524288: 4 tiles of 128 x 128 where an
   // H100 has 132 SMs): stream-K, which splits K across every SM, right after the TF32 point. Measured
   // on an H200 (issue 23): the persistent scheduler ran that product at 0.08x eager.
-  const int64_t tiles = ((gp.m + 127) / 128) * ((gp.n + 127) / 128) * std::max<int64_t>(gp.batch, 1);  // every batch in one launch
-  const bool few_tiles = gp.m > 0 && gp.n > 0 && tiles < 66 && gp.k >= 8192;
+  const bool few = few_tiles(gp);
   if (hopper) sm90("sm90_tf32", "128x256x32", "1", "coop");
   // few tiles over a long K: CUTLASS's SM80 3xTF32, which splits each operand in registers (the sm90 points
   // write the splits out: 3 GB of traffic for level1_6's 1 GB of operands, 0.498x eager on an H100), with K
   // in slices over every SM
-  if (cutlass && few_tiles)
+  if (cutlass && few)
     g.push_back({{"mma", "tf32x3"}, {"precision", "3xtf32"}, {"tile", "128x64x16"}, {"warp", "64x32x16"}, {"stages", "4"}, {"splitk", "auto"}});
   // a short K (3K within a slice: one product over [As | Ab | Ab] @ [Wb | Ws | Wb]^T) and a large output (level1_7
   // and 9: 4 GiB written over a K of 64 and 32, 1.51x and 1.23x eager on an H100 with the cooperative point):
@@ -176,13 +187,13 @@ std::vector<TemplateParams> gemm_cuda_grid(const GemmProgram& gp) {
   const bool short_k = gp.k > 0 && 3 * gp.k <= 2048, large_out = gp.m * gp.n * std::max<int64_t>(gp.batch, 1) >= (int64_t{1} << 24);
   if (hopper && short_k && large_out) sm90("sm90_3xtf32", "64x256x32", "1", "pingpong");
   if (hopper) {
-    if (few_tiles) sm90("sm90_3xtf32", "128x128x32", "1", "coop", "streamk");
+    if (few) sm90("sm90_3xtf32", "128x128x32", "1", "coop", "streamk");
     sm90("sm90_3xtf32", "128x128x32", "1", "coop");
   }
   if (cutlass) tc("128x64x16", "64x32x16", "4");
   if (hopper) {
     // stream-K: a product of few tiles and a long K (KernelBench's 256 x 256 x 524288) on every SM
-    if (!few_tiles) sm90("sm90_3xtf32", "128x128x32", "1", "coop", "streamk");
+    if (!few) sm90("sm90_3xtf32", "128x128x32", "1", "coop", "streamk");
     sm90("sm90_3xtf32", "128x256x32", "1", "coop");
     sm90("sm90_3xtf32", "128x128x32", "2", "coop");
     if (!(short_k && large_out) && (gp.k == 0 || short_k)) sm90("sm90_3xtf32", "64x256x32", "1", "pingpong");  // K within a slice

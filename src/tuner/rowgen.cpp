@@ -554,12 +554,6 @@ void head(const std::string& title, const TemplateParams& tp, const std::string&
   for (const auto& line : split_lines(p.describe())) e.line("//   " + line);
 }
 
-int product_input(const GemmProgram& gp) {
-  for (size_t i = 0; i < gp.bind.size(); ++i)
-    if (gp.bind[i] < 0) return static_cast<int>(i);
-  return -1;
-}
-
 bool pointwise_only(const Gen& g) {
   const Program& p = g.p;
   if (p.groups > 1) return false;  // its rows are groups of the product's: a row kernel over the product

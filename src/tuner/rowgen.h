@@ -134,8 +134,6 @@ int param(const TemplateParams& p, const char* k, int dflt);
 /// The file's opening comment: what generated it, at which point, and the program.
 void head(const std::string& title, const TemplateParams& tp, const std::string& what, const Program& p, Emitter& e);
 
-/// The epilogue's input that is the GEMM's product.
-int product_input(const GemmProgram& gp);
 /// Whether every live node is per element, per column or a scalar (no rows, no reductions).
 bool pointwise_only(const Gen& g);
 

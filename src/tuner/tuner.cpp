@@ -184,10 +184,7 @@ Expected<DType> half_precision(const std::string& dtype, const TracedPlan& plan,
                       "run it at --dtype f32, or with --target cuda");
   GemmProgram gp = plan.gemm;
   gp.epilogue = plan.program;
-  int pin = -1;
-  for (size_t i = 0; i < gp.bind.size(); ++i)
-    if (gp.bind[i] < 0) pin = static_cast<int>(i);
-  if (plan.is_gemm && plan.plan.stages.empty() && gp.tensors == 2 && !gp.pool_max && product_is_output(gp, pin)) return *t;
+  if (plan.is_gemm && plan.plan.stages.empty() && gp.tensors == 2 && !gp.pool_max && product_is_output(gp, product_input(gp))) return *t;
   return make_error(fmt::format("the built-in tuner has no {} template for {}: at f16 and bf16 it takes a plain matrix product "
                                 "(16-bit tensor cores, fp32 accumulation); its epilogues and row programs read and write f32",
                                 dtype, task.filename().string()),
