@@ -174,34 +174,52 @@ class ModelNew(_task.Model):
         self.__dict__["_run"] = None if _KIND in ("cuda", "cpp") else _import("candidate", _CANDIDATE_SOURCE).run
 
     def forward(self, *inputs):
-        params = [p.detach() for _, p in self.named_parameters()] + [b.detach() for _, b in self.named_buffers()]
-        floats = [p.dtype for p in params if p.is_floating_point()]
-        key = (tuple((tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else x for x in inputs), tuple(floats[:1]))
-        cache = self.__dict__.setdefault("_out_shapes", {{}})
-        if key not in cache:
-            shapes = self._shapes.to(floats[0]) if floats else self._shapes
-            with torch.no_grad():
-                meta = shapes(*[x.to("meta") if isinstance(x, torch.Tensor) else x for x in inputs])
-            single = isinstance(meta, torch.Tensor)
-            cache[key] = (single, [(m.shape, m.dtype) for m in ([meta] if single else list(meta))])
-        single, metas = cache[key]
-        device = next(x.device for x in inputs if isinstance(x, torch.Tensor))
+        # The host side of this call is timed with the kernel (KernelBench's events wait for it), so
+        # everything that can be is worked out once per input signature and kept.
+        key = tuple((x.shape, x.dtype, x.device) if isinstance(x, torch.Tensor) else x for x in inputs)
+        plans = self.__dict__.setdefault("_plans", {{}})
+        params = [p.detach() for p in self.parameters()] + [b.detach() for b in self.buffers()]
+        key = (key, next((p.dtype for p in params if p.is_floating_point()), None))
+        plan = plans.get(key)
+        if plan is None:
+            plan = plans[key] = self._plan(inputs, params)
+        single, metas, device, stream = plan
         outs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in metas]
         ins = [x.contiguous() if isinstance(x, torch.Tensor) else x for x in inputs] + params
         if self._run is not None:
             self._run(ins, outs)
         else:
-            ext, lib = _build_native()
+            ext, lib = _native
             global _initialised
             if _initialised != self._init:  # kfab_init is optional: see candidate.h
                 rc = ext.init(lib, self._init)
                 if rc != 0:
                     raise RuntimeError("kfab_init returned %d" % rc)
             _initialised = self._init
-            stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-            rc = ext.run(lib, ins, outs, stream)
+            rc = ext.run(lib, ins, outs, stream())
             if rc != 0:
                 raise RuntimeError("kfab_run returned %d" % rc)
+        return outs[0] if single else tuple(outs)
+
+    def _plan(self, inputs, params):
+        """(single output?, the outputs' shapes and dtypes, their device, the current stream's getter)
+        for inputs like these: the outputs from a meta-device copy of Model, run once."""
+        floats = [p.dtype for p in params if p.is_floating_point()]
+        shapes = self._shapes.to(floats[0]) if floats else self._shapes
+        with torch.no_grad():
+            meta = shapes(*[x.to("meta") if isinstance(x, torch.Tensor) else x for x in inputs])
+        single = isinstance(meta, torch.Tensor)
+        metas = [(m.shape, m.dtype) for m in ([meta] if single else list(meta))]
+        device = next(x.device for x in inputs if isinstance(x, torch.Tensor))
+        if self._run is None:
+            _build_native()
+        if device.type != "cuda":
+            return single, metas, device, lambda: 0
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # torch's quick accessor, as its generated code uses
+        return single, metas, device, ((lambda: raw(index)) if raw is not None
+                                       else (lambda: torch.cuda.current_stream(index).cuda_stream))
+
         return outs[0] if single else tuple(outs)
 '''
 
