@@ -171,6 +171,23 @@ void add_options(CLI::App& sub, SandboxArgs& a) {
   sub.add_option("command", a.argv, "the command and its arguments (after --)")->required();
 }
 
+void add_options(CLI::App& sub, CompareArgs& a) {
+  sub.add_option("TASK", a.task, "task folder, task.toml, or a KernelBench-format .py file")->required();
+  sub.add_option("A", a.a, "a candidate source file")->required();
+  sub.add_option("B", a.b, "the candidate it is compared with")->required();
+  sub.add_option("--target", a.target, target_names() + " (default: the best target present that takes A)");
+  sub.add_option("--timeout", a.measure.timeout_s, "seconds each runner job may take before it is killed")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  sub.add_option("--seeds", a.measure.seeds, "seeds per shape")->capture_default_str()->check(CLI::Range(1, 1000));
+  sub.add_option("--min-calls", a.measure.min_calls, "timed calls of each per shape, at least (default: cpu 50, cuda 100)")
+      ->check(CLI::Range(1, 1000000));
+  sub.add_option("--min-time", a.measure.min_time_s, "seconds of timed calls per shape, at least (default: cpu 0.5, cuda/opencl 0.05)")
+      ->check(CLI::NonNegativeNumber);
+  sub.add_option("--dtype", a.measure.dtype, "KernelBench tasks: the float dtype of inputs, weights and reference")->capture_default_str();
+  sub.add_flag("--quiet,-q", a.measure.quiet, "no progress lines on stderr");
+  sub.add_flag("--json", a.json, "print one JSON object on stdout");
+}
+
 void add_options(CLI::App& sub, EvalArgs& a) {
   sub.add_option("TASK", a.task, "task folder, task.toml, or a KernelBench-format .py file")->required();
   sub.add_option("CANDIDATE", a.candidate, "candidate source file")->required();
@@ -234,6 +251,10 @@ Commands::Commands(CLI::App& app) : app_(app) {
                         "folder, no network, no privilege), to see what a driver or library needs",
                         sandbox_args_);
   eval_ = subcommand(app, "eval", "verify and time one candidate against the task's reference", eval_args_);
+  compare_ = subcommand(app, "compare",
+                        "verify two candidates, then time them interleaved in one run (each in processes of its own, with the "
+                        "task's baseline in the same rotation): how much faster A is than B, with a 95% interval",
+                        compare_args_);
   mcp_->add_option("--brief", brief_, "DIR: write DIR/AGENTS.md, a brief for a coding agent (the loop, the rules, the tools, an "
                                       "MCP configuration), instead of serving");
   mcp_->add_flag("--force", brief_force_, "with --brief: replace an AGENTS.md that is there");
@@ -246,12 +267,13 @@ Commands::Commands(CLI::App& app) : app_(app) {
 int write_agent_brief(const std::string& dir, bool force);
 
 int Commands::run() {
-  for (bool* j : {&doctor_args_.json, &tasks_args_.json, &eval_args_.json, &export_args_.json, &optimize_args_.json, &bench_args_.json,
+  for (bool* j : {&doctor_args_.json, &tasks_args_.json, &eval_args_.json, &compare_args_.json, &export_args_.json, &optimize_args_.json, &bench_args_.json,
                   &report_args_.json})
     *j = *j || json_;
   if (doctor_->parsed()) return doctor(doctor_args_);
   if (tasks_->parsed()) return tasks(tasks_args_);
   if (eval_->parsed()) return eval(eval_args_);
+  if (compare_->parsed()) return compare(compare_args_);
   if (export_->parsed()) return export_modelnew(export_args_);
   if (!db_.empty()) ::setenv("KFAB_DB", fs::absolute(db_).c_str(), 1);  // Store::default_path(), here and in what this starts
   if (mcp_->parsed() && !brief_.empty()) return write_agent_brief(brief_, brief_force_);
@@ -821,6 +843,48 @@ int Commands::eval(const EvalArgs& a) {
   if (!verdict) return bad_input(a.json, verdict.error().message, verdict.error().hint);
   verdict->extra["phases_s"]["startup"] = startup_s;
   return report_verdict(a, task->task, *verdict);
+}
+
+int Commands::compare(const CompareArgs& a) {
+  auto task = open_task(a.task);
+  if (!task) return bad_input(a.json, task.error().message, task.error().hint);
+  std::error_code ec;
+  for (const auto& c : {a.a, a.b})
+    if (!fs::is_regular_file(c, ec)) return bad_input(a.json, c + ": no such candidate file");
+  EvalOptions opt = eval_options(a.measure);
+  opt.end_to_end = false;
+  opt.compile_baseline = false;  // the pair is the comparison; torch eager stays in the rotation
+  std::string target = a.target;
+  if (task->kernelbench()) {
+    if (target.empty()) target = default_device_target();
+  } else {
+    for (const auto& c : {a.a, a.b}) {
+      auto backend = native_backend_for(target, c);
+      if (!backend) return bad_input(a.json, backend.error().message, backend.error().hint);
+      if (target.empty()) target = std::string((*backend)->target());
+    }
+    if (auto fits = fits_target(task->task, target, opt, ", or a larger --memory-limit GIB"); !fits)
+      return bad_input(a.json, fits.error().message, fits.error().hint);
+  }
+  Evaluator evaluator(*task, target, opt);
+  auto out = evaluator.compare(a.a, a.b);
+  if (!out) return bad_input(a.json, out.error().message, out.error().hint);
+  const bool compared = out->contains("a_over_b");
+  if (a.json) {
+    std::cout << dump_json(*out, 2) << "\n";
+  } else {
+    for (const char* side : {"a", "b"}) {
+      const json& s = (*out)[side];
+      std::cout << fmt::format("{}: {} {}{}\n", side, s.value("candidate", ""), s.value("disposition", ""),
+                               s.contains("speedup") ? fmt::format(" ({:.3f}x the baseline)", s["speedup"].get<double>())
+                               : s.contains("detail") ? ": " + s["detail"].get<std::string>() : "");
+    }
+    for (const auto& sh : out->value("shapes", json::array()))
+      std::cout << fmt::format("  {}: a {:.4f} ms, b {:.4f} ms, a/b {:.3f}x\n", sh.value("shape", ""), sh["a_ms"].value("median", 0.0),
+                               sh["b_ms"].value("median", 0.0), sh.value("a_over_b", 0.0));
+    std::cout << out->value("verdict", "") << "\n";
+  }
+  return compared ? kExitOk : kExitFailed;
 }
 
 Expected<std::unique_ptr<Backend>> Commands::native_backend_for(const std::string& target, const std::string& candidate) const {

@@ -74,6 +74,15 @@ struct EvalArgs {
   MeasureArgs measure;
 };
 
+/// `kfab compare TASK A B`: two candidates timed interleaved in one run.
+struct CompareArgs {
+  std::string task;
+  std::string a, b;
+  std::string target;
+  bool json = false;
+  MeasureArgs measure;
+};
+
 struct ExportArgs {
   std::string candidate;
   std::string task;
@@ -149,6 +158,7 @@ class Commands {
   int doctor(const DoctorArgs& a);
   int tasks(const TasksArgs& a);
   int eval(const EvalArgs& a);
+  int compare(const CompareArgs& a);
   /// The backend a native candidate file runs on: `target`, or the best present that takes the file.
   Expected<std::unique_ptr<Backend>> native_backend_for(const std::string& target, const std::string& candidate) const;
   int export_modelnew(const ExportArgs& a);
@@ -167,6 +177,7 @@ class Commands {
   CLI::App* doctor_ = nullptr;
   CLI::App* tasks_ = nullptr;
   CLI::App* eval_ = nullptr;
+  CLI::App* compare_ = nullptr;
   CLI::App* export_ = nullptr;
   CLI::App* mcp_ = nullptr;
   CLI::App* optimize_ = nullptr;
@@ -181,6 +192,7 @@ class Commands {
   DoctorArgs doctor_args_;
   TasksArgs tasks_args_;
   EvalArgs eval_args_;
+  CompareArgs compare_args_;
   ExportArgs export_args_;
   OptimizeArgs optimize_args_;
   BenchArgs bench_args_;

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <map>
 #include <iostream>
 #include <regex>
 #include <string>
@@ -82,13 +84,28 @@ json tools() {
        {"description", "As evaluate, then Nsight Compute metrics per kernel of the first tuning shape (cuda): duration, DRAM and "
                        "SM throughput, occupancy, registers, shared memory, L1/L2 hit rates, top warp stalls."},
        {"inputSchema", schema(eval_props, {"task"})}},
+      {{"name", "compare"},
+       {"description", "Two candidates verified on the tuning shapes, then timed interleaved in one run (a call of a, of b and "
+                       "of the task's baseline, the order rotating): a_over_b is how much faster a is than b, from the "
+                       "interleaved pairs, with its 95% interval and whether the measurement was noisy. Use it to decide "
+                       "between two versions whose speedups, measured in separate evaluations, are close. Not recorded."},
+       {"inputSchema", schema({{"task", task},
+                               {"a", {{"type", "string"}, {"description", "path of a candidate file"}}},
+                               {"b", {{"type", "string"}, {"description", "path of the candidate it is compared with"}}},
+                               {"target", target},
+                               {"seeds", seeds},
+                               {"min_time", min_time}},
+                              {"task", "a", "b"})}},
       {{"name", "history"},
-       {"description", "The recorded evaluations of a task, newest first: disposition, speedup, target, candidate, and whether "
-                       "its held-out shapes were checked and passed (heldout: passed and total, or null when not checked)."},
+       {"description", "The recorded evaluations of a task, newest first: disposition, speedup, target, candidate, the "
+                       "measurement's noise (noisy, and the speedup's 95% interval from interleaved pairs), and whether its "
+                       "held-out shapes were checked and passed (heldout: passed and total, or null when not checked)."},
        {"inputSchema", schema({{"task", task}, {"limit", {{"type", "integer"}, {"minimum", 1}, {"maximum", 1000}}}}, {"task"})}},
       {{"name", "best"},
        {"description", "The fastest candidate that passed for a task, with its source, preferring one that also passed its "
-                       "held-out shapes (check_heldout): `heldout` says which it is."},
+                       "held-out shapes (check_heldout): `heldout` says which it is. A source evaluated more than once is "
+                       "judged by its runs combined (the median speedup, over the runs not flagged noisy where there are "
+                       "any): `speedup_runs` says how many and their range."},
        {"inputSchema", schema({{"task", task}, {"target", {{"type", "string"}, {"enum", names}, {"description", "only this target's evaluations (default: any)"}}}},
                               {"task"})}},
   });
@@ -243,6 +260,14 @@ json evaluate(const json& a, Check check) {
                                                                                 : "not correct on every shape: fix it, then evaluate again"}};
 }
 
+json compare(const json& a) {
+  std::vector<std::string> args = {"compare", task_path(a), arg(a, "a"), arg(a, "b"), "--quiet"};
+  if (const std::string t = arg(a, "target", false); !t.empty()) args.insert(args.end(), {"--target", t});
+  if (a.contains("seeds")) args.insert(args.end(), {"--seeds", std::to_string(a["seeds"].get<int>())});
+  if (a.contains("min_time")) args.insert(args.end(), {"--min-time", fmt::format("{}", a["min_time"].get<double>())});
+  return run_kfab(args, 3600);
+}
+
 /// What an agent needs to design a kernel for `target` beyond the task: how a candidate is built, where its
 /// buffers live, how it is timed, and the machine (its CPU; on a GPU target the device kfab found; the
 /// peaks kfab measured, where it has: the first evaluation on a target measures them).
@@ -369,6 +394,39 @@ json heldout_status(const std::string& verdict) {
   }
 }
 
+/// A verdict's noise (eval/noise.h): {noisy, speedup_ci95}, or null for a verdict from before it.
+json noise_of(const std::string& verdict) {
+  try {
+    const json v = json::parse(verdict);
+    if (!v.contains("noise") || !v["noise"].is_object()) return json();
+    json n = {{"noisy", v["noise"].value("noisy", false)}};
+    if (v["noise"].contains("speedup_ci95")) n["speedup_ci95"] = v["noise"]["speedup_ci95"];
+    return n;
+  } catch (const json::exception&) {
+    return json();
+  }
+}
+
+/// The runs of one source on one target that passed, combined: the median of their speedups (in logs),
+/// over the runs not flagged noisy where there are any; one lucky run is not the source's figure.
+struct Combined {
+  const Store::TaskEvaluation* latest = nullptr;
+  std::vector<double> all, quiet;
+  double speedup() const {
+    std::vector<double> logs;
+    for (double s : quiet.empty() ? all : quiet) logs.push_back(std::log(s));
+    std::sort(logs.begin(), logs.end());
+    const size_t n = logs.size();
+    return std::exp(n % 2 ? logs[n / 2] : 0.5 * (logs[n / 2 - 1] + logs[n / 2]));
+  }
+  json to_json() const {
+    const auto [lo, hi] = std::minmax_element(all.begin(), all.end());
+    return {{"runs", all.size()}, {"quiet_runs", quiet.size()}, {"min", *lo}, {"max", *hi},
+            {"how", quiet.empty() || quiet.size() == all.size() ? "the median of the runs' speedups"
+                                                                 : "the median of the runs not flagged noisy"}};
+  }
+};
+
 json history(const json& a, bool best_only) {
   const std::string task = task_name(a);
   const int limit = a.contains("limit") && a["limit"].is_number_integer() ? std::clamp(a["limit"].get<int>(), 1, 1000) : 50;
@@ -377,35 +435,47 @@ json history(const json& a, bool best_only) {
   if (!rows) throw ToolError{rows.error().message};
   json list = json::array();
   const std::string target = best_only ? arg(a, "target", false) : "";
-  // best: the fastest that passed, among those that also passed held-out shapes where any did; a candidate
-  // that some evaluation found wrong on a held-out shape is never best (it is not correct)
-  const Store::TaskEvaluation* best = nullptr;
-  bool best_heldout = false;
-  std::vector<std::string> failed_heldout;  // candidates some evaluation found wrong on a held-out shape
-  for (const auto& r : *rows)
-    if (const json held = heldout_status(r.verdict); held.is_object() && held["passed"] != held["total"])
-      failed_heldout.push_back(r.row.candidate_hash);
-  for (const auto& r : *rows) {
-    const json held = heldout_status(r.verdict);
-    if (best_only) {
-      if (r.row.disposition != "passed" || !r.row.speedup || (!target.empty() && r.row.target != target) ||
-          std::find(failed_heldout.begin(), failed_heldout.end(), r.row.candidate_hash) != failed_heldout.end())
-        continue;
-      const bool h = held.is_object() && held["passed"] == held["total"];
-      if (best == nullptr || (h && !best_heldout) || (h == best_heldout && *r.row.speedup > *best->row.speedup)) best = &r, best_heldout = h;
-      continue;
-    }
-    list.push_back({{"evaluation", r.row.id}, {"candidate", r.candidate_path}, {"candidate_hash", r.row.candidate_hash},
-                    {"dsl", r.dsl}, {"target", r.row.target}, {"disposition", r.row.disposition},
-                    {"speedup", r.row.speedup ? json(*r.row.speedup) : json()}, {"heldout", held}, {"at", r.row.created_at}});
+  if (!best_only) {
+    for (const auto& r : *rows)
+      list.push_back({{"evaluation", r.row.id}, {"candidate", r.candidate_path}, {"candidate_hash", r.row.candidate_hash},
+                      {"dsl", r.dsl}, {"target", r.row.target}, {"disposition", r.row.disposition},
+                      {"speedup", r.row.speedup ? json(*r.row.speedup) : json()}, {"noise", noise_of(r.verdict)},
+                      {"heldout", heldout_status(r.verdict)}, {"at", r.row.created_at}});
+    return {{"task", task}, {"evaluations", list}};
   }
-  if (!best_only) return {{"task", task}, {"evaluations", list}};
+  // best: the fastest source that passed, by its runs combined, among those that also passed held-out
+  // shapes where any did; a source that some evaluation found wrong on a held-out shape is never best
+  std::vector<std::string> failed_heldout;
+  std::map<std::string, bool> heldout_passed;  // by source
+  for (const auto& r : *rows)
+    if (const json held = heldout_status(r.verdict); held.is_object()) {
+      if (held["passed"] != held["total"]) failed_heldout.push_back(r.row.candidate_hash);
+      else heldout_passed[r.row.candidate_hash] = true;
+    }
+  std::map<std::pair<std::string, std::string>, Combined> sources;  // (hash, target)
+  for (const auto& r : *rows) {  // newest first
+    if (r.row.disposition != "passed" || !r.row.speedup || *r.row.speedup <= 0 || (!target.empty() && r.row.target != target) ||
+        std::find(failed_heldout.begin(), failed_heldout.end(), r.row.candidate_hash) != failed_heldout.end())
+      continue;
+    Combined& c = sources[{r.row.candidate_hash, r.row.target}];
+    if (c.latest == nullptr) c.latest = &r;
+    c.all.push_back(*r.row.speedup);
+    if (const json n = noise_of(r.verdict); !n.is_object() || !n.value("noisy", false)) c.quiet.push_back(*r.row.speedup);
+  }
+  const Combined* best = nullptr;
+  bool best_heldout = false;
+  for (const auto& [key, c] : sources) {
+    const bool h = heldout_passed.count(key.first) > 0;
+    if (best == nullptr || (h && !best_heldout) || (h == best_heldout && c.speedup() > best->speedup())) best = &c, best_heldout = h;
+  }
   if (best == nullptr) return {{"task", task}, {"best", nullptr}, {"why", "no passed evaluation of this task is recorded"}};
-  auto src = store->candidate_source(best->row.candidate_hash);
+  const Store::TaskEvaluation& r = *best->latest;
+  auto src = store->candidate_source(r.row.candidate_hash);
   return {{"task", task},
-          {"best", {{"evaluation", best->row.id}, {"candidate", best->candidate_path}, {"candidate_hash", best->row.candidate_hash},
-                    {"dsl", best->dsl}, {"target", best->row.target}, {"speedup", *best->row.speedup}, {"at", best->row.created_at},
-                    {"heldout", best_heldout ? "passed" : "not checked: check_heldout checks it"}, {"source", src ? *src : ""}}}};
+          {"best", {{"evaluation", r.row.id}, {"candidate", r.candidate_path}, {"candidate_hash", r.row.candidate_hash},
+                    {"dsl", r.dsl}, {"target", r.row.target}, {"speedup", best->speedup()}, {"speedup_runs", best->to_json()},
+                    {"at", r.row.created_at}, {"heldout", best_heldout ? "passed" : "not checked: check_heldout checks it"},
+                    {"source", src ? *src : ""}}}};
 }
 
 /// `kfab tasks --json` without the held-out shapes.
@@ -436,6 +506,7 @@ json call_tool(const std::string& name, const json& a) {
   if (name == "evaluate") return evaluate(a, Check::Tuning);
   if (name == "check_heldout") return evaluate(a, Check::HeldOut);
   if (name == "profile") return evaluate(a, Check::Profile);
+  if (name == "compare") return compare(a);
   if (name == "history") return history(a, false);
   if (name == "best") return history(a, true);
   throw ToolError{"no tool named " + name};

@@ -27,6 +27,8 @@ struct EvalOptions {
   int max_calls = 10000;
   double max_time_s = 30.0;
   int warmup = 0;  ///< 0: the target's default (cpu 3, cuda 10)
+  /// A shape whose timing is noisy (eval/noise.h) is timed once more, and the quieter timing kept.
+  bool remeasure = true;
   RunnerOptions runner;
   /// Profile the first tuning shape with ncu after a pass (cuda target).
   bool profile = false;
@@ -63,6 +65,13 @@ class Evaluator {
   /// the candidate's.
   Expected<Verdict> evaluate(const std::filesystem::path& candidate);
 
+  /// `kfab compare`: two candidates, each in processes of its own, verified on every tuning shape, then
+  /// timed interleaved on each (a call of one, of the other and of the task's baseline, the order
+  /// rotating). JSON: each one's disposition, per shape both medians and how much faster `a` is than `b`
+  /// (the median over the interleaved pairs, with its 95% interval and the measurement's noise), and
+  /// their geometric means. An Error as evaluate()'s.
+  Expected<nlohmann::json> compare(const std::filesystem::path& a, const std::filesystem::path& b);
+
   void set_options(EvalOptions opt) { opt_ = std::move(opt); }
   /// Later evaluations reuse the harness's processes (Harness::keep_workers): for kfab's own candidates.
   void keep_workers();
@@ -70,6 +79,7 @@ class Evaluator {
 
  private:
   Expected<Verdict> evaluate_unguarded(const std::filesystem::path& candidate);
+  Expected<nlohmann::json> compare_unguarded(const std::filesystem::path& a, const std::filesystem::path& b);
 
   LoadedTask task_;
   std::string target_;

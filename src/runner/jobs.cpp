@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 #include <omp.h>
+#include <sys/resource.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -404,6 +406,22 @@ void flush_operands(const Setup& s, const std::vector<HostTensor>& outs) {
 
 double now_ms() { return std::chrono::duration<double, std::milli>(Clock::now().time_since_epoch()).count(); }
 
+/// This process's CPU time over all its threads, and how often it was descheduled against its will:
+/// what a timed call on the CPU is judged by beside its wall time (a call that waited for its threads,
+/// or for a machine busy with other work, is on a CPU for less of its wall time).
+struct CpuUse {
+  double cpu_ms = 0.0;
+  long involuntary = 0;
+  static CpuUse now() {
+    CpuUse u;
+    timespec ts{};
+    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) == 0) u.cpu_ms = static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
+    rusage r{};
+    if (getrusage(RUSAGE_SELF, &r) == 0) u.involuntary = r.ru_nivcsw;
+    return u;
+  }
+};
+
 struct DeviceTime {
   double event_ms = 0.0;  ///< between events on the runner's stream around the call
   double wall_ms = 0.0;   ///< host clock, from before the call to the end of a context-wide sync
@@ -634,6 +652,7 @@ json time_call_job(const json& req) {
   if (s.candidate)
     for (auto& o : s.outs) o.poison(0x5a);
   if (flush) flush_operands(s, s.outs);
+  const CpuUse u0 = CpuUse::now();
   const double t0 = now_ms();
   try {
     call(s.fn, s, false, s.candidate ? "kfab_run" : "reference");
@@ -642,6 +661,9 @@ json time_call_job(const json& req) {
     throw;
   }
   reply["ms"] = now_ms() - t0;
+  const CpuUse u1 = CpuUse::now();
+  reply["cpu_ms"] = u1.cpu_ms - u0.cpu_ms;
+  reply["preempted"] = u1.involuntary > u0.involuntary;
   if (s.candidate) {
     pass_region(s.region);
     reply.update(region_reply(*s.task, s.shape));
