@@ -81,8 +81,11 @@ json tools() {
                        "only works for the tuning sizes (a tail dropped, a size built in) fails here. Recorded like evaluate."},
        {"inputSchema", schema(eval_props, {"task"})}},
       {{"name", "profile"},
-       {"description", "As evaluate, then Nsight Compute metrics per kernel of the first tuning shape (cuda): duration, DRAM and "
-                       "SM throughput, occupancy, registers, shared memory, L1/L2 hit rates, top warp stalls."},
+       {"description", "As evaluate, then the candidate's profile: on cuda Nsight Compute's metrics per kernel of the first tuning "
+                       "shape (duration, DRAM and SM throughput, occupancy, registers, shared memory, L1/L2 hit rates, top warp "
+                       "stalls); on the cpu perf counters per timed call (cycles, instructions, cache references and misses, "
+                       "branch misses, task clock, context switches, page faults) where the machine has them, and why not where "
+                       "it has none. A target without a profiler is a tool error."},
        {"inputSchema", schema(eval_props, {"task"})}},
       {{"name", "compare"},
        {"description", "Two candidates verified on the tuning shapes, then timed interleaved in one run (a call of a, of b and "
@@ -235,6 +238,9 @@ json evaluate(const json& a, Check check) {
   if (a.contains("min_time")) args.insert(args.end(), {"--min-time", fmt::format("{}", a["min_time"].get<double>())});
   if (check == Check::Profile) args.push_back("--profile");
   json v = run_kfab(args, 3600);
+  if (check == Check::Profile && v.contains("profile") && v["profile"].is_object() && v["profile"].contains("error"))
+    throw ToolError{"no profile: " + v["profile"]["error"].get<std::string>(),
+                    "the verdict without it: evaluate; " + v.value("detail", std::string())};
   if (check != Check::HeldOut) return v;
   // pass or fail per held-out shape, by index: the sizes (and the errors, which name elements) stay here
   json heldout = json::array(), tuning = json::array();

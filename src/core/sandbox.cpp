@@ -109,7 +109,7 @@ int install_seccomp(const SandboxPolicy& p) {
                       SYS_clock_settime, SYS_adjtimex, SYS_clock_adjtime, SYS_swapon, SYS_swapoff, SYS_acct,
                       SYS_sethostname, SYS_setdomainname, SYS_keyctl, SYS_add_key, SYS_request_key,
                       SYS_userfaultfd, SYS_perf_event_open, SYS_open_by_handle_at, SYS_iopl, SYS_ioperm})
-    b.syscall_returns(nr, errno_ret(EPERM));
+    if (nr != SYS_perf_event_open || !p.perf_events) b.syscall_returns(nr, errno_ret(EPERM));
   // io_uring opens sockets and files without the system calls seen here.
   for (uint32_t nr : {SYS_io_uring_setup, SYS_io_uring_enter, SYS_io_uring_register}) b.syscall_returns(nr, errno_ret(ENOSYS));
   // Network: sockets of AF_UNIX only (pipes between a worker and its own children).

@@ -36,6 +36,8 @@ struct SandboxPolicy {
   bool confine_signals = false;
   bool deny_processes = false;
   bool allow_spawn = false;  ///< with deny_processes: posix_spawn (clone with CLONE_VM | CLONE_VFORK) stays
+  /// perf_event_open stays (kfab eval --profile on the CPU: the runner counts its own calls)
+  bool perf_events = false;
 };
 
 /// What this kernel and these privileges allow, found by trying each part in a throwaway child.

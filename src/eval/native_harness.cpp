@@ -63,7 +63,9 @@ Expected<std::vector<ShapeCase>> NativeHarness::begin(const fs::path& candidate,
   // Both runners start now (a device runner opens its driver: a good part of a warm evaluation) while
   // the sources are hashed and looked up in the compile cache.
   json base = {{"task", task_.manifest.string()}, {"base_seed", opt.base_seed}, {"target", target_}};
-  runners_ = std::make_unique<RunnerPair>(task_, target_, opt.runner, base);
+  RunnerOptions ro = opt.runner;
+  ro.perf_events = opt.profile && tgt_->on_host;  // --profile on the CPU: the runner counts its calls
+  runners_ = std::make_unique<RunnerPair>(task_, target_, ro, base);
   runners_->start();
 
   // The reference, the candidate and (on a GPU) the task's GPU baseline build at once: a cold
@@ -218,8 +220,15 @@ JobOutcome NativeHarness::prepare_timing(const ShapeCase& s, int64_t seed, int w
 }
 
 JobOutcome NativeHarness::timed_call(uint64_t perturb, bool clocks) {
-  JobOutcome o = runners_->timed_call(perturb, true, clocks);
+  const bool counting = opt_ && opt_->profile && tgt_->on_host;
+  JobOutcome o = runners_->timed_call(perturb, true, clocks, counting);
   if (o.ok && o.body.contains("wall_ms")) walls_.push_back(o.body.value("wall_ms", 0.0));
+  if (o.ok && o.body.contains("counters")) {
+    for (const auto& [k, v] : o.body["counters"].items()) counters_[k] = counters_.value(k, uint64_t{0}) + v.get<uint64_t>();
+    counters_missing_ = o.body.value("counters_missing", std::string());
+    ++counted_calls_;
+    counted_ms_ += o.body.value("ms", 0.0);
+  }
   return o;
 }
 
@@ -271,8 +280,32 @@ std::optional<MachinePeaks> NativeHarness::peaks(bool again) {
   return cpu_peaks(runners_->trusted(), again);
 }
 
+/// --profile on the CPU: the counters of every timed call of the candidate, per call, with what they
+/// say (instructions per cycle, the cache-miss share, the bytes those misses moved per second).
+json cpu_profile(const json& sums, int calls, double ms, const std::string& missing) {
+  json per = json::object();
+  for (const auto& [k, v] : sums.items()) per[k] = static_cast<double>(v.get<uint64_t>()) / std::max(1, calls);
+  json p = {{"counters", "perf events of the candidate's runner (user space), read around each timed call outside its timed span"},
+            {"calls", calls}, {"per_call", per}, {"hardware", !sums.contains("cycles") ? json(false) : json(true)}};
+  if (sums.contains("cycles") && sums.contains("instructions") && sums["cycles"].get<uint64_t>() > 0)
+    p["instructions_per_cycle"] = static_cast<double>(sums["instructions"].get<uint64_t>()) / static_cast<double>(sums["cycles"].get<uint64_t>());
+  if (sums.contains("cache_misses") && sums.contains("cache_references") && sums["cache_references"].get<uint64_t>() > 0)
+    p["cache_miss_share"] = static_cast<double>(sums["cache_misses"].get<uint64_t>()) / static_cast<double>(sums["cache_references"].get<uint64_t>());
+  if (sums.contains("cache_misses") && ms > 0)  // a last-level miss moves a 64-byte line from memory
+    p["miss_bandwidth_GBps"] = static_cast<double>(sums["cache_misses"].get<uint64_t>()) * 64.0 / (ms * 1e6);
+  if (!missing.empty())
+    p["why_no_hardware"] = per.empty() ? "no counters at all here: " + missing
+                                       : "no hardware counters here: " + missing + "; the kernel's software ones are shown";
+  return p;
+}
+
 void NativeHarness::after_timing(Verdict& v) {
   if (!opt_ || !opt_->profile) return;
+  if (tgt_->on_host) {
+    v.profile = counted_calls_ > 0 ? cpu_profile(counters_, counted_calls_, counted_ms_, counters_missing_)
+                                   : json{{"error", "no timed call was counted"}};
+    return;
+  }
   if (tgt_->profiler != "ncu") {
     std::string with;
     for (const Target* t : targets())

@@ -55,6 +55,11 @@ class NativeHarness final : public Harness {
   MappedOutputs want_;                        ///< the trusted answer of the last reference job
   nlohmann::json cand_prep_, base_prep_, cand_end_;  ///< the timing of the shape in hand
   std::vector<double> walls_;
+  /// --profile on the CPU: the perf counters summed over the timed calls, the calls and their ms
+  nlohmann::json counters_ = nlohmann::json::object();
+  std::string counters_missing_;
+  int counted_calls_ = 0;
+  double counted_ms_ = 0.0;
   bool has_cost_ = false;
 };
 

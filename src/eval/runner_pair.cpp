@@ -140,9 +140,11 @@ JobOutcome RunnerPair::prepare_timing(bool candidate_side, const ShapeBinding& s
   return o;
 }
 
-JobOutcome RunnerPair::timed_call(uint64_t perturb, bool flush, bool clocks) {
+JobOutcome RunnerPair::timed_call(uint64_t perturb, bool flush, bool clocks, bool counters) {
   have_outputs_ = false;
-  JobReply r = candidate_.run({{"op", "time_call"}, {"perturb", perturb}, {"flush", flush}, {"clocks", clocks}});
+  json req = {{"op", "time_call"}, {"perturb", perturb}, {"flush", flush}, {"clocks", clocks}};
+  if (counters) req["counters"] = true;
+  JobReply r = candidate_.run(req);
   if (r.kind == JobReply::Kind::Ok && r.body.value("fds", 0) > 0) {
     JobOutcome o = map(r, shape_, cand_out_);
     have_outputs_ = o.ok;

@@ -65,7 +65,8 @@ class RunnerPair {
   /// Timing: prepares a side on the timing inputs (seed), then one timed call per job.
   JobOutcome prepare_timing(bool candidate_side, const ShapeBinding& shape, int64_t seed, const nlohmann::json& settings);
   /// One timed call of the candidate on the timing inputs changed anew by `perturb`.
-  JobOutcome timed_call(uint64_t perturb, bool flush, bool clocks);
+  /// `counters`: the CPU runner's perf counters read around the call (its reply's `counters`)
+  JobOutcome timed_call(uint64_t perturb, bool flush, bool clocks, bool counters = false);
   /// One timed call of the baseline (the C++ reference, or the task's GPU baseline).
   JobOutcome timed_baseline_call(bool flush);
   /// Brings the outputs of the candidate's last timed call to candidate_outputs() (on a device they

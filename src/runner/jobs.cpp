@@ -2,11 +2,16 @@
 
 #include <dlfcn.h>
 #include <omp.h>
+#include <linux/perf_event.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <time.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -633,6 +638,71 @@ json time_prepare_job(const json& req) {
   return reply;
 }
 
+/// Counters of the calling process for `kfab eval --profile` on the CPU (perf_event_open, user space
+/// only, as kernel.perf_event_paranoid 2 allows): the hardware ones where the machine has a PMU, the
+/// kernel's software ones always. Opened once, read around each timed call outside its timed span.
+class PerfCounters {
+ public:
+  static PerfCounters& get() {
+    static PerfCounters p;
+    return p;
+  }
+  /// name -> count since the counters were opened
+  json read() const {
+    json out = json::object();
+    for (size_t i = 0; i < fds_.size(); ++i) {
+      uint64_t v = 0;
+      if (::read(fds_[i], &v, sizeof v) == static_cast<ssize_t>(sizeof v)) out[names_[i]] = v;
+    }
+    return out;
+  }
+  const std::string& why_no_hardware() const { return why_; }
+
+ private:
+  PerfCounters() {
+    const std::pair<const char*, std::pair<uint32_t, uint64_t>> events[] = {
+        {"cycles", {PERF_TYPE_HARDWARE, PERF_COUNT_HW_CPU_CYCLES}},
+        {"instructions", {PERF_TYPE_HARDWARE, PERF_COUNT_HW_INSTRUCTIONS}},
+        {"cache_references", {PERF_TYPE_HARDWARE, PERF_COUNT_HW_CACHE_REFERENCES}},
+        {"cache_misses", {PERF_TYPE_HARDWARE, PERF_COUNT_HW_CACHE_MISSES}},
+        {"branch_misses", {PERF_TYPE_HARDWARE, PERF_COUNT_HW_BRANCH_MISSES}},
+        {"task_clock_ns", {PERF_TYPE_SOFTWARE, PERF_COUNT_SW_TASK_CLOCK}},
+        {"context_switches", {PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CONTEXT_SWITCHES}},
+        {"page_faults", {PERF_TYPE_SOFTWARE, PERF_COUNT_SW_PAGE_FAULTS}},
+    };
+    for (const auto& [name, ev] : events) {
+      perf_event_attr a{};
+      a.size = sizeof a;
+      a.type = ev.first;
+      a.config = ev.second;
+      a.exclude_kernel = 1;
+      a.exclude_hv = 1;
+      a.inherit = 1;  // threads the candidate starts from here on (OpenMP's pool, once made)
+      const long fd = syscall(SYS_perf_event_open, &a, 0, -1, -1, 0);
+      if (fd < 0) {
+        if (why_.empty()) {
+          std::string paranoid = "?";
+          if (FILE* f = std::fopen("/proc/sys/kernel/perf_event_paranoid", "r")) {
+            char buf[16] = {};
+            if (std::fgets(buf, sizeof buf, f) != nullptr) paranoid = std::string(buf).substr(0, std::strcspn(buf, "\n"));
+            std::fclose(f);
+          }
+          why_ = std::string("perf_event_open(") + name + ") failed: " + std::strerror(errno) +
+                 (errno == ENOENT || errno == EOPNOTSUPP ? " (no hardware PMU here, as in a VM without a virtual one)"
+                                                         : " (kernel.perf_event_paranoid is " + paranoid +
+                                                               ", or a container's seccomp profile forbids the call)");
+        }
+        continue;
+      }
+      fds_.push_back(static_cast<int>(fd));
+      names_.emplace_back(name);
+    }
+  }
+  std::vector<int> fds_;
+  std::vector<std::string> names_;
+  std::string why_;
+};
+
 /// One timed call. A candidate's runs on the timing inputs changed anew (`perturb`); on the CPU its
 /// outputs are in the region passed with the reply, on a device they stay there until kfab fetches
 /// them (a check kfab decides on after the call).
@@ -652,6 +722,8 @@ json time_call_job(const json& req) {
   if (s.candidate)
     for (auto& o : s.outs) o.poison(0x5a);
   if (flush) flush_operands(s, s.outs);
+  const bool counting = req.value("counters", false);
+  const json c0 = counting ? PerfCounters::get().read() : json();
   const CpuUse u0 = CpuUse::now();
   const double t0 = now_ms();
   try {
@@ -664,6 +736,13 @@ json time_call_job(const json& req) {
   const CpuUse u1 = CpuUse::now();
   reply["cpu_ms"] = u1.cpu_ms - u0.cpu_ms;
   reply["preempted"] = u1.involuntary > u0.involuntary;
+  if (counting) {
+    json c = PerfCounters::get().read();
+    for (auto& [k, v] : c.items())
+      if (c0.contains(k)) v = v.get<uint64_t>() - c0[k].get<uint64_t>();
+    reply["counters"] = c;
+    if (!PerfCounters::get().why_no_hardware().empty()) reply["counters_missing"] = PerfCounters::get().why_no_hardware();
+  }
   if (s.candidate) {
     pass_region(s.region);
     reply.update(region_reply(*s.task, s.shape));

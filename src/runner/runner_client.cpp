@@ -148,7 +148,8 @@ std::optional<std::string> RunnerClient::ensure_started() {
                        .writable_dir = dir_,
                        .confine_signals = opt_.confine_signals,
                        .deny_processes = opt_.deny_processes,
-                       .allow_spawn = opt_.allow_spawn};
+                       .allow_spawn = opt_.allow_spawn,
+                       .perf_events = opt_.perf_events};
   auto c = Child::spawn(so);
   if (!c) return c.error().to_string() + " (is kfab-runner beside kfab? KFAB_RUNNER may name it)";
   child_.emplace(std::move(*c));

@@ -35,6 +35,8 @@ struct RunnerOptions {
   bool confine_signals = true;
   bool deny_processes = true;
   bool allow_spawn = false;
+  /// perf_event_open allowed (the CPU runner's counters for --profile)
+  bool perf_events = false;
   /// The runner serves candidate code: it is frozen (SIGSTOP to its group) whenever kfab is not
   /// waiting for one of its jobs, so that nothing of the candidate runs while the reference works,
   /// baselines are timed or its outputs are compared.

@@ -337,8 +337,9 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t, kfab_tensor* out, int32
 
   const auto replies = session({call(1, "compare", {{"task", task}, {"a", good}, {"b", slow.string()}, {"target", "cpu"}, {"seeds", 1}}),
                                 call(2, "compare", {{"task", task}, {"a", good}}),
-                                call(3, "evaluate", eval), call(4, "history", {{"task", "affine"}}), call(5, "best", {{"task", task}})});
-  ASSERT_EQ(replies.size(), 5u);
+                                call(3, "evaluate", eval), call(4, "history", {{"task", "affine"}}), call(5, "best", {{"task", task}}),
+                                call(6, "profile", eval)});
+  ASSERT_EQ(replies.size(), 6u);
   const auto& c = replies[0]["result"];
   ASSERT_FALSE(c.value("isError", true)) << c.dump();
   const auto& cmp = c["structuredContent"];
@@ -360,6 +361,17 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t, kfab_tensor* out, int32
   EXPECT_EQ(best["speedup_runs"].value("runs", 0), 2) << best.dump();
   EXPECT_GE(best["speedup_runs"].value("max", 0.0), best.value("speedup", 1.0));
   EXPECT_LE(best["speedup_runs"].value("min", 1e9), best.value("speedup", 0.0));
+  // point 3: profile on the cpu gives perf counters per timed call, or says plainly why there are none
+  const auto& prof = replies[5]["result"];
+  ASSERT_FALSE(prof.value("isError", true)) << prof.dump();
+  const auto& p = prof["structuredContent"]["profile"];
+  EXPECT_GT(p.value("calls", 0), 0) << p.dump();
+  EXPECT_TRUE(!p["per_call"].empty() || p.value("why_no_hardware", "").find("no counters at all here") != std::string::npos) << p.dump();
+  if (p.value("hardware", false)) {
+    EXPECT_GT(p["per_call"].value("instructions", 0.0), 0.0) << p.dump();
+  } else {
+    EXPECT_NE(p.value("why_no_hardware", "").find("perf_event_open("), std::string::npos) << p.dump();
+  }
 }
 
 // Issue 24 (point 10): `kfab mcp --brief DIR` writes an AGENTS.md for a coding agent: the loop, every tool
