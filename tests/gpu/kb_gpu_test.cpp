@@ -141,6 +141,16 @@ TEST_F(KbGpu, TheTunerFoldsARowSumOfTheProductAndItPasses) {
     EXPECT_NE(detail.find("this candidate at 0 ("), std::string::npos) << detail;
     return;
   }
+  // the search passed on its seeds; the final check (5 seeds, the held-out shape) may meet eager's own
+  // rounding outside the tolerance as well (4 H100s, 2026-11-27: 4 of 2048 values, the fold at none)
+  const nlohmann::json& final_check = j.contains("verdict") && j["verdict"].is_object() ? j["verdict"] : j["best"];
+  if (final_check.value("disposition", "") != "passed") {
+    EXPECT_EQ(r.status.code, 1);
+    const std::string detail = final_check.value("detail", "");
+    EXPECT_NE(detail.find("the reference itself is outside the tolerance of the Model run in float64"), std::string::npos) << detail;
+    EXPECT_NE(detail.find("this candidate at 0 ("), std::string::npos) << detail;
+    return;
+  }
   ASSERT_TRUE(found_correct(r)) << r.out << r.err;
   EXPECT_EQ(j["best"]["disposition"], "passed") << j.dump(2);
   EXPECT_EQ(j["tuner"]["params"].value("fold", ""), "rowsum") << j["tuner"].dump();
