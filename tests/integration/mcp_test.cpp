@@ -273,8 +273,7 @@ class CpuLoad {
     for (long i = 0; i < n; ++i) {
       const pid_t p = fork();
       if (p == 0) {
-        for (volatile unsigned long x = 0;; x = x + 1) {
-        }
+        for (;;) asm volatile("" ::: "memory");  // spins; an empty asm is a side effect the loop keeps
       }
       if (p > 0) pids_.push_back(p);
     }
