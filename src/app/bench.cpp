@@ -95,8 +95,11 @@ json final_verdict(const json& report, json& row) {
 }  // namespace
 
 double sol_score(double t, double t_base, double t_sol) {
+  // 1 at the bound (or below it, within the peaks' margin, where the decision let the time stand), 1/2
+  // at the baseline's time, towards 0 beyond: always within [0, 1]
+  if (t <= t_sol) return 1.0;
   const double gap = t_base - t_sol;
-  if (gap <= 0.0) return t <= t_sol ? 1.0 : 0.0;
+  if (gap <= 0.0) return 0.0;
   return 1.0 / (1.0 + (t - t_sol) / gap);
 }
 

@@ -192,14 +192,18 @@ bool take_timing(Harness& h, const ShapeCase& sc, TimedShape& t, std::optional<M
   // Before rejecting, the peaks are measured again: the bound must not rest on a measurement taken on
   // a busy machine (the decision keeps the higher figures, with a margin on top).
   const bool enforce = h.roofline_enforced(*peaks);
-  const RooflineDecision rd = decide_roofline(sr.time->median, h.flops(sc), h.bytes(sc), *peaks, enforce, [&] {
-    say("machine peaks, measured again before a rejection");
-    return h.peaks(true);
-  });
+  const std::string no_bytes_bound = h.bytes_bound_missing(sc);
+  const RooflineDecision rd = decide_roofline(
+      sr.time->median, h.flops(sc), h.bytes(sc), *peaks, enforce,
+      [&] {
+        say("machine peaks, measured again before a rejection");
+        return h.peaks(true);
+      },
+      no_bytes_bound);
   v.machine = peaks->to_json();
   sr.bound_ms = rd.bound_ms;
-  if (rd.bound_ms) sr.extra["roofline"] = rd.compared_with;
-  take_bandwidth(sr, h.bytes(sc), *peaks);
+  if (rd.bound_ms || !no_bytes_bound.empty()) sr.extra["roofline"] = rd.compared_with;
+  take_bandwidth(sr, h.bytes(sc), *peaks, no_bytes_bound.empty());
   if (rd.below_bound && !enforce) sr.extra["warning"] = h.unenforced_warning();
   if (rd.reject) {
     v.disposition = Disposition::Rejected;

@@ -110,6 +110,9 @@ class Harness {
   virtual std::optional<MachinePeaks> peaks(bool again) = 0;
   virtual std::optional<double> flops(const ShapeCase& s) const = 0;
   virtual std::optional<double> bytes(const ShapeCase& s) const = 0;
+  /// Why the shape's bytes cannot bound its time here (its data may stay in a cache between timed calls),
+  /// or "" where they can.
+  virtual std::string bytes_bound_missing(const ShapeCase&) const { return {}; }
   /// Whether a time below the bound rejects the candidate here, and if not, the warning a shape gets.
   virtual bool roofline_enforced(const MachinePeaks& p) const = 0;
   virtual std::string unenforced_warning() const = 0;

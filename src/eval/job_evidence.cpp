@@ -160,11 +160,12 @@ void take_cost(ShapeResult& sr, std::optional<double> flops, std::optional<doubl
   if (bytes) sr.extra["bytes"] = *bytes;
 }
 
-void take_bandwidth(ShapeResult& sr, std::optional<double> bytes, const MachinePeaks& peaks) {
+void take_bandwidth(ShapeResult& sr, std::optional<double> bytes, const MachinePeaks& peaks, bool from_memory) {
   if (!bytes || peaks.copy_Bps <= 0 || !sr.time) return;
   const double gbps = *bytes / (sr.time->median * 1e-3) / 1e9;
   sr.extra["achieved_GBps"] = gbps;
-  sr.extra["percent_of_copy_bandwidth"] = 100.0 * gbps * 1e9 / peaks.copy_Bps;
+  // a share of the memory's copy bandwidth only where the bytes came from memory
+  if (from_memory) sr.extra["percent_of_copy_bandwidth"] = 100.0 * gbps * 1e9 / peaks.copy_Bps;
 }
 
 }  // namespace kfab

@@ -82,7 +82,7 @@ void take_clocks(const nlohmann::json& body, ShapeResult& sr);
 void take_launch(const nlohmann::json& body, ShapeResult& sr);
 
 /// achieved_GBps and percent_of_copy_bandwidth of a shape, from the bytes its cost says it moves.
-void take_bandwidth(ShapeResult& sr, std::optional<double> bytes, const MachinePeaks& peaks);
+void take_bandwidth(ShapeResult& sr, std::optional<double> bytes, const MachinePeaks& peaks, bool from_memory = true);
 /// flops and bytes of a shape, from the task's cost, where it states them (for reports' rooflines).
 void take_cost(ShapeResult& sr, std::optional<double> flops, std::optional<double> bytes);
 

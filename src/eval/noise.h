@@ -62,14 +62,15 @@ class NoiseSummary {
  public:
   void add(const std::string& shape, const Noise& n);
   bool noisy() const { return !reasons_.empty(); }
-  /// "; 95% interval 1.21x-1.35x from interleaved pairs" where every shape has one, else "".
+  /// "; interleaved pairs 1.28x, 95% interval 1.21x-1.35x" where every shape has one, else "" (the pairs'
+  /// median ratio, which may differ from the ratio of the medians that `speedup` is).
   std::string interval_text() const;
   std::string reason_text() const;
   nlohmann::json to_json() const;
 
  private:
   std::vector<std::pair<std::string, std::string>> reasons_;  ///< (shape, reason)
-  double log_low_ = 0.0, log_high_ = 0.0;
+  double log_low_ = 0.0, log_high_ = 0.0, log_paired_ = 0.0;
   int shapes_ = 0, with_interval_ = 0;
   nlohmann::json load_;  ///< the busiest shape's
 };

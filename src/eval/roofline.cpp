@@ -1,6 +1,7 @@
 #include "eval/roofline.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -239,6 +240,22 @@ std::optional<MachinePeaks> device_peaks(RunnerClient& runner, const std::string
   return p;
 }
 
+uint64_t last_level_cache_bytes() {
+  uint64_t best = 0;
+  for (int i = 0; i < 16; ++i) {
+    std::ifstream f("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/size");
+    std::string size;
+    if (!(f >> size) || size.empty()) continue;
+    uint64_t v = 0;
+    size_t at = 0;
+    while (at < size.size() && std::isdigit(static_cast<unsigned char>(size[at]))) v = v * 10 + static_cast<uint64_t>(size[at++] - '0');
+    const char unit = at < size.size() ? size[at] : ' ';
+    v *= unit == 'K' ? 1024ull : unit == 'M' ? 1024ull * 1024 : unit == 'G' ? 1024ull * 1024 * 1024 : 1ull;
+    best = std::max(best, v);
+  }
+  return best;
+}
+
 std::optional<double> bound_ms(const Task& task, const ShapeBinding& shape, const MachinePeaks& peaks) {
   return bound_ms(task.flops(shape), task.bytes(shape), peaks);
 }
@@ -246,8 +263,8 @@ std::optional<double> bound_ms(const Task& task, const ShapeBinding& shape, cons
 std::optional<double> bound_ms(std::optional<double> flops, std::optional<double> bytes, const MachinePeaks& peaks) {
   if (!flops && !bytes) return std::nullopt;
   double s = 0.0;
-  if (flops && peaks.flops_per_s > 0) s = std::max(s, *flops / (peaks.flops_per_s * peaks.margin));
-  if (bytes && peaks.bandwidth_Bps > 0) s = std::max(s, *bytes / (peaks.bandwidth_Bps * peaks.margin));
+  if (flops && peaks.flops_per_s > 0) s = std::max(s, *flops / peaks.flops_per_s);
+  if (bytes && peaks.bandwidth_Bps > 0) s = std::max(s, *bytes / peaks.bandwidth_Bps);
   return s * 1e3;
 }
 
@@ -271,23 +288,29 @@ void keep_higher(MachinePeaks& peaks, const MachinePeaks& again) {
 }  // namespace
 
 RooflineDecision decide_roofline(double median_ms, std::optional<double> flops, std::optional<double> bytes, MachinePeaks& peaks,
-                                 bool enforce, const std::function<std::optional<MachinePeaks>()>& remeasure) {
+                                 bool enforce, const std::function<std::optional<MachinePeaks>()>& remeasure,
+                                 const std::string& no_bytes_bound) {
   RooflineDecision d;
+  if (!no_bytes_bound.empty()) bytes.reset();
+  const double margin = std::max(1.0, peaks.margin);
   const auto judge = [&] {
     d.bound_ms = bound_ms(flops, bytes, peaks);
     if (d.bound_ms && !(*d.bound_ms > 0.0)) d.bound_ms.reset();  // no peak for the cost it states
     d.reject_below_ms.reset();
-    if (d.bound_ms) d.reject_below_ms = *d.bound_ms / std::max(1.0, peaks.reject_margin);
+    if (d.bound_ms) d.reject_below_ms = *d.bound_ms / (margin * std::max(1.0, peaks.reject_margin));
   };
   judge();
-  if (!d.bound_ms) return d;
+  if (!d.bound_ms) {
+    if (!no_bytes_bound.empty()) d.compared_with = {{"median_ms", median_ms}, {"not_established", no_bytes_bound}};
+    return d;
+  }
   const auto impossible = [&] { return enforce && median_ms < *d.reject_below_ms; };
   if (impossible() && !peaks.measured_again && remeasure) {
     peaks.measured_again = true;
     if (auto again = remeasure()) keep_higher(peaks, *again);
     judge();
   }
-  d.below_bound = median_ms < *d.bound_ms;
+  d.below_bound = median_ms < *d.bound_ms / margin;
   d.reject = impossible();
 
   nlohmann::json terms = nlohmann::json::array();
@@ -295,32 +318,37 @@ RooflineDecision decide_roofline(double median_ms, std::optional<double> flops, 
   const auto term = [&](const char* what, double amount, const char* unit, double peak, double scale, const char* peak_unit,
                         const std::string& source) {
     if (!(peak > 0.0)) return;
-    const double ms = amount / (peak * peaks.margin) * 1e3;
-    terms.push_back({{"cost", what}, {"amount", amount}, {"peak", peak / scale}, {"peak_unit", peak_unit}, {"margin", peaks.margin},
-                     {"ms", ms}, {"source", source}});
-    terms_text += fmt::format("{}{:.6g} {} / ({} x {:.4g} {}; {}) = {:.6g} ms", terms_text.empty() ? "" : " and ", amount, unit,
-                              peaks.margin, peak / scale, peak_unit, source, ms);
+    const double ms = amount / peak * 1e3;
+    terms.push_back({{"cost", what}, {"amount", amount}, {"peak", peak / scale}, {"peak_unit", peak_unit}, {"ms", ms}, {"source", source}});
+    terms_text += fmt::format("{}{:.6g} {} / {:.4g} {} ({}) = {:.6g} ms", terms_text.empty() ? "" : " and ", amount, unit, peak / scale,
+                              peak_unit, source, ms);
   };
   if (bytes) term("bytes", *bytes, "bytes", peaks.bandwidth_Bps, 1e9, "GB/s", peaks.source);
   if (flops) term("flops", *flops, "FLOP", peaks.flops_per_s, 1e9, "GFLOP/s", peaks.flops_source);
   d.compared_with = {{"median_ms", median_ms},
                      {"bound_ms", *d.bound_ms},
+                     {"margin", margin},
                      {"reject_margin", peaks.reject_margin},
                      {"reject_below_ms", *d.reject_below_ms},
                      {"enforced", enforce},
                      {"measured_again", peaks.measured_again},
                      {"terms", terms},
-                     {"decision", d.reject ? "rejected" : (d.below_bound ? "below the bound, within the margin" : "at or above the bound")}};
+                     {"decision", d.reject         ? "rejected"
+                                  : d.below_bound ? "below the bound by more than the peaks' margin, not by the rejection's"
+                                  : median_ms < *d.bound_ms ? "below the bound, within the peaks' margin"
+                                                            : "at or above the bound"}};
+  if (!no_bytes_bound.empty()) d.compared_with["not_established"] = no_bytes_bound;
   const std::string again = peaks.measured_again ? "; the peaks were measured again beside this time" : "";
+  const std::string limit = fmt::format("the bound / ({} for peaks that read low x {}) = {:.6g} ms", margin, peaks.reject_margin,
+                                        *d.reject_below_ms);
   if (d.reject)
-    d.text = fmt::format("median time {:.6g} ms is below the roofline bound {:.6g} ms, and below the bound / {} = {:.6g} ms (the margin "
-                         "for peaks that read low): the work the task's cost describes cannot be done that fast here; the bound is "
-                         "the larger of {}{}",
-                         median_ms, *d.bound_ms, peaks.reject_margin, *d.reject_below_ms, terms_text, again);
+    d.text = fmt::format("median time {:.6g} ms is below the roofline bound {:.6g} ms, and below {}: the work the task's cost "
+                         "describes cannot be done that fast here; the bound is the larger of {}{}",
+                         median_ms, *d.bound_ms, limit, terms_text, again);
   else
-    d.text = fmt::format("median time {:.6g} ms; roofline bound {:.6g} ms, the larger of {}; {} below the bound / {} = {:.6g} ms{}",
-                         median_ms, *d.bound_ms, terms_text, enforce ? "rejected only" : "not enforced here, else rejected",
-                         peaks.reject_margin, *d.reject_below_ms, again);
+    d.text = fmt::format("median time {:.6g} ms; roofline bound {:.6g} ms, the larger of {}; {} below {}{}", median_ms, *d.bound_ms,
+                         terms_text, enforce ? "rejected only" : "not enforced here, else rejected", limit, again);
+  if (!no_bytes_bound.empty()) d.text += "; no bytes bound: " + no_bytes_bound;
   d.compared_with["text"] = d.text;
   return d;
 }

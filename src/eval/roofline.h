@@ -63,16 +63,22 @@ std::optional<MachinePeaks> device_peaks(RunnerClient& runner, const std::string
 /// cpu_peaks for a target in host memory, device_peaks for any other.
 std::optional<MachinePeaks> target_peaks(RunnerClient& runner, const std::string& target, bool remeasure = false);
 
-/// max(flops / peak, bytes / bandwidth) in ms, both peaks raised by the margin; nullopt without cost.
+/// max(flops / peak, bytes / bandwidth) in ms, at the peaks as measured (or published): the roofline time
+/// every figure beside it is read against (percent_of_bound, the SOL score). The margin for peaks that read
+/// low is the decision's (decide_roofline), not the bound's. nullopt without cost.
 std::optional<double> bound_ms(std::optional<double> flops, std::optional<double> bytes, const MachinePeaks& peaks);
 /// The same for a task's cost at a shape.
 std::optional<double> bound_ms(const Task& task, const ShapeBinding& shape, const MachinePeaks& peaks);
 
+/// The host's largest cache (sysfs' cpu0 caches), in bytes; 0 where unknown.
+uint64_t last_level_cache_bytes();
+
 /// A median time judged against the roofline bound, and what it was compared with.
 struct RooflineDecision {
-  std::optional<double> bound_ms;        ///< the bound (nullopt without cost)
-  std::optional<double> reject_below_ms; ///< bound / reject_margin: an enforced time below it is rejected
-  bool below_bound = false;              ///< the median is below the bound
+  std::optional<double> bound_ms;        ///< the bound at the peaks (nullopt without cost)
+  /// bound / (margin x reject_margin): an enforced time below it is rejected
+  std::optional<double> reject_below_ms;
+  bool below_bound = false;              ///< the median is below the bound / margin (beyond the peaks' error)
   bool reject = false;                   ///< enforced, and below the rejection limit after the peaks were measured again
   /// The median, the bound, the limit, and per term the cost, the peak with its margin and its source.
   nlohmann::json compared_with;
@@ -83,7 +89,10 @@ struct RooflineDecision {
 /// enforced and below bound / reject_margin is rejected only once `remeasure` (called at most once per
 /// `peaks`: measured_again) has measured the peaks again beside it; the higher of each figure is kept
 /// in `peaks`, so a low re-measurement can never raise the bound.
+/// `no_bytes_bound`, where not empty, says why the bytes cannot bound this time (data the timing leaves in
+/// a cache): the bound is then the flops' alone, and compared_with says so (`not_established`).
 RooflineDecision decide_roofline(double median_ms, std::optional<double> flops, std::optional<double> bytes, MachinePeaks& peaks,
-                                 bool enforce, const std::function<std::optional<MachinePeaks>()>& remeasure);
+                                 bool enforce, const std::function<std::optional<MachinePeaks>()>& remeasure,
+                                 const std::string& no_bytes_bound = {});
 
 }  // namespace kfab

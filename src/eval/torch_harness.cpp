@@ -627,4 +627,14 @@ Expected<json> TorchInspector::trace(const fs::path& task_file) {
   return o.body;
 }
 
+std::string TorchHarness::bytes_bound_missing(const ShapeCase& s) const {
+  if (tgt_ == nullptr || !tgt_->on_host) return {};
+  const auto b = bytes(s);
+  const uint64_t llc = last_level_cache_bytes();
+  if (!b || llc == 0 || *b > 2.0 * static_cast<double>(llc)) return {};
+  return fmt::format("the shape's {:.3g} MB fit in the {:.3g} MB last-level cache, and the Python worker times without flushing "
+                     "it (Python cannot evict lines): memory bandwidth does not bound this time",
+                     *b / 1e6, static_cast<double>(llc) / 1e6);
+}
+
 }  // namespace kfab

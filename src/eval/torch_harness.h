@@ -82,6 +82,8 @@ class TorchHarness final : public Harness {
   std::string unenforced_warning() const override {
     return "below the roofline bound, which is not enforced here: the Python worker does not flush the CPU's caches";
   }
+  /// On the CPU: a shape whose bytes fit twice over in the last-level cache is timed from that cache.
+  std::string bytes_bound_missing(const ShapeCase& s) const override;
   std::string task_fault_hint() const override { return "the task file, its Model or torch.compile (or the device) is at fault"; }
 
  private:

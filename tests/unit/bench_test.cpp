@@ -52,6 +52,13 @@ TEST(BenchScores, SolScoreIsHalfAtTheBaselineAndOneAtTheBound) {
   // a baseline already at the bound: all or nothing
   EXPECT_DOUBLE_EQ(sol_score(1.0, 1.0, 1.0), 1.0);
   EXPECT_DOUBLE_EQ(sol_score(1.1, 1.0, 1.0), 0.0);
+  // issue 24: within [0, 1] always; a time under the bound (within the peaks' margin) scores 1, never more
+  // (l1_sum_dim on the cpu read -0.591 against a bound its cache-resident data beat)
+  EXPECT_DOUBLE_EQ(sol_score(0.2, 2.0, 1.0), 1.0);
+  for (const double t : {0.01, 0.5, 1.0, 1.7, 3.0, 1e6}) {
+    EXPECT_GE(sol_score(t, 2.0, 1.0), 0.0) << t;
+    EXPECT_LE(sol_score(t, 2.0, 1.0), 1.0) << t;
+  }
 }
 
 TEST(BenchScores, ATaskIsScoredFromItsTuningShapesAndCountsItsHeldOutOnes) {
