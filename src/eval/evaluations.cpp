@@ -45,6 +45,12 @@ Expected<Verdict> Evaluations::evaluate(const fs::path& file, const EvalOptions&
   return on_slot(file, eo, 0);
 }
 
+Expected<nlohmann::json> Evaluations::compare(const fs::path& a, const fs::path& b, const EvalOptions& eo) {
+  if (remote_) return make_error("a queue's jobs are one candidate each: two are not timed interleaved there");
+  Evaluator ev(task_, target_, pinned(eo, 0));
+  return ev.compare(a, b);
+}
+
 Expected<void> Evaluations::evaluate_all(const std::vector<fs::path>& files, const EvalOptions& eo, const Done& done,
                                          const std::function<void(const std::string&)>& say) {
   if (!spreads()) {

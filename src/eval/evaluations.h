@@ -33,6 +33,9 @@ class Evaluations {
   using Done = std::function<Expected<void>(size_t, Expected<Verdict>)>;
   Expected<void> evaluate_all(const std::vector<std::filesystem::path>& files, const EvalOptions& eo, const Done& done,
                               const std::function<void(const std::string&)>& say = {});
+  /// Two candidates timed interleaved (Evaluator::compare), here on the first device; an Error through a
+  /// queue, whose jobs are one candidate each.
+  Expected<nlohmann::json> compare(const std::filesystem::path& a, const std::filesystem::path& b, const EvalOptions& eo);
   /// Whether evaluate_all() evaluates several at once.
   bool spreads() const { return remote_ != nullptr || pins_.size() > 1; }
   /// The device indices as given to --devices (for messages); empty when unpinned.

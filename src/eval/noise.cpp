@@ -33,7 +33,10 @@ std::optional<std::pair<double, double>> median_interval(const std::vector<doubl
 
 namespace {
 
-double median_of(std::vector<double> v) { return quantile(std::move(v), 0.5); }
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());  // quantile() takes its samples sorted
+  return quantile(std::move(v), 0.5);
+}
 
 double spread_of(const std::vector<double>& v) {
   if (v.size() < 2) return 0.0;

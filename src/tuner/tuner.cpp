@@ -485,6 +485,46 @@ Expected<FinalCheck> final_check(Run& run, Evaluations& evals, const TuneOptions
   return fc;
 }
 
+/// The finalists timed interleaved before one is picked (issue 24): the search's brief timings of two
+/// points a few percent apart say little on a busy machine. The search's fastest is the champion; the
+/// runner-up, and the third where the search put it within 15% of the champion, is timed against it in
+/// one run (Evaluator::compare) and takes its place only where the 95% interval of their ratio lies wholly
+/// on its side. `ranked` is reordered so; what was compared is returned (null with fewer than two).
+json runoff(Evaluations& evals, const TuneOptions& opt, const SearchSpace& sp, std::vector<std::pair<double, Point>>& ranked,
+            const std::string& ext, const std::function<void(const std::string&)>& say) {
+  if (ranked.size() < 2) return json();
+  EvalOptions eo = opt.eval;
+  eo.seeds = 1;  // both passed the search's seeds; the final check verifies the winner in full
+  eo.heldout = false;
+  eo.compile_baseline = false;
+  eo.progress = nullptr;
+  const fs::path dir = opt.out_dir / "finalists";
+  json rounds = json::array();
+  size_t champion = 0;
+  for (size_t k = 1; k < ranked.size() && k < 3; ++k) {
+    if (k == 2 && ranked[k].first < ranked[champion].first / 1.15) break;
+    const fs::path a = dir / ("finalist_" + std::to_string(champion) + ext), b = dir / ("finalist_" + std::to_string(k) + ext);
+    if (!write_file_atomic(a, sp.source(ranked[champion].second)) || !write_file_atomic(b, sp.source(ranked[k].second))) break;
+    say(fmt::format("finalists timed interleaved: {} against {}", format_params(ranked[champion].second.params),
+                    format_params(ranked[k].second.params)));
+    auto c = evals.compare(a, b, eo);
+    if (!c || !c->contains("a_over_b")) {
+      rounds.push_back({{"a", ranked[champion].second.params}, {"b", ranked[k].second.params},
+                        {"error", c ? c->value("verdict", std::string()) : c.error().message}});
+      continue;
+    }
+    const json& ci = (*c)["noise"].value("speedup_ci95", json());
+    const bool swap = ci.is_array() && ci.size() == 2 && ci[1].get<double>() < 1.0;  // a slower than b, the whole interval
+    rounds.push_back({{"a", ranked[champion].second.params}, {"b", ranked[k].second.params}, {"a_over_b", (*c)["a_over_b"]},
+                      {"speedup_ci95", ci}, {"noisy", (*c)["noise"].value("noisy", false)}, {"b_kept", swap}});
+    say(fmt::format("  a/b {:.3f}x{}", (*c)["a_over_b"].get<double>(), swap ? ": the runner-up is faster, and takes its place" : ""));
+    if (swap) champion = k;
+  }
+  if (champion != 0) std::rotate(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(champion),
+                                 ranked.begin() + static_cast<std::ptrdiff_t>(champion) + 1);
+  return {{"rounds", rounds}, {"chosen", ranked.front().second.params}};
+}
+
 }  // namespace
 
 Expected<json> tune(const TuneOptions& in) {
@@ -560,6 +600,10 @@ Expected<json> tune(const TuneOptions& in) {
     result["best"] = {{"candidate", nullptr}, {"disposition", "none"}, {"speedup", nullptr}};
     result["steps"] = run.seq();
     return result;
+  }
+  if (!hit && !opt.remote) {
+    auto r = runoff(evals, opt, sp, ranked, ext, say);
+    if (!r.is_null()) result["runoff"] = std::move(r);
   }
   auto fc = final_check(run, evals, opt, sp, ranked, ext, say);
   if (!fc) return Unexpected{fc.error()};
