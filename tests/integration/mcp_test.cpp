@@ -334,11 +334,24 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t, kfab_tensor* out, int32
   }
   EXPECT_TRUE(remeasured) << "a noisy shape is timed again";
 
+  const auto nan = scratch() / "mcp-noise" / "nan.cpp";
+  ASSERT_TRUE(write_file_atomic(nan, R"(// every output NaN
+#include <cmath>
+#include "kfab/candidate.h"
+KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t, kfab_tensor* out, int32_t, void*) {
+  const int64_t n = in[0].shape[0] * in[0].shape[1];
+  float* y = static_cast<float*>(out[0].data);
+  for (int64_t i = 0; i < n; ++i) y[i] = NAN;
+  return 0;
+}
+)").has_value());
+  nlohmann::json with_nan = eval;
+  with_nan["candidate"] = nan.string();
   const auto replies = session({call(1, "compare", {{"task", task}, {"a", good}, {"b", slow.string()}, {"target", "cpu"}, {"seeds", 1}}),
                                 call(2, "compare", {{"task", task}, {"a", good}}),
                                 call(3, "evaluate", eval), call(4, "history", {{"task", "affine"}}), call(5, "best", {{"task", task}}),
-                                call(6, "profile", eval)});
-  ASSERT_EQ(replies.size(), 6u);
+                                call(6, "profile", eval), call(7, "evaluate", with_nan)});
+  ASSERT_EQ(replies.size(), 7u);
   const auto& c = replies[0]["result"];
   ASSERT_FALSE(c.value("isError", true)) << c.dump();
   const auto& cmp = c["structuredContent"];
@@ -360,6 +373,24 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t, kfab_tensor* out, int32
   EXPECT_EQ(best["speedup_runs"].value("runs", 0), 2) << best.dump();
   EXPECT_GE(best["speedup_runs"].value("max", 0.0), best.value("speedup", 1.0));
   EXPECT_LE(best["speedup_runs"].value("min", 1e9), best.value("speedup", 0.0));
+  // point 7: figures that agree. On the cpu the bound's peak bandwidth is the copy bandwidth, so a
+  // bytes-bound shape's share of the bound is its share of the copy bandwidth; the SOL-style figures are
+  // shares of a bound that holds (the runner flushes the operands); an all-NaN output's error reads inf.
+  const auto& quiet = replies[2]["result"]["structuredContent"];
+  ASSERT_EQ(quiet.value("disposition", ""), "passed") << quiet.dump();
+  EXPECT_DOUBLE_EQ(quiet["machine"].value("peak_bandwidth_GBps", 0.0), quiet["machine"].value("copy_bandwidth_GBps", -1.0));
+  for (const auto& sh : quiet["shapes"]) {
+    if (sh.value("heldout", false)) continue;
+    ASSERT_TRUE(sh.contains("percent_of_bound") && sh.contains("percent_of_copy_bandwidth")) << sh.dump();
+    EXPECT_NEAR(sh["percent_of_bound"].get<double>(), sh["percent_of_copy_bandwidth"].get<double>(),
+                1e-6 * sh["percent_of_bound"].get<double>()) << sh.dump();
+    EXPECT_FALSE(sh["roofline"].contains("not_established")) << "the runner flushes the operands: the bytes bound holds";
+  }
+  const auto& bad = replies[6]["result"]["structuredContent"];
+  EXPECT_EQ(bad.value("disposition", ""), "incorrect");
+  EXPECT_EQ(bad["shapes"][0]["max_abs_err"], "inf") << bad["shapes"][0].dump();
+  EXPECT_GT(bad["shapes"][0]["outputs"][0].value("nonfinite", int64_t{0}), 0);
+  EXPECT_EQ(bad["shapes"][0]["outputs"][0]["nonfinite"], bad["shapes"][0]["outputs"][0]["mismatches"]);
   // point 3: profile on the cpu gives perf counters per timed call, or says plainly why there are none
   const auto& prof = replies[5]["result"];
   ASSERT_FALSE(prof.value("isError", true)) << prof.dump();
