@@ -43,7 +43,7 @@ struct Noise {
 /// The thresholds a `noisy` flag is raised at, named in its reasons.
 struct NoiseLimits {
   double ci_ratio = 1.2;      ///< the interval's high over its low
-  double spread = 0.2;        ///< IQR over median, candidate or baseline
+  double spread = 0.2;        ///< IQR over median, candidate or baseline (where the pairs give no interval)
   double halves = 1.15;       ///< the first half's speedup over the second's (or its inverse)
   double others_cores = 0.5;  ///< other processes' CPU use while timing, in cores (at least a tenth of the cores)
   double cpu_per_wall = 0.7;  ///< the candidate's CPU time over wall time, below which it waited (CPU)

@@ -55,10 +55,12 @@ TEST(Noise, SpreadDriftLoadAndWaitingEachRaiseTheFlagWithTheirReason) {
   Noise n = assess_noise(drift, base, {});
   EXPECT_TRUE(n.noisy);
   EXPECT_NE(reasons(n).find("the first half of the run measured 2x and the second 1x"), std::string::npos) << reasons(n);
-  // calls spread widely
+  // calls spread widely: with a baseline beside them, the pairs' interval is wide; alone, their spread says it
   std::vector<double> spread;
   for (int i = 0; i < 40; ++i) spread.push_back(i % 2 ? 1.0 : 1.6);
   n = assess_noise(spread, base, {});
+  EXPECT_NE(reasons(n).find("the speedup's 95% interval from 40 interleaved pairs is 1.25x to 2x"), std::string::npos) << reasons(n);
+  n = assess_noise(spread, {}, {});
   EXPECT_NE(reasons(n).find("the candidate's calls spread by"), std::string::npos) << reasons(n);
   // other processes busy over a long enough window
   TimingSeen loaded;
