@@ -81,6 +81,29 @@ TEST_F(KbEval, NativeCppCandidatePassesAgainstEagerAndCompile) {
   EXPECT_NE(j["detail"].get<std::string>().find("end to end (the exported ModelNew)"), std::string::npos) << j["detail"];
 }
 
+// Issue 24: a cached torch.compile time is not divided by this run's candidate time as it stands: its
+// ratio to the eager time it was timed beside is carried over to this run's eager time (timed interleaved
+// with the candidate), so that a load on one of the two runs does not skew the figure.
+TEST_F(KbEval, ACachedCompileTimeIsReadAgainstThisRunsEagerTime) {
+  const auto cache = scratch() / "compile-cache";
+  std::filesystem::remove_all(cache);
+  const std::vector<std::string> args = {"eval", kTask, std::string(KFAB_SOURCE_DIR) + "/tasks/kb/candidates/rms_norm/rowwise.cpp",
+                                         "--target", "cpu", "--json", "--no-store", "--min-time", "0.05", "--min-calls", "20", "--no-end-to-end"};
+  const CliResult first = kfab_with(scratch() / "data", cache, scratch() / "cc1", args, 900);
+  ASSERT_EQ(first.status.code, 0) << first.out << first.err;
+  const nlohmann::json a = first.json()["shapes"][0];
+  EXPECT_EQ(a.value("compile_baseline", ""), "torch.compile (default), timed in this run");
+  EXPECT_FALSE(a.contains("compile_vs_eager_cached"));
+  const CliResult second = kfab_with(scratch() / "data", cache, scratch() / "cc2", args, 900);
+  ASSERT_EQ(second.status.code, 0) << second.out << second.err;
+  const nlohmann::json b = second.json()["shapes"][0];
+  EXPECT_NE(b.value("compile_baseline", "").find("carried over to this run's eager time"), std::string::npos) << b.dump();
+  const double ratio = b.value("compile_vs_eager_cached", 0.0);
+  EXPECT_NEAR(ratio, a["compile_ms"]["median"].get<double>() / a["baseline_ms"]["median"].get<double>(), 1e-9 * ratio);
+  EXPECT_NEAR(b["speedup_vs_compile"].get<double>(),
+              b["baseline_ms"]["median"].get<double>() * ratio / b["time_ms"]["median"].get<double>(), 1e-9 * ratio);
+}
+
 TEST_F(KbEval, ModelNewAndPlainRunCandidatesPass) {
   for (const char* c : {"modelnew_ok.py", "plain_torch.py"}) {
     CliResult r = eval(kb_fixture(c), {"--no-compile"});
