@@ -306,8 +306,9 @@ Expected<Verdict> Evaluator::evaluate_unguarded(const fs::path& candidate) {
   }
   std::optional<MachinePeaks> peaks = h.peaks(false);
   if (peaks) v.machine = peaks->to_json();
-  auto assess = [](TimedShape& t) {
+  auto assess = [device](TimedShape& t) {
     static const std::vector<double> none;
+    t.seen.on_host = !device;
     return assess_noise(t.times["candidate"], t.baselines.empty() ? none : t.times[t.baselines.front()], t.seen);
   };
   NoiseSummary noise_all;
@@ -446,6 +447,7 @@ Expected<json> Evaluator::compare_unguarded(const fs::path& a, const fs::path& b
       return out;
     }
     // a over b: b's time over a's, from the interleaved pairs
+    t.seen.on_host = !device;
     const Noise noise = assess_noise(t.times["candidate"], t.times["other"], t.seen);
     const TimeStats ta = summarize(t.times["candidate"]), tb = summarize(t.times["other"]);
     json s = {{"shape", sc.label()}, {"a_ms", ta.to_json()}, {"b_ms", tb.to_json()}, {"a_over_b", noise.paired_speedup.value_or(0.0)},

@@ -86,7 +86,7 @@ Noise assess_noise(const std::vector<double>& candidate, const std::vector<doubl
   if (!n.ci_low && n.baseline_spread > limits.spread)
     flag(fmt::format("the baseline's calls spread by {:.0f}% of their median (IQR)", 100 * n.baseline_spread));
   // /proc's counts move in scheduler ticks (10 ms): a window of a tenth of a second at least is read
-  if (seen.load.known && seen.load.window_s >= 0.1 && seen.load.others_cores() >= std::max(limits.others_cores, 0.1 * seen.load.cores))
+  if (seen.on_host && seen.load.known && seen.load.window_s >= 0.1 && seen.load.others_cores() >= std::max(limits.others_cores, 0.1 * seen.load.cores))
     flag(fmt::format("other processes kept {:.1f} of the machine's {} cores busy while timing", seen.load.others_cores(),
                      seen.load.cores));
   if (!seen.cpu_ms.empty() && seen.cpu_ms.size() == candidate.size()) {

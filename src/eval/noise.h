@@ -17,6 +17,9 @@ namespace kfab {
 
 /// What one timing of a shape saw, besides its times.
 struct TimingSeen {
+  /// Timed on the host (the cpu target): its load and the candidate's CPU time bear on the times. A device's
+  /// timing hides the host behind its hold (a bench runs a kfab per GPU on one host): reported, not flagged.
+  bool on_host = true;
   LoadReading load;
   std::vector<double> cpu_ms;  ///< the candidate's CPU time per timed call, where its process reports it (CPU)
   int preempted_calls = 0;     ///< timed calls of the candidate during which its process was descheduled
