@@ -117,6 +117,15 @@ TimedShape time_shape(const std::vector<Harness*>& hs, const ShapeCase& sc, int 
   return t;
 }
 
+/// How far a timing's comparison of the candidate with `against` (a baseline, or "other") can be
+/// trusted; the host's own load and CPU figures count where the timing ran on the host.
+Noise assess_timing(TimedShape& t, const std::string& against, bool device) {
+  t.seen.on_host = !device;
+  static const std::vector<double> none;
+  const auto it = t.times.find(against);
+  return assess_noise(t.times["candidate"], it == t.times.end() ? none : it->second, t.seen);
+}
+
 std::unique_ptr<Harness> make_harness(const LoadedTask& task, const std::string& target) {
   if (task.kernelbench()) return std::make_unique<TorchHarness>(task.path, target);
   return std::make_unique<NativeHarness>(task.task, target);
@@ -306,11 +315,7 @@ Expected<Verdict> Evaluator::evaluate_unguarded(const fs::path& candidate) {
   }
   std::optional<MachinePeaks> peaks = h.peaks(false);
   if (peaks) v.machine = peaks->to_json();
-  auto assess = [device](TimedShape& t) {
-    static const std::vector<double> none;
-    t.seen.on_host = !device;
-    return assess_noise(t.times["candidate"], t.baselines.empty() ? none : t.times[t.baselines.front()], t.seen);
-  };
+  auto assess = [device](TimedShape& t) { return assess_timing(t, t.baselines.empty() ? std::string() : t.baselines.front(), device); };
   NoiseSummary noise_all;
   double log_base = 0.0, log_second = 0.0;
   int timed = 0, timed_second = 0;
@@ -447,12 +452,11 @@ Expected<json> Evaluator::compare_unguarded(const fs::path& a, const fs::path& b
       return out;
     }
     // a over b: b's time over a's, from the interleaved pairs
-    t.seen.on_host = !device;
-    const Noise noise = assess_noise(t.times["candidate"], t.times["other"], t.seen);
+    const Noise noise = assess_timing(t, "other", device);
     const TimeStats ta = summarize(t.times["candidate"]), tb = summarize(t.times["other"]);
-    json s = {{"shape", sc.label()}, {"a_ms", ta.to_json()}, {"b_ms", tb.to_json()}, {"a_over_b", noise.paired_speedup.value_or(0.0)},
-              {"noise", noise.to_json()}};
-    log_ab += std::log(noise.paired_speedup.value_or(tb.median / ta.median));
+    const double ab_shape = noise.paired_speedup.value_or(tb.median / ta.median);
+    json s = {{"shape", sc.label()}, {"a_ms", ta.to_json()}, {"b_ms", tb.to_json()}, {"a_over_b", ab_shape}, {"noise", noise.to_json()}};
+    log_ab += std::log(ab_shape);
     if (!t.baselines.empty()) {
       const TimeStats base = summarize(t.times[t.baselines.front()]);
       s["baseline"] = t.baselines.front();
