@@ -159,7 +159,8 @@ std::vector<TemplateParams> gemm_cuda_grid(const GemmProgram& gp) {
   };
   auto sm90 = [&](const char* mma, const char* tile, const char* cluster, const char* schedule, const char* scheduler = "persistent",
                   const char* swizzle = "1") {
-    g.push_back({{"mma", mma}, {"precision", std::string(mma) == "sm90_tf32" ? "tf32" : "3xtf32"}, {"tile", tile}, {"cluster", cluster},
+    const std::string m = mma;
+    g.push_back({{"mma", m}, {"precision", m == "sm90_tf32" ? "tf32" : m == "sm90_mixed" ? "tf32+bf16" : "3xtf32"}, {"tile", tile}, {"cluster", cluster},
                  {"schedule", schedule}, {"scheduler", scheduler}});
     if (std::string(swizzle) != "1") g.back()["swizzle"] = swizzle;
   };
@@ -176,6 +177,11 @@ std::vector<TemplateParams> gemm_cuda_grid(const GemmProgram& gp) {
   // on an H200 (issue 23): the persistent scheduler ran that product at 0.08x eager.
   const bool few = few_tiles(gp);
   if (hopper) sm90("sm90_tf32", "128x256x32", "1", "coop");
+  // one TF32 product and one bf16 product of the cross terms (tf32+bf16: two TF32 products' time for three's
+  // accuracy, less 3 bits; kept only well within the tolerance), where K is longer than a short one's and the
+  // tiles are not few (there the split's traffic is the cost: level1_6's 1 GB of operands)
+  const bool short_k = gp.k > 0 && 3 * gp.k <= 2048, large_out = gp.m * gp.n * std::max<int64_t>(gp.batch, 1) >= (int64_t{1} << 24);
+  if (hopper && !short_k && !few) sm90("sm90_mixed", "128x256x32", "1", "coop");
   // few tiles over a long K: CUTLASS's SM80 3xTF32, which splits each operand in registers (the sm90 points
   // write the splits out: 3 GB of traffic for level1_6's 1 GB of operands, 0.498x eager on an H100), with K
   // in slices over every SM
@@ -184,7 +190,6 @@ std::vector<TemplateParams> gemm_cuda_grid(const GemmProgram& gp) {
   // a short K (3K within a slice: one product over [As | Ab | Ab] @ [Wb | Ws | Wb]^T) and a large output (level1_7
   // and 9: 4 GiB written over a K of 64 and 32, 1.51x and 1.23x eager on an H100 with the cooperative point):
   // the ping-pong schedule, whose consumers take tiles in turn, one's epilogue over the other's mainloop
-  const bool short_k = gp.k > 0 && 3 * gp.k <= 2048, large_out = gp.m * gp.n * std::max<int64_t>(gp.batch, 1) >= (int64_t{1} << 24);
   if (hopper && short_k && large_out) sm90("sm90_3xtf32", "64x256x32", "1", "pingpong");
   if (hopper) {
     if (few) sm90("sm90_3xtf32", "128x128x32", "1", "coop", "streamk");
@@ -196,6 +201,7 @@ std::vector<TemplateParams> gemm_cuda_grid(const GemmProgram& gp) {
     if (!few) sm90("sm90_3xtf32", "128x128x32", "1", "coop", "streamk");
     sm90("sm90_3xtf32", "128x256x32", "1", "coop");
     sm90("sm90_3xtf32", "128x128x32", "2", "coop");
+    if (!short_k && !few) sm90("sm90_mixed", "128x128x32", "1", "coop");
     if (!(short_k && large_out) && (gp.k == 0 || short_k)) sm90("sm90_3xtf32", "64x256x32", "1", "pingpong");  // K within a slice
   }
   if (cutlass) tc("64x64x16", "32x32x16", "4");

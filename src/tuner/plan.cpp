@@ -104,8 +104,8 @@ std::vector<TemplateParams> stage_grid(const Printer& printer, const PlanStage& 
 
 int precision_rank(const TemplateParams& p) {
   const auto it = p.find("precision");
-  if (it == p.end() || it->second == "fp32") return 3;
-  return it->second == "3xtf32" ? 2 : it->second == "tf32" ? 1 : 0;
+  if (it == p.end() || it->second == "fp32") return 4;
+  return it->second == "3xtf32" ? 3 : it->second == "tf32+bf16" ? 2 : it->second == "tf32" ? 1 : 0;
 }
 
 TemplateParams stage_params(const TemplateParams& point, size_t k) {
@@ -176,14 +176,14 @@ std::vector<TemplateParams> plan_grid(const Printer& printer, const Plan& plan) 
   std::vector<TemplateParams> out;
   for (size_t i = 0; i < most; ++i) {
     TemplateParams p;
-    int rank = 3;
+    int rank = 4;
     std::string precision = "fp32";
     for (size_t k = 0; k < grids.size(); ++k) {
       const TemplateParams& g = grids[k][std::min(i, grids[k].size() - 1)];
       for (const auto& [key, v] : g) p[fmt::format("s{}.{}", k, key)] = v;
       if (precision_rank(g) < rank) rank = precision_rank(g), precision = g.count("precision") ? g.at("precision") : "fp32";
     }
-    if (rank < 3) p["precision"] = precision;
+    if (rank < 4) p["precision"] = precision;
     out.push_back(std::move(p));
   }
   return out;

@@ -9,7 +9,7 @@ namespace kfab {
 
 bool reduced_precision(const TemplateParams& p) {
   const auto it = p.find("precision");
-  if (it == p.end() || (it->second != "tf32" && it->second != "bf16" && it->second != "fp16")) return false;
+  if (it == p.end() || (it->second != "tf32" && it->second != "tf32+bf16" && it->second != "bf16" && it->second != "fp16")) return false;
   // a half-precision task's own type (`io`: the operands' and output's) is not a reduction of it
   const auto io = p.find("io");
   return io == p.end() || io->second != it->second;

@@ -1,6 +1,7 @@
 #pragma once
 /// The tuner's precision policy (issue 23). A parameter point may compute in a reduced precision (its
-/// `precision` parameter: "tf32" for one TF32 tensor-core product, "bf16", "fp16") where the task asks
+/// `precision` parameter: "tf32" for one TF32 tensor-core product, "tf32+bf16" for one TF32 product of the
+/// operands' TF32 parts and one bf16 product of the cross terms, "bf16", "fp16") where the task asks
 /// for fp32. It is kept only where its worst element used at most kReducedPrecisionShare of the task's
 /// tolerance (a shape's `tolerance_used`: max |got - want| / (atol + rtol |want|)) on every shape and
 /// seed it was checked on: in the search (2 seeds, the tuning shapes) and again in the final check (every

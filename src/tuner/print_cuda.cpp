@@ -544,8 +544,9 @@ void cutlass_gemm_types(const GemmProgram& gp, const TemplateParams& tp, Emitter
 }
 
 // Hopper's own tensor-core path (include/kfab/templates/sm90_tf32_gemm.cuh, CUTLASS 3's sm90 GEMM:
-// TMA, wgmma, warp-specialised): three TF32 products at fp32 accuracy (mma sm90_3xtf32), or one
-// (sm90_tf32: the reduced precision the tuner keeps only well within the task's tolerance). Shapes and
+// TMA, wgmma, warp-specialised): three TF32 products at fp32 accuracy (mma sm90_3xtf32), one TF32 product
+// and one bf16 product of the two cross terms (sm90_mixed, precision tf32+bf16), or one TF32 product
+// (sm90_tf32); the last two are reduced precisions the tuner keeps only well within the task's tolerance. Shapes and
 // pointers TMA cannot take (K or N not a multiple of 4, unaligned) go to CUTLASS's SM80 3xTF32 at
 // alignment 1. B given as W [N, K] (K-major, as TF32 wgmma reads it) or as [K, N], written as [N, K]
 // into the scratch first (with three products, by the pass that splits it).
@@ -553,14 +554,17 @@ std::string generate_gemm_sm90(const GemmProgram& gp, const TemplateParams& tp, 
   const Program& p = gp.epilogue;
   const Gen g(p, cuda_lang());
   const int pin = product_input(gp);
-  const bool three = tp.at("mma") == "sm90_3xtf32";
+  const bool three = tp.at("mma") == "sm90_3xtf32", mixed = tp.at("mma") == "sm90_mixed";
   std::string tile;  // "128x128x32" as "128, 128, 32"
   for (char c : tp.count("tile") ? tp.at("tile") : std::string("128x128x32")) tile += c == 'x' ? std::string(", ") : std::string(1, c);
   const bool coop = !tp.count("schedule") || tp.at("schedule") == "coop";
   Emitter e;
   head(title, tp,
        fmt::format("{} on Hopper's tensor cores (CUTLASS 3's sm90 GEMM), then a row kernel: C = A @ {}, then the epilogue",
-                   three ? "Three TF32 products (fp32 accuracy)" : "One TF32 product (reduced precision)", gp.trans_b ? "W^T (W is [N, K])" : "B"),
+                   three   ? "Three TF32 products (fp32 accuracy)"
+                   : mixed ? "One TF32 product and one bf16 product of the cross terms (reduced precision)"
+                           : "One TF32 product (reduced precision)",
+                   gp.trans_b ? "W^T (W is [N, K])" : "B"),
        p, e);
   e.line("// CUTLASS's device-side asserts are calls, and a call inside the wgmma pipeline serialises it").line("#ifndef NDEBUG");
   e.line("#define NDEBUG").line("#endif");
@@ -581,13 +585,13 @@ std::string generate_gemm_sm90(const GemmProgram& gp, const TemplateParams& tp, 
   // (CUTLASS's ping-pong schedule has no stream-K scheduler: its three products take a K short of a slice)
   const int swizzle = param(tp, "swizzle", 1);
   e.linef("using KfabTile = KfabSm90Gemm<{}, {}, {}, {}{}>;", tile, param(tp, "cluster", 1), coop ? "true" : "false",
-          coop && (streamk || three) ? "true" : "false", swizzle != 1 ? fmt::format(", {}", swizzle) : std::string())
+          coop && (streamk || three || mixed) ? "true" : "false", swizzle != 1 ? fmt::format(", {}", swizzle) : std::string())
       .blank();
   cutlass_gemm_types(gp, {}, e);  // the alignment-1 instance for what TMA cannot take
   Binding b = gemm_binding(gp, true);
   const bool direct = product_is_output(gp, pin);
   // three products: the parts' rows padded where TMA cannot take the operands or the product as they are
-  const std::string extra = three ? fmt::format("kfab_3xtf32_scratch_for(a_data, w_data, {}, gmb, gn, K, batch)", direct ? "a.out0" : "nullptr")
+  const std::string extra = three || mixed ? fmt::format("kfab_3xtf32_scratch_for(a_data, w_data, {}, gmb, gn, K, batch)", direct ? "a.out0" : "nullptr")
                                   : gp.trans_b ? "0"
                                                : "batch * gn * K";
   b.setup = product_buffer(pin, extra, direct);
@@ -596,11 +600,15 @@ std::string generate_gemm_sm90(const GemmProgram& gp, const TemplateParams& tp, 
   std::string launch = R"(  if (total == 0) return 0;
   if (gmb > 2147483647 || gn > 2147483647 || K > 2147483647 || batch > 2147483647) return 6;
   const int m32 = static_cast<int>(gmb), n32 = static_cast<int>(gn), k32 = static_cast<int>(K), l32 = static_cast<int>(batch);
-  if (K > 0)" + std::string(three ? "" : " && K % 4 == 0 && gn % 4 == 0 && kfab_aligned16(a_data) && kfab_aligned16(w_data) && kfab_aligned16(product)") +
+  if (K > 0)" + std::string(three || mixed ? "" : " && K % 4 == 0 && gn % 4 == 0 && kfab_aligned16(a_data) && kfab_aligned16(w_data) && kfab_aligned16(product)") +
                        R"() {
 )";
-  launch += fmt::format("    const int rc = kfab_sm90_{}xtf32<KfabTile>(a_data, w_data, product, scratch, m32, n32, k32, l32, {}{}, stream);\n",
-                        three ? 3 : 1, gp.trans_b ? "false" : "true", three ? (streamk ? ", false" : ", true") : "");
+  if (mixed)
+    launch += fmt::format("    const int rc = kfab_sm90_mixed<KfabTile, {}>(a_data, w_data, product, scratch, m32, n32, k32, l32, {}, stream);\n",
+                          gp.trans_b ? "false" : "true", streamk ? "false" : "true");
+  else
+    launch += fmt::format("    const int rc = kfab_sm90_{}xtf32<KfabTile>(a_data, w_data, product, scratch, m32, n32, k32, l32, {}{}, stream);\n",
+                          three ? 3 : 1, gp.trans_b ? "false" : "true", three ? (streamk ? ", false" : ", true") : "");
   launch += R"(    if (rc != 0) return rc;
   } else {  // what TMA cannot take (with one product): CUTLASS's SM80 3xTF32 at alignment 1, a batch at a time
     for (int64_t z = 0; z < batch; ++z) {

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 
 #include <fmt/format.h>
@@ -213,7 +214,9 @@ TEST_F(CudaBuild, GemmEpiloguesCompileAtEveryPoint) {
     EXPECT_EQ(fg[1].count("splitk"), 1u) << format_params(fg[1]);
     EXPECT_EQ(fg[2].at("scheduler"), "streamk");
     EXPECT_EQ(mg[1].at("scheduler"), "persistent");
-    EXPECT_EQ(fg.size(), mg.size() + 1) << "the same points, in another order, and the split-K one";
+    EXPECT_EQ(mg[1].at("mma"), "sm90_mixed");
+    // the same points, in another order, and the split-K one, less the two tf32+bf16 ones
+    EXPECT_EQ(fg.size() + 2, mg.size() + 1);
   }
   // the Linear at the stream-K point (the matmul above took the persistent scheduler)
   const auto three = std::find_if(grid.begin(), grid.end(), [](const TemplateParams& q) {
@@ -392,6 +395,45 @@ TEST_F(CudaBuild, AShortKWithALargeOutputTakesThePingPongSchedule) {
   for (const auto& q : gemm_cuda_grid(*gp)) EXPECT_FALSE(q.count("schedule") && q.at("schedule") == "pingpong") << format_params(q);
   if (std::getenv("KFAB_BUILD_EVERY_TC_POINT") != nullptr) {
     const auto f = scratch() / "short_k_pingpong.cu";
+    ASSERT_TRUE(write_file_atomic(f, src).has_value());
+    auto r = backend_.build(f);
+    ASSERT_TRUE(r.ok()) << r.failure().message;
+  }
+}
+
+// One TF32 product and one bf16 product of the cross terms (precision tf32+bf16, a reduced one): on Hopper
+// the second point of a long K's grid (after the one-product point), at 128 x 256 and again at 128 x 128,
+// the bf16 product at the same tile with twice its K depth; B [K, N] is read N-major by the bf16 product
+// (the template's B_KN). No such point for a short K or few tiles over a long K (the split's traffic is
+// the cost there). CI checks the text; KFAB_BUILD_EVERY_TC_POINT=1 builds it.
+TEST_F(CudaBuild, ALongKTakesOneTf32AndOneBf16ProductOfTheCrossTerms) {
+  if (cutlass_include_dir().empty() || cuda_candidate_arch() != "sm_90a") GTEST_SKIP() << "the sm90 points need CUTLASS and sm_90a";
+  auto task = load_task(std::filesystem::path(KFAB_SOURCE_DIR) / "tasks/core/matmul");
+  ASSERT_TRUE(task.has_value());
+  auto gp = task_gemm(*task);
+  ASSERT_TRUE(gp.has_value()) << gp.error().message;
+  gp->m = 4096, gp->n = 4096, gp->k = 4096;
+  const auto grid = gemm_cuda_grid(*gp);
+  ASSERT_GE(grid.size(), 3u);
+  EXPECT_EQ(grid[0].at("precision"), "tf32");
+  EXPECT_EQ(grid[1].at("mma"), "sm90_mixed");
+  EXPECT_EQ(grid[1].at("precision"), "tf32+bf16");
+  EXPECT_EQ(grid[1].at("tile"), "128x256x32");
+  EXPECT_TRUE(reduced_precision(grid[1]));
+  int mixed = 0;
+  for (const auto& q : grid) mixed += q.count("precision") && q.at("precision") == "tf32+bf16";
+  EXPECT_EQ(mixed, 2);
+  const std::string src = generate_gemm_cuda(*gp, grid[1], "mixed");
+  EXPECT_NE(src.find("using KfabTile = KfabSm90Gemm<128, 256, 32, 1, true, true>;"), std::string::npos) << src.substr(0, 800);
+  EXPECT_NE(src.find("kfab_sm90_mixed<KfabTile, true>(a_data, w_data, product, scratch, m32, n32, k32, l32, true, stream)"), std::string::npos);
+  EXPECT_NE(src.find("kfab_3xtf32_scratch_for(a_data, w_data"), std::string::npos);
+  // a short K, and few tiles over a long K: none
+  for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3>>{{32768, 32768, 64}, {256, 256, 524288}}) {
+    gp->m = m, gp->n = n, gp->k = k;
+    for (const auto& q : gemm_cuda_grid(*gp)) EXPECT_FALSE(q.count("mma") && q.at("mma") == "sm90_mixed") << m << " x " << n << " x " << k;
+  }
+  if (std::getenv("KFAB_BUILD_EVERY_TC_POINT") != nullptr) {
+    const auto f = scratch() / "mixed.cu";
     ASSERT_TRUE(write_file_atomic(f, src).has_value());
     auto r = backend_.build(f);
     ASSERT_TRUE(r.ok()) << r.failure().message;

@@ -42,6 +42,9 @@ TEST(Precision, AReducedPrecisionIsKeptOnlyWithinItsShareOfTheTolerance) {
     EXPECT_EQ(precision_refusal(p, 0.99), "");
   }
   EXPECT_TRUE(reduced_precision({{"precision", "bf16"}}));
+  // one TF32 product and a bf16 one of the cross terms: 3 bits short of three TF32 products
+  EXPECT_TRUE(reduced_precision({{"mma", "sm90_mixed"}, {"precision", "tf32+bf16"}}));
+  EXPECT_NE(precision_refusal({{"precision", "tf32+bf16"}}, 0.3), "");
   // a half-precision task's point in its own type is not a reduction of it; bf16 for an fp16 task is
   const TemplateParams own{{"mma", "sm90_half"}, {"precision", "bf16"}, {"io", "bf16"}};
   EXPECT_FALSE(reduced_precision(own));

@@ -60,6 +60,8 @@ int kfab_sm90_launch(typename Dev::Arguments& args, cudaStream_t stream) {
 // sums meet in a workspace).
 template <int TM, int TN, int TK, int CM, bool COOP, bool STREAMK = false, int SWIZZLE = 1>
 struct KfabSm90Gemm {
+  static constexpr int kTM = TM, kTN = TN, kTK = TK, kCM = CM;
+  static constexpr bool kCoop = COOP;
   static constexpr bool kStreamK = STREAMK;
   static constexpr int kSwizzle = SWIZZLE;  // the tile scheduler's largest swizzle (tiles in groups of 1, 2, 4 or 8)
   using LayoutB = cutlass::layout::ColumnMajor;  // B (K x N) column-major: W [N, K]
@@ -109,6 +111,59 @@ int kfab_sm90_product(const float* a, const float* w, float* c, int m, int n, in
   return kfab_sm90_launch<Dev>(args, stream);
 }
 
+// kfab_sm90_mixed's bf16 product (the two cross terms, C fp32), at G's tile and schedule with twice its K
+// depth (the same bytes a stage): A [l, m, 2k] K-major, B as [l, n, 2k] (B_NK) or as [l, 2k, n].
+template <class G, bool B_NK>
+struct KfabSm90Cross {
+  using T = cutlass::bfloat16_t;
+  static constexpr bool kStreamK = G::kStreamK, kBNK = B_NK;
+  static constexpr int kSwizzle = G::kSwizzle;
+  using LayoutB = std::conditional_t<B_NK, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
+  using Tile = cute::Shape<cute::Int<G::kTM>, cute::Int<G::kTN>, cute::Int<2 * G::kTK>>;
+  using Cluster = cute::Shape<cute::Int<G::kCM>, cute::_1, cute::_1>;
+  using MainSchedule = std::conditional_t<G::kCoop, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                                          cutlass::gemm::KernelTmaWarpSpecializedPingpong>;
+  using EpiSchedule = std::conditional_t<G::kCoop, cutlass::epilogue::TmaWarpSpecializedCooperative, cutlass::epilogue::TmaWarpSpecialized>;
+  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster, cutlass::epilogue::collective::EpilogueTileAuto, float, float,
+      float, cutlass::layout::RowMajor, 4, float, cutlass::layout::RowMajor, 4, EpiSchedule,
+      cutlass::epilogue::fusion::LinearCombination<float, float, float, float>>::CollectiveOp;
+  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, T, cutlass::layout::RowMajor, 8, T, LayoutB, 8, float, Tile, Cluster,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
+      MainSchedule>::CollectiveOp;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
+                                                      std::conditional_t<G::kStreamK, cutlass::gemm::StreamKScheduler, void>>;
+  using Device = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+};
+
+// C = A16 @ B16 (H a KfabSm90Cross; k2 the bf16 operands' K) for each of l batches, written over C (beta 0),
+// tiles handed out as kfab_sm90_product hands them out. 0, or as kfab_sm90_launch.
+template <class H>
+int kfab_sm90_cross(const void* a, const void* b, float* c, int m, int n, int k2, int l, bool data_parallel, cudaStream_t stream) {
+  using T = typename H::T;
+  using K = typename H::Kernel;
+  const int64_t bl = l > 1 ? 1 : 0;
+  const typename K::StrideA sa = cute::make_stride(int64_t(k2), cute::Int<1>{}, bl * m * k2);
+  typename K::StrideB sb;
+  if constexpr (H::kBNK) sb = cute::make_stride(int64_t(k2), cute::Int<1>{}, bl * n * k2);  // [n, 2k]
+  else sb = cute::make_stride(cute::Int<1>{}, int64_t(n), bl * n * k2);                   // [2k, n]
+  const typename K::StrideC sc = cute::make_stride(int64_t(n), cute::Int<1>{}, bl * m * n);
+  const typename K::StrideD sd = cute::make_stride(int64_t(n), cute::Int<1>{}, bl * m * n);
+  typename H::Device::Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
+                                     {m, n, k2, l},
+                                     {static_cast<const T*>(a), sa, static_cast<const T*>(b), sb},
+                                     {{}, c, sc, c, sd}};
+  args.epilogue.thread.alpha = 1.0f;
+  args.epilogue.thread.beta = 0.0f;
+  args.scheduler.max_swizzle_size = H::kSwizzle;
+  if constexpr (H::kStreamK) {
+    using Mode = cutlass::gemm::kernel::detail::DecompositionMode;
+    args.scheduler.decomposition_mode = data_parallel ? Mode::DataParallel : Mode::Heuristic;
+  }
+  return kfab_sm90_launch<typename H::Device>(args, stream);
+}
+
 // v's value rounded to the nearest TF32 (10 mantissa bits; halves away from zero): its low 13 bits
 // zero, so a tensor core reads it exactly whether it truncates or rounds its inputs.
 __device__ __forceinline__ float kfab_tf32_big(float v) { return __uint_as_float((__float_as_uint(v) + 0x1000u) & 0xffffe000u); }
@@ -141,24 +196,64 @@ __global__ void kfab_tf32_split_ld(const float* __restrict__ v, float* __restric
   }
 }
 
+// v's bf16 bits, rounded to the nearest (ties to even); a NaN stays a NaN.
+__device__ __forceinline__ uint32_t kfab_bf16_bits(float v) {
+  const uint32_t u = __float_as_uint(v);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (u >> 16) | 0x40u;
+  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+
+// For kfab_sm90_mixed: v [rows, k] (K-contiguous, k a multiple of 4) split into its big part (as
+// kfab_tf32_split, fp32 [rows, k]) and a bf16 copy [rows, 2k] whose rows hold [bf16(big) | bf16(small)] for A
+// (`a_side`), [bf16(small) | bf16(big)] for W, so that one bf16 product over K' = 2k makes the two cross
+// terms big x small + small x big. Four floats at a time.
+__global__ void kfab_mixed_split(const float4* __restrict__ v, float4* __restrict__ big, uint2* __restrict__ cat, int64_t rows, int64_t k4,
+                                 bool a_side) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x, n4 = rows * k4;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n4; i += step) {
+    const int64_t r = i / k4, c = i % k4;
+    const float4 a = __ldcs(v + i);
+    const float4 b = make_float4(kfab_tf32_big(a.x), kfab_tf32_big(a.y), kfab_tf32_big(a.z), kfab_tf32_big(a.w));
+    const uint2 hb = make_uint2(kfab_bf16_bits(b.x) | (kfab_bf16_bits(b.y) << 16), kfab_bf16_bits(b.z) | (kfab_bf16_bits(b.w) << 16));
+    const uint2 hs = make_uint2(kfab_bf16_bits(a.x - b.x) | (kfab_bf16_bits(a.y - b.y) << 16),
+                                kfab_bf16_bits(a.z - b.z) | (kfab_bf16_bits(a.w - b.w) << 16));
+    __stcs(big + i, b);
+    uint2* row = cat + r * 2 * k4;
+    __stcs(row + c, a_side ? hb : hs);
+    __stcs(row + k4 + c, a_side ? hs : hb);
+  }
+}
+
 // B given as [K, N] (N-major), written as [N, K] (K-major, the layout TF32 wgmma reads): 32 x 32 tiles
 // through shared memory, each output row `ld` floats apart (k, or 3k for kfab_sm90_3xtf32's short K, whose
 // rows hold [big | small | big]); `small` non-null: its big and small parts (as kfab_tf32_split), and
-// `big2` non-null: the big part once more, else B itself.
+// `big2` non-null: the big part once more, else B itself; `cat` non-null (kfab_sm90_mixed, `small` null): B's
+// big part rounded to TF32, and a bf16 copy [2k, n] in B's own layout, its first k rows bf16(small), the
+// others bf16(big) (16-bit wgmma reads an N-major B as it is).
 // Measured on an H200 (issue 23): CUTLASS's sm90 GEMM with an N-major TF32 B was wrong by 0.7% on
 // KernelBench's level1_1 (4096 x 4096 x 4096), with one product and with three.
 __global__ void __launch_bounds__(256) kfab_tf32_split_t(const float* __restrict__ x, float* __restrict__ big, float* __restrict__ small,
-                                                         float* __restrict__ big2, int64_t k, int64_t n, int64_t ld, int64_t nout) {
+                                                         float* __restrict__ big2, int64_t k, int64_t n, int64_t ld, int64_t nout,
+                                                         uint16_t* __restrict__ cat = nullptr) {
   __shared__ float tile[32][33];  // +1: the column reads hit 32 different banks
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * 32, z = static_cast<int64_t>(blockIdx.z);  // blockIdx.z: a batch
   x += z * k * n, big += z * nout * ld;  // a batch's output: nout rows (n of them written)
   if (small != nullptr) small += z * nout * ld;
   if (big2 != nullptr) big2 += z * nout * ld;
+  if (cat != nullptr) cat += z * 2 * k * n;
   for (int64_t k0 = static_cast<int64_t>(blockIdx.y) * 32; k0 < k; k0 += static_cast<int64_t>(gridDim.y) * 32) {
 #pragma unroll
     for (int r = threadIdx.y; r < 32; r += 8) {
       const int64_t kk = k0 + r, nn = n0 + threadIdx.x;
-      if (kk < k && nn < n) tile[r][threadIdx.x] = __ldcs(x + kk * n + nn);
+      if (kk < k && nn < n) {
+        const float v = __ldcs(x + kk * n + nn);
+        tile[r][threadIdx.x] = v;
+        if (cat != nullptr) {
+          const float b = kfab_tf32_big(v);
+          cat[kk * n + nn] = static_cast<uint16_t>(kfab_bf16_bits(v - b));
+          cat[(k + kk) * n + nn] = static_cast<uint16_t>(kfab_bf16_bits(b));
+        }
+      }
     }
     __syncthreads();
 #pragma unroll
@@ -167,7 +262,7 @@ __global__ void __launch_bounds__(256) kfab_tf32_split_t(const float* __restrict
       if (nn < n && kk < k) {
         const float v = tile[threadIdx.x][r];
         if (small == nullptr) {
-          __stcs(big + nn * ld + kk, v);
+          __stcs(big + nn * ld + kk, cat != nullptr ? kfab_tf32_big(v) : v);
         } else {
           const float b = kfab_tf32_big(v);
           __stcs(big + nn * ld + kk, b);
@@ -201,11 +296,11 @@ __global__ void kfab_tf32_split_cat(const float4* __restrict__ v, float4* __rest
 // Launches kfab_tf32_split_t over the l batches of B [l, K, N] (each batch's output `nout` rows of `ld`
 // floats; 0: n rows of k); 0, 6 for more batches than a grid takes, or 5 when the launch fails.
 inline int kfab_split_kn(const float* b, float* big, float* small, int n, int k, int l, cudaStream_t stream, float* big2 = nullptr,
-                         int64_t ld = 0, int64_t nout = 0) {
+                         int64_t ld = 0, int64_t nout = 0, uint16_t* cat = nullptr) {
   if (n == 0 || k == 0 || l == 0) return 0;
   if (l > 65535) return 6;
   const dim3 grid(static_cast<unsigned>((n + 31) / 32), static_cast<unsigned>(std::min(((k + 31) / 32), 65535)), static_cast<unsigned>(l));
-  kfab_tf32_split_t<<<grid, dim3(32, 8), 0, stream>>>(b, big, small, big2, k, n, ld > 0 ? ld : k, nout > 0 ? nout : n);
+  kfab_tf32_split_t<<<grid, dim3(32, 8), 0, stream>>>(b, big, small, big2, k, n, ld > 0 ? ld : k, nout > 0 ? nout : n, cat);
   return cudaGetLastError() == cudaSuccess ? 0 : 5;
 }
 
@@ -331,6 +426,46 @@ int kfab_sm90_3xtf32(const float* a, const float* w, float* c, float* scratch, i
   if (splits > 1 && !G::kStreamK) return 7;  // the big x big product's slices need CUTLASS's stream-K scheduler
   int rc = kfab_sm90_product<G>(as, wb, c, m, n, k, l, 0.0f, stream, 1, data_parallel);
   if (rc == 0) rc = kfab_sm90_product<G>(ab, ws, c, m, n, k, l, 1.0f, stream, 1, data_parallel);
+  if (rc == 0) rc = kfab_sm90_product<G>(ab, wb, c, m, n, k, l, 1.0f, stream, splits, data_parallel);
+  return rc;
+}
+
+// C = A @ W^T, or A @ B where B_KN, for each of l batches, from one TF32 product and one bf16 product (the
+// tuner's precision "tf32+bf16"): with A = Ab + As and W = Wb + Ws split as for three TF32 products,
+//   C  = [Ab | As] @ [Ws | Wb]^T   in bf16 over K' = 2k (the two cross terms, their operands rounded to bf16)
+//   C += Ab @ Wb^T                 in TF32, in slices of kfab_tf32_k_slice (as kfab_sm90_3xtf32's)
+// Rounding a cross term's operands to bf16 (8 bits) costs 2^-9 of a term that is itself 2^-11 of the
+// product: about 2^-19 of |a| |w| each, 8 times 3xTF32's 2^-22, where a bf16 product runs at twice a TF32
+// one's rate on half the bytes: the time of two TF32 products for three. A reduced precision: the tuner keeps
+// it only well within the task's tolerance (tuner/precision.h). What the form cannot take (TMA's shapes and
+// alignments, an N-major B's N not a multiple of 8, a short K) goes to kfab_sm90_3xtf32. `scratch` holds
+// kfab_3xtf32_scratch_for floats: Ab, A's bf16 copy, Wb (as [N, K]) and W's bf16 copy.
+template <class G, bool B_KN>
+int kfab_sm90_mixed(const float* a, const float* w, float* c, float* scratch, int m, int n, int k, int l, bool data_parallel,
+                    cudaStream_t stream) {
+  if (!kfab_3xtf32_tma(a, w, c, n, k) || (B_KN && n % 8 != 0) || 3 * static_cast<int64_t>(k) <= kfab_tf32_k_slice ||
+      2 * static_cast<int64_t>(k) > 2147483647)
+    return kfab_sm90_3xtf32<G>(a, w, c, scratch, m, n, k, l, B_KN, data_parallel, stream);
+  const size_t am = static_cast<size_t>(l) * m * k, wn = static_cast<size_t>(l) * n * k;
+  float* ab = scratch;
+  float* a16 = ab + am;  // am floats: [l * m, 2k] bf16
+  float* wb = a16 + am;
+  float* w16 = wb + wn;  // wn floats: [l * n, 2k] or [l, 2k, n] bf16
+  auto blocks = [](int64_t n4) { return static_cast<unsigned>(std::min<int64_t>((n4 + 255) / 256, 4096)); };
+  const int64_t a4 = static_cast<int64_t>(am / 4), w4 = static_cast<int64_t>(wn / 4);
+  if (a4 > 0)
+    kfab_mixed_split<<<blocks(a4), 256, 0, stream>>>(reinterpret_cast<const float4*>(a), reinterpret_cast<float4*>(ab),
+                                                     reinterpret_cast<uint2*>(a16), static_cast<int64_t>(l) * m, k / 4, true);
+  if constexpr (B_KN) {
+    if (const int rc = kfab_split_kn(w, wb, nullptr, n, k, l, stream, nullptr, 0, 0, reinterpret_cast<uint16_t*>(w16)); rc != 0) return rc;
+  } else if (w4 > 0) {
+    kfab_mixed_split<<<blocks(w4), 256, 0, stream>>>(reinterpret_cast<const float4*>(w), reinterpret_cast<float4*>(wb),
+                                                     reinterpret_cast<uint2*>(w16), static_cast<int64_t>(l) * n, k / 4, false);
+  }
+  if (cudaGetLastError() != cudaSuccess) return 5;
+  const int splits = (k + kfab_tf32_k_slice - 1) / kfab_tf32_k_slice;
+  if (splits > 1 && !G::kStreamK) return 7;  // the big x big product's slices need CUTLASS's stream-K scheduler
+  int rc = kfab_sm90_cross<KfabSm90Cross<G, !B_KN>>(a16, w16, c, m, n, 2 * k, l, data_parallel, stream);
   if (rc == 0) rc = kfab_sm90_product<G>(ab, wb, c, m, n, k, l, 1.0f, stream, splits, data_parallel);
   return rc;
 }
