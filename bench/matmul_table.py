@@ -2,7 +2,8 @@
 """Issue 23's per-problem table of a bench over matrix-product problems (bench/gemm_tf32x3/suite.sh):
 for each problem the winner's median time at its tuning shape, its TFLOP/s (the task's FLOP count from
 the verdict's roofline, else torch's FlopCounterMode at the file's own size, over that time), the precision it computes in (from the tuner's point, in the
-generated file's first line: 3xtf32 and fp32 are fp32-accurate, tf32 is one TF32 product kept only well
+generated file's first line: 3xtf32 and fp32 are fp32-accurate; tf32 (one TF32 product) and tf32+bf16 (one TF32
+product and a bf16 one of the cross terms) are kept only well
 within the tolerance), the share of the tolerance its worst element used, and its speedup over torch
 eager, over torch.compile, and end to end (the exported ModelNew's forward); then the geometric means
 over every problem, a problem that did not pass counting as 1x (as eager: the user keeps eager).
@@ -35,7 +36,7 @@ def precision(step: dict) -> str:
     first = (step.get("source") or "").split("\n", 1)[0]
     if "built-in tuner" not in first:
         return "-"
-    m = re.search(r"precision=(\w+)", first)
+    m = re.search(r"precision=([\w+]+)", first)
     return m.group(1) if m else "fp32"
 
 

@@ -360,6 +360,7 @@ json bench_settings(const BenchOptions& o) {
             {"dtype", o.eval.dtype}};
   if (o.eval.atol) s["atol"] = *o.eval.atol;
   if (o.eval.rtol) s["rtol"] = *o.eval.rtol;
+  if (o.eval.judge_eager) s["judge"] = "eager";
   return s;
 }
 
@@ -396,6 +397,7 @@ Expected<std::pair<BenchOptions, json>> resumed(const BenchOptions& given) {
     o.eval.dtype = s.at("dtype").get<std::string>();
     if (s.contains("atol")) o.eval.atol = s["atol"].get<double>();
     if (s.contains("rtol")) o.eval.rtol = s["rtol"].get<double>();
+    if (s.contains("judge")) o.eval.judge_eager = s["judge"] == "eager";
     if (!b.at("tasks").is_array()) throw std::runtime_error("tasks is not a list");
     return std::pair{std::move(o), std::move(b)};
   } catch (const std::exception& e) {

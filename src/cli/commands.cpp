@@ -51,6 +51,11 @@ void add_tolerances(CLI::App& sub, MeasureArgs& m) {
       ->check(CLI::NonNegativeNumber);
   sub.add_option("--rtol", m.rtol, "relative tolerance of every output (default: the task's; KernelBench tasks: KernelBench's for the dtype)")
       ->check(CLI::NonNegativeNumber);
+  sub.add_option("--judge", m.judge,
+                 "KernelBench tasks: float64 (default): a value that differs from torch eager's beyond the tolerance passes where "
+                 "eager's own answer is outside the tolerance of the Model run in float64 and the candidate's within it (said in the "
+                 "verdict); eager: eager's answer alone, as KernelBench's own check")
+      ->check(CLI::IsMember({"float64", "eager"}));
 }
 
 void add_options(CLI::App& sub, DoctorArgs& a) {
@@ -330,6 +335,7 @@ EvalOptions eval_options(const MeasureArgs& m) {
   opt.heldout = !m.no_heldout;
   opt.atol = m.atol;
   opt.rtol = m.rtol;
+  opt.judge_eager = m.judge == "eager";
   return opt;
 }
 
@@ -1097,7 +1103,7 @@ int Commands::bench(const BenchArgs& a) {
   if (!a.resume.empty()) {
     // Everything comes from the stopped bench; options that would change it are refused, not ignored.
     for (const char* o : {"--target", "--eval", "--llm", "--budget", "--points", "--fresh", "--seeds", "--min-time",
-                          "--timeout", "--no-compile", "--filter", "--sample", "--atol", "--rtol", "--out"})
+                          "--timeout", "--no-compile", "--filter", "--sample", "--atol", "--rtol", "--judge", "--out"})
       if (bench_->count(o) > 0)
         return bad_input(a.json, std::string(o) + " cannot change a bench that is resumed",
                          "resume without it (the bench's own settings apply), or start a new bench");

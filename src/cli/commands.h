@@ -42,6 +42,7 @@ struct MeasureArgs {
   std::vector<std::string> forbid;
   bool no_heldout = false;
   std::optional<double> atol, rtol;
+  std::string judge = "float64";  ///< --judge: float64 (where eager itself is off) or eager
 };
 
 /// --redis URL and --queue NAME: a job queue on a Redis server.

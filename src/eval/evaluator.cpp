@@ -154,6 +154,23 @@ Expected<Verdict> Evaluator::evaluate(const fs::path& candidate) {
 
 namespace {
 
+/// Where a shape passed with values judged by the Model run in float64 (job_evidence.h judged_text): its
+/// warning, and the verdict's count of them.
+void take_judged(ShapeResult& sr, Verdict& v) {
+  const std::string judged = sr.correct ? judged_text(sr.errors) : std::string();
+  if (judged.empty()) return;
+  sr.extra["warning"] = judged;
+  v.extra["judged_by_float64"] = v.extra.value("judged_by_float64", int64_t{0}) + sr.errors.value("judged_by_float64", int64_t{0});
+}
+
+/// The verdict detail's tail where values were judged by the float64 Model, else empty.
+std::string judged_detail(const Verdict& v) {
+  if (!v.extra.contains("judged_by_float64")) return {};
+  return fmt::format("; {} values judged by the Model run in float64, where torch eager's fp32 answer is outside the tolerance "
+                     "(KernelBench's own check fails them)",
+                     v.extra["judged_by_float64"].get<int64_t>());
+}
+
 /// Verifies one shape: for each seed the trusted answer, then the candidate twice, its outputs
 /// poisoned with a different pattern each time (both calls must write every element); then the last
 /// seed's inputs changed in four places (`perturb`): a candidate that caches its answer under a sample
@@ -292,6 +309,7 @@ Expected<Verdict> Evaluator::evaluate_unguarded(const fs::path& candidate) {
     sr.errors = acc;
     sr.correct = acc.value("correct", false);
     sr.status = sr.correct ? "passed" : "incorrect";
+    take_judged(sr, v);
     if (!sr.correct && incorrect_detail.empty())
       incorrect_detail = fmt::format("shape {}{}: {}", sc.label(), sc.heldout ? " (held out)" : "",
                                      mismatch_text(sr.errors, h.tolerance_of(sr.errors)));
@@ -367,6 +385,7 @@ Expected<Verdict> Evaluator::evaluate_unguarded(const fs::path& candidate) {
                          opt_.seeds, v.speedup.value_or(0.0), v.baseline, timed, noise_all.interval_text(),
                          timed_second ? fmt::format(", {:.3f}x torch.compile", std::exp(log_second / timed_second)) : "",
                          noise_all.noisy() ? "; NOISY: " + noise_all.reason_text() : "");
+  v.detail += judged_detail(v);
   return finish();
 }
 

@@ -44,6 +44,11 @@ struct EvalOptions {
   /// The tolerance of every output, where given (--atol, --rtol): over the task's own, and for a
   /// KernelBench-format task over KernelBench's default for the dtype.
   std::optional<double> atol, rtol;
+  /// KernelBench-format tasks: a value that differs from torch eager's beyond the tolerance is still correct
+  /// where eager's own fp32 answer is outside the tolerance of the Model run in float64 and the candidate's
+  /// within it (judged by the float64 answer, and said so); true (--judge eager): eager's answer alone, as
+  /// KernelBench's own check.
+  bool judge_eager = false;
   /// Receives one line per step ("verify M=512, N=2048"), for progress on long evaluations.
   std::function<void(const std::string&)> progress;
 };

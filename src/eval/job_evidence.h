@@ -45,6 +45,11 @@ TimingDefaults timing_defaults(int min_calls, double min_time_s, int warmup, boo
 /// `tol`) the tolerance; a problem (an output of the wrong shape or kind) as it was said.
 std::string mismatch_text(const nlohmann::json& errors, std::optional<Tolerance> tol = std::nullopt);
 
+/// Empty, or where a shape's comparisons passed with values judged by the Model run in float64 (the Python
+/// worker's `judged_by_float64`: values that differ from eager's, where eager's own fp32 answer is outside the
+/// tolerance of the float64 one and the candidate within it), what was judged so and why.
+std::string judged_text(const nlohmann::json& errors);
+
 /// Two comparisons summed (a shape's calls): the largest errors, the counts added, the first mismatch
 /// and the first problem kept, per output and in all; `correct` when nothing differs. `acc` may be null.
 nlohmann::json merge_stats(const nlohmann::json& acc, const nlohmann::json& m);

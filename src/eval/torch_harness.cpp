@@ -312,6 +312,7 @@ Expected<std::vector<ShapeCase>> TorchHarness::begin(const fs::path& candidate, 
   base_ = {{"task", task_abs_}, {"candidate", {{"path", artifact}}}, {"base_seed", opt.base_seed},
            {"target", target_}, {"dtype", opt.dtype}, {"forbidden", opt.forbid}};
   if (!tolerance.empty()) base_["tolerance"] = tolerance;
+  if (opt.judge_eager) base_["judge"] = "eager";
   if (desc_.contains("tolerance_used")) v.protocol["tolerance"] = desc_["tolerance_used"];
   shape_outputs_.clear();
   std::vector<ShapeCase> shapes;

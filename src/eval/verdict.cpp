@@ -33,7 +33,8 @@ nlohmann::json ShapeResult::to_json() const {
   if (errors.is_object()) {
     j["max_abs_err"] = errors.value("max_abs_err", nlohmann::json());
     j["max_rel_err"] = errors.value("max_rel_err", nlohmann::json());
-    for (const char* k : {"tolerance_used", "first_mismatch", "outputs", "checked", "mismatches", "reference_fp64"})
+    for (const char* k : {"tolerance_used", "first_mismatch", "outputs", "checked", "mismatches", "reference_fp64", "judged_by_float64",
+                          "eager_mismatches", "first_eager_mismatch"})
       if (errors.contains(k)) j[k] = errors[k];
   }
   if (time) j["time_ms"] = time->to_json();
@@ -71,7 +72,8 @@ nlohmann::json Verdict::to_json() const {
 namespace {
 // What to_json writes from the fields themselves; everything else it wrote came from `extra`.
 constexpr std::string_view kShapeKeys[] = {"shape", "heldout", "status", "correct", "max_abs_err", "max_rel_err", "tolerance_used",
-                                           "first_mismatch", "outputs", "checked", "mismatches", "reference_fp64", "time_ms", "baseline_ms", "speedup", "bound_ms",
+                                           "first_mismatch", "outputs", "checked", "mismatches", "reference_fp64", "judged_by_float64",
+                                           "eager_mismatches", "first_eager_mismatch", "time_ms", "baseline_ms", "speedup", "bound_ms",
                                            "percent_of_bound"};
 constexpr std::string_view kVerdictKeys[] = {"task", "target", "dsl", "candidate", "candidate_hash", "disposition", "detail", "shapes",
                                              "speedup", "baseline", "build", "machine", "protocol", "wall_s", "profile"};
@@ -94,7 +96,8 @@ ShapeResult ShapeResult::from_json(const nlohmann::json& j) {
   s.correct = j.value("correct", false);
   if (j.contains("max_abs_err") || j.contains("checked")) {
     s.errors = nlohmann::json::object();
-    for (const char* k : {"max_abs_err", "max_rel_err", "tolerance_used", "first_mismatch", "outputs", "checked", "mismatches", "reference_fp64"})
+    for (const char* k : {"max_abs_err", "max_rel_err", "tolerance_used", "first_mismatch", "outputs", "checked", "mismatches",
+                          "reference_fp64", "judged_by_float64", "eager_mismatches", "first_eager_mismatch"})
       if (j.contains(k)) s.errors[k] = j[k];
     s.errors["correct"] = s.correct;
   }

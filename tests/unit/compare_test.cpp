@@ -137,4 +137,31 @@ TEST(Compare, AReferenceOutsideItsFloat64RunIsNamedInTheMismatchText) {
   EXPECT_EQ(merge_stats(skipped, first)["reference_fp64"]["reference_outside"], 2) << "a run made replaces one skipped";
 }
 
+// Values judged by the Model run in float64 (jobs.py _judged_by_fp64: each value that differs from eager's is
+// within the float64 answer's tolerance, where eager's is not): merged over calls, a pass whose text says so;
+// where some are outside it too (--judge float64), the failure's text says how many.
+TEST(Compare, ValuesJudgedByTheFloat64ModelAreCountedAndSaid) {
+  const nlohmann::json fp = {{"checked", 1024}, {"reference_outside", 5}, {"reference_tolerance_used", 9.5}, {"candidate_outside", 0},
+                             {"candidate_tolerance_used", 0.01}, {"rescued", 5}, {"unrescued", 0}, {"judge", "float64"}};
+  const nlohmann::json call = {{"checked", 1024}, {"mismatches", 0}, {"correct", true}, {"judged_by_float64", 5},
+                               {"eager_mismatches", 5}, {"reference_fp64", fp}};
+  const nlohmann::json merged = merge_stats(merge_stats(nlohmann::json(), call), call);
+  EXPECT_TRUE(merged["correct"].get<bool>());
+  EXPECT_EQ(merged["judged_by_float64"], 10);
+  EXPECT_EQ(merged["reference_fp64"]["rescued"], 10);
+  const std::string text = judged_text(merged);
+  EXPECT_NE(text.find("10 values differ from torch eager's by more than the tolerance"), std::string::npos) << text;
+  EXPECT_NE(text.find("KernelBench's own check, against eager, fails them"), std::string::npos) << text;
+  EXPECT_EQ(judged_text(nlohmann::json{{"checked", 10}, {"mismatches", 0}}), "");
+  nlohmann::json failed = {{"checked", 1024}, {"mismatches", 7}, {"correct", false},
+                           {"first_mismatch", {{"output", "output"}, {"coord", {1}}, {"seed", 0}, {"call", 1}, {"got", 1.0}, {"want", 2.0}}},
+                           {"reference_fp64", fp}};
+  failed["reference_fp64"]["unrescued"] = 2;
+  EXPECT_NE(mismatch_text(failed).find("2 of the values that differ from eager's are outside the float64 answer's tolerance too"),
+            std::string::npos)
+      << mismatch_text(failed);
+  failed["reference_fp64"]["judge"] = "eager";
+  EXPECT_NE(mismatch_text(failed).find("the check asks for eager's own fp32 rounding there (--judge eager)"), std::string::npos);
+}
+
 }  // namespace kfab
