@@ -12,6 +12,7 @@
 #   scripts/gpu_bg.sh start OUT 560 bench/gemm_tf32x3/mixed.sh     then: scripts/gpu_bg.sh wait OUT 570
 # KFAB_MIXED="probe level1 level2 tests" (the default) picks the parts.
 set -uo pipefail
+shopt -s nullglob  # no probe candidates here (they are written by scripts/gen_dump.cpp, not committed): no probe
 out=${1:-${KFAB_BG_DIR:?usage: bench/gemm_tf32x3/mixed.sh OUTDIR (or under scripts/gpu_bg.sh)}}
 cd "$(dirname "$0")/../.."
 mkdir -p "$out"
