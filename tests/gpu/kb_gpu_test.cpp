@@ -121,8 +121,8 @@ TEST_F(KbGpu, ExportedModelNewOfTheTritonCandidatePassesAllclose) {
 // matrix-vector product, in double). At KernelBench's size the row sums cancel, and torch eager's fp32
 // answer (cuBLAS) may itself be outside the tolerance of the Model run in float64 at a few values: on 4
 // H100s (2026-11-27) level2_14 and 18 failed so (eager outside at 103 and 2 of 5120 values, the fold at
-// none), and this test failed too, its log not kept. So the fold either passes every seed and the held-out
-// shape, or fails only where the verdict's float64 run finds the reference outside and this candidate inside.
+// none), and this test failed too. The float64 judge (kfab's default) decides such values since: the fold
+// passes every seed and the held-out shape.
 TEST_F(KbGpu, TheTunerFoldsARowSumOfTheProductAndItPasses) {
   const std::string task = std::string(KFAB_SOURCE_DIR) + "/tasks/kb/l2_linear_divide_sum_scale.py";
   CliResult r = kfab_cli({"optimize", task, "--target", "cuda", "--fresh", "--points", "1", "--json", "--quiet", "--out",
@@ -134,23 +134,12 @@ TEST_F(KbGpu, TheTunerFoldsARowSumOfTheProductAndItPasses) {
   const nlohmann::json& point = j["points"][0];
   EXPECT_EQ(j["tuner"]["template"], "cuda_gemm_epilogue");
   EXPECT_EQ(point["params"].value("fold", ""), "rowsum") << point.dump();
-  if (point["disposition"] != "passed") {
-    EXPECT_EQ(r.status.code, 1);
-    const std::string detail = point.value("detail", "");
-    EXPECT_NE(detail.find("the reference itself is outside the tolerance of the Model run in float64"), std::string::npos) << detail;
-    EXPECT_NE(detail.find("this candidate at 0 ("), std::string::npos) << detail;
-    return;
-  }
-  // the search passed on its seeds; the final check (5 seeds, the held-out shape) may meet eager's own
-  // rounding outside the tolerance as well (4 H100s, 2026-11-27: 4 of 2048 values, the fold at none)
+  // eager's own fp32 rounding may be outside the tolerance of the float64 answer (4 H100s, 2026-11-27: 4 of
+  // 2048 values, the fold at none): the float64 judge decides those values, and the fold passes
+  EXPECT_EQ(point["disposition"], "passed") << point.dump();
   const nlohmann::json& final_check = j.contains("verdict") && j["verdict"].is_object() ? j["verdict"] : j["best"];
-  if (final_check.value("disposition", "") != "passed") {
-    EXPECT_EQ(r.status.code, 1);
-    const std::string detail = final_check.value("detail", "");
-    EXPECT_NE(detail.find("the reference itself is outside the tolerance of the Model run in float64"), std::string::npos) << detail;
-    EXPECT_NE(detail.find("this candidate at 0 ("), std::string::npos) << detail;
-    return;
-  }
+  EXPECT_EQ(final_check.value("disposition", ""), "passed") << final_check.dump();
+  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
   ASSERT_TRUE(found_correct(r)) << r.out << r.err;
   EXPECT_EQ(j["best"]["disposition"], "passed") << j.dump(2);
   EXPECT_EQ(j["tuner"]["params"].value("fold", ""), "rowsum") << j["tuner"].dump();
