@@ -144,7 +144,7 @@ def _build_native():
             if any(("#include " + q + lib + "/") in _CANDIDATE_SOURCE for q in '"<' for lib in ("cutlass", "cute")):
                 cmd += ["-I", _cutlass_include(), "--expt-relaxed-constexpr"]
         else:
-            cmd = [os.environ.get("CXX", "g++"), "-std=c++20", "-O3", "-march=native", "-fopenmp", "-shared", "-fPIC",
+            cmd = [os.environ.get("CXX", "g++"), "-std=c++20", "-O3", "-march=native", "-fopenmp", "-fno-trapping-math", "-shared", "-fPIC",
                    "-I", str(include), str(src), "-o", str(so) + ".tmp"]
         subprocess.run(cmd, check=True)
         os.replace(str(so) + ".tmp", so)

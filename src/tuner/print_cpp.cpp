@@ -23,8 +23,8 @@ namespace {
 // after the polynomial exp (poly_exp_source())
 constexpr const char* kMath = R"(
 inline float kfab_rsqrt(float x) { return 1.0f / std::sqrt(x); }
-inline float kfab_gelu_erf(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.7071067811865476f)); }
-inline float kfab_gelu_tanh(float x) { return 0.5f * x * (1.0f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x))); }
+inline float kfab_gelu_erf(float x) { return 0.5f * x * (1.0f + kfab_erf(x * 0.7071067811865476f)); }
+inline float kfab_gelu_tanh(float x) { return 0.5f * x * (1.0f + kfab_tanh(0.7978845608028654f * (x + 0.044715f * x * x * x))); }
 
 )";
 

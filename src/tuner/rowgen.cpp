@@ -37,6 +37,18 @@ class CppLang final : public Lang {
   }
   std::string_view exp() const override { return "kfab_exp"; }
   std::string_view rsqrt() const override { return "kfab_rsqrt"; }
+  std::string_view function(std::string_view op) const override {
+    static const std::map<std::string_view, std::string_view> own = {
+        {"tanh", "kfab_tanh"}, {"log", "kfab_log"}, {"log1p", "kfab_log1p"}, {"erf", "kfab_erf"}};
+    const auto it = own.find(op);
+    return it == own.end() ? std::string_view() : it->second;
+  }
+  std::string max(const std::string& a, const std::string& b) const override {
+    return "(" + a + " != " + a + " || " + a + " >= " + b + " ? " + a + " : " + b + ")";
+  }
+  std::string min(const std::string& a, const std::string& b) const override {
+    return "(" + a + " != " + a + " || " + a + " <= " + b + " ? " + a + " : " + b + ")";
+  }
   std::string_view stream() const override { return "(void)stream_;"; }
   std::string_view run_end() const override { return "return 0;"; }
 };
@@ -81,12 +93,13 @@ std::string pointwise(const Program& p, const PNode& n, const std::vector<std::s
       {"abs", "fabsf"},   {"exp", exp},     {"log", "logf"},   {"log1p", "log1pf"}, {"expm1", "expm1f"},   {"tanh", "tanhf"},
       {"sqrt", "sqrtf"},  {"rsqrt", rsqrt}, {"erf", "erff"},   {"sin", "sinf"},     {"cos", "cosf"},       {"floor", "floorf"},
       {"ceil", "ceilf"},  {"gelu_erf", "kfab_gelu_erf"},      {"gelu_tanh", "kfab_gelu_tanh"}};
+  if (const std::string_view own = lang.function(o); !own.empty()) return std::string(own) + "(" + a[0] + ")";
   if (auto it = fn.find(o); it != fn.end()) return it->second + "(" + a[0] + ")";
-  if (o == "relu") return "fmaxf(" + a[0] + ", 0.0f)";
+  if (o == "relu") return lang.max(a[0], "0.0f");
   const std::map<std::string, std::string> infix = {{"add", "+"}, {"sub", "-"}, {"mul", "*"}, {"div", "/"}};
   if (auto it = infix.find(o); it != infix.end()) return "(" + a[0] + " " + it->second + " " + a[1] + ")";
-  if (o == "max") return "fmaxf(" + a[0] + ", " + a[1] + ")";
-  if (o == "min") return "fminf(" + a[0] + ", " + a[1] + ")";
+  if (o == "max") return lang.max(a[0], a[1]);
+  if (o == "min") return lang.min(a[0], a[1]);
   const std::map<std::string, std::string> cmp = {{"lt", "<"}, {"le", "<="}, {"gt", ">"}, {"ge", ">="}, {"eq", "=="}, {"ne", "!="}};
   if (auto it = cmp.find(o); it != cmp.end()) return "(" + a[0] + " " + it->second + " " + a[1] + " ? 1.0f : 0.0f)";
   if (o == "and") return "(" + a[0] + " != 0.0f && " + a[1] + " != 0.0f ? 1.0f : 0.0f)";

@@ -29,6 +29,13 @@ class Lang {
   /// exp and 1/sqrt: the device's intrinsics, or functions of the host's prelude.
   virtual std::string_view exp() const = 0;
   virtual std::string_view rsqrt() const = 0;
+  /// The function that computes one-argument op `op` (tanh, log, ...) where the language has its own,
+  /// else empty (the C library's): the host's SIMD-lane versions (poly_exp.h), which a loop vectorises.
+  virtual std::string_view function(std::string_view /*op*/) const { return {}; }
+  /// max and min of two operands: the device's fmaxf and fminf; on the host selects that vectorise and,
+  /// as torch does, give NaN where either operand is NaN (fmaxf is a call that drops a NaN).
+  virtual std::string max(const std::string& a, const std::string& b) const { return "fmaxf(" + a + ", " + b + ")"; }
+  virtual std::string min(const std::string& a, const std::string& b) const { return "fminf(" + a + ", " + b + ")"; }
   /// kfab_run's first statement about the stream, and its last.
   virtual std::string_view stream() const = 0;
   virtual std::string_view run_end() const = 0;

@@ -4,9 +4,42 @@
 
 #include <gtest/gtest.h>
 
+#include "backends/cpu_cpp/cpu_backend.h"
+#include "core/process.h"
+#include "tuner/fused.h"
+#include "tuner/program.h"
 #include "harness.h"
 
 namespace kfab::test {
+
+// Issue 25: the host's generated element loops vectorise with the cpu target's own flags, transcendentals
+// and all (the C library's tanhf, log1pf and fmaxf are calls, and a select after a division is control flow
+// unless no floating-point operation may trap: they kept l1_mish at 0.08x eager). The compiler's own report
+// (-fopt-info-vec-optimized) must name the `omp simd` loop of a Mish, a GELU (erf) and a ReLU.
+TEST(CpuPrinter, ItsElementLoopsVectoriseWithTheTargetsFlags) {
+  const std::vector<PInput> in = {{"x", VClass::E}};
+  for (const char* formula : {"y = x * tanh(log1p(exp(x)))", "y = gelu_erf(x) + log(x * x + 1)", "y = relu(x)"}) {
+    auto p = parse_program(formula, in, {"y"});
+    ASSERT_TRUE(p.has_value()) << formula << ": " << p.error().message;
+    const std::string src = generate_fused_cpp(*p, fused_cpu_grid().front(), "vec");
+    const auto file = scratch() / "vec.cpp";
+    ASSERT_TRUE(write_file_atomic(file, src).has_value());
+    // the line of the loop after the last `#pragma omp simd`
+    const size_t at = src.rfind("#pragma omp simd");
+    ASSERT_NE(at, std::string::npos) << src;
+    const int line = static_cast<int>(std::count(src.begin(), src.begin() + static_cast<std::ptrdiff_t>(at), '\n')) + 2;
+    std::vector<std::string> cmd = {"g++"};
+    for (const auto& f : CpuBackend::flags()) cmd.push_back(f);
+    for (const char* f : {"-I", KFAB_SOURCE_DIR "/include", "-fopt-info-vec-optimized", "-c", "-o", "/dev/null"}) cmd.push_back(f);
+    cmd.push_back(file.string());
+    auto r = run_command(cmd, 300);
+    ASSERT_TRUE(r.has_value() && r->status.ok()) << (r ? r->output : "") << src;
+    // gcc names the loop's line or its first statement's
+    bool vectorised = false;
+    for (int l = line; l <= line + 1; ++l) vectorised = vectorised || r->output.find("vec.cpp:" + std::to_string(l) + ":") != std::string::npos;
+    EXPECT_TRUE(vectorised) << formula << ": no vectorised loop at line " << line << "\n" << r->output;
+  }
+}
 
 TEST(Tuner, SearchesThenReusesItsCachedResult) {
   const auto cache = scratch() / "tuner-cache";

@@ -153,6 +153,21 @@ TEST(Printers, EachLanguageSpellsItsOwnLoadsAndFunctions) {
   EXPECT_EQ(cuda.find("kfab_exp("), std::string::npos);
 }
 
+// The host's transcendentals and max/min are spelled so that an `omp simd` loop vectorises (issue 25: the C
+// library's tanhf, log1pf, erff and fmaxf are calls, which kept l1_mish, l1_gelu_tanh and l1_relu scalar):
+// poly_exp.h's functions, and selects that give NaN where torch does; the device keeps its own.
+TEST(Printers, TheHostsTranscendentalsAndMaxAreTheOnesThatVectorise) {
+  auto p = parse_program("y = tanh(log1p(exp(x))) * x + erf(x) + log(x) + max(x, w) + min(x, 0.5) + relu(x)", kRowIn, {"y"});
+  ASSERT_TRUE(p.has_value()) << p.error().message;
+  const std::string cpp = generate_fused_cpp(*p, fused_cpu_grid().front(), "t");
+  for (const char* call : {"tanhf(", "log1pf(", "erff(", "logf(", "fmaxf(", "fminf(", "std::tanh", "std::erf"})
+    EXPECT_EQ(cpp.find(call), std::string::npos) << call << "\n" << cpp;
+  for (const char* own : {"kfab_tanh(", "kfab_log1p(", "kfab_erf(", "kfab_log(", " != ", " >= ", " <= "})
+    EXPECT_NE(cpp.find(own), std::string::npos) << own << "\n" << cpp;
+  const std::string cuda = generate_fused_cuda(*p, fused_grid(*p, 1024).front(), "t");
+  for (const char* device : {"tanhf(", "log1pf(", "erff(", "fmaxf(", "fminf("}) EXPECT_NE(cuda.find(device), std::string::npos) << device;
+}
+
 namespace {
 
 /// A program evaluated the plain way over [rows, n] (every value a rows x n matrix, broadcast by its

@@ -10,7 +10,7 @@ namespace kfab {
 namespace fs = std::filesystem;
 
 const std::vector<std::string>& CpuBackend::flags() {
-  static const std::vector<std::string> f = {"-std=c++20", "-O3", "-march=native", "-fopenmp", "-shared", "-fPIC"};
+  static const std::vector<std::string> f = {"-std=c++20", "-O3", "-march=native", "-fopenmp", "-fno-trapping-math", "-shared", "-fPIC"};
   return f;
 }
 

@@ -13,7 +13,7 @@ const Target& cpu_target() {
       .name = "cpu",
       .suffixes = {".cpp", ".cc", ".cxx"},
       .dsl = "cpp",
-      .dsl_rules = "C++20 for the CPU, one file exporting kfab_run (KFAB_EXPORT), built with g++ -O3 -march=native -fopenmp; "
+      .dsl_rules = "C++20 for the CPU, one file exporting kfab_run (KFAB_EXPORT), built with g++ -O3 -march=native -fopenmp -fno-trapping-math; "
                    "OpenMP and SIMD intrinsics are allowed.",
       .on_host = true,
       .torch_device = "cpu",
