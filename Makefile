@@ -12,7 +12,7 @@ endif
 DEB_PACKAGES := cmake g++ make pkg-config nlohmann-json3-dev libcli11-dev libfmt-dev \
                 libtomlplusplus-dev libxxhash-dev libsqlite3-dev libgtest-dev \
                 opencl-headers ocl-icd-opencl-dev pocl-opencl-icd libcurl4-openssl-dev ninja-build \
-                libhiredis-dev redis-server
+                libhiredis-dev redis-server libopenblas-openmp-dev
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 

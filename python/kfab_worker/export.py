@@ -146,6 +146,8 @@ def _build_native():
         else:
             cmd = [os.environ.get("CXX", "g++"), "-std=c++20", "-O3", "-march=native", "-fopenmp", "-fno-trapping-math", "-shared", "-fPIC",
                    "-I", str(include), str(src), "-o", str(so) + ".tmp"]
+            if "#include <cblas.h>" in _CANDIDATE_SOURCE:
+                cmd.append("-lopenblas")
         subprocess.run(cmd, check=True)
         os.replace(str(so) + ".tmp", so)
     ext = _load_extension(include)

@@ -65,6 +65,7 @@ Expected<std::vector<ShapeCase>> NativeHarness::begin(const fs::path& candidate,
   json base = {{"task", task_.manifest.string()}, {"base_seed", opt.base_seed}, {"target", target_}};
   RunnerOptions ro = opt.runner;
   ro.perf_events = opt.profile && tgt_->on_host;  // --profile on the CPU: the runner counts its calls
+  host_wait_policy(ro, tgt_->on_host);
   runners_ = std::make_unique<RunnerPair>(task_, target_, ro, base);
   runners_->start();
 

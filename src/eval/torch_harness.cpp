@@ -228,8 +228,11 @@ Expected<std::vector<ShapeCase>> TorchHarness::begin(const fs::path& candidate, 
   // reused (a fresh one replaces one that died). Two workers: the candidate's, and the trusted one,
   // which runs the Model, times torch eager and torch.compile and compares; it never loads a candidate.
   const double first_timeout = std::max(opt.runner.timeout_s, 120.0);
-  if (!worker_) worker_ = std::make_unique<RunnerClient>(torch_worker_options(opt.runner, first_timeout));
-  if (!trusted_) trusted_ = std::make_unique<RunnerClient>(torch_worker_options(opt.runner, first_timeout, true));
+  RunnerOptions wo = torch_worker_options(opt.runner, first_timeout), to = torch_worker_options(opt.runner, first_timeout, true);
+  host_wait_policy(wo, tgt_->on_host);
+  host_wait_policy(to, tgt_->on_host);
+  if (!worker_) worker_ = std::make_unique<RunnerClient>(wo);
+  if (!trusted_) trusted_ = std::make_unique<RunnerClient>(to);
   worker_->set_timeout(first_timeout);
   trusted_->set_timeout(first_timeout);
   (void)worker_->start();

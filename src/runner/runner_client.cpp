@@ -20,6 +20,11 @@
 
 namespace kfab {
 
+void host_wait_policy(RunnerOptions& ro, bool on_host) {
+  if (!on_host || std::getenv("OMP_WAIT_POLICY") != nullptr || ro.env.count("OMP_WAIT_POLICY")) return;
+  ro.env["OMP_WAIT_POLICY"] = "PASSIVE";
+}
+
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 

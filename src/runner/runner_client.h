@@ -51,6 +51,14 @@ struct RunnerOptions {
   void for_target(bool on_host, bool spawns);
 };
 
+/// On the host, the harness's two processes (the candidate's and the reference's or torch eager's) time
+/// their calls alternately on the same cores, and OpenMP's default wait spins for milliseconds after a
+/// parallel region: one process's pool then holds the cores the other's next region needs (issue 25: an
+/// OpenBLAS sgemm candidate measured 0.06x eager, descheduled in 98% of its timed calls; 1.62x with passive
+/// waits). Unless the caller's environment sets OMP_WAIT_POLICY, the runners' threads sleep between regions
+/// (OMP_WAIT_POLICY=PASSIVE), both sides alike. Nothing on a device target.
+void host_wait_policy(RunnerOptions& ro, bool on_host);
+
 /// The smaller of 8 GiB and half the machine's memory.
 uint64_t default_memory_limit();
 

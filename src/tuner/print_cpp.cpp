@@ -155,8 +155,9 @@ namespace {
 // The start of a GEMM's C++ file: its head (`what`, B named as given), the includes and helpers (with
 // `kernels` after them), the epilogue's Args; the binding it goes on with.
 Binding gemm_file_start(const GemmProgram& gp, const Program& p, const TemplateParams& tp, const std::string& title, const char* what,
-                        std::string_view kernels, Emitter& e) {
+                        std::string_view kernels, Emitter& e, const char* include = nullptr) {
   head(title, tp, fmt::format(fmt::runtime(what), gp.trans_b ? "W^T (W is [N, K])" : "B"), p, e);
+  if (include != nullptr) e.line(include);
   e.line("#include <vector>").blank();
   prelude(e);
   if (!kernels.empty()) e.raw(kernels).blank();
@@ -222,6 +223,24 @@ std::string generate_gemm_cpp(const GemmProgram& gp, const TemplateParams& tp, c
   const Program& p = gp.epilogue;
   const Gen g(p, cpp_lang());
   Emitter e;
+  if (tp.count("blas")) {
+    Binding b = gemm_file_start(gp, p, tp, title, "The host's BLAS (OpenBLAS's sgemm), then the epilogue over rows: C = A @ {}, then the epilogue",
+                                blocked_gemm_source(), e, "#include <cblas.h>");
+    b.setup = fmt::format(R"(  // the product, in a buffer kept between calls; OpenBLAS takes int dimensions
+  static std::vector<float> product;
+  product.resize(static_cast<size_t>(gm * gn));
+  if (gmb > 2147483647 || gn > 2147483647 || K > 2147483647) return 6;
+  for (int64_t z = 0; z < batch && gmb > 0 && gn > 0; ++z)  // a batch's GEMM on its slices
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, {trans}, static_cast<int>(gmb), static_cast<int>(gn), static_cast<int>(K), 1.0f, a_data + z * gmb * K,
+                static_cast<int>(K), w_data + z * K * gn, static_cast<int>({ldb}), 0.0f, product.data() + z * gmb * gn, static_cast<int>(gn));
+  a.in{pin} = product.data();
+)",
+                          fmt::arg("trans", gp.trans_b ? "CblasTrans" : "CblasNoTrans"), fmt::arg("ldb", gp.trans_b ? "K" : "gn"),
+                          fmt::arg("pin", product_input(gp)));
+    b.setup += max_pool_pass(gp, product_input(gp), false);
+    host(g, b, launch(g, tp), e);
+    return e.take();
+  }
   Binding b = gemm_file_start(gp, p, tp, title,
                               "A blocked GEMM (i-k-j order, SIMD along B's rows), then the epilogue over rows: C = A @ {}, then the epilogue",
                               blocked_gemm_source(), e);

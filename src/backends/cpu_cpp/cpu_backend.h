@@ -21,6 +21,10 @@ class CpuBackend final : public Backend {
 
   /// The flags every candidate and reference is compiled with (before -I and -o).
   static const std::vector<std::string>& flags();
+  /// Whether the host's BLAS is here for a candidate to link (`#include <cblas.h>`, then -lopenblas): OpenBLAS's
+  /// header and library in the system's folders (Debian's libopenblas-openmp-dev, which `make` installs), and
+  /// KFAB_NO_BLAS unset. Asked once per process.
+  static bool blas_available();
 
  private:
   std::string compiler_;          ///< $CXX, else g++
