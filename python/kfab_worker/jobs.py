@@ -585,10 +585,10 @@ def compare_job(req) -> dict:
 
 
 def _judged_by_fp64(r: dict, fp64: dict) -> None:
-    """Every value that differs from eager's beyond the tolerance is within it of the Model run in float64:
-    correct, judged there by the float64 Model (eager's own fp32 rounding is no answer to match). The counts
-    against eager stay in the evidence; `tolerance_used` becomes each value's share of the tolerance of the
-    closer of the two answers, at the worst value."""
+    """Every value that differs from eager's beyond the tolerance is one where eager's own answer is outside
+    the tolerance of the Model run in float64 and the candidate's within it: correct, judged there by the
+    float64 answer (eager's own fp32 rounding is no answer to match). The counts against eager stay in the
+    evidence; `tolerance_used` becomes each value's share of the tolerance of the answer that judges it."""
     r["judged_by_float64"] = r.get("mismatches", 0)
     r["eager_mismatches"] = r.get("mismatches", 0)
     r["mismatches"] = 0
@@ -660,8 +660,10 @@ def _against_fp64(s: _Setup, got: list, deadline_s: float = 0.0) -> dict:
     task's tolerance. A reference that is itself outside it (KernelBench's level2_14: row sums of 8192
     products of about 52, which cancel to values near 0) makes the check one of matching eager's fp32
     rounding, not of fp32 accuracy: the verdict says so. Per value, where the candidate differs from eager
-    beyond the tolerance: `rescued` where it is within the tolerance of the float64 answer, else `unrescued`;
-    `judged_tolerance_used`: the worst value's share of the tolerance of the closer answer."""
+    beyond the tolerance: `rescued` where eager's answer is outside the tolerance of the float64 one and the
+    candidate's within it, else `unrescued`; `judged_tolerance_used`: the worst value's share of the tolerance
+    of the answer that judges it (the float64 one where eager's is outside it and the candidate's within it,
+    else eager's)."""
     try:
         want64 = _fp64_answer(s, deadline_s)
     except taskmod.TaskError as e:
@@ -681,10 +683,11 @@ def _against_fp64(s: _Setup, got: list, deadline_s: float = 0.0) -> dict:
             for name, used in (("reference", ref_used), ("candidate", cand_used)):
                 j[f"{name}_outside"] += int((used > 1).sum())
                 j[f"{name}_tolerance_used"] = max(j[f"{name}_tolerance_used"], float(used.max()) if used.numel() else 0.0)
-            differs = eager_used > 1
-            j["rescued"] += int((differs & (cand_used <= 1)).sum())
-            j["unrescued"] += int((differs & (cand_used > 1)).sum())
-            judged = torch.minimum(eager_used, cand_used)
+            # a value that differs from eager's is judged by the float64 answer only where eager's own is outside it
+            differs, judged64 = eager_used > 1, (ref_used > 1) & (cand_used <= 1)
+            j["rescued"] += int((differs & judged64).sum())
+            j["unrescued"] += int((differs & ~judged64).sum())
+            judged = torch.where(judged64, cand_used, eager_used)
             j["judged_tolerance_used"] = max(j["judged_tolerance_used"], float(judged.max()) if judged.numel() else 0.0)
         j["checked"] += w.numel()
     for k in ("reference_tolerance_used", "candidate_tolerance_used", "judged_tolerance_used"):
