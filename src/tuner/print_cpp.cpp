@@ -231,12 +231,18 @@ std::string generate_gemm_cpp(const GemmProgram& gp, const TemplateParams& tp, c
   product.resize(static_cast<size_t>(gm * gn));
   if (gmb > 2147483647 || gn > 2147483647 || K > 2147483647) return 6;
   // a batch's GEMM on its slices: several batches share the threads out (OpenBLAS's OpenMP build runs a call
-  // made inside a parallel region on its own thread), one batch is OpenBLAS's to spread
-#pragma omp parallel for schedule(static) if (batch > 1)
-  for (int64_t z = 0; z < batch; ++z)
-    if (gmb > 0 && gn > 0)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, {trans}, static_cast<int>(gmb), static_cast<int>(gn), static_cast<int>(K), 1.0f, a_data + z * gmb * K,
-                  static_cast<int>(K), w_data + z * K * gn, static_cast<int>({ldb}), 0.0f, product.data() + z * gmb * gn, static_cast<int>(gn));
+  // made inside an active parallel region on its own thread); one batch is OpenBLAS's to spread, outside any
+  // region (inside an inactive one its own region would be a nested team, with threads of its own each call)
+  const auto gemm = [&](int64_t z) {{
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, {trans}, static_cast<int>(gmb), static_cast<int>(gn), static_cast<int>(K), 1.0f, a_data + z * gmb * K,
+                static_cast<int>(K), w_data + z * K * gn, static_cast<int>({ldb}), 0.0f, product.data() + z * gmb * gn, static_cast<int>(gn));
+  }};
+  if (gmb > 0 && gn > 0 && batch > 1) {{
+#pragma omp parallel for schedule(static)
+    for (int64_t z = 0; z < batch; ++z) gemm(z);
+  }} else if (gmb > 0 && gn > 0 && batch == 1) {{
+    gemm(0);
+  }}
   a.in{pin} = product.data();
 )",
                           fmt::arg("trans", gp.trans_b ? "CblasTrans" : "CblasNoTrans"), fmt::arg("ldb", gp.trans_b ? "K" : "gn"),
