@@ -170,11 +170,11 @@ std::vector<TemplateParams> gemm_cuda_grid(const GemmProgram& gp) {
   };
   const bool cutlass = !cutlass_include_dir().empty();
   // On Hopper, CUTLASS 3's sm90 GEMM first: one TF32 product (kept only where its errors stay well
-  // within the task's tolerance, tuner/precision.h), then three at fp32 accuracy; then CUTLASS's SM80
+  // within the task's tolerance, tuner/precision.h), then for a long K one TF32 and one bf16 product
+  // (tf32+bf16, kept on the same terms), then three TF32 products at fp32 accuracy; then CUTLASS's SM80
   // 3xTF32 at the tile that measured best (issue 23's probe: 128x64 with 64x32 warps, 4 stages, 1.38x
-  // eager on a 1024 x 8192 x 8192 Linear, where the larger tiles ran at half that speed), so that a
-  // search of three points holds an fp32-accurate point of each path; then the other sm90 tiles,
-  // clusters and schedules. Not yet measured against each other: the search decides.
+  // eager on a 1024 x 8192 x 8192 Linear, where the larger tiles ran at half that speed); then the other
+  // sm90 tiles, clusters and schedules. The search decides among them.
   const bool hopper = cutlass && cuda_candidate_arch() == "sm_90a";
   // Few output tiles over a long K (KernelBench's 256 x 256 x 524288: 4 tiles of 128 x 128 where an
   // H100 has 132 SMs): stream-K, which splits K across every SM, right after the TF32 point. Measured
