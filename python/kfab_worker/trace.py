@@ -533,8 +533,8 @@ _COPIES = {"clone", "contiguous", "alias", "detach", "_to_copy", "lift_fresh_cop
 
 def _single_op_kind(gm, example: list):
     """Data movement and scans a row program cannot state, but a dedicated template can: cumsum over
-    the last dimension, a sum over the middle dimension of a 3-D tensor, and a batched transpose
-    ([B, M, N] -> [B, N, M], or NCHW -> NHWC), each the Model's one op on its one f32 input."""
+    the last dimension and a batched transpose ([B, M, N] -> [B, N, M], or NCHW -> NHWC), each the
+    Model's one op on its one f32 input."""
     if len(example) != 1 or not example[0].is_floating_point() or example[0].dtype != torch.float32:
         return None
     ops = [n for n in gm.graph.nodes if n.op == "call_function"]
@@ -548,9 +548,6 @@ def _single_op_kind(gm, example: list):
     kind = None
     if base == "cumsum" and nd >= 1 and node.args[1] % nd == nd - 1 and node.kwargs.get("dtype") in (None, torch.float32):
         kind = "scan"
-    elif base == "sum" and nd == 3 and len(node.args) > 1 and [d % 3 for d in node.args[1]] == [1] and \
-            not (node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)):
-        kind = "middle_sum"
     elif base == "permute" and list(node.args[1]) in ([0, 2, 1], [0, 2, 3, 1]):
         kind = "transpose"
     if kind is None:
@@ -751,6 +748,41 @@ def _pooled_product(node):
     return k, chain, x, [S[0], S[1] // k], kind
 
 
+_DIM_REDUCE = {"sum": 0, "mean": 1, "max": 2, "amax": 2, "min": 3, "amin": 3, "argmax": 4, "argmin": 5}
+
+
+def _dim_reduce_kind(gm, example: list):
+    """A Model that is one reduction of its one f32 input over one dimension other than the last (a
+    sum, mean, max, min, argmax or argmin with `dim`, keepdim or not; torch.max's indices unused): a
+    dedicated template that reads the tensor in its own layout as [outer, r, c]. The reduction, the
+    dimension and keepdim come with it (op_params op, dim, keepdim)."""
+    if len(example) != 1 or example[0].dtype != torch.float32 or example[0].dim() < 2:
+        return None
+    core = [n for n in gm.graph.nodes if n.op == "call_function" and _base(n) not in _COPIES and n.target is not operator.getitem]
+    if len(core) != 1 or _base(core[0]) not in _DIM_REDUCE:
+        return None
+    node, base, nd = core[0], _base(core[0]), example[0].dim()
+    a = list(node.args) + [None] * 3
+    dims = a[1] if a[1] is not None else node.kwargs.get("dim")
+    keep = a[2] if a[2] is not None else node.kwargs.get("keepdim", False)
+    dims = [dims] if isinstance(dims, int) else list(dims or [])
+    if len(dims) != 1 or node.kwargs.get("dtype") not in (None, torch.float32):
+        return None
+    d = dims[0] % nd
+    if math.prod(example[0].shape[d + 1:]) <= 1:
+        return None  # over the last dimension: the row programs' reduction
+    outs = [n for n in gm.graph.nodes if n.op == "output"][0].args[0]
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    if base in ("max", "min"):  # (values, indices): the values the Model's one output, the indices unused
+        if len(outs) != 1 or outs[0].target is not operator.getitem or outs[0].args != (node, 0):
+            return None
+    elif len(outs) != 1 or outs[0] is not node:
+        return None
+    return {"supported": True, "kind": "dim_reduce", "formula": "", "outputs": ["out0"], "shape": list(example[0].shape),
+            "inputs": [{"name": "in0", "cls": "E", "integer": False, "i32": False}],
+            "op_params": {"op": _DIM_REDUCE[base], "dim": d, "keepdim": int(bool(keep))}}
+
+
 def _avg_pool_kind(gm, example: list):
     """A Model that is one 2-D average pooling (nn.AvgPool2d, F.avg_pool2d) of its one NCHW f32 input:
     a dedicated template, with the window, stride and padding as its numbers."""
@@ -840,7 +872,8 @@ def _trace_fake(t: taskmod.KbTask, shape: dict) -> dict:
         gm = make_fx(f, decomposition_table=_decompositions(), tracing_mode="real")(*example)
     except Exception as e:  # noqa: BLE001 - a model make_fx cannot trace is simply not fusible here
         return {"supported": False, "reason": f"tracing failed: {type(e).__name__}: {e}"}
-    kind = _single_op_kind(gm, example) or _group_norm_kind(gm, example) or _avg_pool_kind(gm, example)
+    kind = (_single_op_kind(gm, example) or _dim_reduce_kind(gm, example) or _group_norm_kind(gm, example)
+            or _avg_pool_kind(gm, example))
     if kind is not None:
         if kind.get("op_params"):
             kind["init"] = t.init_scalars(shape)
@@ -1251,6 +1284,9 @@ def trace(t: taskmod.KbTask, overrides: dict) -> dict:
         if a["kind"] == "avg_pool2d" and any(k.endswith("_init") for k in a["op_params"]):
             return {"supported": False, "reason": "the pooling window, stride or padding changes with the shape: the "
                                                   "avg_pool2d template builds them into the kernel"}
+        if a["kind"] == "dim_reduce" and any(k.endswith("_init") for k in a["op_params"]):
+            return {"supported": False, "reason": "the reduced dimension changes with the shape: the dim_reduce template "
+                                                  "builds it into the kernel"}
     if other and not a.get("kind"):
         b = _trace_at(t, other)
         if not b.get("supported"):

@@ -327,61 +327,8 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, 
   return s;
 }
 
-// ---- y[B, C] = sum over R of x[B, R, C] (a reduction along the middle dimension) --------------------
-// op_class "reduction" does not say which reduction: the task's name must say "sum" (a max task that
-// matched would fail its verification anyway).
-
-bool middle_sum_applies(const Task& t) {
-  if (t.op_class != "reduction" || t.inputs.size() != 1 || t.outputs.size() != 1) return false;
-  const auto& x = t.inputs[0].shape;
-  const auto& y = t.outputs[0].shape;
-  return t.inputs[0].dtype == DType::F32 && t.outputs[0].dtype == DType::F32 && x.size() == 3 && y.size() == 2 && y[0] == x[0] &&
-         y[1] == x[2] && t.name.find("sum") != std::string::npos;
-}
-
-std::vector<TemplateParams> middle_sum_grid(const Task&) {
-  std::vector<TemplateParams> g;
-  for (const char* acc : {"float", "double"})
-    for (const char* cb : {"256", "1024"}) g.push_back({{"accumulate", acc}, {"cblock", cb}});
-  return g;
-}
-
-std::string middle_sum_generate(const Task&, const TemplateParams& p) {
-  std::string s = cpu_header("middle-dimension sum, column blocks", p);
-  s += fmt::format(R"(
-KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void*) {{
-  if (in == nullptr || out == nullptr || n_in != 1 || n_out != 1) return 1;
-  const kfab_tensor& x = in[0];
-  kfab_tensor& y = out[0];
-  if (!kfab_dense_f32(x) || !kfab_dense_f32(y) || x.ndim != 3 || y.ndim != 2) return 2;
-  const int64_t b = x.shape[0], r = x.shape[1], c = x.shape[2];
-  if (y.shape[0] != b || y.shape[1] != c) return 3;
-  const float* xp = static_cast<const float*>(x.data);
-  float* yp = static_cast<float*>(y.data);
-  constexpr int64_t CB = {cblock};
-  const int64_t cblocks = (c + CB - 1) / CB;
-#pragma omp parallel for schedule(static) if (b * r * c > 65536)
-  for (int64_t t = 0; t < b * cblocks; ++t) {{
-    const int64_t bb = t / cblocks, c0 = t % cblocks * CB, c1 = c0 + CB < c ? c0 + CB : c;
-    {acc} acc[CB];
-    for (int64_t j = 0; j < c1 - c0; ++j) acc[j] = 0;
-    for (int64_t i = 0; i < r; ++i) {{
-      const float* row = xp + (bb * r + i) * c + c0;
-#pragma omp simd
-      for (int64_t j = 0; j < c1 - c0; ++j) acc[j] += row[j];
-    }}
-    for (int64_t j = 0; j < c1 - c0; ++j) yp[bb * c + c0 + j] = static_cast<float>(acc[j]);
-  }}
-  return 0;
-}}
-)",
-                   fmt::arg("cblock", p.at("cblock")), fmt::arg("acc", p.at("accumulate")));
-  return s;
-}
-
 const KernelTemplate kTemplates[] = {
     {"cpu_blocked_matmul", "cpu", 3, matmul_applies, matmul_grid, matmul_generate},
-    {"cpu_middle_sum", "cpu", 2, middle_sum_applies, middle_sum_grid, middle_sum_generate},
     {"cpu_rowwise_softmax", "cpu", 3, softmax_applies, softmax_grid, softmax_generate},
     {"cpu_rowwise_rms_norm", "cpu", 2, rms_applies, rms_grid, rms_generate},
     {"cpu_rowwise_layer_norm", "cpu", 2, ln_applies, ln_grid, ln_generate},
@@ -400,6 +347,8 @@ const KernelTemplate* template_named(const std::string& name) {
     if (t->name == name) return t;
   for (const auto* t : pool_templates())
     if (t->name == name) return t;
+  for (const auto* t : dim_reduce_templates())
+    if (t->name == name) return t;
   return nullptr;
 }
 
@@ -408,7 +357,6 @@ std::string_view blocked_gemm_source() { return template_text("blocked_gemm.h");
 
 bool cpu_applies_cumsum(const Task& task) { return cumsum_applies(task); }
 bool cpu_applies_transpose(const Task& task) { return transpose_applies(task); }
-bool cpu_applies_middle_sum(const Task& task) { return middle_sum_applies(task); }
 
 std::vector<const KernelTemplate*> templates_for(const Task& task, const std::string& target) {
   std::vector<const KernelTemplate*> out;
@@ -419,6 +367,8 @@ std::vector<const KernelTemplate*> templates_for(const Task& task, const std::st
   for (const auto* t : group_norm_templates())
     if (t->target == target && t->applies(task)) out.push_back(t);
   for (const auto* t : pool_templates())
+    if (t->target == target && t->applies(task)) out.push_back(t);
+  for (const auto* t : dim_reduce_templates())
     if (t->target == target && t->applies(task)) out.push_back(t);
   for (const auto* f : {&fused_cuda_template(), &fused_cpu_template(), &gemm_cuda_template(), &gemm_cpu_template()})
     if (f->target == target && f->applies(task)) out.push_back(f);

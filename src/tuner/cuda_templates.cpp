@@ -1,6 +1,6 @@
 // CUDA templates of the built-in tuner for the memory-bound tasks a fused row program cannot state:
-// an inclusive scan along rows (cumsum), a tiled batched transpose, and a sum over the middle
-// dimension of a [B, R, C] tensor. Each generated file is a normal candidate: it checks its tensors,
+// an inclusive scan along rows (cumsum) and a tiled batched transpose (a reduction over a dimension
+// other than the last: tuner/dim_reduce.cpp). Each generated file is a normal candidate: it checks its tensors,
 // reads the shapes from them and runs on the stream it is given.
 #include <fmt/format.h>
 
@@ -119,62 +119,9 @@ constexpr bool MFAST = {mfast};        // blockIdx.x runs along M (else along N)
                          "tiled_transpose.cuh", kTransposeRun, 5);
 }
 
-// ---- sum over the middle dimension of [B, R, C]: a block owns CX column vectors and splits its rows
-// among RY row groups that meet in shared memory; R split across blocks only when the blocks are few --
-
-// `ry`: row groups in a block; `blocks`: how many blocks the launch aims for. A block covers CX = block
-// / ry vectors of V columns of one batch entry; where that gives fewer than `blocks` blocks, the rows
-// are split across blocks too (each split keeping at least 4 rows per row group), and those partial
-// sums meet in y through atomics (y zeroed first).
-std::vector<TemplateParams> middle_sum_grid(const Task&) {
-  std::vector<TemplateParams> g;
-  for (const char* ry : {"8", "4", "16"})
-    for (const char* blocks : {"512", "1024"}) g.push_back({{"block", "256"}, {"ry", ry}, {"blocks", blocks}});
-  g.push_back({{"block", "256"}, {"ry", "8"}, {"blocks", "2048"}});
-  g.push_back({{"block", "512"}, {"ry", "16"}, {"blocks", "512"}});
-  return g;
-}
-
-// middle_sum's kfab_run: its checks and launch
-constexpr const char* kMiddleSumRun = R"(  if (!kfab_dense_f32(x, 3) || !kfab_dense_f32(y, 2)) return 2;
-  const int64_t b = x.shape[0], r = x.shape[1], c = x.shape[2];
-  if (y.shape[0] != b || y.shape[1] != c) return 3;
-  if (b == 0 || c == 0) return 0;
-  if (b > 65535) return 4;
-  cudaStream_t stream = static_cast<cudaStream_t>(stream_);
-  float* yp = static_cast<float*>(y.data);
-  const float* xp = static_cast<const float*>(x.data);
-  const bool vec = c % 4 == 0 && kfab_aligned16(xp) && kfab_aligned16(yp);
-  const int64_t v = vec ? 4 : 1;
-  const int64_t gx = (c / v + CX - 1) / CX;
-  int64_t split = (TARGET + gx * b - 1) / (gx * b);
-  const int64_t most = (r + 4 * RY - 1) / (4 * RY);
-  split = split < most ? split : most;
-  split = split < 1 ? 1 : (split > 65535 ? 65535 : split);
-  if (split > 1 || r == 0)
-    if (cudaMemsetAsync(yp, 0, sizeof(float) * static_cast<size_t>(b * c), stream) != cudaSuccess) return 5;
-  if (r == 0) return 0;
-  if (gx > 2147483647) return 4;
-  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(split), static_cast<unsigned>(b));
-  if (vec) kfab_middle_sum<4><<<grid, B, 0, stream>>>(xp, yp, r, c);
-  else kfab_middle_sum<1><<<grid, B, 0, stream>>>(xp, yp, r, c);
-)";
-
-std::string middle_sum_generate(const Task&, const TemplateParams& p) {
-  return one_in_one_out("middle-dimension sum, column vectors per thread, rows split within and across blocks", p,
-                         fmt::format(R"(
-constexpr int B = {block}, RY = {ry}, TARGET = {blocks};  // threads per block; row groups per block; blocks the launch aims for
-constexpr int CX = B / RY;                                // column vectors per block
-
-)",
-                                     fmt::arg("block", p.at("block")), fmt::arg("ry", p.at("ry")), fmt::arg("blocks", p.at("blocks"))),
-                         "middle_sum.cuh", kMiddleSumRun, 5);
-}
-
 const KernelTemplate kCudaTemplates[] = {
     {"cuda_row_scan", "cuda", 2, cpu_applies_cumsum, scan_grid, scan_generate},
     {"cuda_tiled_transpose", "cuda", 4, cpu_applies_transpose, transpose_grid, transpose_generate},
-    {"cuda_middle_sum", "cuda", 4, cpu_applies_middle_sum, middle_sum_grid, middle_sum_generate},
 };
 
 }  // namespace

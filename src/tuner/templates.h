@@ -31,9 +31,8 @@ std::vector<const KernelTemplate*> templates_for(const Task& task, const std::st
 /// The shape checks of the cpu templates that the cuda templates share (same tasks, same ABI).
 bool cpu_applies_cumsum(const Task& task);
 bool cpu_applies_transpose(const Task& task);
-bool cpu_applies_middle_sum(const Task& task);
 
-/// The cuda templates that are not fused row programs (cumsum, transpose, middle-dimension sum).
+/// The cuda templates that are not fused row programs (cumsum, transpose).
 std::vector<const KernelTemplate*> cuda_templates();
 
 /// The group norm templates (cuda and cpu; op class group_norm with [op_params] groups and eps).
@@ -42,6 +41,11 @@ std::vector<const KernelTemplate*> group_norm_templates();
 /// The 2-D average pooling templates (cuda and cpu; op class avg_pool2d with [op_params] kh, kw, sh,
 /// sw, ph, pw, ceil_mode, count_include_pad, divisor).
 std::vector<const KernelTemplate*> pool_templates();
+
+/// A reduction over one dimension other than the last (cuda and cpu; op class dim_reduce with [op_params]
+/// op (0 sum, 1 mean, 2 max, 3 min, 4 argmax, 5 argmin), dim and keepdim; or op class reduction, a
+/// native task named for a sum over dim 1 of [B, R, C]).
+std::vector<const KernelTemplate*> dim_reduce_templates();
 
 /// C++ source of `static inline float kfab_exp(float)`: exp as a polynomial that vectorises under
 /// `omp simd` (about 2e-7 relative error), for generated cpu candidates (include/kfab/templates/poly_exp.h).

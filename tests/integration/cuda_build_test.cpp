@@ -116,7 +116,7 @@ TEST_F(CudaBuild, FusedRowProgramsCompileAcrossTheirGrid) {
   EXPECT_EQ(built, 28);
 }
 
-// The cuda templates for cumsum, transpose, the middle-dimension sum and group norm compile at every point.
+// The cuda templates for cumsum, transpose, the middle-dimension sum (dim_reduce) and group norm compile at every point.
 TEST_F(CudaBuild, CudaTemplatesCompileAtEveryPoint) {
   int built = 0;
   for (const char* t : {"cumsum", "transpose", "sum_dim1", "group_norm"}) {
@@ -133,6 +133,27 @@ TEST_F(CudaBuild, CudaTemplatesCompileAtEveryPoint) {
     }
   }
   EXPECT_EQ(built, 27);  // 4 + 7 + 8 + 8
+}
+
+// The dim_reduce template compiles for each of its reductions (sum, mean, max, min, argmax, argmin; the
+// last two writing int64), keepdim or not, at its first point.
+TEST_F(CudaBuild, EveryReductionOverADimensionCompiles) {
+  auto task = load_task(std::filesystem::path(KFAB_SOURCE_DIR) / "tasks/core/sum_dim1");
+  ASSERT_TRUE(task.has_value());
+  const KernelTemplate* t = template_named("cuda_dim_reduce");
+  ASSERT_NE(t, nullptr);
+  for (int op = 0; op < 6; ++op) {
+    Task k = *task;
+    k.op_class = "dim_reduce";
+    k.op_params = {{"op", op}, {"dim", 1}, {"keepdim", op % 2}};
+    k.outputs[0].dtype = op >= 4 ? DType::I64 : DType::F32;
+    if (op % 2) k.outputs[0].shape = {k.inputs[0].shape[0], "1", k.inputs[0].shape[2]};
+    ASSERT_TRUE(t->applies(k)) << op;
+    const auto f = scratch() / ("dim_reduce_" + std::to_string(op) + ".cu");
+    ASSERT_TRUE(write_file_atomic(f, t->generate(k, t->grid(k).front())).has_value());
+    auto r = backend_.build(f);
+    ASSERT_TRUE(r.ok()) << op << "\n" << r.failure().message;
+  }
 }
 
 // GEMM + epilogue: the native tasks (B given as [K, N]) at every SIMT point, and a Linear (W given as

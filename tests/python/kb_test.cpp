@@ -301,9 +301,9 @@ TEST_F(KbEval, TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest) {
                                        "l2_linear_avgpool_gelu_max", "l2_linear_maxpool_sum_scale"};
   // single-op Models that go to a dedicated template rather than a program
   const std::map<std::string, std::pair<std::string, std::string>> kinds = {
-      {"l1_cumsum", {"scan", "cuda_row_scan"}}, {"l1_sum_dim", {"middle_sum", "cuda_middle_sum"}},
+      {"l1_cumsum", {"scan", "cuda_row_scan"}}, {"l1_sum_dim", {"dim_reduce", "cuda_dim_reduce"}},
       {"l1_permute", {"transpose", "cuda_tiled_transpose"}}, {"l1_group_norm", {"group_norm", "cuda_group_norm"}},
-      {"l1_avg_pool2d", {"avg_pool2d", "cuda_avg_pool2d"}}};
+      {"l1_avg_pool2d", {"avg_pool2d", "cuda_avg_pool2d"}}, {"l1_argmax_dim", {"dim_reduce", "cuda_dim_reduce"}}};
   CudaBackend nvcc;
   TorchInspector ev("cuda", EvalOptions{});
   int seen = 0, compiled = 0;
@@ -336,6 +336,15 @@ TEST_F(KbEval, TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest) {
         EXPECT_EQ((*tr)["op_params"].value("count_include_pad", 0), 1) << tr->dump();
         for (const auto& [k, v] : (*tr)["op_params"].items()) store.op_params[k] = v.get<double>();
         store.op_class = "avg_pool2d";
+      }
+      if (stem == "l1_argmax_dim" || stem == "l1_sum_dim") {
+        // the reduction, its dimension and keepdim come with the trace (an argmax: op 4)
+        ASSERT_TRUE(tr->contains("op_params")) << tr->dump();
+        EXPECT_EQ((*tr)["op_params"].value("op", -1), stem == "l1_argmax_dim" ? 4 : 0) << tr->dump();
+        EXPECT_EQ((*tr)["op_params"].value("dim", -1), 1) << tr->dump();
+        EXPECT_EQ((*tr)["op_params"].value("keepdim", -1), stem == "l1_argmax_dim" ? 1 : 0) << tr->dump();
+        for (const auto& [k, v] : (*tr)["op_params"].items()) store.op_params[k] = v.get<double>();
+        store.op_class = "dim_reduce";
       }
       const auto f = scratch() / (stem + ".cu");
       ASSERT_TRUE(write_file_atomic(f, t->generate(store, t->grid(store).front())).has_value());
@@ -526,6 +535,23 @@ TEST_F(KbEval, TheTunerTakesAnAveragePoolingWithItsWindowBuiltIn) {
   int heldout = 0;
   for (const auto& s : j["verdict"]["shapes"]) heldout += s.value("heldout", false) && s["status"] == "passed";
   EXPECT_EQ(heldout, 1) << j["verdict"].dump(2);
+}
+
+// A reduction over a dimension other than the last goes to the dim_reduce template, which reads the tensor
+// in its own layout: an argmax over the middle dimension with keepdim (int64 indices, the first of a tie)
+// passes on every shape, held-out ones included.
+TEST_F(KbEval, TheTunerTakesAnIndexReductionOverTheMiddleDimension) {
+  const std::string task = std::string(KFAB_SOURCE_DIR) + "/tasks/kb/l1_argmax_dim.py";
+  CliResult r = kfab_cli({"optimize", task, "--target", "cpu", "--fresh", "--no-compile", "--json", "--quiet", "--points", "2", "--out",
+                          (scratch() / "argmax").string()},
+                         900);
+  ASSERT_TRUE(found_correct(r)) << r.out << r.err;
+  nlohmann::json j = r.json();
+  EXPECT_EQ(j["best"]["disposition"], "passed") << j.dump(2);
+  EXPECT_EQ(j["tuner"]["template"], "cpu_dim_reduce");
+  int heldout = 0;
+  for (const auto& s : j["verdict"]["shapes"]) heldout += s.value("heldout", false) && s["status"] == "passed";
+  EXPECT_EQ(heldout, 2) << j["verdict"].dump(2);
 }
 
 // Linear -> GroupNorm -> Hardtanh: the trace finds the GEMM (a Linear's weight, transposed); the

@@ -1,0 +1,97 @@
+#pragma once
+// The kernel of a reduction over one dimension that is not the last: x seen as [outer, r, c], y as
+// [outer, c]; a sum, mean, max, min, argmax or argmin over r (torch.sum / mean / max / min / argmax /
+// argmin with `dim`; keepdim only changes y's shape). Column vectors a thread, row groups a block,
+// partial results combined in shared memory in row order (tuner/cuda_templates.cpp). The generated file
+// defines B, RY, CX and OP (kfab_reduce_op) before it and launches it from its kfab_run. The text
+// between the kfab:begin and kfab:end lines is spliced into the candidates the tuner writes, inside an
+// unnamed namespace; tests/templates/dim_reduce.cu compiles it on its own.
+// kfab:begin
+enum kfab_reduce_op { KFAB_R_SUM = 0, KFAB_R_MEAN = 1, KFAB_R_MAX = 2, KFAB_R_MIN = 3, KFAB_R_ARGMAX = 4, KFAB_R_ARGMIN = 5 };
+
+// Whether v replaces best (found at a smaller row) in a max (MAXLIKE) or a min: a NaN wins and stays,
+// as torch's max, min, argmax and argmin have it; a tie keeps the first.
+template <bool MAXLIKE>
+__device__ __forceinline__ bool kfab_reduce_better(float v, float best) {
+  if (best != best) return false;
+  return v != v || (MAXLIKE ? v > best : v < best);
+}
+
+// Thread (tx, ty) of block (cx, split, b) reduces rows r0 + ty, r0 + ty + RY, ... < r1 of the V columns
+// at (cx * CX + tx) * V; the RY partials meet in shared memory; with more than one split (a sum or a
+// mean alone), the blocks' partials meet in y through atomics (y is zeroed first). Y is float, or
+// int64_t for an argmax or argmin.
+template <int V, typename Y>
+__global__ void __launch_bounds__(B) kfab_dim_reduce(const float* __restrict__ x, Y* __restrict__ y, int64_t r, int64_t c) {
+  constexpr bool ADD = OP == KFAB_R_SUM || OP == KFAB_R_MEAN;
+  constexpr bool MAXLIKE = OP == KFAB_R_MAX || OP == KFAB_R_ARGMAX;
+  constexpr bool ARG = OP == KFAB_R_ARGMAX || OP == KFAB_R_ARGMIN;
+  __shared__ float part[RY][CX * V];
+  __shared__ int64_t where[ARG ? RY : 1][ARG ? CX * V : 1];
+  const int tx = threadIdx.x % CX, ty = threadIdx.x / CX;
+  const int64_t col = (static_cast<int64_t>(blockIdx.x) * CX + tx) * V;
+  const bool live = col < c;
+  const int64_t b = blockIdx.z;
+  const int64_t split = gridDim.y;
+  const int64_t per = (r + split - 1) / split;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * per, r1 = r0 + per < r ? r0 + per : r;
+  float acc[V];
+  int64_t at[V];
+#pragma unroll
+  for (int v = 0; v < V; ++v) acc[v] = ADD ? 0.0f : (MAXLIKE ? -INFINITY : INFINITY), at[v] = -1;
+  const float* xb = x + b * r * c + (live ? col : 0);
+  if (live) {
+#pragma unroll 4
+    for (int64_t i = r0 + ty; i < r1; i += RY) {
+      float q[V];
+      if constexpr (V == 4) {
+        const float4 t = __ldcs(reinterpret_cast<const float4*>(xb + i * c));
+        q[0] = t.x, q[1] = t.y, q[2] = t.z, q[3] = t.w;
+      } else {
+        q[0] = __ldcs(xb + i * c);
+      }
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        if constexpr (ADD) {
+          acc[v] += q[v];
+        } else if (at[v] < 0 || kfab_reduce_better<MAXLIKE>(q[v], acc[v])) {
+          acc[v] = q[v], at[v] = i;
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    part[ty][tx * V + v] = acc[v];
+    if constexpr (ARG) where[ty][tx * V + v] = at[v];
+  }
+  __syncthreads();
+  // the first CX * V threads each finish one column: the RY partials in order (a tie: the smaller row)
+  for (int k = threadIdx.x; k < CX * V; k += B) {
+    const int64_t cc = static_cast<int64_t>(blockIdx.x) * CX * V + k;
+    if (cc >= c) continue;
+    float t = part[0][k];
+    int64_t ti = ARG ? where[0][k] : 0;
+#pragma unroll
+    for (int j = 1; j < RY; ++j) {
+      const float u = part[j][k];
+      if constexpr (ADD) {
+        t += u;
+      } else if constexpr (ARG) {
+        const int64_t ui = where[j][k];
+        if (ui >= 0 && (ti < 0 || kfab_reduce_better<MAXLIKE>(u, t) || ((u == t || (u != u && t != t)) && ui < ti))) t = u, ti = ui;
+      } else if (kfab_reduce_better<MAXLIKE>(u, t)) {
+        t = u;
+      }
+    }
+    if constexpr (OP == KFAB_R_MEAN) t /= static_cast<float>(r);
+    if constexpr (ARG) {
+      y[b * c + cc] = static_cast<Y>(ti < 0 ? 0 : ti);
+    } else if (split == 1) {
+      y[b * c + cc] = static_cast<Y>(t);
+    } else if (r0 < r1) {
+      atomicAdd(reinterpret_cast<float*>(y) + b * c + cc, t);
+    }
+  }
+}
+// kfab:end

@@ -1,0 +1,218 @@
+// Reductions over one dimension that is not the last (cuda and cpu): y = sum, mean, max, min, argmax or
+// argmin of an f32 tensor over `dim` (op_params op, dim, keepdim; a native task of op class "reduction"
+// named for a sum: the sum over dim 1 of [B, R, C]). The tensor is read in its own layout as
+// [outer, r, c] (c > 1, the dimensions after `dim`): neighbouring threads take neighbouring columns and
+// walk down the rows, so every load is coalesced, however far apart the reduced elements lie.
+#include <fmt/format.h>
+
+#include "tuner/templates.h"
+
+namespace kfab {
+
+namespace {
+
+int op_int(const Task& t, const char* k, int dflt) {
+  auto it = t.op_params.find(k);
+  return it == t.op_params.end() ? dflt : static_cast<int>(it->second);
+}
+
+// What the kernel computes: kfab_reduce_op's number (dim_reduce.cuh), the dimension, keepdim.
+struct Reduce {
+  int op = 0, dim = 1;
+  bool keep = false;
+  bool arg() const { return op >= 4; }
+};
+
+Reduce reduce_of(const Task& t) {
+  if (t.op_class == "reduction") return {};  // a native middle-dimension sum
+  return {op_int(t, "op", -1), op_int(t, "dim", -1), op_int(t, "keepdim", 0) != 0};
+}
+
+bool dim_reduce_applies(const Task& t) {
+  if (t.inputs.size() != 1 || t.outputs.size() != 1 || t.inputs[0].dtype != DType::F32) return false;
+  const auto& x = t.inputs[0].shape;
+  const auto& y = t.outputs[0].shape;
+  if (t.op_class == "reduction")  // native: the name says which reduction
+    return t.outputs[0].dtype == DType::F32 && x.size() == 3 && y.size() == 2 && y[0] == x[0] && y[1] == x[2] &&
+           t.name.find("sum") != std::string::npos;
+  if (t.op_class != "dim_reduce") return false;
+  const Reduce r = reduce_of(t);
+  const int nd = static_cast<int>(x.size());
+  if (r.op < 0 || r.op > 5 || r.dim < 0 || r.dim + 1 >= nd) return false;
+  if (t.outputs[0].dtype != (r.arg() ? DType::I64 : DType::F32)) return false;
+  return static_cast<int>(y.size()) == (r.keep ? nd : nd - 1);
+}
+
+std::string constants(const Task& t) {
+  const Reduce r = reduce_of(t);
+  static const char* const kNames[] = {"sum", "mean", "max", "min", "argmax", "argmin"};
+  return fmt::format(R"(
+constexpr int OP = {};          // {} (kfab_reduce_op)
+constexpr int32_t DIM = {};     // the dimension reduced
+constexpr bool KEEPDIM = {};
+using Out = {};
+)",
+                     r.op, kNames[r.op], r.dim, r.keep ? "true" : "false", r.arg() ? "int64_t" : "float");
+}
+
+// kfab_run's checks, both targets: x dense f32, y dense of Out's type and x's shape with DIM removed (or
+// of extent 1); defines outer, r, c, xp, yp.
+constexpr const char* kChecks = R"(  if (in == nullptr || out == nullptr || n_in != 1 || n_out != 1) return 1;
+  const kfab_tensor& x = in[0];
+  kfab_tensor& y = out[0];
+  constexpr kfab_dtype YT = sizeof(Out) == 8 ? KFAB_I64 : KFAB_F32;
+  if (!kfab_dense_f32(x) || x.ndim <= DIM + 1 || y.dtype != YT || !kfab_dense(y)) return 2;
+  if (y.ndim != (KEEPDIM ? x.ndim : x.ndim - 1)) return 3;
+  int64_t outer = 1, c = 1;
+  for (int32_t d = 0, e = 0; d < x.ndim; ++d) {
+    if (d == DIM) {
+      if (KEEPDIM && y.shape[e++] != 1) return 3;
+      continue;
+    }
+    if (y.shape[e++] != x.shape[d]) return 3;
+    (d < DIM ? outer : c) *= x.shape[d];
+  }
+  const int64_t r = x.shape[DIM];
+  if (outer == 0 || c == 0) return 0;
+  if (r == 0 && OP >= 2) return 6;  // torch refuses a max, min, argmax or argmin over nothing
+  const float* xp = static_cast<const float*>(x.data);
+  Out* yp = static_cast<Out*>(y.data);
+)";
+
+// ---- cuda: a block owns CX column vectors and splits its rows among RY row groups that meet in shared
+// memory; a sum or mean splits r across blocks too where the blocks are few ----------------------------
+
+// `ry`: row groups in a block; `blocks`: how many blocks the launch aims for (a sum or a mean: where a
+// block a column strip gives fewer, the rows are split across blocks, each split keeping at least 4 rows
+// per row group, and the partials meet in y through atomics, y zeroed first).
+std::vector<TemplateParams> cuda_grid(const Task&) {
+  std::vector<TemplateParams> g;
+  for (const char* ry : {"8", "4", "16"})
+    for (const char* blocks : {"512", "1024"}) g.push_back({{"block", "256"}, {"ry", ry}, {"blocks", blocks}});
+  g.push_back({{"block", "256"}, {"ry", "8"}, {"blocks", "2048"}});
+  g.push_back({{"block", "512"}, {"ry", "16"}, {"blocks", "512"}});
+  return g;
+}
+
+constexpr const char* kCudaLaunch = R"(  if (outer > 65535) return 4;
+  cudaStream_t stream = static_cast<cudaStream_t>(stream_);
+  const bool vec = c % 4 == 0 && kfab_aligned16(xp) && kfab_aligned16(yp);
+  const int64_t v = vec ? 4 : 1;
+  const int64_t gx = (c / v + CX - 1) / CX;
+  int64_t split = (TARGET + gx * outer - 1) / (gx * outer);
+  const int64_t most = (r + 4 * RY - 1) / (4 * RY);
+  split = split < most ? split : most;
+  split = OP >= KFAB_R_MAX || split < 1 ? 1 : (split > 65535 ? 65535 : split);
+  if (split > 1 || r == 0)
+    if (cudaMemsetAsync(yp, 0, sizeof(Out) * static_cast<size_t>(outer * c), stream) != cudaSuccess) return 5;
+  if (r == 0) return 0;
+  if (gx > 2147483647) return 4;
+  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(split), static_cast<unsigned>(outer));
+  if (vec) kfab_dim_reduce<4, Out><<<grid, B, 0, stream>>>(xp, yp, r, c);
+  else kfab_dim_reduce<1, Out><<<grid, B, 0, stream>>>(xp, yp, r, c);
+  return cudaGetLastError() == cudaSuccess ? 0 : 5;
+}
+)";
+
+std::string cuda_generate(const Task& t, const TemplateParams& p) {
+  std::string s = fmt::format(R"(// Generated by kfab's built-in tuner: a reduction over one dimension, column vectors per thread, rows split within and
+// across blocks ({}).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kfab/candidate.h"
+
+namespace {{
+
+)",
+                              format_params(p));
+  s += template_text("host_checks.h");
+  s += fmt::format(R"(
+constexpr int B = {block}, RY = {ry}, TARGET = {blocks};  // threads per block; row groups per block; blocks the launch aims for
+constexpr int CX = B / RY;                                // column vectors per block
+)",
+                   fmt::arg("block", p.at("block")), fmt::arg("ry", p.at("ry")), fmt::arg("blocks", p.at("blocks")));
+  s += constants(t);
+  s += template_text("dim_reduce.cuh");
+  s += "\n}  // namespace\n\nKFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void* stream_) {\n";
+  return s + kChecks + kCudaLaunch;
+}
+
+// ---- cpu: blocks of columns across OpenMP threads, each block's running results in a small array ------
+
+// `accumulate`: a sum's or a mean's running type (a max, min or index needs none); `cblock`: columns a block.
+std::vector<TemplateParams> cpu_grid(const Task& t) {
+  std::vector<TemplateParams> g;
+  for (const char* acc : {"float", "double"})
+    for (const char* cb : {"256", "1024"})
+      if (reduce_of(t).op <= 1) g.push_back({{"accumulate", acc}, {"cblock", cb}});
+      else if (acc[0] == 'f') g.push_back({{"cblock", cb}});
+  return g;
+}
+
+std::string cpu_generate(const Task& t, const TemplateParams& p) {
+  const bool add = reduce_of(t).op <= 1;
+  std::string s = fmt::format(R"(// Generated by kfab's built-in tuner: a reduction over one dimension, column blocks ({}).
+#include <cmath>
+#include <cstdint>
+
+#include "kfab/candidate.h"
+
+namespace {{
+
+)",
+                              format_params(p));
+  s += template_text("host_checks.h");
+  s += constants(t);
+  s += "\n}  // namespace\n\nKFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void*) {\n";
+  s += kChecks;
+  // a sum or mean accumulates in `accumulate`; a max, min or their indices keep the best value so far and
+  // its row (a NaN wins and stays; a tie keeps the first row), as torch's do
+  s += fmt::format(R"(  constexpr int64_t CB = {cblock};
+  [[maybe_unused]] constexpr bool MAXLIKE = OP == 2 || OP == 4;
+  const int64_t cblocks = (c + CB - 1) / CB;
+#pragma omp parallel for schedule(static) if (outer * r * c > 65536)
+  for (int64_t t = 0; t < outer * cblocks; ++t) {{
+    const int64_t bb = t / cblocks, c0 = t % cblocks * CB, n = (c0 + CB < c ? c0 + CB : c) - c0;
+    const float* xb = xp + bb * r * c + c0;
+    Out* yb = yp + bb * c + c0;
+{body}
+  }}
+  return 0;
+}}
+)",
+                   fmt::arg("cblock", p.at("cblock")),
+                   fmt::arg("body", add ? fmt::format(R"(    {acc} acc[CB];
+    for (int64_t j = 0; j < n; ++j) acc[j] = 0;
+    for (int64_t i = 0; i < r; ++i) {{
+      const float* row = xb + i * c;
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) acc[j] += row[j];
+    }}
+    for (int64_t j = 0; j < n; ++j) yb[j] = static_cast<float>(OP == 1 ? acc[j] / r : acc[j]);)",
+                                                      fmt::arg("acc", p.at("accumulate")))
+                                        : std::string(R"(    float best[CB];
+    int64_t at[CB];
+    for (int64_t j = 0; j < n; ++j) best[j] = xb[j], at[j] = 0;
+    for (int64_t i = 1; i < r; ++i) {
+      const float* row = xb + i * c;
+      for (int64_t j = 0; j < n; ++j) {
+        const float v = row[j], b = best[j];
+        if (b == b && (v != v || (MAXLIKE ? v > b : v < b))) best[j] = v, at[j] = i;
+      }
+    }
+    for (int64_t j = 0; j < n; ++j) yb[j] = OP >= 4 ? static_cast<Out>(at[j]) : static_cast<Out>(best[j]);)")));
+  return s;
+}
+
+const KernelTemplate kDimReduce[] = {
+    {"cuda_dim_reduce", "cuda", 1, dim_reduce_applies, cuda_grid, cuda_generate},
+    {"cpu_dim_reduce", "cpu", 1, dim_reduce_applies, cpu_grid, cpu_generate},
+};
+
+}  // namespace
+
+std::vector<const KernelTemplate*> dim_reduce_templates() { return template_pointers(kDimReduce); }
+
+}  // namespace kfab
