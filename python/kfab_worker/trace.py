@@ -532,9 +532,8 @@ _COPIES = {"clone", "contiguous", "alias", "detach", "_to_copy", "lift_fresh_cop
 
 
 def _single_op_kind(gm, example: list):
-    """Data movement and scans a row program cannot state, but a dedicated template can: cumsum over
-    the last dimension and a batched transpose ([B, M, N] -> [B, N, M], or NCHW -> NHWC), each the
-    Model's one op on its one f32 input."""
+    """Data movement a row program cannot state, but a dedicated template can: a batched transpose
+    ([B, M, N] -> [B, N, M], or NCHW -> NHWC), the Model's one op on its one f32 input."""
     if len(example) != 1 or not example[0].is_floating_point() or example[0].dtype != torch.float32:
         return None
     ops = [n for n in gm.graph.nodes if n.op == "call_function"]
@@ -546,9 +545,7 @@ def _single_op_kind(gm, example: list):
     x = example[0]
     nd = x.dim()
     kind = None
-    if base == "cumsum" and nd >= 1 and node.args[1] % nd == nd - 1 and node.kwargs.get("dtype") in (None, torch.float32):
-        kind = "scan"
-    elif base == "permute" and list(node.args[1]) in ([0, 2, 1], [0, 2, 3, 1]):
+    if base == "permute" and list(node.args[1]) in ([0, 2, 1], [0, 2, 3, 1]):
         kind = "transpose"
     if kind is None:
         return None
@@ -748,6 +745,67 @@ def _pooled_product(node):
     return k, chain, x, [S[0], S[1] // k], kind
 
 
+def _scan_kind(gm, example: list):
+    """A Model that is one scan along the last dimension of its f32 input x: cumsum or cumprod of x, of
+    flip(x) flipped back (reversed), of x * mask (masked, a bool mask of x's shape as the second input),
+    or of x[..., :-1] after a column of the identity (exclusive: cat(zeros, cumsum(narrow(x)))). The
+    row-wise scan template, told which (op_params op, reverse, exclusive, masked)."""
+    if not example or example[0].dtype != torch.float32 or example[0].dim() < 1 or len(example) > 2:
+        return None
+    x = example[0]
+    nd, n = x.dim(), x.shape[-1]
+    ph = [p for p in gm.graph.nodes if p.op == "placeholder"]
+    core = [c for c in gm.graph.nodes if c.op == "call_function" and _base(c) not in _COPIES]
+    scans = [c for c in core if _base(c) in ("cumsum", "cumprod")]
+    if len(scans) != 1 or scans[0].args[1] % nd != nd - 1 or scans[0].kwargs.get("dtype") not in (None, torch.float32):
+        return None
+    node = scans[0]
+    op = 1 if _base(node) == "cumprod" else 0
+    src = node.args[0]
+    outs = [o for o in gm.graph.nodes if o.op == "output"][0].args[0]
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    if len(outs) != 1:
+        return None
+    out, p = outs[0], {"op": op, "reverse": 0, "exclusive": 0, "masked": 0}
+    last = lambda d: isinstance(d, int) and d % nd == nd - 1  # noqa: E731
+    if len(example) == 2:  # x * mask
+        m = example[1]
+        if m.dtype != torch.bool or list(m.shape) != list(x.shape) or _base(src) != "mul" or \
+                {a for a in src.args} != {ph[0], ph[1]} or out is not node or len(core) != 2:
+            return None
+        p["masked"] = 1
+    elif src is ph[0]:
+        if out is not node or len(core) != 1:
+            return None
+    elif _base(src) == "flip" and src.args[0] is ph[0] and [d % nd for d in src.args[1]] == [nd - 1]:
+        if _base(out) != "flip" or out.args[0] is not node or [d % nd for d in out.args[1]] != [nd - 1] or len(core) != 3:
+            return None
+        p["reverse"] = 1
+    elif _base(src) == "slice" and src.args[0] is ph[0] and last(src.args[1]) and list(src.args[2:]) in ([0, n - 1], [0, n - 1, 1]):
+        # cat([the identity, [..., 1], the scan], dim=-1); the identity made of a slice or select of x
+        if _base(out) != "cat" or not last(out.args[1] if len(out.args) > 1 else 0) or len(out.args[0]) != 2 or out.args[0][1] is not node:
+            return None
+        first = out.args[0][0]
+        if _base(first) not in ("full_like", "full", "zeros_like", "ones_like", "zeros", "ones") or \
+                list(first.meta["val"].shape) != list(x.shape[:-1]) + [1]:
+            return None
+        fill = {"zeros_like": 0, "zeros": 0, "ones_like": 1, "ones": 1}.get(_base(first))
+        fill = first.args[1] if fill is None else fill
+        if fill != op:  # the identity: 0 for a sum, 1 for a product
+            return None
+        shape_only = {c for c in core if c not in (src, node, out, first)}
+        if any(_base(c) not in ("select", "unsqueeze", "slice", "view") for c in shape_only):
+            return None
+        p["exclusive"] = 1
+    else:
+        return None
+    inputs = [{"name": "in0", "cls": "E", "integer": False, "i32": False}]
+    if p["masked"]:
+        inputs.append({"name": "in1", "cls": "E", "integer": True, "i32": False})
+    return {"supported": True, "kind": "scan", "formula": "", "outputs": ["out0"], "shape": list(x.shape), "inputs": inputs,
+            "op_params": p}
+
+
 _DIM_REDUCE = {"sum": 0, "mean": 1, "max": 2, "amax": 2, "min": 3, "amin": 3, "argmax": 4, "argmin": 5}
 
 
@@ -872,7 +930,7 @@ def _trace_fake(t: taskmod.KbTask, shape: dict) -> dict:
         gm = make_fx(f, decomposition_table=_decompositions(), tracing_mode="real")(*example)
     except Exception as e:  # noqa: BLE001 - a model make_fx cannot trace is simply not fusible here
         return {"supported": False, "reason": f"tracing failed: {type(e).__name__}: {e}"}
-    kind = (_single_op_kind(gm, example) or _dim_reduce_kind(gm, example) or _group_norm_kind(gm, example)
+    kind = (_single_op_kind(gm, example) or _scan_kind(gm, example) or _dim_reduce_kind(gm, example) or _group_norm_kind(gm, example)
             or _avg_pool_kind(gm, example))
     if kind is not None:
         if kind.get("op_params"):
@@ -1284,9 +1342,9 @@ def trace(t: taskmod.KbTask, overrides: dict) -> dict:
         if a["kind"] == "avg_pool2d" and any(k.endswith("_init") for k in a["op_params"]):
             return {"supported": False, "reason": "the pooling window, stride or padding changes with the shape: the "
                                                   "avg_pool2d template builds them into the kernel"}
-        if a["kind"] == "dim_reduce" and any(k.endswith("_init") for k in a["op_params"]):
-            return {"supported": False, "reason": "the reduced dimension changes with the shape: the dim_reduce template "
-                                                  "builds it into the kernel"}
+        if a["kind"] in ("dim_reduce", "scan") and any(k.endswith("_init") for k in a["op_params"]):
+            return {"supported": False, "reason": f"the {a['kind']}'s dimension or form changes with the shape: its template "
+                                                  "builds them into the kernel"}
     if other and not a.get("kind"):
         b = _trace_at(t, other)
         if not b.get("supported"):

@@ -212,36 +212,6 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, 
   return s;
 }
 
-// ---- inclusive cumulative sum along the last dimension ----------------------------------------------
-
-bool cumsum_applies(const Task& t) {
-  return t.op_class == "cumsum" && t.inputs.size() == 1 && t.outputs.size() == 1 && t.inputs[0].dtype == DType::F32 &&
-         t.outputs[0].dtype == DType::F32 && t.inputs[0].shape == t.outputs[0].shape;
-}
-
-std::vector<TemplateParams> cumsum_grid(const Task&) {
-  std::vector<TemplateParams> g;
-  for (const char* acc : {"float", "double"})
-    for (const char* sched : {"static", "dynamic"}) g.push_back({{"accumulate", acc}, {"schedule", sched}, {"chunk", "16"}});
-  return g;
-}
-
-std::string cumsum_generate(const Task&, const TemplateParams& p) {
-  std::string s = cpu_header("row-wise inclusive scan", p);
-  s += one_row_in_out(schedule(p));
-  s += fmt::format(R"(    {acc} run = 0;
-    for (int64_t j = 0; j < n; ++j) {{
-      run += r[j];
-      o[j] = static_cast<float>(run);
-    }}
-  }}
-  return 0;
-}}
-)",
-                   fmt::arg("sched", schedule(p)), fmt::arg("acc", p.at("accumulate")));
-  return s;
-}
-
 // ---- batched transpose of the last two dimensions, in square tiles ------------------------------------
 
 bool transpose_applies(const Task& t) {
@@ -332,7 +302,6 @@ const KernelTemplate kTemplates[] = {
     {"cpu_rowwise_softmax", "cpu", 3, softmax_applies, softmax_grid, softmax_generate},
     {"cpu_rowwise_rms_norm", "cpu", 2, rms_applies, rms_grid, rms_generate},
     {"cpu_rowwise_layer_norm", "cpu", 2, ln_applies, ln_grid, ln_generate},
-    {"cpu_rowwise_cumsum", "cpu", 2, cumsum_applies, cumsum_grid, cumsum_generate},
     {"cpu_tiled_transpose", "cpu", 3, transpose_applies, transpose_grid, transpose_generate},
 };
 
@@ -349,13 +318,14 @@ const KernelTemplate* template_named(const std::string& name) {
     if (t->name == name) return t;
   for (const auto* t : dim_reduce_templates())
     if (t->name == name) return t;
+  for (const auto* t : scan_templates())
+    if (t->name == name) return t;
   return nullptr;
 }
 
 std::string_view poly_exp_source() { return template_text("poly_exp.h"); }
 std::string_view blocked_gemm_source() { return template_text("blocked_gemm.h"); }
 
-bool cpu_applies_cumsum(const Task& task) { return cumsum_applies(task); }
 bool cpu_applies_transpose(const Task& task) { return transpose_applies(task); }
 
 std::vector<const KernelTemplate*> templates_for(const Task& task, const std::string& target) {
@@ -369,6 +339,8 @@ std::vector<const KernelTemplate*> templates_for(const Task& task, const std::st
   for (const auto* t : pool_templates())
     if (t->target == target && t->applies(task)) out.push_back(t);
   for (const auto* t : dim_reduce_templates())
+    if (t->target == target && t->applies(task)) out.push_back(t);
+  for (const auto* t : scan_templates())
     if (t->target == target && t->applies(task)) out.push_back(t);
   for (const auto* f : {&fused_cuda_template(), &fused_cpu_template(), &gemm_cuda_template(), &gemm_cpu_template()})
     if (f->target == target && f->applies(task)) out.push_back(f);

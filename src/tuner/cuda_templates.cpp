@@ -1,6 +1,6 @@
 // CUDA templates of the built-in tuner for the memory-bound tasks a fused row program cannot state:
-// an inclusive scan along rows (cumsum) and a tiled batched transpose (a reduction over a dimension
-// other than the last: tuner/dim_reduce.cpp). Each generated file is a normal candidate: it checks its tensors,
+// a tiled batched transpose (scans: tuner/scan.cpp; a reduction over a dimension other than the last:
+// tuner/dim_reduce.cpp). Each generated file is a normal candidate: it checks its tensors,
 // reads the shapes from them and runs on the stream it is given.
 #include <fmt/format.h>
 
@@ -38,41 +38,6 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, 
   const kfab_tensor& x = in[0];
   kfab_tensor& y = out[0];
 )" + body + fmt::format("  return cudaGetLastError() == cudaSuccess ? 0 : {};\n}}\n", launch_rc);
-}
-
-// ---- cumsum along the last dimension: a block per row, tiles of B * V elements ------------------
-
-std::vector<TemplateParams> scan_grid(const Task&) {
-  std::vector<TemplateParams> g;
-  for (const char* b : {"256", "512", "1024", "128"}) g.push_back({{"block", b}});
-  return g;
-}
-
-// scan's kfab_run: its checks and launch
-constexpr const char* kScanRun = R"(  if (x.ndim < 1 || !kfab_dense_f32(x, x.ndim) || !kfab_dense_f32(y, x.ndim)) return 2;
-  int64_t rows = 1;
-  for (int32_t d = 0; d < x.ndim; ++d) {
-    if (x.shape[d] != y.shape[d]) return 3;
-    if (d + 1 < x.ndim) rows *= x.shape[d];
-  }
-  const int64_t n = x.shape[x.ndim - 1];
-  if (rows == 0 || n == 0) return 0;
-  cudaStream_t stream = static_cast<cudaStream_t>(stream_);
-  const unsigned grid = static_cast<unsigned>(rows < 65535 * 16 ? rows : 65535 * 16);
-  const float* xp = static_cast<const float*>(x.data);
-  float* yp = static_cast<float*>(y.data);
-  if (n % 4 == 0 && kfab_aligned16(xp) && kfab_aligned16(yp)) kfab_scan_rows<4><<<grid, B, 0, stream>>>(xp, yp, rows, n);
-  else kfab_scan_rows<1><<<grid, B, 0, stream>>>(xp, yp, rows, n);
-)";
-
-std::string scan_generate(const Task&, const TemplateParams& p) {
-  return one_in_one_out("row-wise inclusive scan, a block per row", p,
-                         fmt::format(R"(
-constexpr int B = {block};  // threads per block (one row at a time)
-
-)",
-                                     fmt::arg("block", p.at("block"))),
-                         "row_scan.cuh", kScanRun, 4);
 }
 
 // ---- batched transpose [B, M, N] -> [B, N, M] through shared-memory tiles --------------------------
@@ -120,7 +85,6 @@ constexpr bool MFAST = {mfast};        // blockIdx.x runs along M (else along N)
 }
 
 const KernelTemplate kCudaTemplates[] = {
-    {"cuda_row_scan", "cuda", 2, cpu_applies_cumsum, scan_grid, scan_generate},
     {"cuda_tiled_transpose", "cuda", 4, cpu_applies_transpose, transpose_grid, transpose_generate},
 };
 

@@ -29,10 +29,9 @@ struct KernelTemplate {
 std::vector<const KernelTemplate*> templates_for(const Task& task, const std::string& target);
 
 /// The shape checks of the cpu templates that the cuda templates share (same tasks, same ABI).
-bool cpu_applies_cumsum(const Task& task);
 bool cpu_applies_transpose(const Task& task);
 
-/// The cuda templates that are not fused row programs (cumsum, transpose).
+/// The cuda templates that are not fused row programs and have no file of their own (transpose).
 std::vector<const KernelTemplate*> cuda_templates();
 
 /// The group norm templates (cuda and cpu; op class group_norm with [op_params] groups and eps).
@@ -46,6 +45,10 @@ std::vector<const KernelTemplate*> pool_templates();
 /// op (0 sum, 1 mean, 2 max, 3 min, 4 argmax, 5 argmin), dim and keepdim; or op class reduction, a
 /// native task named for a sum over dim 1 of [B, R, C]).
 std::vector<const KernelTemplate*> dim_reduce_templates();
+
+/// Scans along the last dimension (cuda and cpu; op class scan with [op_params] op (0 sum, 1 product),
+/// reverse, exclusive and masked (a bool mask as a second input); or op class cumsum, the inclusive sum).
+std::vector<const KernelTemplate*> scan_templates();
 
 /// C++ source of `static inline float kfab_exp(float)`: exp as a polynomial that vectorises under
 /// `omp simd` (about 2e-7 relative error), for generated cpu candidates (include/kfab/templates/poly_exp.h).

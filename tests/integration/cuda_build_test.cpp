@@ -135,6 +135,28 @@ TEST_F(CudaBuild, CudaTemplatesCompileAtEveryPoint) {
   EXPECT_EQ(built, 27);  // 4 + 7 + 8 + 8
 }
 
+// The row-scan template compiles in each of its forms (a sum or a product; reversed, exclusive, masked).
+TEST_F(CudaBuild, EveryFormOfTheScanCompiles) {
+  auto task = load_task(std::filesystem::path(KFAB_SOURCE_DIR) / "tasks/core/cumsum");
+  ASSERT_TRUE(task.has_value());
+  const KernelTemplate* t = template_named("cuda_row_scan");
+  ASSERT_NE(t, nullptr);
+  for (int form = 0; form < 4; ++form) {
+    Task k = *task;
+    k.op_class = "scan";
+    k.op_params = {{"op", form % 2}, {"reverse", form == 1}, {"exclusive", form == 2}, {"masked", form == 3}};
+    if (form == 3) {
+      k.inputs.push_back(k.inputs[0]);
+      k.inputs[1].dtype = DType::Bool;
+    }
+    ASSERT_TRUE(t->applies(k)) << form;
+    const auto f = scratch() / ("scan_" + std::to_string(form) + ".cu");
+    ASSERT_TRUE(write_file_atomic(f, t->generate(k, t->grid(k).front())).has_value());
+    auto r = backend_.build(f);
+    ASSERT_TRUE(r.ok()) << form << "\n" << r.failure().message;
+  }
+}
+
 // The dim_reduce template compiles for each of its reductions (sum, mean, max, min, argmax, argmin; the
 // last two writing int64), keepdim or not, at its first point.
 TEST_F(CudaBuild, EveryReductionOverADimensionCompiles) {
