@@ -7,6 +7,7 @@
 # eager and torch.compile, and its exported ModelNew end to end; then bench/matmul_table.py writes the
 # per-problem table (time, TFLOP/s, precision, x eager, x compile, end to end) with the geometric means.
 #   bench/gemm_tf32x3/suite.sh OUTDIR [level2|level1|all] [POINTS] [extra kfab bench arguments...]
+# KFAB_LEVEL1="37 41 ..." takes those level-1 problems instead of the matrix products (issue 25's).
 # A run longer than one device call goes through scripts/gpu_bg.sh; `kfab bench --resume OUTDIR/bench`
 # goes on from where an interrupted one stopped.
 set -uo pipefail
@@ -29,7 +30,7 @@ if [ "$level" != level1 ]; then
   done
 fi
 if [ "$level" != level2 ]; then
-  for n in 1 2 3 4 6 7 8 9 10 11 12 13 14 15 16 17 18; do
+  for n in ${KFAB_LEVEL1:-1 2 3 4 6 7 8 9 10 11 12 13 14 15 16 17 18}; do
     for f in "$kb"/level1/${n}_*.py; do ln -s "$PWD/$f" "$suite/level1_$(basename "$f")"; done
   done
 fi

@@ -47,6 +47,7 @@ _UNARY = {
     aten.relu.default: "relu", aten.sqrt.default: "sqrt", aten.rsqrt.default: "rsqrt", aten.erf.default: "erf",
     aten.reciprocal.default: "reciprocal", aten.sin.default: "sin", aten.cos.default: "cos", aten.floor.default: "floor",
     aten.ceil.default: "ceil", aten.sign.default: "sign", aten.logical_not.default: "not", aten.silu.default: "silu",
+    aten.isnan.default: "isnan",
 }
 _BINARY = {
     "add": "+", "sub": "-", "mul": "*", "div": "/",
@@ -67,7 +68,7 @@ def _num(v) -> str:
     if math.isinf(v):
         return "inf" if v > 0 else "(-inf)"
     if math.isnan(v):
-        raise Unsupported("a NaN constant")
+        return "nan"
     s = repr(v)
     return f"({s})" if v < 0 else s
 
@@ -90,6 +91,7 @@ class _Matcher:
         # inputs whose class a view settled otherwise than their shape (a [rows] vector unsqueezed to
         # [rows, 1] where rows == n): placeholder -> class; the caller updates its inputs' list
         self.reclassed: dict = {}
+        self.after_all: set = set()  # nodes whose value depends on a reduction over everything
         floats = [t for t in example if isinstance(t, torch.Tensor) and t.is_floating_point()]
         if not floats:
             raise Unsupported("no floating-point input")
@@ -179,6 +181,18 @@ class _Matcher:
         if len(S) == 2 and len(nz) >= 2 and nz[-1] == S[-1] and math.prod(nz[:-1]) == S[0] and not integer:
             return "E"
         return None
+
+    def after_all_check(self, node) -> None:
+        """A value computed from a reduction over everything (allsum, allmean) is known only after the whole
+        grid: a scalar may carry it to an output, but a per-element, per-row or per-column value that reads
+        it (x / a Frobenius norm) cannot be in the same program; the refusal names the node, where a plan
+        of several programs cuts (the scalar then a buffer the next program reads)."""
+        ins = [a for a in node.all_input_nodes if a in self.after_all]
+        line = self.lines[-1] if self.lines and self.val.get(node) == self.lines[-1].split(" = ")[0] else ""
+        if ins or "allsum(" in line or "allmean(" in line:
+            if self.cls.get(node, "K") != "K":
+                raise Unsupported(f"{node.name} reads a reduction over everything per element", node)
+            self.after_all.add(node)
 
     def emit(self, node, expr: str, cls: str) -> None:
         name = f"v{len(self.lines)}"
@@ -388,6 +402,10 @@ class _Matcher:
             dims = sorted(d % nd for d in dims)
             # the norm: a sum over the row of |x| or x * x, then (order 2) its square root
             inner = f"abs({xe})" if order in (1, 1.0) else f"({xe} * {xe})"
+            if xc in ("E", "R") and dims == list(range(nd)) and (self.k == 1 or nd > self.k):
+                # over everything (a Frobenius norm): a sum over all of it, then its square root
+                self.emit(node, f"allsum({inner})" if order in (1, 1.0) else f"sqrt(allsum({inner}))", "K")
+                return
             if xc != "E" or dims != list(range(nd - self.k, nd)):
                 raise Unsupported(f"{t} over dims {dims} of a {xc}-class value (rows reduce over the last dimension)")
             self.emit(node, f"rowsum({inner})" if order in (1, 1.0) else f"sqrt(rowsum({inner}))", "R")
@@ -841,30 +859,79 @@ def _dim_reduce_kind(gm, example: list):
             "op_params": {"op": _DIM_REDUCE[base], "dim": d, "keepdim": int(bool(keep))}}
 
 
-def _avg_pool_kind(gm, example: list):
-    """A Model that is one 2-D average pooling (nn.AvgPool2d, F.avg_pool2d) of its one NCHW f32 input:
-    a dedicated template, with the window, stride and padding as its numbers."""
-    if len(example) != 1 or example[0].dtype != torch.float32 or example[0].dim() != 4:
+_POOL_OPS = {"avg_pool2d": False, "avg_pool3d": False, "max_pool2d_with_indices": True, "max_pool3d_with_indices": True,
+             "max_pool2d": True, "max_pool3d": True}
+
+
+def _pool_kind(gm, example: list):
+    """A Model that is one max or average pooling of its one f32 input over its last 1, 2 or 3 dimensions
+    (nn.MaxPool1d/2d/3d, nn.AvgPool1d/2d/3d; a 1-D pooling as torch runs it, a 2-D one over the input
+    unsqueezed at -2 and squeezed back; a max pooling's indices unused): a dedicated template, with the
+    window, stride, padding, dilation, ceil mode, count_include_pad and divisor as its numbers."""
+    if len(example) != 1 or example[0].dtype != torch.float32 or example[0].dim() < 2:
         return None
     core = [n for n in gm.graph.nodes if n.op == "call_function" and _base(n) not in _COPIES]
-    if len(core) != 1 or _base(core[0]) != "avg_pool2d":
+    pools = [n for n in core if _base(n) in _POOL_OPS]
+    if len(pools) != 1:
         return None
-    node = core[0]
-    names = ["self", "kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override"]
-    a = {"stride": [], "padding": 0, "ceil_mode": False, "count_include_pad": True, "divisor_override": None}
-    a.update(zip(names, node.args))
-    a.update(node.kwargs)
+    node, base = pools[0], _base(pools[0])
+    is_max, sd = _POOL_OPS[base], 3 if "3d" in base else 2
+    ph = [n for n in gm.graph.nodes if n.op == "placeholder"][0]
+    src, lifted = node.args[0], False
+    if src is not ph:  # a 1-D pooling: x.unsqueeze(-2)
+        if _base(src) != "unsqueeze" or src.args[0] is not ph or src.args[1] % src.meta["val"].dim() != src.meta["val"].dim() - 2 or sd != 2:
+            return None
+        lifted = True
+    a = list(node.args) + [None] * 7
+    if is_max:
+        names = ["self", "kernel_size", "stride", "padding", "dilation", "ceil_mode"]
+        v = {"stride": [], "padding": 0, "dilation": 1, "ceil_mode": False}
+    else:
+        names = ["self", "kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override"]
+        v = {"stride": [], "padding": 0, "ceil_mode": False, "count_include_pad": True, "divisor_override": None}
+    v.update({k: x for k, x in zip(names, a) if x is not None})
+    v.update(node.kwargs)
 
-    def pair(v):
-        v = [v] if isinstance(v, int) else list(v)
-        return [int(v[0]), int(v[0])] if len(v) == 1 else [int(v[0]), int(v[1])]
+    def spread(x):
+        x = [x] if isinstance(x, int) else list(x)
+        return [int(e) for e in (x * sd if len(x) == 1 else x)]
 
-    kh, kw = pair(a["kernel_size"])
-    sh, sw = pair(a["stride"]) if a["stride"] else (kh, kw)
-    ph, pw = pair(a["padding"])
-    params = {"kh": kh, "kw": kw, "sh": sh, "sw": sw, "ph": ph, "pw": pw, "ceil_mode": int(bool(a["ceil_mode"])),
-              "count_include_pad": int(bool(a["count_include_pad"])), "divisor": int(a["divisor_override"] or 0)}
-    return {"supported": True, "kind": "avg_pool2d", "formula": "", "op_params": params,
+    k = spread(v["kernel_size"])
+    st = spread(v["stride"]) if v["stride"] else list(k)
+    pad, dil = spread(v["padding"]), spread(v.get("dilation", 1))
+    if len(k) != sd or len(st) != sd or len(pad) != sd or len(dil) != sd:
+        return None
+    if lifted:
+        if (k[0], st[0], pad[0], dil[0]) != (1, 1, 0, 1):
+            return None
+        k, st, pad, dil = k[1:], st[1:], pad[1:], dil[1:]
+    nd = len(k)
+    fill = 3 - nd
+    k, st, pad, dil = [1] * fill + k, [1] * fill + st, [0] * fill + pad, [1] * fill + dil
+    # what else the graph holds: the values read on (squeezed back after a 1-D pooling), the indices unused
+    outs = [n for n in gm.graph.nodes if n.op == "output"][0].args[0]
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    if len(outs) != 1:
+        return None
+    vals = node
+    if is_max and base.endswith("with_indices"):
+        getters = [u for u in node.users if u.target is operator.getitem]
+        vals = next((u for u in getters if u.args[1] == 0), None)
+        if vals is None or len(getters) != len(node.users) or not all(_unused(u) for u in getters if u.args[1] == 1):
+            return None
+    want = vals
+    if lifted:
+        sq = [u for u in vals.users if _base(u) == "squeeze"]
+        if len(sq) != 1 or len(vals.users) != 1:
+            return None
+        want = sq[0]
+    if outs[0] is not want:
+        return None
+    params = {"nd": nd, "max": int(is_max), "ceil_mode": int(bool(v["ceil_mode"])),
+              "count_include_pad": int(bool(v.get("count_include_pad", True))), "divisor": int(v.get("divisor_override") or 0)}
+    for i, axis in enumerate("dhw"):
+        params.update({f"k{axis}": k[i], f"s{axis}": st[i], f"p{axis}": pad[i], f"d{axis}": dil[i]})
+    return {"supported": True, "kind": "pool", "formula": "", "op_params": params,
             "inputs": [{"name": "in0", "cls": "E", "integer": False, "i32": False}], "outputs": ["out0"],
             "shape": list(example[0].shape)}
 
@@ -931,7 +998,7 @@ def _trace_fake(t: taskmod.KbTask, shape: dict) -> dict:
     except Exception as e:  # noqa: BLE001 - a model make_fx cannot trace is simply not fusible here
         return {"supported": False, "reason": f"tracing failed: {type(e).__name__}: {e}"}
     kind = (_single_op_kind(gm, example) or _scan_kind(gm, example) or _dim_reduce_kind(gm, example) or _group_norm_kind(gm, example)
-            or _avg_pool_kind(gm, example))
+            or _pool_kind(gm, example))
     if kind is not None:
         if kind.get("op_params"):
             kind["init"] = t.init_scalars(shape)
@@ -1053,6 +1120,7 @@ def _trace_graph(gm, example: list, nx: int, S: list | None = None, frame: list 
             except Unsupported as e:
                 e.node = e.node or node
                 raise
+            m.after_all_check(node)
         for node, c in m.reclassed.items():
             for inp in inputs:
                 if inp["name"] == m.val[node]:
@@ -1339,9 +1407,9 @@ def trace(t: taskmod.KbTask, overrides: dict) -> dict:
         a = _bind_params(a, b)
         if not a.get("supported"):
             return a
-        if a["kind"] == "avg_pool2d" and any(k.endswith("_init") for k in a["op_params"]):
-            return {"supported": False, "reason": "the pooling window, stride or padding changes with the shape: the "
-                                                  "avg_pool2d template builds them into the kernel"}
+        if a["kind"] == "pool" and any(k.endswith("_init") for k in a["op_params"]):
+            return {"supported": False, "reason": "the pooling window, stride, padding or dilation changes with the shape: "
+                                                  "the pool template builds them into the kernel"}
         if a["kind"] in ("dim_reduce", "scan") and any(k.endswith("_init") for k in a["op_params"]):
             return {"supported": False, "reason": f"the {a['kind']}'s dimension or form changes with the shape: its template "
                                                   "builds them into the kernel"}

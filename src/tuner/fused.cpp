@@ -215,7 +215,7 @@ const Printer kCudaPrinter{"cuda",
                             {"dim_reduce", "cuda_dim_reduce"},
                             {"transpose", "cuda_tiled_transpose"},
                             {"group_norm", "cuda_group_norm"},
-                            {"avg_pool2d", "cuda_avg_pool2d"}}};
+                            {"pool", "cuda_pool"}}};
 const Printer kCppPrinter{"cpu",
                           fused_cpu_template,
                           gemm_cpu_template,
@@ -227,7 +227,7 @@ const Printer kCppPrinter{"cpu",
                            {"dim_reduce", "cpu_dim_reduce"},
                            {"transpose", "cpu_tiled_transpose"},
                            {"group_norm", "cpu_group_norm"},
-                           {"avg_pool2d", "cpu_avg_pool2d"}}};
+                           {"pool", "cpu_pool"}}};
 const Printer* const kPrinters[] = {&kCudaPrinter, &kCppPrinter};
 }  // namespace
 

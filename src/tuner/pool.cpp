@@ -1,8 +1,8 @@
-// Average pooling templates of the built-in tuner (cuda and cpu): y = avg_pool2d(x) of an NCHW f32
-// tensor, the window, stride and padding (op_params kh, kw, sh, sw, ph, pw), ceil_mode, count_include_pad
-// and divisor_override as torch states them. The window is a constant of the generated file, so each
-// output's loops unroll. The averaging follows torch's CUDA kernel (the window clipped to the padded
-// input sets the divisor; the sum runs over the part inside the input, rows then columns).
+// Pooling templates of the built-in tuner (cuda and cpu): y = max or average pooling of an f32 tensor
+// over its last 1, 2 or 3 dimensions (op_params nd, max; the window's kd, kh, kw, strides sd, sh, sw,
+// padding pd, ph, pw and dilation dd, dh, dw, the leading ones 1, 1, 0, 1 below 3 dimensions; ceil_mode,
+// count_include_pad and divisor as torch states them). The window is a constant of the generated file,
+// so each output's loops unroll. The leading dimensions (batch, channels) are one count of volumes.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -20,38 +20,63 @@ int op_int(const Task& t, const char* k, int dflt) {
 
 // A native task states the op class and every number; a KernelBench Model's trace brings them.
 bool pool_applies(const Task& t) {
-  if (t.op_class != "avg_pool2d" || t.inputs.size() != 1 || t.outputs.size() != 1) return false;
-  for (const char* k : {"kh", "kw", "sh", "sw"})
-    if (op_int(t, k, 0) < 1) return false;
-  return t.inputs[0].dtype == DType::F32 && t.outputs[0].dtype == DType::F32 && t.inputs[0].shape.size() == 4;
+  if (t.op_class != "pool" || t.inputs.size() != 1 || t.outputs.size() != 1) return false;
+  for (const char* k : {"kd", "kh", "kw", "sd", "sh", "sw", "dd", "dh", "dw"})
+    if (op_int(t, k, 1) < 1) return false;
+  const int nd = op_int(t, "nd", 2);
+  return nd >= 1 && nd <= 3 && t.inputs[0].dtype == DType::F32 && t.outputs[0].dtype == DType::F32 &&
+         static_cast<int>(t.inputs[0].shape.size()) > nd && t.outputs[0].shape.size() == t.inputs[0].shape.size();
 }
 
-// The window as constants (include/kfab/templates/avg_pool.h computes with them).
+// The window as constants (include/kfab/templates/pool.h computes with them).
 std::string pool_constants(const Task& t) {
   return fmt::format(R"(
-constexpr int64_t KH = {}, KW = {}, SH = {}, SW = {}, PH = {}, PW = {};
-constexpr bool CEIL = {}, INCLUDE_PAD = {};
+constexpr int32_t ND = {};  // pooled dimensions (the last ones)
+constexpr int64_t KD = {}, KH = {}, KW = {}, SD = {}, SH = {}, SW = {}, PD = {}, PH = {}, PW = {}, DD = {}, DH = {}, DW = {};
+constexpr bool MAX = {}, CEIL = {}, INCLUDE_PAD = {};
 constexpr int64_t DIVISOR = {};  // divisor_override (0: none)
 
 )",
-                     op_int(t, "kh", 1), op_int(t, "kw", 1), op_int(t, "sh", 1), op_int(t, "sw", 1), op_int(t, "ph", 0),
-                     op_int(t, "pw", 0), op_int(t, "ceil_mode", 0) ? "true" : "false",
-                     op_int(t, "count_include_pad", 1) ? "true" : "false", op_int(t, "divisor", 0));
+                     op_int(t, "nd", 2), op_int(t, "kd", 1), op_int(t, "kh", 1), op_int(t, "kw", 1), op_int(t, "sd", 1),
+                     op_int(t, "sh", 1), op_int(t, "sw", 1), op_int(t, "pd", 0), op_int(t, "ph", 0), op_int(t, "pw", 0),
+                     op_int(t, "dd", 1), op_int(t, "dh", 1), op_int(t, "dw", 1), op_int(t, "max", 0) ? "true" : "false",
+                     op_int(t, "ceil_mode", 0) ? "true" : "false", op_int(t, "count_include_pad", 1) ? "true" : "false",
+                     op_int(t, "divisor", 0));
 }
 
-// kfab_run's checks: x [N, C, H, W] and y [N, C, OH, OW], both dense f32; defines P, H, W, OH, OW.
+// kfab_run's checks: x [..., (D,) (H,) W] and y [..., (OD,) (OH,) OW], both dense f32 of one rank above ND;
+// defines P (the volumes), D, H, W, OD, OH, OW (1 for the dimensions not pooled).
 constexpr const char* kChecks = R"(  if (in == nullptr || out == nullptr || n_in != 1 || n_out != 1) return 1;
   const kfab_tensor& x = in[0];
   kfab_tensor& y = out[0];
-  if (!kfab_dense_f32(x, 4) || !kfab_dense_f32(y, 4)) return 2;
-  const int64_t H = x.shape[2], W = x.shape[3];
-  const int64_t OH = kfab_pooled(H, KH, SH, PH), OW = kfab_pooled(W, KW, SW, PW);
-  if (y.shape[0] != x.shape[0] || y.shape[1] != x.shape[1] || y.shape[2] != OH || y.shape[3] != OW) return 3;
-  const int64_t P = x.shape[0] * x.shape[1];
-  if (P == 0 || OH <= 0 || OW <= 0) return 0;
+  if (!kfab_dense_f32(x) || !kfab_dense_f32(y, x.ndim) || x.ndim <= ND) return 2;
+  const int32_t lead = x.ndim - ND;
+  const int64_t D = ND == 3 ? x.shape[lead] : 1, H = ND >= 2 ? x.shape[x.ndim - 2] : 1, W = x.shape[x.ndim - 1];
+  const int64_t OD = kfab_pooled(D, KD, SD, PD, DD), OH = kfab_pooled(H, KH, SH, PH, DH), OW = kfab_pooled(W, KW, SW, PW, DW);
+  int64_t P = 1;
+  for (int32_t d = 0; d < lead; ++d) {
+    if (y.shape[d] != x.shape[d]) return 3;
+    P *= x.shape[d];
+  }
+  if ((ND == 3 && y.shape[lead] != OD) || (ND >= 2 && y.shape[x.ndim - 2] != OH) || y.shape[x.ndim - 1] != OW) return 3;
+  if (P == 0 || OD <= 0 || OH <= 0 || OW <= 0) return 0;
   const float* xp = static_cast<const float*>(x.data);
   float* yp = static_cast<float*>(y.data);
 )";
+
+std::string opening(const char* how, const TemplateParams& p, bool cuda) {
+  return fmt::format(R"(// Generated by kfab's built-in tuner: pooling, {} ({}).
+{}#include <cmath>
+#include <cstdint>
+
+#include "kfab/candidate.h"
+
+namespace {{
+
+)",
+                     how, format_params(p), cuda ? "#include <cuda_runtime.h>\n\n" : "") +
+         std::string(template_text("host_checks.h"));
+}
 
 // ---- cuda: one thread an output, neighbouring threads along the output row ----------------------
 
@@ -62,18 +87,7 @@ std::vector<TemplateParams> pool_cuda_grid(const Task&) {
 }
 
 std::string pool_cuda_generate(const Task& t, const TemplateParams& p) {
-  std::string s = fmt::format(R"(// Generated by kfab's built-in tuner: 2-D average pooling, a thread an output ({}).
-#include <cuda_runtime.h>
-
-#include <cstdint>
-
-#include "kfab/candidate.h"
-
-namespace {{
-
-)",
-                              format_params(p));
-  s += template_text("host_checks.h");
+  std::string s = opening("a thread an output", p, true);
   s += fmt::format(R"(
 constexpr int B = {};  // threads per block
 #define KFAB_INLINE __device__ __forceinline__
@@ -81,15 +95,16 @@ constexpr int B = {};  // threads per block
 )",
                    p.at("block"));
   s += pool_constants(t);
-  s += template_text("avg_pool.h");
+  s += template_text("pool.h");
   s += R"(
-__global__ void __launch_bounds__(B) kfab_avg_pool(const float* __restrict__ x, float* __restrict__ y, int64_t P, int64_t H, int64_t W,
-                                                   int64_t OH, int64_t OW) {
-  const int64_t total = P * OH * OW;
+__global__ void __launch_bounds__(B) kfab_pool_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t P, int64_t D, int64_t H,
+                                                      int64_t W, int64_t OD, int64_t OH, int64_t OW) {
+  const int64_t total = P * OD * OH * OW;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(B) + threadIdx.x; i < total; i += static_cast<int64_t>(gridDim.x) * B) {
-    const int64_t ow = i % OW, rest = i / OW;
-    const int64_t oh = rest % OH, plane = rest / OH;
-    y[i] = kfab_average(x + plane * H * W, H, W, oh, ow);
+    const int64_t ow = i % OW, r1 = i / OW;
+    const int64_t oh = r1 % OH, r2 = r1 / OH;
+    const int64_t od = r2 % OD, vol = r2 / OD;
+    y[i] = kfab_pool(x + vol * D * H * W, D, H, W, od, oh, ow);
   }
 }
 
@@ -98,10 +113,10 @@ __global__ void __launch_bounds__(B) kfab_avg_pool(const float* __restrict__ x, 
 KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void* stream_) {
 )";
   s += kChecks;
-  s += R"(  const int64_t total = P * OH * OW;
+  s += R"(  const int64_t total = P * OD * OH * OW;
   const int64_t blocks = (total + B - 1) / B;
-  kfab_avg_pool<<<static_cast<unsigned>(blocks < 2147483647 ? blocks : 2147483647), B, 0, static_cast<cudaStream_t>(stream_)>>>(
-      xp, yp, P, H, W, OH, OW);
+  kfab_pool_kernel<<<static_cast<unsigned>(blocks < 2147483647 ? blocks : 2147483647), B, 0, static_cast<cudaStream_t>(stream_)>>>(
+      xp, yp, P, D, H, W, OD, OH, OW);
   return cudaGetLastError() == cudaSuccess ? 0 : 4;
 }
 )";
@@ -113,25 +128,16 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, 
 std::vector<TemplateParams> pool_cpu_grid(const Task&) { return {{{"schedule", "static"}}, {{"schedule", "dynamic"}}}; }
 
 std::string pool_cpu_generate(const Task& t, const TemplateParams& p) {
-  std::string s = fmt::format(R"(// Generated by kfab's built-in tuner: 2-D average pooling, output rows across OpenMP threads ({}).
-#include <cstdint>
-
-#include "kfab/candidate.h"
-
-namespace {{
-
-)",
-                              format_params(p));
-  s += template_text("host_checks.h");
+  std::string s = opening("output rows across OpenMP threads", p, false);
   s += "\n#define KFAB_INLINE static inline\n#define KFAB_LOAD(p) (*(p))\n";
   s += pool_constants(t);
-  s += template_text("avg_pool.h");
+  s += template_text("pool.h");
   s += "\n}  // namespace\n\nKFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void*) {\n";
   s += kChecks;
   s += fmt::format(R"(#pragma omp parallel for schedule({})
-  for (int64_t row = 0; row < P * OH; ++row) {{
-    const int64_t plane = row / OH, oh = row % OH;
-    for (int64_t ow = 0; ow < OW; ++ow) yp[row * OW + ow] = kfab_average(xp + plane * H * W, H, W, oh, ow);
+  for (int64_t row = 0; row < P * OD * OH; ++row) {{
+    const int64_t oh = row % OH, od = row / OH % OD, vol = row / OH / OD;
+    for (int64_t ow = 0; ow < OW; ++ow) yp[row * OW + ow] = kfab_pool(xp + vol * D * H * W, D, H, W, od, oh, ow);
   }}
   return 0;
 }}
@@ -141,8 +147,8 @@ namespace {{
 }
 
 const KernelTemplate kPool[] = {
-    {"cuda_avg_pool2d", "cuda", 2, pool_applies, pool_cuda_grid, pool_cuda_generate},
-    {"cpu_avg_pool2d", "cpu", 2, pool_applies, pool_cpu_grid, pool_cpu_generate},
+    {"cuda_pool", "cuda", 3, pool_applies, pool_cuda_grid, pool_cuda_generate},
+    {"cpu_pool", "cpu", 3, pool_applies, pool_cpu_grid, pool_cpu_generate},
 };
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cctype>
+#include <cmath>
 #include <cstdlib>
 #include <set>
 
@@ -14,7 +15,7 @@ const std::map<std::string, int> kArity = {
     {"neg", 1},     {"abs", 1},      {"exp", 1},   {"log", 1},       {"log1p", 1},     {"expm1", 1},   {"tanh", 1},
     {"sigmoid", 1}, {"relu", 1},     {"sqrt", 1},  {"rsqrt", 1},     {"erf", 1},       {"reciprocal", 1},
     {"sin", 1},     {"cos", 1},      {"gelu_erf", 1}, {"gelu_tanh", 1}, {"silu", 1},   {"floor", 1},   {"ceil", 1},
-    {"sign", 1},    {"not", 1},      {"add", 2},   {"sub", 2},       {"mul", 2},       {"div", 2},     {"pow", 2},
+    {"sign", 1},    {"not", 1},      {"isnan", 1},      {"add", 2},   {"sub", 2},       {"mul", 2},       {"div", 2},     {"pow", 2},
     {"max", 2},     {"min", 2},      {"lt", 2},    {"le", 2},        {"gt", 2},        {"ge", 2},      {"eq", 2},
     {"ne", 2},      {"and", 2},      {"or", 2},    {"where", 3},     {"rowsum", 1},    {"rowmean", 1}, {"rowmax", 1},
     {"rowmin", 1},  {"allsum", 1},   {"allmean", 1}, {"pick", 2},  {"colsum", 1},    {"colmean", 1},
@@ -190,6 +191,7 @@ struct Parser {
       return op(id, args);
     }
     if (id == "inf") return constant(HUGE_VAL);
+    if (id == "nan") return constant(std::nan(""));
     if (id == "ncols" || id == "nrows") return op(id, {});  // the row length and count, at run time
     if (id == "colidx" || id == "rowidx") return op(id, {});  // a column's index in its row, a row's index
     if (auto it = names.find(id); it != names.end()) return it->second;

@@ -87,6 +87,7 @@ std::string pointwise(const Program& p, const PNode& n, const std::vector<std::s
   if (o == "silu") return "(" + a[0] + " / (1.0f + " + exp + "(-" + a[0] + ")))";
   if (o == "sign") return "(float)((" + a[0] + " > 0.0f) - (" + a[0] + " < 0.0f))";
   if (o == "not") return "(" + a[0] + " == 0.0f ? 1.0f : 0.0f)";
+  if (o == "isnan") return "(" + a[0] + " != " + a[0] + " ? 1.0f : 0.0f)";
   if (o == "reciprocal") return "(1.0f / " + a[0] + ")";
   // one-argument functions
   const std::map<std::string, std::string> fn = {

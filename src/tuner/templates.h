@@ -37,8 +37,8 @@ std::vector<const KernelTemplate*> cuda_templates();
 /// The group norm templates (cuda and cpu; op class group_norm with [op_params] groups and eps).
 std::vector<const KernelTemplate*> group_norm_templates();
 
-/// The 2-D average pooling templates (cuda and cpu; op class avg_pool2d with [op_params] kh, kw, sh,
-/// sw, ph, pw, ceil_mode, count_include_pad, divisor).
+/// The pooling templates (cuda and cpu; op class pool with [op_params] nd, max, the window kd, kh, kw,
+/// strides sd, sh, sw, padding pd, ph, pw, dilation dd, dh, dw, ceil_mode, count_include_pad, divisor).
 std::vector<const KernelTemplate*> pool_templates();
 
 /// A reduction over one dimension other than the last (cuda and cpu; op class dim_reduce with [op_params]

@@ -10,7 +10,7 @@ kernel_size = 3
 stride = 2
 padding = 1
 
-KFAB_OP_CLASS = "avg_pool2d"
+KFAB_OP_CLASS = "pool"
 # Tuning shape on a GPU: 16 x 64 x 1024 x 1024 (4 GiB in), memory-bound.
 KFAB_GPU = {"batch_size": 16, "channels": 64, "height": 1024, "width": 1024}
 KFAB_HELDOUT = [{"batch_size": 3, "channels": 5, "height": 37, "width": 29}]

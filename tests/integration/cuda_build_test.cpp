@@ -135,6 +135,28 @@ TEST_F(CudaBuild, CudaTemplatesCompileAtEveryPoint) {
   EXPECT_EQ(built, 27);  // 4 + 7 + 8 + 8
 }
 
+// The pool template compiles for a max and an average over 1, 2 and 3 dimensions.
+TEST_F(CudaBuild, EveryPoolingCompiles) {
+  auto task = load_task(std::filesystem::path(KFAB_SOURCE_DIR) / "tasks/core/cumsum");
+  ASSERT_TRUE(task.has_value());
+  const KernelTemplate* t = template_named("cuda_pool");
+  ASSERT_NE(t, nullptr);
+  for (int form = 0; form < 6; ++form) {
+    Task k = *task;  // a [B, N] tensor as [B, 1, 1, N]: the shapes only need the rank
+    k.op_class = "pool";
+    k.inputs[0].shape = {"B", "1", "1", "1", "N"};
+    k.outputs[0].shape = k.inputs[0].shape;
+    k.op_params = {{"nd", form / 2 + 1}, {"max", form % 2}, {"kw", 3}, {"sw", 2}, {"pw", 1}, {"dw", form % 2 + 1}};
+    if (form >= 2) k.op_params.insert({{"kh", 2}, {"sh", 1}});
+    if (form >= 4) k.op_params.insert({{"kd", 3}, {"sd", 2}, {"pd", 1}, {"dd", 3}});
+    ASSERT_TRUE(t->applies(k)) << form;
+    const auto f = scratch() / ("pool_" + std::to_string(form) + ".cu");
+    ASSERT_TRUE(write_file_atomic(f, t->generate(k, t->grid(k).front())).has_value());
+    auto r = backend_.build(f);
+    ASSERT_TRUE(r.ok()) << form << "\n" << r.failure().message;
+  }
+}
+
 // The row-scan template compiles in each of its forms (a sum or a product; reversed, exclusive, masked).
 TEST_F(CudaBuild, EveryFormOfTheScanCompiles) {
   auto task = load_task(std::filesystem::path(KFAB_SOURCE_DIR) / "tasks/core/cumsum");

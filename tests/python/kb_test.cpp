@@ -303,7 +303,7 @@ TEST_F(KbEval, TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest) {
   const std::map<std::string, std::pair<std::string, std::string>> kinds = {
       {"l1_cumsum", {"scan", "cuda_row_scan"}}, {"l1_sum_dim", {"dim_reduce", "cuda_dim_reduce"}},
       {"l1_permute", {"transpose", "cuda_tiled_transpose"}}, {"l1_group_norm", {"group_norm", "cuda_group_norm"}},
-      {"l1_avg_pool2d", {"avg_pool2d", "cuda_avg_pool2d"}}, {"l1_argmax_dim", {"dim_reduce", "cuda_dim_reduce"}},
+      {"l1_avg_pool2d", {"pool", "cuda_pool"}}, {"l1_max_pool1d", {"pool", "cuda_pool"}}, {"l1_argmax_dim", {"dim_reduce", "cuda_dim_reduce"}},
       {"l1_cumsum_masked", {"scan", "cuda_row_scan"}}};
   CudaBackend nvcc;
   TorchInspector ev("cuda", EvalOptions{});
@@ -336,7 +336,18 @@ TEST_F(KbEval, TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest) {
         EXPECT_EQ((*tr)["op_params"].value("ph", -1), 1) << tr->dump();
         EXPECT_EQ((*tr)["op_params"].value("count_include_pad", 0), 1) << tr->dump();
         for (const auto& [k, v] : (*tr)["op_params"].items()) store.op_params[k] = v.get<double>();
-        store.op_class = "avg_pool2d";
+        store.op_class = "pool";
+      }
+      if (stem == "l1_max_pool1d") {
+        // a 1-D max pooling (torch runs it as a 2-D one over x.unsqueeze(-2)): one pooled dimension, dilated
+        ASSERT_TRUE(tr->contains("op_params")) << tr->dump();
+        EXPECT_EQ((*tr)["op_params"].value("nd", 0), 1) << tr->dump();
+        EXPECT_EQ((*tr)["op_params"].value("max", 0), 1) << tr->dump();
+        EXPECT_EQ((*tr)["op_params"].value("kw", 0), 5) << tr->dump();
+        EXPECT_EQ((*tr)["op_params"].value("dw", 0), 2) << tr->dump();
+        EXPECT_EQ((*tr)["op_params"].value("kh", 0), 1) << tr->dump();
+        for (const auto& [k, v] : (*tr)["op_params"].items()) store.op_params[k] = v.get<double>();
+        store.op_class = "pool";
       }
       if (stem == "l1_cumsum_masked" || stem == "l1_cumsum") {
         // which scan: a plain or a masked cumsum (the mask, a bool tensor, is the second input)
@@ -541,7 +552,7 @@ TEST_F(KbEval, TheTunerTakesAnAveragePoolingWithItsWindowBuiltIn) {
   ASSERT_TRUE(found_correct(r)) << r.out << r.err;
   nlohmann::json j = r.json();
   EXPECT_EQ(j["best"]["disposition"], "passed") << j.dump(2);
-  EXPECT_EQ(j["tuner"]["template"], "cpu_avg_pool2d");
+  EXPECT_EQ(j["tuner"]["template"], "cpu_pool");
   int heldout = 0;
   for (const auto& s : j["verdict"]["shapes"]) heldout += s.value("heldout", false) && s["status"] == "passed";
   EXPECT_EQ(heldout, 1) << j["verdict"].dump(2);
@@ -562,6 +573,22 @@ TEST_F(KbEval, TheTunerTakesAnIndexReductionOverTheMiddleDimension) {
   int heldout = 0;
   for (const auto& s : j["verdict"]["shapes"]) heldout += s.value("heldout", false) && s["status"] == "passed";
   EXPECT_GE(heldout, 1) << j["verdict"].dump(2);
+}
+
+// A 1-D max pooling with padding and dilation (torch runs it as a 2-D one over x.unsqueeze(-2), indices
+// unused): the pool template with one pooled dimension; it passes on every shape, held-out ones included.
+TEST_F(KbEval, TheTunerTakesADilatedMaxPooling) {
+  const std::string task = std::string(KFAB_SOURCE_DIR) + "/tasks/kb/l1_max_pool1d.py";
+  CliResult r = kfab_cli({"optimize", task, "--target", "cpu", "--fresh", "--no-compile", "--json", "--quiet", "--points", "1", "--out",
+                          (scratch() / "maxpool").string()},
+                         900);
+  ASSERT_TRUE(found_correct(r)) << r.out << r.err;
+  nlohmann::json j = r.json();
+  EXPECT_EQ(j["best"]["disposition"], "passed") << j.dump(2);
+  EXPECT_EQ(j["tuner"]["template"], "cpu_pool");
+  int heldout = 0;
+  for (const auto& s : j["verdict"]["shapes"]) heldout += s.value("heldout", false) && s["status"] == "passed";
+  EXPECT_EQ(heldout, 1) << j["verdict"].dump(2);
 }
 
 // A cumsum of x * mask (a bool mask as the second input) goes to the row-scan template with the mask read

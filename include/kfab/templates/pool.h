@@ -1,0 +1,82 @@
+#pragma once
+// Pooling over one N-D window (tuner/pool.cpp, on cuda and on cpu; 1-D and 2-D pooling as 3-D with
+// leading windows of one element): the output size torch gives (pooling_output_shape), and one output's
+// maximum (MAX) or average. A window wholly inside the input is read by unrolled loops. The generated
+// file defines the window (KD, KH, KW, SD, SH, SW, PD, PH, PW, DD, DH, DW: size, stride, padding and
+// dilation; CEIL, INCLUDE_PAD, DIVISOR, MAX), KFAB_INLINE (__device__ __forceinline__, or static inline on
+// the host) and KFAB_LOAD before it. The text between the kfab:begin and kfab:end lines is spliced into
+// the candidates the tuner writes, inside an unnamed namespace; tests/templates/pool.cu compiles it alone.
+// kfab:begin
+int64_t kfab_pooled(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
+  const int64_t span = in + 2 * p - d * (k - 1) - 1 + (CEIL ? s - 1 : 0);
+  if (span < 0) return 0;
+  int64_t out = span / s + 1;
+  if (CEIL && (out - 1) * s >= in + p) --out;  // the last window must start inside the input or its left padding
+  return out;
+}
+
+// The maximum as torch's max pooling takes it: a NaN wins; positions in the padding are not read.
+KFAB_INLINE float kfab_pool_max(const float* __restrict__ vol, int64_t D, int64_t H, int64_t W, int64_t ds, int64_t hs, int64_t ws) {
+  float m = -INFINITY;
+  if (ds >= 0 && hs >= 0 && ws >= 0 && ds + (KD - 1) * DD < D && hs + (KH - 1) * DH < H && ws + (KW - 1) * DW < W) {
+    const float* p = vol + (ds * H + hs) * W + ws;
+#pragma unroll
+    for (int64_t a = 0; a < KD; ++a)
+#pragma unroll
+      for (int64_t b = 0; b < KH; ++b)
+#pragma unroll
+        for (int64_t c = 0; c < KW; ++c) {
+          const float v = KFAB_LOAD(p + (a * DD * H + b * DH) * W + c * DW);
+          if (v > m || v != v) m = v;
+        }
+    return m;
+  }
+  for (int64_t a = 0; a < KD; ++a) {
+    const int64_t d = ds + a * DD;
+    if (d < 0 || d >= D) continue;
+    for (int64_t b = 0; b < KH; ++b) {
+      const int64_t h = hs + b * DH;
+      if (h < 0 || h >= H) continue;
+      for (int64_t c = 0; c < KW; ++c) {
+        const int64_t w = ws + c * DW;
+        if (w < 0 || w >= W) continue;
+        const float v = KFAB_LOAD(vol + (d * H + h) * W + w);
+        if (v > m || v != v) m = v;
+      }
+    }
+  }
+  return m;
+}
+
+// The average as torch's CUDA kernels take it: the window clipped to the padded input sets the divisor
+// (count_include_pad), the sum runs over the part inside the input, depth, then rows, then columns.
+KFAB_INLINE float kfab_pool_avg(const float* __restrict__ vol, int64_t D, int64_t H, int64_t W, int64_t ds, int64_t hs, int64_t ws) {
+  int64_t de = ds + KD < D + PD ? ds + KD : D + PD, he = hs + KH < H + PH ? hs + KH : H + PH, we = ws + KW < W + PW ? ws + KW : W + PW;
+  const int64_t pool = (de - ds) * (he - hs) * (we - ws);
+  float s = 0.0f;
+  if (ds >= 0 && hs >= 0 && ws >= 0 && ds + KD <= D && hs + KH <= H && ws + KW <= W) {
+    const float* p = vol + (ds * H + hs) * W + ws;
+#pragma unroll
+    for (int64_t a = 0; a < KD; ++a)
+#pragma unroll
+      for (int64_t r = 0; r < KH; ++r)
+#pragma unroll
+        for (int64_t c = 0; c < KW; ++c) s += KFAB_LOAD(p + (a * H + r) * W + c);
+    de = ds + KD, he = hs + KH, we = ws + KW;
+  } else {
+    ds = ds > 0 ? ds : 0, hs = hs > 0 ? hs : 0, ws = ws > 0 ? ws : 0;
+    de = de < D ? de : D, he = he < H ? he : H, we = we < W ? we : W;
+    for (int64_t a = ds; a < de; ++a)
+      for (int64_t r = hs; r < he; ++r)
+        for (int64_t c = ws; c < we; ++c) s += KFAB_LOAD(vol + (a * H + r) * W + c);
+  }
+  const int64_t d = DIVISOR != 0 ? DIVISOR : INCLUDE_PAD ? pool : (de - ds) * (he - hs) * (we - ws);
+  return d > 0 ? s / static_cast<float>(d) : 0.0f;
+}
+
+// Output (od, oh, ow) of one [D, H, W] volume.
+KFAB_INLINE float kfab_pool(const float* __restrict__ vol, int64_t D, int64_t H, int64_t W, int64_t od, int64_t oh, int64_t ow) {
+  if constexpr (MAX) return kfab_pool_max(vol, D, H, W, od * SD - PD, oh * SH - PH, ow * SW - PW);
+  else return kfab_pool_avg(vol, D, H, W, od * SD - PD, oh * SH - PH, ow * SW - PW);
+}
+// kfab:end
