@@ -170,6 +170,10 @@ class _Matcher:
             return "R"
         if core == row:
             return "C"
+        # a row of several dimensions with its leading dimensions merged or split (an instance norm's
+        # [1, B * C, H, W] view of [B, C, H, W]): the same elements in the same order
+        if self.k > 1 and not integer and math.prod(shape) == math.prod(S) and list(shape[-self.k:]) == self.row:
+            return "E"
         # the main shape with dimensions of size 1 put in or taken out (an unsqueeze before an instance
         # norm), or with its rows split over several leading dimensions (a 3-D tensor times a matrix):
         # the same elements in the same order
@@ -290,10 +294,11 @@ class _Matcher:
         if self.groups > 1:
             raise Unsupported(f"{node.target} beside a GroupNorm of {self.groups} groups (the program's rows are groups)")
         xs = list(x.meta["val"].shape)
-        if (xc == "E" and self.k == 1 and training and len(xs) >= 3 and xs[0] == 1 and xs[1] == math.prod(self.lead)
-                and math.prod(xs[2:-1]) == 1 and xs[-1] == self.row[-1] and w is None and b is None):
+        if (xc == "E" and training and len(xs) >= 3 and xs[0] == 1 and xs[1] == math.prod(self.lead)
+                and math.prod(xs[2:]) == math.prod(self.row) and xs[-1] == self.row[-1] and w is None and b is None):
             # an instance norm as torch writes it: a batch norm of a [1, rows, .., n] view whose channels
-            # are the rows: each row normalised over its own elements
+            # are the rows (a row one or several trailing dimensions: an InstanceNorm2d's H, W): each row
+            # normalised over its own elements
             self.normalize(node, xe, eps, None, None, "row")
             return
         if xc != "E" or self.k != 1 or len(xs) != 2:
@@ -531,6 +536,12 @@ def _row_dims(gm, S: list) -> int:
             continue
         if base == "native_layer_norm":
             ks.add(len(node.args[1]))
+            continue
+        if base == "view" and len(node.users) == 1 and _base(next(iter(node.users))) == "native_batch_norm":
+            # an instance norm: a training batch norm of x viewed as [1, rows, *row] (its channels the rows)
+            shape = list(node.args[1])
+            if len(shape) >= 3 and shape[0] == 1 and math.prod(shape) == math.prod(S) and shape[2:] == S[nd - len(shape) + 2:]:
+                ks.add(len(shape) - 2)
             continue
         if base not in ("sum", "mean", "amax", "amin", "var", "var_mean", "linalg_vector_norm"):
             continue
@@ -824,6 +835,38 @@ def _scan_kind(gm, example: list):
             "op_params": p}
 
 
+def _dim_rms_kind(gm, example: list):
+    """A Model that is an RMS normalisation of its one f32 input over one dimension other than the last:
+    x / sqrt(mean(x ** 2, dim, keepdim=True) + eps), or x * rsqrt(...) (KernelBench's level1/36 over the
+    channels of [B, C, H, W]): the dim_reduce template's op 6, which reads each column twice."""
+    if len(example) != 1 or example[0].dtype != torch.float32 or example[0].dim() < 2:
+        return None
+    core = [n for n in gm.graph.nodes if n.op == "call_function" and _base(n) not in _COPIES]
+    if len(core) != 5:
+        return None
+    x = [n for n in gm.graph.nodes if n.op == "placeholder"][0]
+    sq, mean, add, root, out = core
+    nd = example[0].dim()
+    if not ((_base(sq) == "pow" and sq.args == (x, 2)) or (_base(sq) == "mul" and sq.args == (x, x))):
+        return None
+    if _base(mean) != "mean" or mean.args[0] is not sq or len(mean.args) < 3 or not mean.args[2] or len(mean.args[1]) != 1:
+        return None
+    d = mean.args[1][0] % nd
+    if math.prod(example[0].shape[d + 1:]) <= 1:
+        return None
+    if _base(add) != "add" or add.args[0] is not mean or not isinstance(add.args[1], (int, float)):
+        return None
+    ok = (_base(root) == "sqrt" and _base(out) == "div" and out.args == (x, root)) or \
+        (_base(root) == "rsqrt" and _base(out) == "mul" and set(out.args) == {x, root})
+    outs = [n for n in gm.graph.nodes if n.op == "output"][0].args[0]
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    if not ok or root.args[0] is not add or outs != [out]:
+        return None
+    return {"supported": True, "kind": "dim_reduce", "formula": "", "outputs": ["out0"], "shape": list(example[0].shape),
+            "inputs": [{"name": "in0", "cls": "E", "integer": False, "i32": False}],
+            "op_params": {"op": 6, "dim": d, "keepdim": 1, "eps": float(add.args[1])}}
+
+
 _DIM_REDUCE = {"sum": 0, "mean": 1, "max": 2, "amax": 2, "min": 3, "amin": 3, "argmax": 4, "argmin": 5}
 
 
@@ -997,7 +1040,8 @@ def _trace_fake(t: taskmod.KbTask, shape: dict) -> dict:
         gm = make_fx(f, decomposition_table=_decompositions(), tracing_mode="real")(*example)
     except Exception as e:  # noqa: BLE001 - a model make_fx cannot trace is simply not fusible here
         return {"supported": False, "reason": f"tracing failed: {type(e).__name__}: {e}"}
-    kind = (_single_op_kind(gm, example) or _scan_kind(gm, example) or _dim_reduce_kind(gm, example) or _group_norm_kind(gm, example)
+    kind = (_single_op_kind(gm, example) or _scan_kind(gm, example) or _dim_reduce_kind(gm, example)
+            or _dim_rms_kind(gm, example) or _group_norm_kind(gm, example)
             or _pool_kind(gm, example))
     if kind is not None:
         if kind.get("op_params"):

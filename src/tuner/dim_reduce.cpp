@@ -1,6 +1,7 @@
 // Reductions over one dimension that is not the last (cuda and cpu): y = sum, mean, max, min, argmax or
-// argmin of an f32 tensor over `dim` (op_params op, dim, keepdim; a native task of op class "reduction"
-// named for a sum: the sum over dim 1 of [B, R, C]). The tensor is read in its own layout as
+// argmin of an f32 tensor over `dim`, or its RMS normalisation over `dim` (y = x / sqrt(mean(x^2, dim) +
+// eps), of x's shape) (op_params op, dim, keepdim, eps; a native task of op class "reduction" named for a
+// sum: the sum over dim 1 of [B, R, C]). The tensor is read in its own layout as
 // [outer, r, c] (c > 1, the dimensions after `dim`): neighbouring threads take neighbouring columns and
 // walk down the rows, so every load is coalesced, however far apart the reduced elements lie.
 #include <fmt/format.h>
@@ -20,12 +21,15 @@ int op_int(const Task& t, const char* k, int dflt) {
 struct Reduce {
   int op = 0, dim = 1;
   bool keep = false;
-  bool arg() const { return op >= 4; }
+  double eps = 0.0;
+  bool arg() const { return op == 4 || op == 5; }
+  bool rms() const { return op == 6; }
 };
 
 Reduce reduce_of(const Task& t) {
   if (t.op_class == "reduction") return {};  // a native middle-dimension sum
-  return {op_int(t, "op", -1), op_int(t, "dim", -1), op_int(t, "keepdim", 0) != 0};
+  auto eps = t.op_params.find("eps");
+  return {op_int(t, "op", -1), op_int(t, "dim", -1), op_int(t, "keepdim", 0) != 0, eps == t.op_params.end() ? 0.0 : eps->second};
 }
 
 bool dim_reduce_applies(const Task& t) {
@@ -38,21 +42,22 @@ bool dim_reduce_applies(const Task& t) {
   if (t.op_class != "dim_reduce") return false;
   const Reduce r = reduce_of(t);
   const int nd = static_cast<int>(x.size());
-  if (r.op < 0 || r.op > 5 || r.dim < 0 || r.dim + 1 >= nd) return false;
+  if (r.op < 0 || r.op > 6 || r.dim < 0 || r.dim + 1 >= nd) return false;
   if (t.outputs[0].dtype != (r.arg() ? DType::I64 : DType::F32)) return false;
-  return static_cast<int>(y.size()) == (r.keep ? nd : nd - 1);
+  return r.rms() ? y == x : static_cast<int>(y.size()) == (r.keep ? nd : nd - 1);
 }
 
 std::string constants(const Task& t) {
   const Reduce r = reduce_of(t);
-  static const char* const kNames[] = {"sum", "mean", "max", "min", "argmax", "argmin"};
+  static const char* const kNames[] = {"sum", "mean", "max", "min", "argmax", "argmin", "RMS normalisation"};
   return fmt::format(R"(
 constexpr int OP = {};          // {} (kfab_reduce_op)
 constexpr int32_t DIM = {};     // the dimension reduced
-constexpr bool KEEPDIM = {};
+constexpr bool KEEPDIM = {};    // (an RMS normalisation: y has x's shape)
+constexpr float EPS = static_cast<float>({:.17g});  // (an RMS normalisation)
 using Out = {};
 )",
-                     r.op, kNames[r.op], r.dim, r.keep ? "true" : "false", r.arg() ? "int64_t" : "float");
+                     r.op, kNames[r.op], r.dim, r.keep || r.rms() ? "true" : "false", r.eps, r.arg() ? "int64_t" : "float");
 }
 
 // kfab_run's checks, both targets: x dense f32, y dense of Out's type and x's shape with DIM removed (or
@@ -66,7 +71,7 @@ constexpr const char* kChecks = R"(  if (in == nullptr || out == nullptr || n_in
   int64_t outer = 1, c = 1;
   for (int32_t d = 0, e = 0; d < x.ndim; ++d) {
     if (d == DIM) {
-      if (KEEPDIM && y.shape[e++] != 1) return 3;
+      if (KEEPDIM && y.shape[e++] != (OP == 6 ? x.shape[d] : 1)) return 3;
       continue;
     }
     if (y.shape[e++] != x.shape[d]) return 3;
@@ -74,7 +79,7 @@ constexpr const char* kChecks = R"(  if (in == nullptr || out == nullptr || n_in
   }
   const int64_t r = x.shape[DIM];
   if (outer == 0 || c == 0) return 0;
-  if (r == 0 && OP >= 2) return 6;  // torch refuses a max, min, argmax or argmin over nothing
+  if (r == 0) return 6;  // over an empty dimension (torch refuses a max or an index of nothing): not taken
   const float* xp = static_cast<const float*>(x.data);
   Out* yp = static_cast<Out*>(y.data);
 )";
@@ -103,9 +108,8 @@ constexpr const char* kCudaLaunch = R"(  if (outer > 65535) return 4;
   const int64_t most = (r + 4 * RY - 1) / (4 * RY);
   split = split < most ? split : most;
   split = OP >= KFAB_R_MAX || split < 1 ? 1 : (split > 65535 ? 65535 : split);
-  if (split > 1 || r == 0)
+  if (split > 1)
     if (cudaMemsetAsync(yp, 0, sizeof(Out) * static_cast<size_t>(outer * c), stream) != cudaSuccess) return 5;
-  if (r == 0) return 0;
   if (gx > 2147483647) return 4;
   const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(split), static_cast<unsigned>(outer));
   if (vec) kfab_dim_reduce<4, Out><<<grid, B, 0, stream>>>(xp, yp, r, c);
@@ -146,13 +150,13 @@ std::vector<TemplateParams> cpu_grid(const Task& t) {
   std::vector<TemplateParams> g;
   for (const char* acc : {"float", "double"})
     for (const char* cb : {"256", "1024"})
-      if (reduce_of(t).op <= 1) g.push_back({{"accumulate", acc}, {"cblock", cb}});
+      if (reduce_of(t).op <= 1 || reduce_of(t).rms()) g.push_back({{"accumulate", acc}, {"cblock", cb}});
       else if (acc[0] == 'f') g.push_back({{"cblock", cb}});
   return g;
 }
 
 std::string cpu_generate(const Task& t, const TemplateParams& p) {
-  const bool add = reduce_of(t).op <= 1;
+  const bool add = reduce_of(t).op <= 1 || reduce_of(t).rms();
   std::string s = fmt::format(R"(// Generated by kfab's built-in tuner: a reduction over one dimension, column blocks ({}).
 #include <cmath>
 #include <cstdint>
@@ -188,7 +192,15 @@ namespace {{
     for (int64_t i = 0; i < r; ++i) {{
       const float* row = xb + i * c;
 #pragma omp simd
-      for (int64_t j = 0; j < n; ++j) acc[j] += row[j];
+      for (int64_t j = 0; j < n; ++j) acc[j] += OP == 6 ? row[j] * row[j] : row[j];
+    }}
+    if (OP == 6) {{  // x / sqrt(mean(x^2) + EPS), the rows read again
+      float d[CB];
+      for (int64_t j = 0; j < n; ++j) d[j] = std::sqrt(static_cast<float>(acc[j]) / static_cast<float>(r) + EPS);
+      for (int64_t i = 0; i < r; ++i)
+#pragma omp simd
+        for (int64_t j = 0; j < n; ++j) yp[(bb * r + i) * c + c0 + j] = xb[i * c + j] / d[j];
+      continue;
     }}
     for (int64_t j = 0; j < n; ++j) yb[j] = static_cast<float>(OP == 1 ? acc[j] / r : acc[j]);)",
                                                       fmt::arg("acc", p.at("accumulate")))

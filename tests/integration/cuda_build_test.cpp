@@ -180,18 +180,19 @@ TEST_F(CudaBuild, EveryFormOfTheScanCompiles) {
 }
 
 // The dim_reduce template compiles for each of its reductions (sum, mean, max, min, argmax, argmin; the
-// last two writing int64), keepdim or not, at its first point.
+// last two writing int64; an RMS normalisation, of x's shape), keepdim or not, at its first point.
 TEST_F(CudaBuild, EveryReductionOverADimensionCompiles) {
   auto task = load_task(std::filesystem::path(KFAB_SOURCE_DIR) / "tasks/core/sum_dim1");
   ASSERT_TRUE(task.has_value());
   const KernelTemplate* t = template_named("cuda_dim_reduce");
   ASSERT_NE(t, nullptr);
-  for (int op = 0; op < 6; ++op) {
+  for (int op = 0; op < 7; ++op) {
     Task k = *task;
     k.op_class = "dim_reduce";
-    k.op_params = {{"op", op}, {"dim", 1}, {"keepdim", op % 2}};
-    k.outputs[0].dtype = op >= 4 ? DType::I64 : DType::F32;
+    k.op_params = {{"op", op}, {"dim", 1}, {"keepdim", op % 2}, {"eps", 1e-5}};
+    k.outputs[0].dtype = op == 4 || op == 5 ? DType::I64 : DType::F32;
     if (op % 2) k.outputs[0].shape = {k.inputs[0].shape[0], "1", k.inputs[0].shape[2]};
+    if (op == 6) k.outputs[0].shape = k.inputs[0].shape;
     ASSERT_TRUE(t->applies(k)) << op;
     const auto f = scratch() / ("dim_reduce_" + std::to_string(op) + ".cu");
     ASSERT_TRUE(write_file_atomic(f, t->generate(k, t->grid(k).front())).has_value());

@@ -9,6 +9,7 @@
 namespace {
 
 constexpr int B = 256, RY = 8, OP = 4;
+constexpr float EPS = 1e-5f;
 constexpr int CX = B / RY;
 
 #include "kfab/templates/dim_reduce.cuh"

@@ -1,13 +1,14 @@
 #pragma once
 // The kernel of a reduction over one dimension that is not the last: x seen as [outer, r, c], y as
 // [outer, c]; a sum, mean, max, min, argmax or argmin over r (torch.sum / mean / max / min / argmax /
-// argmin with `dim`; keepdim only changes y's shape). Column vectors a thread, row groups a block,
-// partial results combined in shared memory in row order (tuner/cuda_templates.cpp). The generated file
-// defines B, RY, CX and OP (kfab_reduce_op) before it and launches it from its kfab_run. The text
+// argmin with `dim`; keepdim only changes y's shape), or an RMS normalisation over r (y of x's shape:
+// x / sqrt(mean(x^2 over r) + EPS)). Column vectors a thread, row groups a block, partial results
+// combined in shared memory in row order (tuner/dim_reduce.cpp). The generated file defines B, RY, CX,
+// OP (kfab_reduce_op) and EPS before it and launches it from its kfab_run. The text
 // between the kfab:begin and kfab:end lines is spliced into the candidates the tuner writes, inside an
 // unnamed namespace; tests/templates/dim_reduce.cu compiles it on its own.
 // kfab:begin
-enum kfab_reduce_op { KFAB_R_SUM = 0, KFAB_R_MEAN = 1, KFAB_R_MAX = 2, KFAB_R_MIN = 3, KFAB_R_ARGMAX = 4, KFAB_R_ARGMIN = 5 };
+enum kfab_reduce_op { KFAB_R_SUM = 0, KFAB_R_MEAN = 1, KFAB_R_MAX = 2, KFAB_R_MIN = 3, KFAB_R_ARGMAX = 4, KFAB_R_ARGMIN = 5, KFAB_R_RMS = 6 };
 
 // Whether v replaces best (found at a smaller row) in a max (MAXLIKE) or a min: a NaN wins and stays,
 // as torch's max, min, argmax and argmin have it; a tie keeps the first.
@@ -20,10 +21,11 @@ __device__ __forceinline__ bool kfab_reduce_better(float v, float best) {
 // Thread (tx, ty) of block (cx, split, b) reduces rows r0 + ty, r0 + ty + RY, ... < r1 of the V columns
 // at (cx * CX + tx) * V; the RY partials meet in shared memory; with more than one split (a sum or a
 // mean alone), the blocks' partials meet in y through atomics (y is zeroed first). Y is float, or
-// int64_t for an argmax or argmin.
+// int64_t for an argmax or argmin. An RMS normalisation (one split) reads its rows again to write them.
 template <int V, typename Y>
 __global__ void __launch_bounds__(B) kfab_dim_reduce(const float* __restrict__ x, Y* __restrict__ y, int64_t r, int64_t c) {
-  constexpr bool ADD = OP == KFAB_R_SUM || OP == KFAB_R_MEAN;
+  constexpr bool RMS = OP == KFAB_R_RMS;
+  constexpr bool ADD = OP == KFAB_R_SUM || OP == KFAB_R_MEAN || RMS;
   constexpr bool MAXLIKE = OP == KFAB_R_MAX || OP == KFAB_R_ARGMAX;
   constexpr bool ARG = OP == KFAB_R_ARGMAX || OP == KFAB_R_ARGMIN;
   __shared__ float part[RY][CX * V];
@@ -52,7 +54,9 @@ __global__ void __launch_bounds__(B) kfab_dim_reduce(const float* __restrict__ x
       }
 #pragma unroll
       for (int v = 0; v < V; ++v) {
-        if constexpr (ADD) {
+        if constexpr (RMS) {
+          acc[v] += q[v] * q[v];
+        } else if constexpr (ADD) {
           acc[v] += q[v];
         } else if (at[v] < 0 || kfab_reduce_better<MAXLIKE>(q[v], acc[v])) {
           acc[v] = q[v], at[v] = i;
@@ -85,13 +89,24 @@ __global__ void __launch_bounds__(B) kfab_dim_reduce(const float* __restrict__ x
       }
     }
     if constexpr (OP == KFAB_R_MEAN) t /= static_cast<float>(r);
-    if constexpr (ARG) {
+    if constexpr (RMS) {
+      part[0][k] = sqrtf(t / static_cast<float>(r) + EPS);  // the divisor of this column, for the second pass
+    } else if constexpr (ARG) {
       y[b * c + cc] = static_cast<Y>(ti < 0 ? 0 : ti);
     } else if (split == 1) {
       y[b * c + cc] = static_cast<Y>(t);
     } else if (r0 < r1) {
       atomicAdd(reinterpret_cast<float*>(y) + b * c + cc, t);
     }
+  }
+  if constexpr (RMS) {  // y = x / the column's divisor, the rows read again (mostly from L2)
+    __syncthreads();
+    if (!live) return;
+    float* yb = reinterpret_cast<float*>(y) + b * r * c + col;
+#pragma unroll 4
+    for (int64_t i = ty; i < r; i += RY)
+#pragma unroll
+      for (int v = 0; v < V; ++v) __stcs(yb + i * c + v, __ldg(xb + i * c + v) / part[0][tx * V + v]);
   }
 }
 // kfab:end
