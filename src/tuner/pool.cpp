@@ -137,7 +137,7 @@ std::string pool_cpu_generate(const Task& t, const TemplateParams& p) {
   s += fmt::format(R"(#pragma omp parallel for schedule({})
   for (int64_t row = 0; row < P * OD * OH; ++row) {{
     const int64_t oh = row % OH, od = row / OH % OD, vol = row / OH / OD;
-    for (int64_t ow = 0; ow < OW; ++ow) yp[row * OW + ow] = kfab_pool(xp + vol * D * H * W, D, H, W, od, oh, ow);
+    kfab_pool_row(xp + vol * D * H * W, D, H, W, od, oh, yp + row * OW, OW);
   }}
   return 0;
 }}
@@ -148,7 +148,7 @@ std::string pool_cpu_generate(const Task& t, const TemplateParams& p) {
 
 const KernelTemplate kPool[] = {
     {"cuda_pool", "cuda", 3, pool_applies, pool_cuda_grid, pool_cuda_generate},
-    {"cpu_pool", "cpu", 3, pool_applies, pool_cpu_grid, pool_cpu_generate},
+    {"cpu_pool", "cpu", 4, pool_applies, pool_cpu_grid, pool_cpu_generate},
 };
 
 }  // namespace

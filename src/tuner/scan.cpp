@@ -111,6 +111,7 @@ namespace {{
                               format_params(p));
   s += template_text("host_checks.h");
   s += constants(t);
+  s += "constexpr float kKeep[2] = {0.0f, 1.0f};  // x * mask (x * 0 keeps a NaN, as torch's product does)\n";
   s += "\n}  // namespace\n\nKFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void*) {\n";
   s += kChecks;
   s += fmt::format(R"(#pragma omp parallel for {sched} if (rows * n > 32768)
@@ -122,7 +123,7 @@ namespace {{
     for (int64_t s = 0; s < n; ++s) {{
       const int64_t j = REVERSE ? n - 1 - s : s;
       float v = r[j];
-      if (MASKED) v *= k[j] ? 1.0f : 0.0f;
+      if (MASKED) v *= kKeep[k[j] != 0];  // a load, not a branch: a random mask would mispredict half the time
       if (EXCLUSIVE) o[j] = static_cast<float>(run);
       run = OP == 1 ? run * v : run + v;
       if (!EXCLUSIVE) o[j] = static_cast<float>(run);
@@ -138,7 +139,7 @@ namespace {{
 
 const KernelTemplate kScan[] = {
     {"cuda_row_scan", "cuda", 3, scan_applies, cuda_grid, cuda_generate},
-    {"cpu_rowwise_cumsum", "cpu", 3, scan_applies, cpu_grid, cpu_generate},
+    {"cpu_rowwise_cumsum", "cpu", 4, scan_applies, cpu_grid, cpu_generate},
 };
 
 }  // namespace

@@ -79,4 +79,39 @@ KFAB_INLINE float kfab_pool(const float* __restrict__ vol, int64_t D, int64_t H,
   if constexpr (MAX) return kfab_pool_max(vol, D, H, W, od * SD - PD, oh * SH - PH, ow * SW - PW);
   else return kfab_pool_avg(vol, D, H, W, od * SD - PD, oh * SH - PH, ow * SW - PW);
 }
+
+#if !defined(__CUDACC__)
+// Output row (od, oh) of one volume on the host: the outputs whose window lies wholly inside the input
+// window tap by tap with the row's outputs as the SIMD lanes (the same operations in the same order as
+// kfab_pool, so the same values), the others one by one.
+static inline void kfab_pool_row(const float* __restrict__ vol, int64_t D, int64_t H, int64_t W, int64_t od, int64_t oh,
+                                 float* __restrict__ out, int64_t OW) {
+  constexpr int64_t DDe = MAX ? DD : 1, DHe = MAX ? DH : 1, DWe = MAX ? DW : 1;  // an average has no dilation
+  const int64_t ds = od * SD - PD, hs = oh * SH - PH;
+  const int64_t last = W - 1 - (KW - 1) * DWe;  // the largest window start inside the row
+  int64_t lo = (PW + SW - 1) / SW, hi = last + PW >= 0 ? (last + PW) / SW + 1 : 0;
+  hi = hi < OW ? hi : OW;
+  lo = lo < hi ? lo : hi;
+  if (ds < 0 || hs < 0 || ds + (KD - 1) * DDe >= D || hs + (KH - 1) * DHe >= H) lo = hi = 0;
+  for (int64_t ow = 0; ow < lo; ++ow) out[ow] = kfab_pool(vol, D, H, W, od, oh, ow);
+  for (int64_t ow = hi; ow < OW; ++ow) out[ow] = kfab_pool(vol, D, H, W, od, oh, ow);
+  if (lo >= hi) return;
+  for (int64_t ow = lo; ow < hi; ++ow) out[ow] = MAX ? -INFINITY : 0.0f;
+  for (int64_t a = 0; a < KD; ++a)
+    for (int64_t b = 0; b < KH; ++b)
+      for (int64_t c = 0; c < KW; ++c) {
+        const float* p = vol + ((ds + a * DDe) * H + hs + b * DHe) * W + c * DWe - PW;
+#pragma omp simd
+        for (int64_t ow = lo; ow < hi; ++ow) {
+          const float v = p[ow * SW], m = out[ow];
+          out[ow] = MAX ? ((v > m || v != v) ? v : m) : m + v;
+        }
+      }
+  if constexpr (!MAX) {
+    const float d = static_cast<float>(DIVISOR != 0 ? DIVISOR : KD * KH * KW);
+#pragma omp simd
+    for (int64_t ow = lo; ow < hi; ++ow) out[ow] /= d;
+  }
+}
+#endif
 // kfab:end
