@@ -53,6 +53,18 @@ def _views(tensors: list):
     return arr, keep
 
 
+def as_abi_input(x, device: str, kept: dict):
+    """What kfab_run gets for an input: a tensor as it is; a Python int or float (KernelBench's level1/5
+    passes A and a float s) as a 0-dim tensor on `device`, int64 or float32 (an addition to the candidate
+    ABI), made once per value and kept in `kept`, so that timed calls copy nothing."""
+    if not isinstance(x, (int, float)) or isinstance(x, bool):
+        return x
+    key = (type(x), x)
+    if key not in kept:
+        kept[key] = torch.tensor(x, dtype=torch.float32 if isinstance(x, float) else torch.int64, device=device)
+    return kept[key]
+
+
 def _current_stream() -> int:
     """torch's current CUDA stream as a raw handle: torch's own quick accessor (the one its generated
     code uses) where there is one; a Stream object costs microseconds of the call's host time."""
@@ -90,6 +102,7 @@ class Native(Candidate):
         self.fn.argtypes = [ctypes.POINTER(_KfabTensor), ctypes.c_int32, ctypes.POINTER(_KfabTensor), ctypes.c_int32,
                             ctypes.c_void_p]
         self.device = device
+        self._numbers: dict = {}  # the 0-dim tensors of Python number inputs, by value
 
     def init(self, scalars: list) -> None:
         try:
@@ -104,7 +117,7 @@ class Native(Candidate):
             raise CandidateError("runtime_failed", f"kfab_init returned {rc}")
 
     def __call__(self, inputs, outputs):
-        all_in = list(inputs) + self.params
+        all_in = [as_abi_input(x, self.device, self._numbers) for x in inputs] + self.params
         # The kfab_tensor arrays of the same tensors are made once: timed calls repeat them.
         key = tuple((t.data_ptr(), tuple(t.shape), t.stride(), t.dtype) if isinstance(t, torch.Tensor) else id(t)
                     for t in all_in + list(outputs))

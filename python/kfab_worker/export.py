@@ -185,9 +185,9 @@ class ModelNew(_task.Model):
         plan = plans.get(key)
         if plan is None:
             plan = plans[key] = self._plan(inputs, params)
-        single, metas, device, stream = plan
+        single, metas, device, stream, numbers = plan
         outs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in metas]
-        ins = [x.contiguous() if isinstance(x, torch.Tensor) else x for x in inputs] + params
+        ins = [x.contiguous() if isinstance(x, torch.Tensor) else numbers.get(i, x) for i, x in enumerate(inputs)] + params
         if self._run is not None:
             self._run(ins, outs)
         else:
@@ -204,8 +204,9 @@ class ModelNew(_task.Model):
         return outs[0] if single else tuple(outs)
 
     def _plan(self, inputs, params):
-        """(single output?, the outputs' shapes and dtypes, their device, the current stream's getter)
-        for inputs like these: the outputs from a meta-device copy of Model, run once."""
+        """(single output?, the outputs' shapes and dtypes, their device, the current stream's getter, the
+        Python number inputs as the 0-dim tensors a native candidate takes) for inputs like these: the
+        outputs from a meta-device copy of Model, run once."""
         floats = [p.dtype for p in params if p.is_floating_point()]
         shapes = self._shapes.to(floats[0]) if floats else self._shapes
         with torch.no_grad():
@@ -213,14 +214,18 @@ class ModelNew(_task.Model):
         single = isinstance(meta, torch.Tensor)
         metas = [(m.shape, m.dtype) for m in ([meta] if single else list(meta))]
         device = next(x.device for x in inputs if isinstance(x, torch.Tensor))
+        numbers = {{}}
         if self._run is None:
             _build_native()
+            # an int or a float input (the key holds its value): int64 or float32, as kfab's worker passes it
+            numbers = {{i: torch.tensor(x, dtype=torch.float32 if isinstance(x, float) else torch.int64, device=device)
+                       for i, x in enumerate(inputs) if isinstance(x, (int, float)) and not isinstance(x, bool)}}
         if device.type != "cuda":
-            return single, metas, device, lambda: 0
+            return single, metas, device, lambda: 0, numbers
         index = device.index if device.index is not None else torch.cuda.current_device()
         raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # torch's quick accessor, as its generated code uses
         return single, metas, device, ((lambda: raw(index)) if raw is not None
-                                       else (lambda: torch.cuda.current_stream(index).cuda_stream))
+                                       else (lambda: torch.cuda.current_stream(index).cuda_stream)), numbers
 
         return outs[0] if single else tuple(outs)
 '''

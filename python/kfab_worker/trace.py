@@ -1005,6 +1005,14 @@ def _group_norm_kind(gm, example: list):
             "op_params": {"groups": int(groups), "eps": float(eps)}}
 
 
+def as_traced_input(x):
+    """A Python int or float input as the 0-dim tensor a native candidate gets for it (int64 or float32);
+    anything else as it is."""
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        return torch.tensor(x, dtype=torch.float32 if isinstance(x, float) else torch.int64)
+    return x
+
+
 def _trace_at(t: taskmod.KbTask, shape: dict) -> dict:
     """The Model traced at `shape` on fake tensors: shapes and dtypes only, so a problem of 17 GB traces
     in no memory at all."""
@@ -1032,9 +1040,13 @@ def _trace_fake(t: taskmod.KbTask, shape: dict) -> dict:
     def f(*args):
         return torch.func.functional_call(model, dict(zip(names, args[nx:])), tuple(args[:nx]))
 
+    # a Python number among the inputs (level1/5's A * s) reaches a native candidate as a 0-dim tensor
+    # (candidate.as_abi_input): traced as one, a scalar of the program
+    xs = [as_traced_input(x) for x in xs]
     example = list(xs) + params
     if not all(isinstance(a, torch.Tensor) for a in example):
-        return {"supported": False, "reason": "an input is not a tensor"}
+        bad = next(type(a).__name__ for a in example if not isinstance(a, torch.Tensor))
+        return {"supported": False, "reason": f"an input is not a tensor or a number (a {bad})"}
     try:
         # the inputs and weights are fake already (the caller's FakeTensorMode): traced as they are
         gm = make_fx(f, decomposition_table=_decompositions(), tracing_mode="real")(*example)

@@ -292,7 +292,8 @@ TEST_F(KbEval, TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest) {
   const std::set<std::string> fusible = {"rms_norm",      "l1_relu",         "l1_gelu_tanh",  "l1_mish",
                                          "l1_softmax",    "l1_log_softmax",  "l1_layer_norm", "l1_amax_dim",
                                          "l1_cross_entropy", "l1_mse_loss",  "l1_huber_loss", "l1_kl_div",
-                                         "l1_layer_norm_chw", "l1_l2_norm", "l1_diag_scale", "l1_matvec"};
+                                         "l1_layer_norm_chw", "l1_l2_norm", "l1_diag_scale", "l1_matvec",
+                                         "l1_scalar_multiply"};
   // a GEMM (aten.mm / addmm) followed by a program over its product
   const std::set<std::string> gemms = {"l1_matmul",           "l2_linear_gelu_scale",         "l2_linear_layernorm_relu",
                                        "l2_linear_residual_rmsnorm", "l2_linear_scale_clamp_logsumexp", "l2_linear_swish_sum",
@@ -589,6 +590,28 @@ TEST_F(KbEval, TheTunerTakesADilatedMaxPooling) {
   int heldout = 0;
   for (const auto& s : j["verdict"]["shapes"]) heldout += s.value("heldout", false) && s["status"] == "passed";
   EXPECT_EQ(heldout, 1) << j["verdict"].dump(2);
+}
+
+// A Python float among the inputs (KernelBench's level1/5, A * s) is a scalar of the program: kfab_run gets it
+// as a 0-dim float32 tensor, and so does the exported ModelNew's, whose plain allclose judge passes.
+TEST_F(KbEval, APythonNumberInputReachesTheKernelAsAScalarTensor) {
+  const std::string task = std::string(KFAB_SOURCE_DIR) + "/tasks/kb/l1_scalar_multiply.py";
+  CliResult r = kfab_cli({"optimize", task, "--target", "cpu", "--fresh", "--no-compile", "--json", "--quiet", "--points", "1", "--out",
+                          (scratch() / "scalar").string()},
+                         900);
+  ASSERT_TRUE(found_correct(r)) << r.out << r.err;
+  nlohmann::json j = r.json();
+  EXPECT_EQ(j["best"]["disposition"], "passed") << j.dump(2);
+  EXPECT_NE(j["tuner"]["program"].get<std::string>().find("in1"), std::string::npos) << j["tuner"]["program"];
+  const auto out = scratch() / "scalar_modelnew.py";
+  CliResult e = kfab_cli({"export", (scratch() / "scalar" / "best.cpp").string(), "--task", task, "--modelnew", out.string()});
+  ASSERT_EQ(e.status.code, 0) << e.out << e.err;
+  auto check = run_command({python_interpreter(), std::string(KFAB_SOURCE_DIR) + "/bench/modelnew_allclose.py", task, out.string(),
+                            "--device", "cpu", "--trials", "3"},
+                           600.0);
+  ASSERT_TRUE(check.has_value());
+  EXPECT_TRUE(check->status.ok()) << check->output;
+  EXPECT_NE(check->output.find("PASS"), std::string::npos) << check->output;
 }
 
 // A cumsum of x * mask (a bool mask as the second input) goes to the row-scan template with the mask read
