@@ -48,7 +48,9 @@ typedef struct {
 } kfab_tensor;
 
 /* 0 = success; anything else is reported as a runtime failure.
- * stream: cudaStream_t (cuda), cl_command_queue (opencl), NULL (cpu). Work must be enqueued on it. */
+ * stream: cudaStream_t (cuda), cl_command_queue (opencl), NULL (cpu). Work must be enqueued on it.
+ * A KernelBench-format task's Python number input (an addition to version 1) arrives as a 0-dim tensor
+ * on the task's device: KFAB_F32 for a float, KFAB_I64 for an int. */
 KFAB_EXPORT int kfab_run(const kfab_tensor* inputs, int32_t n_inputs, kfab_tensor* outputs,
                          int32_t n_outputs, void* stream);
 
