@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdlib>
+#include <functional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -27,6 +28,24 @@ class CudaBuild : public ::testing::Test {
     if (!backend_.has_compiler()) GTEST_SKIP() << "nvcc is not installed";
   }
   CudaBackend backend_;
+
+  /// Builds the first grid point of `template_name` for `forms` variants of the native task `base`, each made
+  /// by `shape(form, task)` (op class, op_params, tensors); each must apply and compile.
+  void build_each_form(const char* base, const char* template_name, int forms, const std::function<void(int, Task&)>& shape) {
+    auto task = load_task(std::filesystem::path(KFAB_SOURCE_DIR) / "tasks/core" / base);
+    ASSERT_TRUE(task.has_value()) << base;
+    const KernelTemplate* t = template_named(template_name);
+    ASSERT_NE(t, nullptr) << template_name;
+    for (int form = 0; form < forms; ++form) {
+      Task k = *task;
+      shape(form, k);
+      ASSERT_TRUE(t->applies(k)) << template_name << " " << form;
+      const auto f = scratch() / (std::string(template_name) + "_" + std::to_string(form) + ".cu");
+      ASSERT_TRUE(write_file_atomic(f, t->generate(k, t->grid(k).front())).has_value());
+      auto r = backend_.build(f);
+      ASSERT_TRUE(r.ok()) << template_name << " " << form << "\n" << r.failure().message;
+    }
+  }
 };
 
 // Every .cu file of the repository (bundled baselines and candidates, test fixtures) is compiled,
@@ -137,68 +156,38 @@ TEST_F(CudaBuild, CudaTemplatesCompileAtEveryPoint) {
 
 // The pool template compiles for a max and an average over 1, 2 and 3 dimensions.
 TEST_F(CudaBuild, EveryPoolingCompiles) {
-  auto task = load_task(std::filesystem::path(KFAB_SOURCE_DIR) / "tasks/core/cumsum");
-  ASSERT_TRUE(task.has_value());
-  const KernelTemplate* t = template_named("cuda_pool");
-  ASSERT_NE(t, nullptr);
-  for (int form = 0; form < 6; ++form) {
-    Task k = *task;  // a [B, N] tensor as [B, 1, 1, N]: the shapes only need the rank
-    k.op_class = "pool";
+  build_each_form("cumsum", "cuda_pool", 6, [](int form, Task& k) {
+    k.op_class = "pool";  // a [B, N] tensor as [B, 1, 1, 1, N]: the shapes only need the rank
     k.inputs[0].shape = {"B", "1", "1", "1", "N"};
     k.outputs[0].shape = k.inputs[0].shape;
     k.op_params = {{"nd", form / 2 + 1}, {"max", form % 2}, {"kw", 3}, {"sw", 2}, {"pw", 1}, {"dw", form % 2 + 1}};
     if (form >= 2) k.op_params.insert({{"kh", 2}, {"sh", 1}});
     if (form >= 4) k.op_params.insert({{"kd", 3}, {"sd", 2}, {"pd", 1}, {"dd", 3}});
-    ASSERT_TRUE(t->applies(k)) << form;
-    const auto f = scratch() / ("pool_" + std::to_string(form) + ".cu");
-    ASSERT_TRUE(write_file_atomic(f, t->generate(k, t->grid(k).front())).has_value());
-    auto r = backend_.build(f);
-    ASSERT_TRUE(r.ok()) << form << "\n" << r.failure().message;
-  }
+  });
 }
 
 // The row-scan template compiles in each of its forms (a sum or a product; reversed, exclusive, masked).
 TEST_F(CudaBuild, EveryFormOfTheScanCompiles) {
-  auto task = load_task(std::filesystem::path(KFAB_SOURCE_DIR) / "tasks/core/cumsum");
-  ASSERT_TRUE(task.has_value());
-  const KernelTemplate* t = template_named("cuda_row_scan");
-  ASSERT_NE(t, nullptr);
-  for (int form = 0; form < 4; ++form) {
-    Task k = *task;
+  build_each_form("cumsum", "cuda_row_scan", 4, [](int form, Task& k) {
     k.op_class = "scan";
     k.op_params = {{"op", form % 2}, {"reverse", form == 1}, {"exclusive", form == 2}, {"masked", form == 3}};
     if (form == 3) {
       k.inputs.push_back(k.inputs[0]);
       k.inputs[1].dtype = DType::Bool;
     }
-    ASSERT_TRUE(t->applies(k)) << form;
-    const auto f = scratch() / ("scan_" + std::to_string(form) + ".cu");
-    ASSERT_TRUE(write_file_atomic(f, t->generate(k, t->grid(k).front())).has_value());
-    auto r = backend_.build(f);
-    ASSERT_TRUE(r.ok()) << form << "\n" << r.failure().message;
-  }
+  });
 }
 
 // The dim_reduce template compiles for each of its reductions (sum, mean, max, min, argmax, argmin; the
 // last two writing int64; an RMS normalisation, of x's shape), keepdim or not, at its first point.
 TEST_F(CudaBuild, EveryReductionOverADimensionCompiles) {
-  auto task = load_task(std::filesystem::path(KFAB_SOURCE_DIR) / "tasks/core/sum_dim1");
-  ASSERT_TRUE(task.has_value());
-  const KernelTemplate* t = template_named("cuda_dim_reduce");
-  ASSERT_NE(t, nullptr);
-  for (int op = 0; op < 7; ++op) {
-    Task k = *task;
+  build_each_form("sum_dim1", "cuda_dim_reduce", 7, [](int op, Task& k) {
     k.op_class = "dim_reduce";
     k.op_params = {{"op", op}, {"dim", 1}, {"keepdim", op % 2}, {"eps", 1e-5}};
     k.outputs[0].dtype = op == 4 || op == 5 ? DType::I64 : DType::F32;
     if (op % 2) k.outputs[0].shape = {k.inputs[0].shape[0], "1", k.inputs[0].shape[2]};
     if (op == 6) k.outputs[0].shape = k.inputs[0].shape;
-    ASSERT_TRUE(t->applies(k)) << op;
-    const auto f = scratch() / ("dim_reduce_" + std::to_string(op) + ".cu");
-    ASSERT_TRUE(write_file_atomic(f, t->generate(k, t->grid(k).front())).has_value());
-    auto r = backend_.build(f);
-    ASSERT_TRUE(r.ok()) << op << "\n" << r.failure().message;
-  }
+  });
 }
 
 // GEMM + epilogue: the native tasks (B given as [K, N]) at every SIMT point, and a Linear (W given as

@@ -544,65 +544,54 @@ TEST_F(KbEval, TheTunerTakesALayerNormWhoseRowIsSeveralDimensions) {
   EXPECT_EQ(heldout, 1) << j["verdict"].dump(2);
 }
 
+// `kfab optimize` of a bundled KernelBench-format task on the cpu with `points` points, no torch.compile:
+// its verdict's JSON, after checking that the winner passed with `template` and so did each held-out shape.
+nlohmann::json optimize_on_cpu(const std::string& stem, const fs::path& out, const char* points, const char* template_name) {
+  const std::string task = std::string(KFAB_SOURCE_DIR) + "/tasks/kb/" + stem + ".py";
+  CliResult r = kfab_cli({"optimize", task, "--target", "cpu", "--fresh", "--no-compile", "--json", "--quiet", "--points", points, "--out",
+                          out.string()},
+                         900);
+  EXPECT_TRUE(found_correct(r)) << r.out << r.err;
+  nlohmann::json j = r.json();
+  EXPECT_EQ(j["best"]["disposition"], "passed") << j.dump(2);
+  EXPECT_EQ(j["tuner"]["template"], template_name) << stem;
+  int heldout = 0, passed = 0;
+  for (const auto& s : j["verdict"]["shapes"]) {
+    heldout += s.value("heldout", false);
+    passed += s.value("heldout", false) && s["status"] == "passed";
+  }
+  EXPECT_GE(heldout, 1) << j["verdict"].dump(2);
+  EXPECT_EQ(passed, heldout) << j["verdict"].dump(2);
+  return j;
+}
+
 // 2-D average pooling, as KernelBench's level1/45 but with overlapping windows and zero padding
 // that counts in the border windows' divisor: a dedicated template whose kernel passes every shape.
 TEST_F(KbEval, TheTunerTakesAnAveragePoolingWithItsWindowBuiltIn) {
-  const std::string task = std::string(KFAB_SOURCE_DIR) + "/tasks/kb/l1_avg_pool2d.py";
-  CliResult r = kfab_cli({"optimize", task, "--target", "cpu", "--fresh", "--no-compile", "--json", "--quiet", "--out", (scratch() / "pool").string()},
-                         900);
-  ASSERT_TRUE(found_correct(r)) << r.out << r.err;
-  nlohmann::json j = r.json();
-  EXPECT_EQ(j["best"]["disposition"], "passed") << j.dump(2);
-  EXPECT_EQ(j["tuner"]["template"], "cpu_pool");
-  int heldout = 0;
-  for (const auto& s : j["verdict"]["shapes"]) heldout += s.value("heldout", false) && s["status"] == "passed";
-  EXPECT_EQ(heldout, 1) << j["verdict"].dump(2);
+  optimize_on_cpu("l1_avg_pool2d", scratch() / "pool", "3", "cpu_pool");
 }
 
 // A reduction over a dimension other than the last goes to the dim_reduce template, which reads the tensor
 // in its own layout: an argmax over the middle dimension with keepdim (int64 indices, the first of a tie)
 // passes on every shape, held-out ones included.
 TEST_F(KbEval, TheTunerTakesAnIndexReductionOverTheMiddleDimension) {
-  const std::string task = std::string(KFAB_SOURCE_DIR) + "/tasks/kb/l1_argmax_dim.py";
-  CliResult r = kfab_cli({"optimize", task, "--target", "cpu", "--fresh", "--no-compile", "--json", "--quiet", "--points", "2", "--out",
-                          (scratch() / "argmax").string()},
-                         900);
-  ASSERT_TRUE(found_correct(r)) << r.out << r.err;
-  nlohmann::json j = r.json();
-  EXPECT_EQ(j["best"]["disposition"], "passed") << j.dump(2);
-  EXPECT_EQ(j["tuner"]["template"], "cpu_dim_reduce");
-  int heldout = 0;
-  for (const auto& s : j["verdict"]["shapes"]) heldout += s.value("heldout", false) && s["status"] == "passed";
-  EXPECT_GE(heldout, 1) << j["verdict"].dump(2);
+  optimize_on_cpu("l1_argmax_dim", scratch() / "argmax", "2", "cpu_dim_reduce");
 }
 
 // A 1-D max pooling with padding and dilation (torch runs it as a 2-D one over x.unsqueeze(-2), indices
 // unused): the pool template with one pooled dimension; it passes on every shape, held-out ones included.
-TEST_F(KbEval, TheTunerTakesADilatedMaxPooling) {
-  const std::string task = std::string(KFAB_SOURCE_DIR) + "/tasks/kb/l1_max_pool1d.py";
-  CliResult r = kfab_cli({"optimize", task, "--target", "cpu", "--fresh", "--no-compile", "--json", "--quiet", "--points", "1", "--out",
-                          (scratch() / "maxpool").string()},
-                         900);
-  ASSERT_TRUE(found_correct(r)) << r.out << r.err;
-  nlohmann::json j = r.json();
-  EXPECT_EQ(j["best"]["disposition"], "passed") << j.dump(2);
-  EXPECT_EQ(j["tuner"]["template"], "cpu_pool");
-  int heldout = 0;
-  for (const auto& s : j["verdict"]["shapes"]) heldout += s.value("heldout", false) && s["status"] == "passed";
-  EXPECT_EQ(heldout, 1) << j["verdict"].dump(2);
-}
+TEST_F(KbEval, TheTunerTakesADilatedMaxPooling) { optimize_on_cpu("l1_max_pool1d", scratch() / "maxpool", "1", "cpu_pool"); }
+
+// A cumsum of x * mask (a bool mask as the second input) goes to the row-scan template with the mask read
+// beside x; it passes on every shape, held-out ones included.
+TEST_F(KbEval, TheTunerTakesAMaskedScan) { optimize_on_cpu("l1_cumsum_masked", scratch() / "masked", "2", "cpu_rowwise_cumsum"); }
 
 // A Python float among the inputs (KernelBench's level1/5, A * s) is a scalar of the program: kfab_run gets it
 // as a 0-dim float32 tensor, and so does the exported ModelNew's, whose plain allclose judge passes.
 TEST_F(KbEval, APythonNumberInputReachesTheKernelAsAScalarTensor) {
-  const std::string task = std::string(KFAB_SOURCE_DIR) + "/tasks/kb/l1_scalar_multiply.py";
-  CliResult r = kfab_cli({"optimize", task, "--target", "cpu", "--fresh", "--no-compile", "--json", "--quiet", "--points", "1", "--out",
-                          (scratch() / "scalar").string()},
-                         900);
-  ASSERT_TRUE(found_correct(r)) << r.out << r.err;
-  nlohmann::json j = r.json();
-  EXPECT_EQ(j["best"]["disposition"], "passed") << j.dump(2);
+  const nlohmann::json j = optimize_on_cpu("l1_scalar_multiply", scratch() / "scalar", "1", "cpu_fused_rows");
   EXPECT_NE(j["tuner"]["program"].get<std::string>().find("in1"), std::string::npos) << j["tuner"]["program"];
+  const std::string task = std::string(KFAB_SOURCE_DIR) + "/tasks/kb/l1_scalar_multiply.py";
   const auto out = scratch() / "scalar_modelnew.py";
   CliResult e = kfab_cli({"export", (scratch() / "scalar" / "best.cpp").string(), "--task", task, "--modelnew", out.string()});
   ASSERT_EQ(e.status.code, 0) << e.out << e.err;
@@ -612,22 +601,6 @@ TEST_F(KbEval, APythonNumberInputReachesTheKernelAsAScalarTensor) {
   ASSERT_TRUE(check.has_value());
   EXPECT_TRUE(check->status.ok()) << check->output;
   EXPECT_NE(check->output.find("PASS"), std::string::npos) << check->output;
-}
-
-// A cumsum of x * mask (a bool mask as the second input) goes to the row-scan template with the mask read
-// beside x; it passes on every shape, held-out ones included.
-TEST_F(KbEval, TheTunerTakesAMaskedScan) {
-  const std::string task = std::string(KFAB_SOURCE_DIR) + "/tasks/kb/l1_cumsum_masked.py";
-  CliResult r = kfab_cli({"optimize", task, "--target", "cpu", "--fresh", "--no-compile", "--json", "--quiet", "--points", "2", "--out",
-                          (scratch() / "masked").string()},
-                         900);
-  ASSERT_TRUE(found_correct(r)) << r.out << r.err;
-  nlohmann::json j = r.json();
-  EXPECT_EQ(j["best"]["disposition"], "passed") << j.dump(2);
-  EXPECT_EQ(j["tuner"]["template"], "cpu_rowwise_cumsum");
-  int heldout = 0;
-  for (const auto& s : j["verdict"]["shapes"]) heldout += s.value("heldout", false) && s["status"] == "passed";
-  EXPECT_GE(heldout, 1) << j["verdict"].dump(2);
 }
 
 // Linear -> GroupNorm -> Hardtanh: the trace finds the GEMM (a Linear's weight, transposed); the
