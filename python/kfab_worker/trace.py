@@ -191,9 +191,7 @@ class _Matcher:
         grid: a scalar may carry it to an output, but a per-element, per-row or per-column value that reads
         it (x / a Frobenius norm) cannot be in the same program; the refusal names the node, where a plan
         of several programs cuts (the scalar then a buffer the next program reads)."""
-        ins = [a for a in node.all_input_nodes if a in self.after_all]
-        line = self.lines[-1] if self.lines and self.val.get(node) == self.lines[-1].split(" = ")[0] else ""
-        if ins or "allsum(" in line or "allmean(" in line:
+        if node in self.after_all or any(a in self.after_all for a in node.all_input_nodes):
             if self.cls.get(node, "K") != "K":
                 raise Unsupported(f"{node.name} reads a reduction over everything per element", node)
             self.after_all.add(node)
@@ -250,6 +248,7 @@ class _Matcher:
             if kind not in ("sum", "mean"):
                 raise Unsupported(f"{node.target}: a {kind} over everything")
             self.emit(node, f"all{kind}({xe})", "K")
+            self.after_all.add(node)
         else:
             raise Unsupported(f"{node.target} over dims {dims} of a {xc}-class value (rows reduce over the last dimension)")
 
@@ -410,6 +409,7 @@ class _Matcher:
             if xc in ("E", "R") and dims == list(range(nd)) and (self.k == 1 or nd > self.k):
                 # over everything (a Frobenius norm): a sum over all of it, then its square root
                 self.emit(node, f"allsum({inner})" if order in (1, 1.0) else f"sqrt(allsum({inner}))", "K")
+                self.after_all.add(node)
                 return
             if xc != "E" or dims != list(range(nd - self.k, nd)):
                 raise Unsupported(f"{t} over dims {dims} of a {xc}-class value (rows reduce over the last dimension)")

@@ -347,6 +347,11 @@ std::vector<const KernelTemplate*> templates_for(const Task& task, const std::st
   return out;
 }
 
+int op_param(const Task& t, const char* key, int dflt) {
+  auto it = t.op_params.find(key);
+  return it == t.op_params.end() ? dflt : static_cast<int>(it->second);
+}
+
 std::string format_params(const TemplateParams& p) {
   std::string s;
   for (const auto& [k, v] : p) s += (s.empty() ? "" : ", ") + k + "=" + v;

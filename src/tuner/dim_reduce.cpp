@@ -12,11 +12,6 @@ namespace kfab {
 
 namespace {
 
-int op_int(const Task& t, const char* k, int dflt) {
-  auto it = t.op_params.find(k);
-  return it == t.op_params.end() ? dflt : static_cast<int>(it->second);
-}
-
 // What the kernel computes: kfab_reduce_op's number (dim_reduce.cuh), the dimension, keepdim.
 struct Reduce {
   int op = 0, dim = 1;
@@ -29,7 +24,7 @@ struct Reduce {
 Reduce reduce_of(const Task& t) {
   if (t.op_class == "reduction") return {};  // a native middle-dimension sum
   auto eps = t.op_params.find("eps");
-  return {op_int(t, "op", -1), op_int(t, "dim", -1), op_int(t, "keepdim", 0) != 0, eps == t.op_params.end() ? 0.0 : eps->second};
+  return {op_param(t, "op", -1), op_param(t, "dim", -1), op_param(t, "keepdim", 0) != 0, eps == t.op_params.end() ? 0.0 : eps->second};
 }
 
 bool dim_reduce_applies(const Task& t) {

@@ -23,15 +23,10 @@ bool gn_applies(const Task& t) {
   return t.inputs[1].shape == std::vector<std::string>{x.shape[1]} && t.inputs[2].shape == std::vector<std::string>{x.shape[1]};
 }
 
-int op_int(const Task& t, const char* k, int dflt) {
-  auto it = t.op_params.find(k);
-  return it == t.op_params.end() ? dflt : static_cast<int>(it->second);
-}
-
 // The group count and eps as globals, set by kfab_init where the Model's constructor carries them.
 std::string gn_globals(const Task& t) {
-  const int gi = op_int(t, "groups_init", -1), ei = op_int(t, "eps_init", -1);
-  std::string s = fmt::format("\nint kfab_groups = {};\nfloat kfab_eps = {:.9g}f;\n", op_int(t, "groups", 1), t.op_params.at("eps"));
+  const int gi = op_param(t, "groups_init", -1), ei = op_param(t, "eps_init", -1);
+  std::string s = fmt::format("\nint kfab_groups = {};\nfloat kfab_eps = {:.9g}f;\n", op_param(t, "groups", 1), t.op_params.at("eps"));
   if (gi < 0 && ei < 0) return s;
   s += "\n}  // namespace\n\n// The Model's constructor arguments at this shape: its group count and eps.\n"
        "KFAB_EXPORT int kfab_init(const double* init, int32_t n) {\n";

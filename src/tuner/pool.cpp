@@ -13,17 +13,12 @@ namespace kfab {
 
 namespace {
 
-int op_int(const Task& t, const char* k, int dflt) {
-  auto it = t.op_params.find(k);
-  return it == t.op_params.end() ? dflt : static_cast<int>(it->second);
-}
-
 // A native task states the op class and every number; a KernelBench Model's trace brings them.
 bool pool_applies(const Task& t) {
   if (t.op_class != "pool" || t.inputs.size() != 1 || t.outputs.size() != 1) return false;
   for (const char* k : {"kd", "kh", "kw", "sd", "sh", "sw", "dd", "dh", "dw"})
-    if (op_int(t, k, 1) < 1) return false;
-  const int nd = op_int(t, "nd", 2);
+    if (op_param(t, k, 1) < 1) return false;
+  const int nd = op_param(t, "nd", 2);
   return nd >= 1 && nd <= 3 && t.inputs[0].dtype == DType::F32 && t.outputs[0].dtype == DType::F32 &&
          static_cast<int>(t.inputs[0].shape.size()) > nd && t.outputs[0].shape.size() == t.inputs[0].shape.size();
 }
@@ -37,11 +32,11 @@ constexpr bool MAX = {}, CEIL = {}, INCLUDE_PAD = {};
 constexpr int64_t DIVISOR = {};  // divisor_override (0: none)
 
 )",
-                     op_int(t, "nd", 2), op_int(t, "kd", 1), op_int(t, "kh", 1), op_int(t, "kw", 1), op_int(t, "sd", 1),
-                     op_int(t, "sh", 1), op_int(t, "sw", 1), op_int(t, "pd", 0), op_int(t, "ph", 0), op_int(t, "pw", 0),
-                     op_int(t, "dd", 1), op_int(t, "dh", 1), op_int(t, "dw", 1), op_int(t, "max", 0) ? "true" : "false",
-                     op_int(t, "ceil_mode", 0) ? "true" : "false", op_int(t, "count_include_pad", 1) ? "true" : "false",
-                     op_int(t, "divisor", 0));
+                     op_param(t, "nd", 2), op_param(t, "kd", 1), op_param(t, "kh", 1), op_param(t, "kw", 1), op_param(t, "sd", 1),
+                     op_param(t, "sh", 1), op_param(t, "sw", 1), op_param(t, "pd", 0), op_param(t, "ph", 0), op_param(t, "pw", 0),
+                     op_param(t, "dd", 1), op_param(t, "dh", 1), op_param(t, "dw", 1), op_param(t, "max", 0) ? "true" : "false",
+                     op_param(t, "ceil_mode", 0) ? "true" : "false", op_param(t, "count_include_pad", 1) ? "true" : "false",
+                     op_param(t, "divisor", 0));
 }
 
 // kfab_run's checks: x [..., (D,) (H,) W] and y [..., (OD,) (OH,) OW], both dense f32 of one rank above ND;

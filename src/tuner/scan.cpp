@@ -10,28 +10,23 @@ namespace kfab {
 
 namespace {
 
-int op_int(const Task& t, const char* k) {
-  auto it = t.op_params.find(k);
-  return it == t.op_params.end() ? 0 : static_cast<int>(it->second);
-}
-
 bool scan_applies(const Task& t) {
   if (t.op_class != "cumsum" && t.op_class != "scan") return false;
-  const bool masked = op_int(t, "masked") != 0;
+  const bool masked = op_param(t, "masked", 0) != 0;
   if (t.inputs.size() != (masked ? 2u : 1u) || t.outputs.size() != 1 || t.inputs[0].dtype != DType::F32 ||
       t.outputs[0].dtype != DType::F32 || t.inputs[0].shape != t.outputs[0].shape || t.inputs[0].shape.empty())
     return false;
   if (masked && (t.inputs[1].dtype != DType::Bool || t.inputs[1].shape != t.inputs[0].shape)) return false;
-  return op_int(t, "op") == 0 || op_int(t, "op") == 1;
+  return op_param(t, "op", 0) == 0 || op_param(t, "op", 0) == 1;
 }
 
 std::string constants(const Task& t) {
-  const auto flag = [&t](const char* k) { return op_int(t, k) != 0 ? "true" : "false"; };
+  const auto flag = [&t](const char* k) { return op_param(t, k, 0) != 0 ? "true" : "false"; };
   return fmt::format(R"(
 constexpr int OP = {};  // 0: a cumulative sum, 1: a cumulative product
 constexpr bool REVERSE = {}, EXCLUSIVE = {}, MASKED = {};
 )",
-                     op_int(t, "op"), flag("reverse"), flag("exclusive"), flag("masked"));
+                     op_param(t, "op", 0), flag("reverse"), flag("exclusive"), flag("masked"));
 }
 
 // kfab_run's checks, both targets: x dense f32 of rank >= 1, y of its shape, the mask (MASKED) a dense

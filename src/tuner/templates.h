@@ -64,6 +64,9 @@ const KernelTemplate* template_named(const std::string& name);
 /// "a=1, b=x"
 std::string format_params(const TemplateParams& p);
 
+/// The task's [op_params] entry `key` as an integer, or `dflt` where it has none.
+int op_param(const Task& t, const char* key, int dflt);
+
 /// A family's table of templates as pointers, in its order.
 template <size_t N>
 std::vector<const KernelTemplate*> template_pointers(const KernelTemplate (&table)[N]) {
