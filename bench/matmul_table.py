@@ -6,7 +6,10 @@ generated file's first line: 3xtf32 and fp32 are fp32-accurate; tf32 (one TF32 p
 product and a bf16 one of the cross terms) are kept only well
 within the tolerance), the share of the tolerance its worst element used, and its speedup over torch
 eager, over torch.compile, and end to end (the exported ModelNew's forward); then the geometric means
-over every problem, a problem that did not pass counting as 1x (as eager: the user keeps eager).
+over every problem, a problem that did not pass counting as 1x (as eager: the user keeps eager). Where the
+verdict measured the copy bandwidth, each problem's share of it (the bytes it must move at the least, over
+its time; a KernelBench file: its inputs, weights and outputs once) beside eager's, and a line on the
+memory-bound problems (under 10 FLOP a byte) that reach 85% of it.
 
   python3 bench/matmul_table.py BENCH_DIR/bench.json [--kernelbench COMMIT]
 """
@@ -38,6 +41,21 @@ def precision(step: dict) -> str:
         return "-"
     m = re.search(r"precision=([\w+]+)", first)
     return m.group(1) if m else "fp32"
+
+
+def bandwidth(verdict: dict) -> tuple[float | None, float | None]:
+    """The first timed shape's share of the measured copy bandwidth (percent) and its FLOP per byte moved."""
+    for s in verdict.get("shapes", []):
+        share = s.get("percent_of_copy_bandwidth")
+        if not isinstance(share, (int, float)):
+            continue
+        least = s.get("least_bytes", s.get("bytes"))
+        flops = s.get("flops")
+        if flops is None and not s.get("overrides"):
+            flops = (verdict.get("problem_bytes") or {}).get("flops")
+        intensity = flops / least if isinstance(flops, (int, float)) and isinstance(least, (int, float)) and least > 0 else None
+        return share, intensity
+    return None, None
 
 
 def timing(verdict: dict) -> tuple[float | None, float | None, float | None]:
@@ -72,15 +90,23 @@ def main() -> int:
     rows = b.get("tasks", [])
     print_title(b, kernelbench)
     print(f"{len(rows)} problems, at their own sizes; finished: {b.get('finished')}.\n")
-    print("| problem | result | precision | tolerance used | ms | TFLOP/s | x eager | x compile | x eager, end to end | reason |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| problem | result | precision | tolerance used | ms | TFLOP/s | % copy bandwidth (eager's) | x eager | x compile "
+          "| x eager, end to end | reason |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    memory_bound: list[tuple[str, float]] = []
     means: dict[str, list[list[float]]] = {}  # level: [x eager], [x compile], [x end to end], [1 if passed]
     for r in rows:
         step = final_step(r)
         v = step.get("verdict") or {}
         ms, tflops, used = timing(v)
+        share, intensity = bandwidth(v)
         passed = r.get("disposition") == "passed"
         name = r.get("path", "").rsplit("/", 1)[-1]
+        speedup = r.get("speedup")
+        eager_share = share / speedup if share is not None and isinstance(speedup, (int, float)) and speedup > 0 else None
+        share_text = f"{num(share, '.0f')} ({num(eager_share, '.0f')})" if share is not None else "-"
+        if passed and share is not None and intensity is not None and intensity < 10:
+            memory_bound.append((name, share))
         level = name.split("_", 1)[0] if re.match(r"level\d+_", name) else "all"
         acc = means.setdefault(level, [[], [], [], []])
         for a, key in zip(acc, ("speedup", "speedup_vs_compile", "speedup_end_to_end")):
@@ -90,13 +116,17 @@ def main() -> int:
         reason = "" if passed else (r.get("error") or r.get("detail") or "")
         reason = reason.replace("|", "\\|").replace("\n", " ")[:140]
         print(f"| {name} | {r.get('disposition')} | {precision(step)} | {num(used, '.3g')} | "
-              f"{num(ms, '.3f')} | {num(tflops, '.3g')} | {num(r.get('speedup'), '.3f')} | {num(r.get('speedup_vs_compile'), '.3f')} | "
+              f"{num(ms, '.3f')} | {num(tflops, '.3g')} | {share_text} | {num(r.get('speedup'), '.3f')} | {num(r.get('speedup_vs_compile'), '.3f')} | "
               f"{num(r.get('speedup_end_to_end'), '.3f')} | {reason} |")
     print()
     for level, (eager, compile_, e2e, passed) in sorted(means.items()):
         print(f"{level}: {sum(passed)} of {len(eager)} passed. Geometric means over all {len(eager)} (a problem that did not pass "
               f"counts as 1x): x eager {num(geomean(eager), '.3f')}, x compile {num(geomean(compile_), '.3f')}, "
               f"x eager end to end {num(geomean(e2e), '.3f')}.")
+    if memory_bound:
+        low = [f"{n.split('_', 2)[1] if n.startswith('level') else n} {p:.0f}%" for n, p in memory_bound if p < 85]
+        print(f"\nMemory-bound (under 10 FLOP a byte moved), passed: {len(memory_bound) - len(low)} of {len(memory_bound)} at 85% "
+              f"of the measured copy bandwidth or more" + (f"; below it: {', '.join(low)}." if low else "."))
     return 0
 
 

@@ -1005,6 +1005,47 @@ def _group_norm_kind(gm, example: list):
             "op_params": {"groups": int(groups), "eps": float(eps)}}
 
 
+def _instance_norm_kind(gm, example: list):
+    """A Model that is one instance norm without affine weights (nn.InstanceNorm*d's default: torch views
+    x [N, C, ...] as [1, N * C, ...] and batch-normalises that in training mode): a group norm with one
+    group a channel (op_params groups 0: as many as the channels, whatever the shape) and no weight, to
+    the group-norm template, which keeps a long group in a cluster's registers and reads it once."""
+    ops = [n for n in gm.graph.nodes if n.op == "call_function" and _base(n) not in _COPIES]
+    bn = [n for n in ops if _base(n) in ("native_batch_norm", "_native_batch_norm_legit")]
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(bn) != 1 or len(placeholders) != 1 or example[0].dtype != torch.float32 or example[0].dim() < 3:
+        return None
+    node = bn[0]
+    # (input, weight, bias, running_mean, running_var, training, momentum, eps), both overloads
+    weight, bias, rmean, rvar, training, _, eps = node.args[1:8] if len(node.args) >= 8 else (None,) * 7
+    if not training or any(a is not None for a in (weight, bias, rmean, rvar)):
+        return None
+    shape = list(example[0].shape)
+    n, c = shape[0], shape[1]
+    view = node.args[0]
+    if not (view.op == "call_function" and _base(view) in ("view", "_unsafe_view", "reshape") and view.args[0] is placeholders[0]):
+        return None
+    if [int(d) for d in view.args[1]] != [1, n * c] + shape[2:]:
+        return None
+    # every other op: the getitems of the norm and the view back to x's shape
+    rest = [m for m in ops if m is not node and m is not view]
+    if any(m.target is not operator.getitem and _base(m) not in ("view", "_unsafe_view", "reshape", "empty") for m in rest):
+        return None
+    outs = [m for m in gm.graph.nodes if m.op == "output"][0].args[0]
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    if len(outs) != 1:
+        return None
+    out = outs[0]
+    while out.op == "call_function" and _base(out) in {"view", "_unsafe_view", "reshape"} | _COPIES:
+        out = out.args[0]
+    val = outs[0].meta.get("val")
+    if not (out.target is operator.getitem and out.args == (node, 0)) or val is None or list(val.shape) != shape:
+        return None
+    return {"supported": True, "kind": "group_norm", "formula": "", "outputs": ["out0"], "shape": shape,
+            "inputs": [{"name": "in0", "cls": "E", "integer": False, "i32": False}],
+            "op_params": {"groups": 0, "eps": float(eps), "affine": 0}}
+
+
 def as_traced_input(x):
     """A Python int or float input as the 0-dim tensor a native candidate gets for it (int64 or float32);
     anything else as it is."""
@@ -1053,7 +1094,7 @@ def _trace_fake(t: taskmod.KbTask, shape: dict) -> dict:
     except Exception as e:  # noqa: BLE001 - a model make_fx cannot trace is simply not fusible here
         return {"supported": False, "reason": f"tracing failed: {type(e).__name__}: {e}"}
     kind = (_single_op_kind(gm, example) or _scan_kind(gm, example) or _dim_reduce_kind(gm, example)
-            or _dim_rms_kind(gm, example) or _group_norm_kind(gm, example)
+            or _dim_rms_kind(gm, example) or _group_norm_kind(gm, example) or _instance_norm_kind(gm, example)
             or _pool_kind(gm, example))
     if kind is not None:
         if kind.get("op_params"):

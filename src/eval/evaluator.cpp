@@ -229,7 +229,9 @@ bool take_timing(Harness& h, const ShapeCase& sc, TimedShape& t, std::optional<M
   v.machine = peaks->to_json();
   sr.bound_ms = rd.bound_ms;
   if (rd.bound_ms || !no_bytes_bound.empty()) sr.extra["roofline"] = rd.compared_with;
-  take_bandwidth(sr, h.bytes(sc), *peaks, no_bytes_bound.empty());
+  const auto least = h.least_bytes(sc);
+  if (least && !h.bytes(sc)) sr.extra["least_bytes"] = *least;
+  take_bandwidth(sr, least, *peaks, no_bytes_bound.empty());
   if (rd.below_bound && !enforce) sr.extra["warning"] = h.unenforced_warning();
   if (rd.reject) {
     v.disposition = Disposition::Rejected;

@@ -110,6 +110,10 @@ class Harness {
   virtual std::optional<MachinePeaks> peaks(bool again) = 0;
   virtual std::optional<double> flops(const ShapeCase& s) const = 0;
   virtual std::optional<double> bytes(const ShapeCase& s) const = 0;
+  /// The bytes a shape must move at the least, for its share of the copy bandwidth: the task's own cost
+  /// where it states one, else what the harness knows (a KernelBench file: its inputs, weights and
+  /// outputs, each moved once). Never a bound: a time below it rejects nothing.
+  virtual std::optional<double> least_bytes(const ShapeCase& s) const { return bytes(s); }
   /// Why the shape's bytes cannot bound its time here (its data may stay in a cache between timed calls),
   /// or "" where they can.
   virtual std::string bytes_bound_missing(const ShapeCase&) const { return {}; }

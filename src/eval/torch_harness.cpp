@@ -602,9 +602,25 @@ std::optional<double> TorchHarness::cost(const char* key, const ShapeCase& s) co
   return *v;
 }
 
+std::optional<double> TorchHarness::least_bytes(const ShapeCase& s) const {
+  if (auto b = bytes(s)) return b;
+  const json fp = desc_.value("footprint", json::object());
+  // the footprint is the tuning shape's (KFAB_GPU's sizes on a GPU), the one ShapeCase that is not held out
+  if (s.heldout || !fp.contains("inputs") || fp.contains("error")) return std::nullopt;
+  const double b = fp.value("inputs", 0.0) + fp.value("weights", 0.0) + fp.value("outputs", 0.0);
+  return b > 0.0 ? std::optional<double>(b) : std::nullopt;
+}
+
 std::optional<MachinePeaks> TorchHarness::peaks(bool again) {
-  // The machine's peaks for the roofline bound come from kfab-runner (cached after the first time).
-  if (desc_.value("cost", json::object()).empty()) return std::nullopt;
+  // The machine's peaks for the roofline bound come from kfab-runner (cached after the first time). A
+  // file without a cost needs them only for its share of the copy bandwidth, which a CPU reports only for
+  // data too large for its caches.
+  if (desc_.value("cost", json::object()).empty()) {
+    if (tgt_ == nullptr) return std::nullopt;
+    const ShapeCase tuning{ShapeBinding{}, json(), false};
+    const auto least = least_bytes(tuning);
+    if (!least || (tgt_->on_host && !bytes_bound_missing_for(*least).empty())) return std::nullopt;
+  }
   RunnerClient runner(for_target(opt_->runner, target_));
   return target_peaks(runner, target_, again);
 }
@@ -646,13 +662,17 @@ Expected<json> TorchInspector::trace(const fs::path& task_file) {
 }
 
 std::string TorchHarness::bytes_bound_missing(const ShapeCase& s) const {
+  const auto b = least_bytes(s);
+  return b ? bytes_bound_missing_for(*b) : std::string();
+}
+
+std::string TorchHarness::bytes_bound_missing_for(double b) const {
   if (tgt_ == nullptr || !tgt_->on_host) return {};
-  const auto b = bytes(s);
   const uint64_t llc = last_level_cache_bytes();
-  if (!b || llc == 0 || *b > 2.0 * static_cast<double>(llc)) return {};
+  if (llc == 0 || b > 2.0 * static_cast<double>(llc)) return {};
   return fmt::format("the shape's {:.3g} MB fit in the {:.3g} MB last-level cache, and the Python worker times without flushing "
                      "it (Python cannot evict lines): memory bandwidth does not bound this time",
-                     *b / 1e6, static_cast<double>(llc) / 1e6);
+                     b / 1e6, static_cast<double>(llc) / 1e6);
 }
 
 }  // namespace kfab

@@ -76,6 +76,9 @@ class TorchHarness final : public Harness {
 
   std::optional<double> flops(const ShapeCase& s) const override { return cost("flops", s); }
   std::optional<double> bytes(const ShapeCase& s) const override { return cost("bytes", s); }
+  /// A file without a cost: its inputs, weights and outputs at the size timed (the footprint the
+  /// describe job found on fake tensors), on the tuning shape only.
+  std::optional<double> least_bytes(const ShapeCase& s) const override;
   /// On the CPU the worker cannot evict the operands from the caches between calls (Python cannot
   /// clflush): a time below the bound is reported there, not rejected.
   bool roofline_enforced(const MachinePeaks& p) const override { return p.enforce && tgt_ != nullptr && !tgt_->on_host; }
@@ -92,6 +95,8 @@ class TorchHarness final : public Harness {
   /// The candidate's outputs of its last job compared in the trusted worker with the answer it holds.
   JobOutcome compare_last(int64_t seed, int call);
   std::optional<double> cost(const char* key, const ShapeCase& s) const;
+  /// bytes_bound_missing for a shape that moves `b` bytes.
+  std::string bytes_bound_missing_for(double b) const;
   /// The file where torch.compile's time on a shape is cached: per task, device, dtype, shape, torch,
   /// mode and the worker's timer.
   std::filesystem::path compile_cache_file(const ShapeCase& s) const;

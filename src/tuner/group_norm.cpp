@@ -3,9 +3,13 @@
 // (C / groups) * spatial values, then a per-channel weight and bias. The group count and eps are
 // [op_params] of a native task; a KernelBench Model whose num_groups changes with the shape hands it
 // over through kfab_init (op_params groups_init / eps_init: the index of the constructor argument).
+// An instance norm without affine weights is one too (op_params groups 0: a group a channel, affine 0:
+// x alone, no weight or bias).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "tuner/templates.h"
 
@@ -13,14 +17,16 @@ namespace kfab {
 
 namespace {
 
+bool affine(const Task& t) { return op_param(t, "affine", 1) != 0; }
+
 bool gn_applies(const Task& t) {
-  if (t.op_class != "group_norm" || t.inputs.size() != 3 || t.outputs.size() != 1) return false;
-  if (!t.op_params.count("groups") || !t.op_params.count("eps")) return false;
+  if (t.op_class != "group_norm" || t.inputs.size() != (affine(t) ? 3u : 1u) || t.outputs.size() != 1) return false;
+  if (!t.op_params.count("groups") || !t.op_params.count("eps") || op_param(t, "groups", -1) < 0) return false;
   const auto& x = t.inputs[0];
-  if (x.shape.size() < 3 || t.outputs[0].shape != x.shape) return false;
-  for (const auto* s : {&t.inputs[0], &t.inputs[1], &t.inputs[2], &t.outputs[0]})
-    if (s->dtype != DType::F32) return false;
-  return t.inputs[1].shape == std::vector<std::string>{x.shape[1]} && t.inputs[2].shape == std::vector<std::string>{x.shape[1]};
+  if (x.shape.size() < 3 || t.outputs[0].shape != x.shape || x.dtype != DType::F32 || t.outputs[0].dtype != DType::F32) return false;
+  for (size_t i = 1; i < t.inputs.size(); ++i)
+    if (t.inputs[i].dtype != DType::F32 || t.inputs[i].shape != std::vector<std::string>{x.shape[1]}) return false;
+  return true;
 }
 
 // The group count and eps as globals, set by kfab_init where the Model's constructor carries them.
@@ -39,30 +45,39 @@ std::string gn_globals(const Task& t) {
   return s;
 }
 
-// kfab_run's checks: x [N, C, ...], weight and bias [C], y like x; defines N, C, HW, G, CG, L.
-constexpr const char* kChecks = R"(  if (in == nullptr || out == nullptr || n_in != 3 || n_out != 1) return 1;
+// kfab_run's checks: x [N, C, ...], weight and bias [C] (affine), y like x; defines N, C, HW, G, CG, L,
+// and wp, bp (null without affine weights). kfab_groups 0: a group a channel (an instance norm).
+std::string checks(const Task& t) {
+  const bool aff = affine(t);
+  return fmt::format(R"(  if (in == nullptr || out == nullptr || n_in != {n_in} || n_out != 1) return 1;
   const kfab_tensor& x = in[0];
-  const kfab_tensor& w = in[1];
-  const kfab_tensor& b = in[2];
   kfab_tensor& y = out[0];
-  if (!kfab_dense_f32(x) || !kfab_dense_f32(w) || !kfab_dense_f32(b) || !kfab_dense_f32(y) || x.ndim < 3 || y.ndim != x.ndim ||
-      w.ndim != 1 || b.ndim != 1)
-    return 2;
+  if (!kfab_dense_f32(x) || !kfab_dense_f32(y) || x.ndim < 3 || y.ndim != x.ndim) return 2;
   int64_t HW = 1;
-  for (int32_t d = 0; d < x.ndim; ++d) {
+  for (int32_t d = 0; d < x.ndim; ++d) {{
     if (x.shape[d] != y.shape[d]) return 3;
     if (d >= 2) HW *= x.shape[d];
-  }
+  }}
   const int64_t N = x.shape[0], C = x.shape[1];
-  const int G = kfab_groups;
-  if (w.shape[0] != C || b.shape[0] != C || G < 1 || C % G != 0) return 3;
-  const int64_t CG = C / G, L = CG * HW, rows = N * G;  // a row: one (sample, group)
+  if (C > 2147483647) return 6;
+  const int G = kfab_groups > 0 ? kfab_groups : static_cast<int>(C);
+  if (G < 1 || C % G != 0) return 3;
+{weights}  const int64_t CG = C / G, L = CG * HW, rows = N * G;  // a row: one (sample, group)
   const float* xp = static_cast<const float*>(x.data);
-  const float* wp = static_cast<const float*>(w.data);
-  const float* bp = static_cast<const float*>(b.data);
   float* yp = static_cast<float*>(y.data);
   if (rows == 0 || L == 0) return 0;
-)";
+)",
+                     fmt::arg("n_in", aff ? 3 : 1),
+                     fmt::arg("weights", aff ? R"(  const kfab_tensor& w = in[1];
+  const kfab_tensor& b = in[2];
+  if (!kfab_dense_f32(w) || !kfab_dense_f32(b) || w.ndim != 1 || b.ndim != 1) return 2;
+  if (w.shape[0] != C || b.shape[0] != C) return 3;
+  const float* wp = static_cast<const float*>(w.data);
+  const float* bp = static_cast<const float*>(b.data);
+)"
+                                             : "  const float* wp = nullptr;  // no affine weights: y = (x - mean) * rstd\n"
+                                               "  const float* bp = nullptr;\n"));
+}
 
 // ---- cuda: a block (or a cluster of blocks) per (sample, group); the group's values stay in
 // registers (IT float4 a thread), in shared memory when too many for a cluster's registers, else are
@@ -73,14 +88,32 @@ constexpr const char* kChecks = R"(  if (in == nullptr || out == nullptr || n_in
 // exchange their sums through distributed shared memory, so the group is still read once. The
 // statistics take one pass: the sum and the sum of squares of x - x[first of the group] (the shift
 // keeps E[d^2] - E[d]^2 free of cancellation for data whose mean is large against its spread).
-std::vector<TemplateParams> gn_cuda_grid(const Task&) {
-  return {{{"block", "256"}, {"items", "4"}},  {{"block", "256"}, {"items", "8"}},  {{"block", "512"}, {"items", "4"}},
-          {{"block", "256"}, {"items", "2"}},  {{"block", "512"}, {"items", "2"}},  {{"block", "1024"}, {"items", "2"}},
-          {{"block", "1024"}, {"items", "4"}}, {{"block", "512"}, {"items", "8"}}};
+// A group longer than a cluster of 16 blocks of 256 threads holds (16 x 256 x 8 float4, 131072 values;
+// an instance norm of 512 x 512) is read twice by those points: the points whose clusters hold it come
+// first, so a search of a few points finds them.
+std::vector<TemplateParams> gn_cuda_grid(const Task& t) {
+  std::vector<TemplateParams> g = {{{"block", "256"}, {"items", "4"}},  {{"block", "256"}, {"items", "8"}},
+                                   {{"block", "512"}, {"items", "4"}},  {{"block", "256"}, {"items", "2"}},
+                                   {{"block", "512"}, {"items", "2"}},  {{"block", "1024"}, {"items", "2"}},
+                                   {{"block", "1024"}, {"items", "4"}}, {{"block", "512"}, {"items", "8"}}};
+  const auto& shapes = t.tune_for(true);
+  if (shapes.empty()) return g;
+  const std::vector<int64_t> x = t.dims(t.inputs[0], shapes.front());
+  if (x.size() < 3 || x[1] <= 0) return g;
+  int64_t group = 1;
+  for (size_t d = 1; d < x.size(); ++d) group *= x[d];
+  const int groups = op_param(t, "groups", 1);
+  group /= groups > 0 ? groups : x[1];
+  if (group <= 16 * 256 * 4 * 8) return g;
+  std::stable_partition(g.begin(), g.end(), [&](const TemplateParams& p) {
+    return 16 * std::stoll(p.at("block")) * 4 * std::stoll(p.at("items")) >= group;
+  });
+  return g;
 }
 
 std::string gn_cuda_generate(const Task& t, const TemplateParams& p) {
-  std::string s = fmt::format("// Generated by kfab's built-in tuner: group norm, a block per (sample, group) ({}).\n", format_params(p));
+  std::string s = fmt::format("// Generated by kfab's built-in tuner: {}, a block per (sample, group) ({}).\n",
+                              affine(t) ? "group norm" : "group norm without weights (an instance norm: a group a channel)", format_params(p));
   s += "#include <cooperative_groups.h>\n#include <cuda_runtime.h>\n\n#include <cmath>\n#include <cstdint>\n\n#include \"kfab/candidate.h\"\n\n"
        "namespace {\n\n";
   s += template_text("host_checks.h");
@@ -93,7 +126,7 @@ std::string gn_cuda_generate(const Task& t, const TemplateParams& p) {
 
 KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void* stream_) {
 )";
-  s += kChecks;
+  s += checks(t);
   s += R"(  if (rows > 2147483647 || L > 2147483647) return 6;
   cudaStream_t stream = static_cast<cudaStream_t>(stream_);
   const Gn a{xp, wp, bp, yp, L, HW, CG, G, kfab_eps};
@@ -111,12 +144,13 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, 
 std::vector<TemplateParams> gn_cpu_grid(const Task&) { return {{{"schedule", "static"}}, {{"schedule", "dynamic"}}}; }
 
 std::string gn_cpu_generate(const Task& t, const TemplateParams& p) {
-  std::string s = fmt::format("// Generated by kfab's built-in tuner: group norm, (sample, group) rows across threads ({}).\n", format_params(p));
+  std::string s = fmt::format("// Generated by kfab's built-in tuner: {}, (sample, group) rows across threads ({}).\n",
+                              affine(t) ? "group norm" : "group norm without weights (an instance norm: a group a channel)", format_params(p));
   s += "#include <kfab/candidate.h>\n\n#include <cmath>\n#include <cstdint>\n\nnamespace {\n\n";
   s += template_text("host_checks.h");
   s += gn_globals(t);
   s += "\n}  // namespace\n\nKFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void*) {\n";
-  s += kChecks;
+  s += checks(t);
   s += fmt::format(R"(  const float eps = kfab_eps;
 #pragma omp parallel for schedule({}) if (rows * L > 32768)
   for (int64_t row = 0; row < rows; ++row) {{
@@ -135,7 +169,7 @@ std::string gn_cpu_generate(const Task& t, const TemplateParams& p) {
     const float rstd = 1.0f / std::sqrt(static_cast<float>(q / static_cast<double>(L)) + eps);
     const int64_t ch0 = (row % G) * CG;
     for (int64_t k = 0; k < CG; ++k) {{  // a channel at a time: its weight and bias are constants
-      const float sc = rstd * wp[ch0 + k], sh = bp[ch0 + k];
+      const float sc = wp != nullptr ? rstd * wp[ch0 + k] : rstd, sh = bp != nullptr ? bp[ch0 + k] : 0.0f;
       const float* xc = xr + k * HW;
       float* yc = yr + k * HW;
 #pragma omp simd

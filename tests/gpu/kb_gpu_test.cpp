@@ -32,6 +32,11 @@ TEST_F(KbGpu, TritonAndCudaCandidatesPassAgainstEagerAndCompile) {
     EXPECT_EQ(j["shapes"][0]["shape"]["batch_size"], 8192);  // KFAB_GPU's shape
     // the problem's footprint at that shape, and the device memory each worker took
     EXPECT_EQ(j["problem_bytes"]["inputs"], 8192 * 4096 * 4) << j.dump();
+    // the file states no cost: its share of the copy bandwidth rests on the bytes it must move at the least
+    const nlohmann::json& pb = j["problem_bytes"];
+    EXPECT_EQ(j["shapes"][0]["least_bytes"].get<double>(),
+              pb["inputs"].get<double>() + pb["weights"].get<double>() + pb["outputs"].get<double>()) << j["shapes"][0].dump();
+    EXPECT_GT(j["shapes"][0]["percent_of_copy_bandwidth"].get<double>(), 1.0) << j["shapes"][0].dump();
     ASSERT_TRUE(j.contains("device_memory")) << j.dump();
     EXPECT_GE(j["device_memory"]["trusted_worker"]["peak_reserved"].get<double>(), 2.0 * 8192 * 4096 * 4) << j["device_memory"];
     EXPECT_GE(j["device_memory"]["candidate_worker"]["peak_reserved"].get<double>(), 2.0 * 8192 * 4096 * 4) << j["device_memory"];

@@ -190,6 +190,17 @@ TEST_F(CudaBuild, EveryReductionOverADimensionCompiles) {
   });
 }
 
+// The group-norm template compiles with affine weights and without them (an instance norm: x alone, a
+// group a channel).
+TEST_F(CudaBuild, TheGroupNormCompilesWithAndWithoutWeights) {
+  build_each_form("group_norm", "cuda_group_norm", 2, [](int form, Task& k) {
+    if (form == 0) return;
+    k.inputs.resize(1);
+    k.op_params["groups"] = 0;
+    k.op_params["affine"] = 0;
+  });
+}
+
 // GEMM + epilogue: the native tasks (B given as [K, N]) at every SIMT point, and a Linear (W given as
 // [N, K]) followed by a row-reducing epilogue (the two-kernel path) at one tensor-core point. Each
 // CUTLASS point costs nvcc a minute on a small machine, so CI builds one: on Hopper (the default

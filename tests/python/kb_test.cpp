@@ -586,6 +586,15 @@ TEST_F(KbEval, TheTunerTakesADilatedMaxPooling) { optimize_on_cpu("l1_max_pool1d
 // beside x; it passes on every shape, held-out ones included.
 TEST_F(KbEval, TheTunerTakesAMaskedScan) { optimize_on_cpu("l1_cumsum_masked", scratch() / "masked", "2", "cpu_rowwise_cumsum"); }
 
+// An instance norm without weights (torch batch-normalises x seen as [1, N * C, H, W]) goes to the group-norm
+// template with a group a channel, whatever the channel count: it passes on every shape, held-out ones included.
+TEST_F(KbEval, TheTunerTakesAnInstanceNormAsAGroupNormWithoutWeights) {
+  optimize_on_cpu("l1_instance_norm", scratch() / "inorm", "1", "cpu_group_norm");
+  const auto source = read_file(scratch() / "inorm" / "best.cpp");
+  ASSERT_TRUE(source.has_value());
+  EXPECT_NE(source->find("a group a channel"), std::string::npos) << *source;
+}
+
 // A Python float among the inputs (KernelBench's level1/5, A * s) is a scalar of the program: kfab_run gets it
 // as a 0-dim float32 tensor, and so does the exported ModelNew's, whose plain allclose judge passes.
 TEST_F(KbEval, APythonNumberInputReachesTheKernelAsAScalarTensor) {

@@ -17,24 +17,30 @@ struct Gn {
   float eps;
 };
 
-// Writes V normalised values at element c of a group: (v - mean) * rstd * weight + bias. A vector
-// within one channel (the usual case) reads its weight and bias once; one 32-bit division a vector
-// finds the channel (a 64-bit one per element would make the kernel compute-bound).
+// Writes V normalised values at element c of a group: (v - mean) * rstd * weight + bias, or without
+// weights (a.w null: an instance norm) (v - mean) * rstd. A vector within one channel (the usual case)
+// reads its weight and bias once; one 32-bit division a vector finds the channel (a 64-bit one per
+// element would make the kernel compute-bound).
 template <int V>
 __device__ __forceinline__ void kfab_write(const Gn& a, float* yr, int64_t c, int64_t c0base, const float* vals, float mean, float rstd) {
-  const uint32_t hw = static_cast<uint32_t>(a.HW);
-  uint32_t q = static_cast<uint32_t>(c) / hw;
-  uint32_t r = static_cast<uint32_t>(c) - q * hw;
   float o[V];
-  if (r + V <= hw) {
-    const float sc = rstd * __ldg(a.w + c0base + q), sh = __ldg(a.b + c0base + q);
+  if (a.w == nullptr) {
 #pragma unroll
-    for (int k = 0; k < V; ++k) o[k] = (vals[k] - mean) * sc + sh;
+    for (int k = 0; k < V; ++k) o[k] = (vals[k] - mean) * rstd;
   } else {
+    const uint32_t hw = static_cast<uint32_t>(a.HW);
+    uint32_t q = static_cast<uint32_t>(c) / hw;
+    uint32_t r = static_cast<uint32_t>(c) - q * hw;
+    if (r + V <= hw) {
+      const float sc = rstd * __ldg(a.w + c0base + q), sh = __ldg(a.b + c0base + q);
 #pragma unroll
-    for (int k = 0; k < V; ++k) {
-      o[k] = (vals[k] - mean) * rstd * __ldg(a.w + c0base + q) + __ldg(a.b + c0base + q);
-      if (++r == hw) r = 0, ++q;
+      for (int k = 0; k < V; ++k) o[k] = (vals[k] - mean) * sc + sh;
+    } else {
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        o[k] = (vals[k] - mean) * rstd * __ldg(a.w + c0base + q) + __ldg(a.b + c0base + q);
+        if (++r == hw) r = 0, ++q;
+      }
     }
   }
   if constexpr (V == 4) __stcs(reinterpret_cast<float4*>(yr + c), make_float4(o[0], o[1], o[2], o[3]));
