@@ -85,13 +85,13 @@ constexpr const char* kChecks = R"(  if (in == nullptr || out == nullptr || n_in
 // `ry`: row groups in a block; `blocks`: how many blocks the launch aims for (a sum or a mean: where a
 // block a column strip gives fewer, the rows are split across blocks, each split keeping at least 4 rows
 // per row group, and the partials meet in y through atomics, y zeroed first).
+// The first points differ in the column strip a block reads (CX = block / ry: 32, 64 columns), which is
+// what a short search should compare; `blocks` only matters where the columns are few.
 std::vector<TemplateParams> cuda_grid(const Task&) {
-  std::vector<TemplateParams> g;
-  for (const char* ry : {"8", "4", "16"})
-    for (const char* blocks : {"512", "1024"}) g.push_back({{"block", "256"}, {"ry", ry}, {"blocks", blocks}});
-  g.push_back({{"block", "256"}, {"ry", "8"}, {"blocks", "2048"}});
-  g.push_back({{"block", "512"}, {"ry", "16"}, {"blocks", "512"}});
-  return g;
+  return {{{"block", "256"}, {"ry", "8"}, {"blocks", "1024"}}, {{"block", "256"}, {"ry", "4"}, {"blocks", "1024"}},
+          {{"block", "512"}, {"ry", "8"}, {"blocks", "1024"}}, {{"block", "256"}, {"ry", "16"}, {"blocks", "512"}},
+          {{"block", "256"}, {"ry", "8"}, {"blocks", "512"}},  {{"block", "256"}, {"ry", "4"}, {"blocks", "512"}},
+          {{"block", "256"}, {"ry", "8"}, {"blocks", "2048"}}, {{"block", "512"}, {"ry", "16"}, {"blocks", "512"}}};
 }
 
 constexpr const char* kCudaLaunch = R"(  if (outer > 65535) return 4;
@@ -107,8 +107,26 @@ constexpr const char* kCudaLaunch = R"(  if (outer > 65535) return 4;
     if (cudaMemsetAsync(yp, 0, sizeof(Out) * static_cast<size_t>(outer * c), stream) != cudaSuccess) return 5;
   if (gx > 2147483647) return 4;
   const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(split), static_cast<unsigned>(outer));
-  if (vec) kfab_dim_reduce<4, Out><<<grid, B, 0, stream>>>(xp, yp, r, c);
-  else kfab_dim_reduce<1, Out><<<grid, B, 0, stream>>>(xp, yp, r, c);
+  bool launched = false;
+  if constexpr (OP == KFAB_R_RMS) {  // an RMS normalisation whose rows a thread can keep: x read once
+    if (r <= 16 * RY) {
+      const int kr = r <= 4 * RY ? 4 : (r <= 8 * RY ? 8 : 16);
+      if (vec) {
+        if (kr == 4) kfab_dim_reduce<4, Out, 4><<<grid, B, 0, stream>>>(xp, yp, r, c);
+        else if (kr == 8) kfab_dim_reduce<4, Out, 8><<<grid, B, 0, stream>>>(xp, yp, r, c);
+        else kfab_dim_reduce<4, Out, 16><<<grid, B, 0, stream>>>(xp, yp, r, c);
+      } else {
+        if (kr == 4) kfab_dim_reduce<1, Out, 4><<<grid, B, 0, stream>>>(xp, yp, r, c);
+        else if (kr == 8) kfab_dim_reduce<1, Out, 8><<<grid, B, 0, stream>>>(xp, yp, r, c);
+        else kfab_dim_reduce<1, Out, 16><<<grid, B, 0, stream>>>(xp, yp, r, c);
+      }
+      launched = true;
+    }
+  }
+  if (!launched) {
+    if (vec) kfab_dim_reduce<4, Out><<<grid, B, 0, stream>>>(xp, yp, r, c);
+    else kfab_dim_reduce<1, Out><<<grid, B, 0, stream>>>(xp, yp, r, c);
+  }
   return cudaGetLastError() == cudaSuccess ? 0 : 5;
 }
 )";

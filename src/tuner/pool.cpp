@@ -75,32 +75,44 @@ namespace {{
 
 // ---- cuda: one thread an output, neighbouring threads along the output row ----------------------
 
+// `block`: threads a block; `outputs`: outputs a thread, B apart along one output row. A block owns a
+// stretch of one output row (grid x along it, y and z over the rows), so a thread finds its output with
+// no division; a thread an output over the flat index took three 64-bit divisions an output, which made
+// the pooling compute-bound.
 std::vector<TemplateParams> pool_cuda_grid(const Task&) {
-  std::vector<TemplateParams> g;
-  for (const char* b : {"256", "128", "512"}) g.push_back({{"block", b}});
-  return g;
+  return {{{"block", "256"}, {"outputs", "2"}}, {{"block", "128"}, {"outputs", "4"}}, {{"block", "256"}, {"outputs", "1"}},
+          {{"block", "512"}, {"outputs", "1"}}, {{"block", "128"}, {"outputs", "2"}}, {{"block", "256"}, {"outputs", "4"}}};
 }
 
 std::string pool_cuda_generate(const Task& t, const TemplateParams& p) {
-  std::string s = opening("a thread an output", p, true);
+  std::string s = opening("a block a stretch of an output row", p, true);
   s += fmt::format(R"(
-constexpr int B = {};  // threads per block
+constexpr int B = {}, OPT = {};  // threads per block; outputs a thread
 #define KFAB_INLINE __device__ __forceinline__
 #define KFAB_LOAD(p) __ldg(p)
 )",
-                   p.at("block"));
+                   p.at("block"), p.count("outputs") ? p.at("outputs") : "1");
   s += pool_constants(t);
   s += template_text("pool.h");
   s += R"(
-__global__ void __launch_bounds__(B) kfab_pool_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t P, int64_t D, int64_t H,
+// Block (x, y, z): outputs (x * OPT + k) * B + thread of output row y + z * gridDim.y, a row being (volume,
+// od, oh).
+__global__ void __launch_bounds__(B) kfab_pool_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t rows, int64_t D, int64_t H,
                                                       int64_t W, int64_t OD, int64_t OH, int64_t OW) {
-  const int64_t total = P * OD * OH * OW;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(B) + threadIdx.x; i < total; i += static_cast<int64_t>(gridDim.x) * B) {
-    const int64_t ow = i % OW, r1 = i / OW;
-    const int64_t oh = r1 % OH, r2 = r1 / OH;
-    const int64_t od = r2 % OD, vol = r2 / OD;
-    y[i] = kfab_pool(x + vol * D * H * W, D, H, W, od, oh, ow);
-  }
+  const int64_t row = blockIdx.y + static_cast<int64_t>(gridDim.y) * blockIdx.z;
+  if (row >= rows) return;
+  const int64_t oh = row % OH, r2 = row / OH;
+  const int64_t od = r2 % OD, vol = r2 / OD;
+  const float* v = x + vol * D * H * W;
+  float* yr = y + row * OW;
+  const int64_t ow0 = static_cast<int64_t>(blockIdx.x) * OPT * B + threadIdx.x;
+  float o[OPT];
+#pragma unroll
+  for (int k = 0; k < OPT; ++k)
+    if (ow0 + k * B < OW) o[k] = kfab_pool(v, D, H, W, od, oh, ow0 + k * B);
+#pragma unroll
+  for (int k = 0; k < OPT; ++k)
+    if (ow0 + k * B < OW) yr[ow0 + k * B] = o[k];
 }
 
 }  // namespace
@@ -108,10 +120,13 @@ __global__ void __launch_bounds__(B) kfab_pool_kernel(const float* __restrict__ 
 KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void* stream_) {
 )";
   s += kChecks;
-  s += R"(  const int64_t total = P * OD * OH * OW;
-  const int64_t blocks = (total + B - 1) / B;
-  kfab_pool_kernel<<<static_cast<unsigned>(blocks < 2147483647 ? blocks : 2147483647), B, 0, static_cast<cudaStream_t>(stream_)>>>(
-      xp, yp, P, D, H, W, OD, OH, OW);
+  s += R"(  const int64_t rows = P * OD * OH;
+  if (rows == 0 || OW == 0) return 0;
+  const int64_t gx = (OW + static_cast<int64_t>(OPT) * B - 1) / (static_cast<int64_t>(OPT) * B);
+  const int64_t gy = rows < 65535 ? rows : 65535, gz = (rows + gy - 1) / gy;
+  if (gx > 2147483647 || gz > 65535) return 5;
+  kfab_pool_kernel<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(gz)), B, 0,
+                     static_cast<cudaStream_t>(stream_)>>>(xp, yp, rows, D, H, W, OD, OH, OW);
   return cudaGetLastError() == cudaSuccess ? 0 : 4;
 }
 )";

@@ -18,16 +18,29 @@ __device__ __forceinline__ bool kfab_reduce_better(float v, float best) {
   return v != v || (MAXLIKE ? v > best : v < best);
 }
 
+// One row's V values at p (a float4 where V is 4) into q.
+template <int V>
+__device__ __forceinline__ void kfab_dim_load(const float* p, float* q) {
+  if constexpr (V == 4) {
+    const float4 t = __ldcs(reinterpret_cast<const float4*>(p));
+    q[0] = t.x, q[1] = t.y, q[2] = t.z, q[3] = t.w;
+  } else {
+    q[0] = __ldcs(p);
+  }
+}
+
 // Thread (tx, ty) of block (cx, split, b) reduces rows r0 + ty, r0 + ty + RY, ... < r1 of the V columns
-// at (cx * CX + tx) * V; the RY partials meet in shared memory; with more than one split (a sum or a
-// mean alone), the blocks' partials meet in y through atomics (y is zeroed first). Y is float, or
-// int64_t for an argmax or argmin. An RMS normalisation (one split) reads its rows again to write them.
-template <int V, typename Y>
+// at (cx * CX + tx) * V, U rows' loads issued before any is used; the RY partials meet in shared memory;
+// with more than one split (a sum or a mean alone), the blocks' partials meet in y through atomics (y is
+// zeroed first). Y is float, or int64_t for an argmax or argmin. An RMS normalisation (one split) keeps
+// its rows in registers where KR rows a thread hold them (r <= KR * RY), else reads them again.
+template <int V, typename Y, int KR = 0>
 __global__ void __launch_bounds__(B) kfab_dim_reduce(const float* __restrict__ x, Y* __restrict__ y, int64_t r, int64_t c) {
   constexpr bool RMS = OP == KFAB_R_RMS;
   constexpr bool ADD = OP == KFAB_R_SUM || OP == KFAB_R_MEAN || RMS;
   constexpr bool MAXLIKE = OP == KFAB_R_MAX || OP == KFAB_R_ARGMAX;
   constexpr bool ARG = OP == KFAB_R_ARGMAX || OP == KFAB_R_ARGMIN;
+  constexpr int U = V == 4 ? 4 : 8;  // rows in flight a thread
   __shared__ float part[RY][CX * V];
   __shared__ int64_t where[ARG ? RY : 1][ARG ? CX * V : 1];
   const int tx = threadIdx.x % CX, ty = threadIdx.x / CX;
@@ -41,27 +54,41 @@ __global__ void __launch_bounds__(B) kfab_dim_reduce(const float* __restrict__ x
   int64_t at[V];
 #pragma unroll
   for (int v = 0; v < V; ++v) acc[v] = ADD ? 0.0f : (MAXLIKE ? -INFINITY : INFINITY), at[v] = -1;
-  const float* xb = x + b * r * c + (live ? col : 0);
-  if (live) {
-#pragma unroll 4
-    for (int64_t i = r0 + ty; i < r1; i += RY) {
-      float q[V];
-      if constexpr (V == 4) {
-        const float4 t = __ldcs(reinterpret_cast<const float4*>(xb + i * c));
-        q[0] = t.x, q[1] = t.y, q[2] = t.z, q[3] = t.w;
-      } else {
-        q[0] = __ldcs(xb + i * c);
-      }
+  // a max or min without its index needs no row: -inf (inf) stays for a column of -inf (inf)
+  const auto take = [&](const float* q, int64_t i) {
 #pragma unroll
-      for (int v = 0; v < V; ++v) {
-        if constexpr (RMS) {
-          acc[v] += q[v] * q[v];
-        } else if constexpr (ADD) {
-          acc[v] += q[v];
-        } else if (at[v] < 0 || kfab_reduce_better<MAXLIKE>(q[v], acc[v])) {
-          acc[v] = q[v], at[v] = i;
-        }
+    for (int v = 0; v < V; ++v) {
+      if constexpr (RMS) {
+        acc[v] += q[v] * q[v];
+      } else if constexpr (ADD) {
+        acc[v] += q[v];
+      } else if ((ARG && at[v] < 0) || kfab_reduce_better<MAXLIKE>(q[v], acc[v])) {
+        acc[v] = q[v], at[v] = i;
       }
+    }
+  };
+  const float* xb = x + b * r * c + (live ? col : 0);
+  [[maybe_unused]] float keep[KR > 0 ? KR : 1][V];
+  if constexpr (KR > 0) {  // an RMS normalisation whose rows fit: all of them in flight, kept
+#pragma unroll
+    for (int k = 0; k < KR; ++k)
+      if (live && ty + k * RY < r) kfab_dim_load<V>(xb + (ty + k * RY) * c, keep[k]);
+#pragma unroll
+    for (int k = 0; k < KR; ++k)
+      if (live && ty + k * RY < r) take(keep[k], ty + k * RY);
+  } else if (live) {
+    int64_t i = r0 + ty;
+    for (; i + (U - 1) * RY < r1; i += U * RY) {
+      float q[U][V];
+#pragma unroll
+      for (int u = 0; u < U; ++u) kfab_dim_load<V>(xb + (i + u * RY) * c, q[u]);
+#pragma unroll
+      for (int u = 0; u < U; ++u) take(q[u], i + u * RY);
+    }
+    for (; i < r1; i += RY) {
+      float q[V];
+      kfab_dim_load<V>(xb + i * c, q);
+      take(q, i);
     }
   }
 #pragma unroll
@@ -99,14 +126,27 @@ __global__ void __launch_bounds__(B) kfab_dim_reduce(const float* __restrict__ x
       atomicAdd(reinterpret_cast<float*>(y) + b * c + cc, t);
     }
   }
-  if constexpr (RMS) {  // y = x / the column's divisor, the rows read again (mostly from L2)
+  if constexpr (RMS) {  // y = x / the column's divisor: from the registers, else the rows read again (mostly from L2)
     __syncthreads();
     if (!live) return;
     float* yb = reinterpret_cast<float*>(y) + b * r * c + col;
-#pragma unroll 4
-    for (int64_t i = ty; i < r; i += RY)
+    float d[V];
 #pragma unroll
-      for (int v = 0; v < V; ++v) __stcs(yb + i * c + v, __ldg(xb + i * c + v) / part[0][tx * V + v]);
+    for (int v = 0; v < V; ++v) d[v] = part[0][tx * V + v];
+    if constexpr (KR > 0) {
+#pragma unroll
+      for (int k = 0; k < KR; ++k) {
+        if (ty + k * RY >= r) continue;
+        float* o = yb + (ty + k * RY) * c;
+        if constexpr (V == 4) __stcs(reinterpret_cast<float4*>(o), make_float4(keep[k][0] / d[0], keep[k][1] / d[1], keep[k][2] / d[2], keep[k][3] / d[3]));
+        else __stcs(o, keep[k][0] / d[0]);
+      }
+    } else {
+#pragma unroll 4
+      for (int64_t i = ty; i < r; i += RY)
+#pragma unroll
+        for (int v = 0; v < V; ++v) __stcs(yb + i * c + v, __ldg(xb + i * c + v) / d[v]);
+    }
   }
 }
 // kfab:end
