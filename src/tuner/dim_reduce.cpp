@@ -6,6 +6,8 @@
 // walk down the rows, so every load is coalesced, however far apart the reduced elements lie.
 #include <fmt/format.h>
 
+#include <array>
+
 #include "tuner/templates.h"
 
 namespace kfab {
@@ -85,13 +87,22 @@ constexpr const char* kChecks = R"(  if (in == nullptr || out == nullptr || n_in
 // `ry`: row groups in a block; `blocks`: how many blocks the launch aims for (a sum or a mean: where a
 // block a column strip gives fewer, the rows are split across blocks, each split keeping at least 4 rows
 // per row group, and the partials meet in y through atomics, y zeroed first).
-// The first points differ in the column strip a block reads (CX = block / ry: 32, 64 columns), which is
-// what a short search should compare; `blocks` only matters where the columns are few.
+// The first points differ in the column strip a block reads (CX = block / ry: 32, 64, 128 columns) and
+// in how the rows are loaded (`load`: ldg, or ldcs, evict-first; `unroll`: rows in flight a thread), what
+// a short search should compare; `blocks` only matters where the columns are few.
 std::vector<TemplateParams> cuda_grid(const Task&) {
-  return {{{"block", "256"}, {"ry", "8"}, {"blocks", "1024"}}, {{"block", "256"}, {"ry", "4"}, {"blocks", "1024"}},
-          {{"block", "512"}, {"ry", "8"}, {"blocks", "1024"}}, {{"block", "256"}, {"ry", "16"}, {"blocks", "512"}},
-          {{"block", "256"}, {"ry", "8"}, {"blocks", "512"}},  {{"block", "256"}, {"ry", "4"}, {"blocks", "512"}},
-          {{"block", "256"}, {"ry", "8"}, {"blocks", "2048"}}, {{"block", "512"}, {"ry", "16"}, {"blocks", "512"}}};
+  std::vector<TemplateParams> g;
+  for (const auto& [block, ry, load, unroll] : std::vector<std::array<const char*, 4>>{{"256", "4", "ldg", "4"},
+                                                                                       {"512", "4", "ldg", "4"},
+                                                                                       {"256", "8", "ldcs", "4"},
+                                                                                       {"256", "4", "ldg", "8"},
+                                                                                       {"256", "4", "ldcs", "4"},
+                                                                                       {"256", "8", "ldg", "4"},
+                                                                                       {"512", "16", "ldcs", "4"},
+                                                                                       {"256", "16", "ldg", "4"}})
+    g.push_back({{"block", block}, {"ry", ry}, {"blocks", "1024"}, {"load", load}, {"unroll", unroll}});
+  g.push_back({{"block", "256"}, {"ry", "8"}, {"blocks", "2048"}, {"load", "ldcs"}, {"unroll", "4"}});
+  return g;
 }
 
 constexpr const char* kCudaLaunch = R"(  if (outer > 65535) return 4;
@@ -148,8 +159,12 @@ namespace {{
   s += fmt::format(R"(
 constexpr int B = {block}, RY = {ry}, TARGET = {blocks};  // threads per block; row groups per block; blocks the launch aims for
 constexpr int CX = B / RY;                                // column vectors per block
+constexpr int UNROLL = {unroll};                          // rows whose loads a thread issues before using them
+constexpr bool STREAM = {stream};                         // the loads marked evict-first (ldcs)
 )",
-                   fmt::arg("block", p.at("block")), fmt::arg("ry", p.at("ry")), fmt::arg("blocks", p.at("blocks")));
+                   fmt::arg("block", p.at("block")), fmt::arg("ry", p.at("ry")), fmt::arg("blocks", p.at("blocks")),
+                   fmt::arg("unroll", p.count("unroll") ? p.at("unroll") : "4"),
+                   fmt::arg("stream", p.count("load") && p.at("load") == "ldg" ? "false" : "true"));
   s += constants(t);
   s += template_text("dim_reduce.cuh");
   s += "\n}  // namespace\n\nKFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void* stream_) {\n";

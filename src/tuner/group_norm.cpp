@@ -83,7 +83,7 @@ std::string checks(const Task& t) {
 // registers (IT float4 a thread), in shared memory when too many for a cluster's registers, else are
 // read again for the output ------------------------------------------------------------------------
 
-// `items`: the most float4 a thread keeps; a group too long for one block's registers is split across
+// `items`: the most float4 a thread keeps (16 only in a cluster); a group too long for one block's registers is split across
 // a cluster of 2 to 16 blocks (Hopper's thread block clusters; 16 where the device allows it) that
 // exchange their sums through distributed shared memory, so the group is still read once. The
 // statistics take one pass: the sum and the sum of squares of x - x[first of the group] (the shift
@@ -95,7 +95,8 @@ std::vector<TemplateParams> gn_cuda_grid(const Task& t) {
   std::vector<TemplateParams> g = {{{"block", "256"}, {"items", "4"}},  {{"block", "256"}, {"items", "8"}},
                                    {{"block", "512"}, {"items", "4"}},  {{"block", "256"}, {"items", "2"}},
                                    {{"block", "512"}, {"items", "2"}},  {{"block", "1024"}, {"items", "2"}},
-                                   {{"block", "1024"}, {"items", "4"}}, {{"block", "512"}, {"items", "8"}}};
+                                   {{"block", "1024"}, {"items", "4"}}, {{"block", "512"}, {"items", "8"}},
+                                   {{"block", "256"}, {"items", "16"}}};
   const auto& shapes = t.tune_for(true);
   if (shapes.empty()) return g;
   const std::vector<int64_t> x = t.dims(t.inputs[0], shapes.front());
@@ -105,8 +106,16 @@ std::vector<TemplateParams> gn_cuda_grid(const Task& t) {
   const int groups = op_param(t, "groups", 1);
   group /= groups > 0 ? groups : x[1];
   if (group <= 16 * 256 * 4 * 8) return g;
+  // of those, the smaller blocks first: two or more of a cluster's blocks on an SM overlap one's loads
+  // with another's stores (a block of 1024 threads alone on its SM idles at each cluster barrier)
   std::stable_partition(g.begin(), g.end(), [&](const TemplateParams& p) {
     return 16 * std::stoll(p.at("block")) * 4 * std::stoll(p.at("items")) >= group;
+  });
+  const auto holding = std::find_if(g.begin(), g.end(), [&](const TemplateParams& p) {
+    return 16 * std::stoll(p.at("block")) * 4 * std::stoll(p.at("items")) < group;
+  });
+  std::stable_sort(g.begin(), holding, [](const TemplateParams& a, const TemplateParams& b) {
+    return std::stoll(a.at("block")) < std::stoll(b.at("block"));
   });
   return g;
 }

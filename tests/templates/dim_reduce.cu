@@ -8,7 +8,8 @@
 
 namespace {
 
-constexpr int B = 256, RY = 8, OP = 4;
+constexpr int B = 256, RY = 8, OP = 4, UNROLL = 4;
+constexpr bool STREAM = true;
 constexpr float EPS = 1e-5f;
 constexpr int CX = B / RY;
 

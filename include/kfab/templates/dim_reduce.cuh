@@ -4,7 +4,7 @@
 // argmin with `dim`; keepdim only changes y's shape), or an RMS normalisation over r (y of x's shape:
 // x / sqrt(mean(x^2 over r) + EPS)). Column vectors a thread, row groups a block, partial results
 // combined in shared memory in row order (tuner/dim_reduce.cpp). The generated file defines B, RY, CX,
-// OP (kfab_reduce_op) and EPS before it and launches it from its kfab_run. The text
+// OP (kfab_reduce_op), EPS, UNROLL and STREAM before it and launches it from its kfab_run. The text
 // between the kfab:begin and kfab:end lines is spliced into the candidates the tuner writes, inside an
 // unnamed namespace; tests/templates/dim_reduce.cu compiles it on its own.
 // kfab:begin
@@ -18,14 +18,16 @@ __device__ __forceinline__ bool kfab_reduce_better(float v, float best) {
   return v != v || (MAXLIKE ? v > best : v < best);
 }
 
-// One row's V values at p (a float4 where V is 4) into q.
+// One row's V values at p (a float4 where V is 4) into q; STREAM: marked evict-first. Where the columns
+// are not a multiple of 4, a warp's row straddles a sector its neighbour strip reads too, which an
+// evict-first load may push out of L2 before the neighbour comes: the tuner measures both.
 template <int V>
 __device__ __forceinline__ void kfab_dim_load(const float* p, float* q) {
   if constexpr (V == 4) {
-    const float4 t = __ldcs(reinterpret_cast<const float4*>(p));
+    const float4 t = STREAM ? __ldcs(reinterpret_cast<const float4*>(p)) : __ldg(reinterpret_cast<const float4*>(p));
     q[0] = t.x, q[1] = t.y, q[2] = t.z, q[3] = t.w;
   } else {
-    q[0] = __ldcs(p);
+    q[0] = STREAM ? __ldcs(p) : __ldg(p);
   }
 }
 
@@ -40,7 +42,7 @@ __global__ void __launch_bounds__(B) kfab_dim_reduce(const float* __restrict__ x
   constexpr bool ADD = OP == KFAB_R_SUM || OP == KFAB_R_MEAN || RMS;
   constexpr bool MAXLIKE = OP == KFAB_R_MAX || OP == KFAB_R_ARGMAX;
   constexpr bool ARG = OP == KFAB_R_ARGMAX || OP == KFAB_R_ARGMIN;
-  constexpr int U = V == 4 ? 4 : 8;  // rows in flight a thread
+  constexpr int U = UNROLL;  // rows in flight a thread
   __shared__ float part[RY][CX * V];
   __shared__ int64_t where[ARG ? RY : 1][ARG ? CX * V : 1];
   const int tx = threadIdx.x % CX, ty = threadIdx.x / CX;

@@ -236,6 +236,8 @@ int kfab_try_cluster(const Gn& a, int64_t rows, cudaStream_t stream, bool* done)
   if (a.L <= per * 2 && IMAX >= 2) return kfab_launch_cluster<CL, V, 2>(a, rows, stream);
   if (a.L <= per * 4 && IMAX >= 4) return kfab_launch_cluster<CL, V, 4>(a, rows, stream);
   if (a.L <= per * 8 && IMAX >= 8) return kfab_launch_cluster<CL, V, 8>(a, rows, stream);
+  if constexpr (V == 4 && IMAX >= 16)
+    if (a.L <= per * 16) return kfab_launch_cluster<CL, V, 16>(a, rows, stream);
   *done = false;
   return 0;
 }
