@@ -117,6 +117,10 @@ std::vector<TemplateParams> gn_cuda_grid(const Task& t) {
   std::stable_sort(g.begin(), holding, [](const TemplateParams& a, const TemplateParams& b) {
     return std::stoll(a.at("block")) < std::stoll(b.at("block"));
   });
+  // and before them, where 8 blocks' shared memory holds the group (227 KB a block on an H100), the
+  // points that keep it there: a portable cluster, one block an SM
+  if (group * 4 <= 8 * 220 * 1024)
+    g.insert(g.begin(), {{{"block", "1024"}, {"items", "4"}, {"hold", "smem"}}, {{"block", "512"}, {"items", "4"}, {"hold", "smem"}}});
   return g;
 }
 
@@ -127,8 +131,9 @@ std::string gn_cuda_generate(const Task& t, const TemplateParams& p) {
        "namespace {\n\n";
   s += template_text("host_checks.h");
   s += gn_globals(t);
-  s += fmt::format("\nconstexpr int B = {}, IMAX = {};  // threads per block; the most float4 a thread keeps\n", p.at("block"),
-                   p.count("items") ? p.at("items") : "8");
+  s += fmt::format("\nconstexpr int B = {}, IMAX = {};  // threads per block; the most float4 a thread keeps\n"
+                   "constexpr bool HOLD_SMEM = {};  // a long group in a cluster's shared memory first\n",
+                   p.at("block"), p.count("items") ? p.at("items") : "8", p.count("hold") && p.at("hold") == "smem" ? "true" : "false");
   s += "\n";
   s += template_text("group_norm.cuh");  // it ends with a blank line
   s += R"(}  // namespace

@@ -75,143 +75,28 @@ namespace {{
 
 // ---- cuda: one thread an output, neighbouring threads along the output row ----------------------
 
-// A tile of TH x TW outputs of one output plane a block (TH 1 where one dimension is pooled): the input
-// rows under it (IH x IW, halo included) staged once in shared memory, reduced along W into a second
-// array, then along H into each thread's outputs, and over the depth taps in turn; the direct kernel's
-// KH x KW loads an output (16 for a 4 x 4 window, mostly L1 hits) become about one. Its shared memory must
-// stay within the static 48 KB.
-struct PoolTile {
-  int64_t th = 0, tw = 0, ih = 0, iw = 0;
-  int64_t floats() const { return ih * iw + ih * tw; }
-};
-
-PoolTile pool_tile(const Task& t, int block) {
-  PoolTile k;
-  const bool one = op_param(t, "nd", 2) == 1;
-  k.tw = one ? 2 * block : 64;
-  k.th = one ? 1 : block / 16;
-  k.ih = (k.th - 1) * op_param(t, "sh", 1) + (op_param(t, "kh", 1) - 1) * op_param(t, "dh", 1) + 1;
-  k.iw = (k.tw - 1) * op_param(t, "sw", 1) + (op_param(t, "kw", 1) - 1) * op_param(t, "dw", 1) + 1;
-  return k;
+// `block`: threads a block; `outputs`: outputs a thread, B apart along one output row. A block owns a
+// stretch of one output row (grid x along it, y and z over the rows), so a thread finds its output with
+// no division: a thread an output over the flat index took three 64-bit divisions an output, which made
+// the pooling compute-bound. Several outputs a thread keep more loads in flight: on an H100 (KernelBench's
+// level1/41-46) 128 threads with 4 outputs each measured fastest of 1, 2 and 4. (A tile of outputs whose
+// input was staged in shared memory and reduced along W, then H, measured 5-60% slower than this: three
+// barriers a tile left the SMs waiting.)
+std::vector<TemplateParams> pool_cuda_grid(const Task&) {
+  return {{{"block", "128"}, {"outputs", "4"}}, {{"block", "128"}, {"outputs", "8"}}, {{"block", "256"}, {"outputs", "4"}},
+          {{"block", "64"}, {"outputs", "8"}},  {{"block", "256"}, {"outputs", "2"}}, {{"block", "512"}, {"outputs", "1"}}};
 }
-
-bool tile_fits(const Task& t, int block) { return pool_tile(t, block).floats() * 4 <= 40 * 1024; }
-
-// `kernel` tile (above; `block` threads) where its tile fits, or direct: a thread an output (`outputs` a
-// thread, B apart along one output row; a block owns a stretch of one output row, grid x along it, y
-// and z over the rows, so a thread finds its output with no division: a thread an output over the flat
-// index took three 64-bit divisions an output, which made the pooling compute-bound).
-std::vector<TemplateParams> pool_cuda_grid(const Task& t) {
-  std::vector<TemplateParams> g;
-  for (const char* b : {"256", "128"})
-    if (tile_fits(t, std::stoi(b))) g.push_back({{"kernel", "tile"}, {"block", b}});
-  for (const TemplateParams& d : std::vector<TemplateParams>{{{"block", "256"}, {"outputs", "2"}}, {{"block", "128"}, {"outputs", "4"}},
-                                                             {{"block", "256"}, {"outputs", "1"}}, {{"block", "512"}, {"outputs", "1"}}}) {
-    g.push_back(d);
-    g.back()["kernel"] = "direct";
-  }
-  return g;
-}
-
-// The tile kernel: block (x, y, z) the outputs [y * TH, +TH) x [x * TW, +TW) of output planes z, z +
-// gridDim.z, ... (a plane: a volume and an output depth).
-constexpr const char* kTileKernel = R"(
-constexpr int IH = (TH - 1) * SH + (KH - 1) * DH + 1, IW = (TW - 1) * SW + (KW - 1) * DW + 1;
-constexpr int PER = (TH * TW + B - 1) / B;  // outputs a thread
-
-__device__ __forceinline__ float kfab_pool_step(float m, float v) { return MAX ? ((v > m || v != v) ? v : m) : m + v; }
-
-__global__ void __launch_bounds__(B) kfab_pool_tile(const float* __restrict__ x, float* __restrict__ y, int64_t planes, int64_t D, int64_t H,
-                                                    int64_t W, int64_t OD, int64_t OH, int64_t OW) {
-  __shared__ float s_in[IH][IW];
-  __shared__ float s_row[IH][TW];
-  const int64_t oh0 = static_cast<int64_t>(blockIdx.y) * TH, ow0 = static_cast<int64_t>(blockIdx.x) * TW;
-  const int64_t hs0 = oh0 * SH - PH, ws0 = ow0 * SW - PW;
-  const float none = MAX ? -INFINITY : 0.0f;  // what a position outside the input adds
-  for (int64_t plane = blockIdx.z; plane < planes; plane += gridDim.z) {
-    const int64_t od = plane % OD, vol = plane / OD;
-    float acc[PER];
-#pragma unroll
-    for (int k = 0; k < PER; ++k) acc[k] = none;
-    for (int64_t a = 0; a < KD; ++a) {
-      const int64_t d = od * SD - PD + a * DD;
-      if (d < 0 || d >= D) continue;  // the same for the whole block
-      const float* src = x + (vol * D + d) * H * W;
-      __syncthreads();  // the arrays' last readers are done
-      for (int i = threadIdx.x; i < IH * IW; i += B) {
-        const int r = i / IW, c = i % IW;
-        const int64_t h = hs0 + r, w = ws0 + c;
-        s_in[r][c] = h >= 0 && h < H && w >= 0 && w < W ? __ldg(src + h * W + w) : none;
-      }
-      __syncthreads();
-      for (int i = threadIdx.x; i < IH * TW; i += B) {
-        const int r = i / TW, c = i % TW;
-        float m = s_in[r][c * SW];
-#pragma unroll
-        for (int kw = 1; kw < KW; ++kw) m = kfab_pool_step(m, s_in[r][c * SW + kw * DW]);
-        s_row[r][c] = m;
-      }
-      __syncthreads();
-#pragma unroll
-      for (int k = 0; k < PER; ++k) {
-        const int i = threadIdx.x + k * B;
-        if (i < TH * TW) {
-          const int th = i / TW, tw = i % TW;
-#pragma unroll
-          for (int kh = 0; kh < KH; ++kh) acc[k] = kfab_pool_step(acc[k], s_row[th * SH + kh * DH][tw]);
-        }
-      }
-    }
-    float* yp = y + plane * OH * OW;
-#pragma unroll
-    for (int k = 0; k < PER; ++k) {
-      const int i = threadIdx.x + k * B;
-      const int64_t oh = oh0 + i / TW, ow = ow0 + i % TW;
-      if (i >= TH * TW || oh >= OH || ow >= OW) continue;
-      float v = acc[k];
-      if constexpr (!MAX) {  // the divisor as kfab_pool_avg finds it
-        const int64_t ds = od * SD - PD, hs = oh * SH - PH, ws = ow * SW - PW;
-        const int64_t de = ds + KD < D + PD ? ds + KD : D + PD, he = hs + KH < H + PH ? hs + KH : H + PH, we = ws + KW < W + PW ? ws + KW : W + PW;
-        const int64_t pool = (de - ds) * (he - hs) * (we - ws);
-        const int64_t n = ((de < D ? de : D) - (ds > 0 ? ds : 0)) * ((he < H ? he : H) - (hs > 0 ? hs : 0)) * ((we < W ? we : W) - (ws > 0 ? ws : 0));
-        const int64_t dv = DIVISOR != 0 ? DIVISOR : INCLUDE_PAD ? pool : n;
-        v = dv > 0 ? v / static_cast<float>(dv) : 0.0f;
-      }
-      yp[oh * OW + ow] = v;
-    }
-  }
-}
-
-}  // namespace
-
-KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void* stream_) {
-)";
-
-constexpr const char* kTileLaunch = R"(  const int64_t planes = P * OD;
-  const int64_t gx = (OW + TW - 1) / TW, gy = (OH + TH - 1) / TH, gz = planes < 65535 ? planes : 65535;
-  if (gx > 2147483647 || gy > 65535) return 5;
-  kfab_pool_tile<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(gz)), B, 0,
-                   static_cast<cudaStream_t>(stream_)>>>(xp, yp, planes, D, H, W, OD, OH, OW);
-  return cudaGetLastError() == cudaSuccess ? 0 : 4;
-}
-)";
 
 std::string pool_cuda_generate(const Task& t, const TemplateParams& p) {
-  const bool tile = p.count("kernel") && p.at("kernel") == "tile";
-  std::string s = opening(tile ? "a block a tile of outputs, its input staged in shared memory" : "a block a stretch of an output row", p, true);
+  std::string s = opening("a block a stretch of an output row", p, true);
   s += fmt::format(R"(
-constexpr int B = {}, OPT = {};  // threads per block; outputs a thread (the direct kernel)
+constexpr int B = {}, OPT = {};  // threads per block; outputs a thread
 #define KFAB_INLINE __device__ __forceinline__
 #define KFAB_LOAD(p) __ldg(p)
 )",
                    p.at("block"), p.count("outputs") ? p.at("outputs") : "1");
   s += pool_constants(t);
   s += template_text("pool.h");
-  if (tile) {
-    const PoolTile k = pool_tile(t, std::stoi(p.at("block")));
-    s += fmt::format("\nconstexpr int TH = {}, TW = {};  // a block's tile of outputs\n", k.th, k.tw);
-    return s + kTileKernel + kChecks + kTileLaunch;
-  }
   s += R"(
 // Block (x, y, z): outputs (x * OPT + k) * B + thread of output row y + z * gridDim.y, a row being (volume,
 // od, oh).

@@ -10,6 +10,7 @@
 namespace {
 
 constexpr int B = 256, IMAX = 8;
+constexpr bool HOLD_SMEM = true;
 
 #include "kfab/templates/group_norm.cuh"
 

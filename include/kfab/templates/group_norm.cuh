@@ -3,8 +3,9 @@
 // cluster of blocks where the group is large, its values kept in registers or shared memory. The text
 // between the kfab:begin and kfab:end lines is spliced into the candidates the tuner writes.
 //
-// Before it, a candidate defines `constexpr int B` (threads per block) and `IMAX` (the most float4 a
-// thread keeps), and includes <cooperative_groups.h>, <cuda_runtime.h>, <cstdint> and
+// Before it, a candidate defines `constexpr int B` (threads per block), `IMAX` (the most float4 a
+// thread keeps) and `HOLD_SMEM` (a group longer than a block holds goes to a cluster's shared memory
+// before its registers), and includes <cooperative_groups.h>, <cuda_runtime.h>, <cstdint> and
 // kfab/candidate.h; tests/templates/group_norm.cu compiles it on its own.
 // kfab:begin
 struct Gn {
@@ -192,6 +193,98 @@ __global__ void __launch_bounds__(B) kfab_group_norm_cluster(Gn a) {
 #endif
 }
 
+// A group split across the CL blocks of a cluster, each keeping its part in dynamic shared memory (up
+// to the 227 KB an H100 block may have: a 512 x 512 instance norm's 1 MB over 8 blocks), so the group is
+// read once even where the registers of a portable cluster cannot hold it. The totals meet as in
+// kfab_group_norm_cluster.
+template <int CL, int V>
+__global__ void __launch_bounds__(B) kfab_group_norm_cluster_smem(Gn a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");  // this block has started
+  cg::cluster_group cluster = cg::this_cluster();
+  __shared__ float2 red[B / 32];
+  __shared__ float2 part[CL];
+  extern __shared__ float4 cache4[];
+  float* cache = reinterpret_cast<float*>(cache4);
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int64_t row = blockIdx.x / CL;
+  const int64_t L = a.L;
+  const int64_t chunk = (L + static_cast<int64_t>(CL) * V - 1) / (static_cast<int64_t>(CL) * V) * V;
+  const int64_t lo = rank * chunk, hi = lo + chunk < L ? lo + chunk : L;
+  const int64_t c0base = static_cast<int64_t>(row % a.G) * a.CG;
+  const float* xr = a.x + row * L;
+  float* yr = a.y + row * L;
+  const float shift = __ldg(xr);
+  float2 sq = make_float2(0.0f, 0.0f);
+#pragma unroll 4
+  for (int64_t c = lo + static_cast<int64_t>(threadIdx.x) * V; c < hi; c += static_cast<int64_t>(B) * V) {
+    float q[V];
+    if constexpr (V == 4) {
+      const float4 f = __ldcs(reinterpret_cast<const float4*>(xr + c));
+      cache4[(c - lo) / 4] = f;
+      q[0] = f.x, q[1] = f.y, q[2] = f.z, q[3] = f.w;
+    } else {
+      q[0] = __ldcs(xr + c);
+      cache[c - lo] = q[0];
+    }
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const float d = q[k] - shift;
+      sq.x += d;
+      sq.y += d * d;
+    }
+  }
+  sq = kfab_block_sum2(sq, red);
+  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");  // every block of the cluster has started
+  if (threadIdx.x < CL) *cluster.map_shared_rank(&part[rank], static_cast<int>(threadIdx.x)) = sq;
+  cluster.sync();
+  float2 tot = make_float2(0.0f, 0.0f);
+#pragma unroll
+  for (int r = 0; r < CL; ++r) tot.x += part[r].x, tot.y += part[r].y;  // in rank order: the same in every block
+  const float2 st = kfab_stats(tot, shift, L, a.eps);
+  for (int64_t c = lo + static_cast<int64_t>(threadIdx.x) * V; c < hi; c += static_cast<int64_t>(B) * V)
+    kfab_write<V>(a, yr, c, c0base, cache + (c - lo), st.x, st.y);
+#endif
+}
+
+// Launches kfab_group_norm_cluster_smem with the smallest portable cluster whose blocks' shared memory
+// holds the group (at most `smem_max` bytes a block); *done false where none does.
+template <int V>
+int kfab_launch_cluster_smem(const Gn& a, int64_t rows, cudaStream_t stream, int64_t smem_max, bool* done) {
+  *done = false;
+  for (int cl : {2, 4, 8}) {
+    const int64_t chunk = (a.L + static_cast<int64_t>(cl) * V - 1) / (static_cast<int64_t>(cl) * V) * V;
+    const int64_t bytes = chunk * static_cast<int64_t>(sizeof(float));
+    if (bytes + 4096 > smem_max || rows * cl > 2147483647) continue;
+    const void* fn = cl == 2 ? reinterpret_cast<const void*>(kfab_group_norm_cluster_smem<2, V>)
+                   : cl == 4 ? reinterpret_cast<const void*>(kfab_group_norm_cluster_smem<4, V>)
+                             : reinterpret_cast<const void*>(kfab_group_norm_cluster_smem<8, V>);
+    if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)) != cudaSuccess) {
+      (void)cudaGetLastError();
+      continue;
+    }
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>(rows * cl));
+    cfg.blockDim = dim3(B);
+    cfg.dynamicSmemBytes = static_cast<size_t>(bytes);
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = static_cast<unsigned>(cl);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    *done = true;
+    cudaError_t e = cl == 2 ? cudaLaunchKernelEx(&cfg, kfab_group_norm_cluster_smem<2, V>, a)
+                  : cl == 4 ? cudaLaunchKernelEx(&cfg, kfab_group_norm_cluster_smem<4, V>, a)
+                            : cudaLaunchKernelEx(&cfg, kfab_group_norm_cluster_smem<8, V>, a);
+    return e == cudaSuccess ? 0 : 5;
+  }
+  return 0;
+}
+
 template <int CL, int V, int IT>
 int kfab_launch_cluster(const Gn& a, int64_t rows, cudaStream_t stream) {
   if (rows * CL > 2147483647) return 6;
@@ -267,6 +360,18 @@ int kfab_dispatch(const Gn& a, int64_t rows, cudaStream_t stream) {
     if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&clusters, cudaDevAttrClusterLaunch, dev) != cudaSuccess)
       clusters = 0;
   }
+  static int smem_max = -1;
+  if (smem_max < 0) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+      smem_max = 48 * 1024;
+  }
+  if (clusters > 0 && HOLD_SMEM) {  // the group in a cluster's shared memory, where it fits
+    bool done = false;
+    const int rc = kfab_launch_cluster_smem<V>(a, rows, stream, smem_max, &done);
+    if (done) return rc;
+  }
   if (clusters > 0) {
     bool done = false;
     int rc = kfab_try_cluster<2, V>(a, rows, stream, &done);
@@ -274,13 +379,6 @@ int kfab_dispatch(const Gn& a, int64_t rows, cudaStream_t stream) {
     if (!done) rc = kfab_try_cluster<8, V>(a, rows, stream, &done);
     if (!done) rc = kfab_try_cluster<16, V>(a, rows, stream, &done);
     if (done && rc != 7) return rc;
-  }
-  static int smem_max = -1;
-  if (smem_max < 0) {
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
-      smem_max = 48 * 1024;
   }
   const int64_t bytes = a.L * static_cast<int64_t>(sizeof(float));
   if (bytes + static_cast<int64_t>(sizeof(float2)) * (B / 32) <= smem_max) return kfab_launch<1, V, 1>(a, rows, static_cast<size_t>(bytes), stream);
