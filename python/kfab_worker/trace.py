@@ -1523,6 +1523,7 @@ def trace(t: taskmod.KbTask, overrides: dict) -> dict:
             return a
     # the row length at the requested shape, from meta tensors (no memory)
     n = a["shape"][-1]
+    shape = list(a["shape"])
     if overrides:
         t.apply(overrides)
         try:
@@ -1531,6 +1532,12 @@ def trace(t: taskmod.KbTask, overrides: dict) -> dict:
         finally:
             t.apply({})
         if big:
-            n = math.prod(max(big, key=lambda x: x.dim()).shape[-a.get("row_dims", 1):])
+            shape = list(max(big, key=lambda x: x.dim()).shape)
+            n = math.prod(shape[-a.get("row_dims", 1):])
     a["n"] = n
+    if a.get("kind") == "group_norm" and len(shape) >= 3 and isinstance(a["op_params"].get("groups"), int):
+        # the values a group holds at the requested shape: the template's grid puts first the points that keep
+        # a group that long on chip (a hint for the order of the search, never a constant of the kernel)
+        groups = a["op_params"]["groups"] or shape[1]
+        a["op_params"]["group_len"] = math.prod(shape[1:]) // max(groups, 1)
     return a

@@ -97,14 +97,18 @@ std::vector<TemplateParams> gn_cuda_grid(const Task& t) {
                                    {{"block", "512"}, {"items", "2"}},  {{"block", "1024"}, {"items", "2"}},
                                    {{"block", "1024"}, {"items", "4"}}, {{"block", "512"}, {"items", "8"}},
                                    {{"block", "256"}, {"items", "16"}}};
+  // the group's length at the tuning shape: the trace's hint (group_len) for a KernelBench Model, else
+  // from a native task's first GPU tuning shape
+  int64_t group = op_param(t, "group_len", 0);
   const auto& shapes = t.tune_for(true);
-  if (shapes.empty()) return g;
-  const std::vector<int64_t> x = t.dims(t.inputs[0], shapes.front());
-  if (x.size() < 3 || x[1] <= 0) return g;
-  int64_t group = 1;
-  for (size_t d = 1; d < x.size(); ++d) group *= x[d];
-  const int groups = op_param(t, "groups", 1);
-  group /= groups > 0 ? groups : x[1];
+  if (group <= 0 && !shapes.empty() && !t.inputs.empty()) {
+    const std::vector<int64_t> x = t.dims(t.inputs[0], shapes.front());
+    if (x.size() < 3 || x[1] <= 0) return g;
+    group = 1;
+    for (size_t d = 1; d < x.size(); ++d) group *= x[d];
+    const int groups = op_param(t, "groups", 1);
+    group /= groups > 0 ? groups : x[1];
+  }
   if (group <= 16 * 256 * 4 * 8) return g;
   // of those, the smaller blocks first: two or more of a cluster's blocks on an SM overlap one's loads
   // with another's stores (a block of 1024 threads alone on its SM idles at each cluster barrier)
