@@ -116,7 +116,8 @@ Gen::Gen(const Program& prog, const Lang& l)
       allslot(prog.nodes.size(), -1),
       redslot(prog.nodes.size(), -1),
       colslot(prog.nodes.size(), -1),
-      colstage(prog.nodes.size(), 0) {
+      colstage(prog.nodes.size(), 0),
+      cvslot(prog.nodes.size(), -1) {
   std::function<void(int)> mark = [&](int k) {
     if (live[k]) return;
     live[k] = true;
@@ -140,6 +141,21 @@ Gen::Gen(const Program& prog, const Lang& l)
     colslot[k] = n_col++;
     n_stage = std::max(n_stage, colstage[k]);
   }
+  // the per-column values that rest on a column reduction, and of those the ones a value of another class
+  // (or an output) reads: each such gets a row of a.cv
+  std::vector<bool> on_cols(p.nodes.size());
+  for (size_t k = 0; k < p.nodes.size(); ++k) {
+    const PNode& n = p.nodes[k];
+    if (n.cls != VClass::C || !live[k]) continue;
+    on_cols[k] = is_col_reduction(n.op) || std::any_of(n.args.begin(), n.args.end(), [&](int a) { return on_cols[a]; });
+  }
+  const auto take = [&](int a) {
+    if (on_cols[a] && cvslot[a] < 0) cvslot[a] = n_cv++;
+  };
+  for (size_t k = 0; k < p.nodes.size(); ++k)
+    if (live[k] && !on_cols[k])
+      for (int a : p.nodes[k].args) take(a);
+  for (const auto& o : p.outputs) take(o.second);
 }
 
 std::string Gen::value(int k) const {
@@ -157,13 +173,13 @@ std::string Gen::scalar_expr(int k) const {
   return pointwise(p, n, args, lang);
 }
 
-void Gen::element(const std::vector<int>& targets, const Access& access, const std::string& col, Emitter& e) const {
+void Gen::element(const std::vector<int>& targets, const Access& access, const std::string& col, Emitter& e, bool hoisted) const {
   std::vector<bool> need(p.nodes.size());
   std::function<void(int)> mark = [&](int k) {
     const PNode& n = p.nodes[k];
     if (need[k] || (n.cls != VClass::E && n.cls != VClass::C)) return;
     need[k] = true;
-    if (!is_col_reduction(n.op))  // a column reduction is read, not computed, per element
+    if (!is_col_reduction(n.op) && !(hoisted && cvslot[k] >= 0))  // read, not computed, per element
       for (int a : n.args) mark(a);
   };
   for (int t : targets) mark(t);
@@ -171,7 +187,9 @@ void Gen::element(const std::vector<int>& targets, const Access& access, const s
     if (!need[k]) continue;
     const PNode& n = p.nodes[k];
     std::string v;
-    if (n.op == "in" && p.inputs[n.input].per_channel) {
+    if (hoisted && cvslot[k] >= 0) {
+      v = fmt::format("a.cv[{} * n + {}]", cvslot[k], col);
+    } else if (n.op == "in" && p.inputs[n.input].per_channel) {
       v = lang.load(n.input, fmt::format("(row % {}) * n + {}", p.groups, col));
     } else if (n.op == "in") {
       v = n.cls == VClass::E ? access(n.input) : lang.load(n.input, col);
@@ -303,7 +321,7 @@ void args_struct(const Program& p, Emitter& e) {
   for (size_t i = 0; i < p.inputs.size(); ++i)
     e.linef("const {}* __restrict__ in{};", p.inputs[i].integer ? (p.inputs[i].i32 ? "int32_t" : "long long") : "float", i);
   for (size_t j = 0; j < p.outputs.size(); ++j) e.linef("float* __restrict__ out{};", j);
-  e.line("double* ws;").line("double* cs;  // column sums").close("};");
+  e.line("double* ws;").line("double* cs;  // column sums").line("float* cv;  // per-column values computed from them").close("};");
 }
 
 Binding default_binding(const Program& p) {

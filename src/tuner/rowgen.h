@@ -57,7 +57,11 @@ struct Gen {
   std::vector<int> redslot;  // row reduction node -> its reduction's slot
   std::vector<int> colslot;  // column reduction node -> its sums' row in the column workspace a.cs ([n_col][n])
   std::vector<int> colstage; // column reduction node -> its pass over the columns (1, 2, ..: after those it reads)
-  int n_all = 0, n_red = 0, n_col = 0, n_stage = 0;
+  /// A per-column value computed from the column reductions that a per-element value reads (a batch
+  /// norm's mean and 1 / sqrt(var + eps)) -> its row in a.cv ([n_cv][n]), where a printer computes it
+  /// once a column before the rows; -1 elsewhere.
+  std::vector<int> cvslot;
+  int n_all = 0, n_red = 0, n_col = 0, n_stage = 0, n_cv = 0;
 
   Gen(const Program& prog, const Lang& l);
 
@@ -68,7 +72,8 @@ struct Gen {
   /// Statements computing the per-element and per-column values `targets` need for one element,
   /// given the element's input access and its column expression (a column reduction's value is read
   /// from the column workspace a.cs, which the passes before the rows filled).
-  void element(const std::vector<int>& targets, const Access& access, const std::string& col, Emitter& e) const;
+  /// `hoisted`: the values with a cvslot are read from a.cv, not computed.
+  void element(const std::vector<int>& targets, const Access& access, const std::string& col, Emitter& e, bool hoisted = false) const;
   /// Statements that compute the scalar outputs once the row work is done and store them: `sum(k,
   /// slot, e)` leaves all-reduction k's total (of slot `slot`) in double w<k>; `in_scope(k)` says
   /// whether scalar k is already declared there; `store` prefixes each output's store.

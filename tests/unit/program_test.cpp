@@ -123,6 +123,14 @@ TEST(Program, ColumnReductionsArePerColumnAndComeBeforeTheRows) {
   EXPECT_EQ(cuda.find("kfab_cols3"), std::string::npos);
   const std::string cpp = generate_fused_cpp(*p, fused_cpu_grid().front(), "t");
   for (const char* want : {"// column pass 1", "// column pass 2", "a.cs[1 * n + c] = s0[c - c0];"}) EXPECT_NE(cpp.find(want), std::string::npos) << want;
+  // on the host, the mean and 1 / sqrt(var + eps) are computed once a column into a.cv (two rows of it) and
+  // the rows read them: no double division or square root per element (the row loop is the file's last)
+  for (const char* want : {"const int64_t cv_need = 2 * n;", "a.cv[0 * n + c] = ", "a.cv[1 * n + c] = "})
+    EXPECT_NE(cpp.find(want), std::string::npos) << want << "\n" << cpp;
+  const std::string rows = cpp.substr(cpp.rfind("for (int64_t row = 0; row < rows; ++row)"));
+  EXPECT_NE(rows.find("= a.cv[1 * n + c];"), std::string::npos) << rows;
+  EXPECT_EQ(rows.find("static_cast<double>(rows)"), std::string::npos) << rows;
+  EXPECT_EQ(rows.find("kfab_rsqrt("), std::string::npos) << rows;
   // refused: a column statistic of a per-row value, or of anything a row reduction fed
   for (const char* bad : {"y = x - colmean(x - rowmean(x))", "y = x * colsum(t)", "y = colmean(x)"}) {
     auto q = parse_program(bad, kRowIn, {"y"});
