@@ -79,9 +79,10 @@ namespace {{
 // stretch of one output row (grid x along it, y and z over the rows), so a thread finds its output with
 // no division: a thread an output over the flat index took three 64-bit divisions an output, which made
 // the pooling compute-bound. Several outputs a thread keep more loads in flight: on an H100 (KernelBench's
-// level1/41-46) 128 threads with 4 outputs each measured fastest of 1, 2 and 4. (A tile of outputs whose
-// input was staged in shared memory and reduced along W, then H, measured 5-60% slower than this: three
-// barriers a tile left the SMs waiting.)
+// level1/41-46) 128 threads with 4 outputs each measured fastest (8 on level1/44). Each output still loads
+// its whole window through L1, which holds 42-44 and 46 at 40-52% of the copy bandwidth. (A tile of
+// outputs whose input was staged in shared memory and reduced along W, then H, measured 5-60% slower than
+// this: three barriers a tile left the SMs waiting.)
 std::vector<TemplateParams> pool_cuda_grid(const Task&) {
   return {{{"block", "128"}, {"outputs", "4"}}, {{"block", "128"}, {"outputs", "8"}}, {{"block", "256"}, {"outputs", "4"}},
           {{"block", "64"}, {"outputs", "8"}},  {{"block", "256"}, {"outputs", "2"}}, {{"block", "512"}, {"outputs", "1"}}};

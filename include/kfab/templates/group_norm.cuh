@@ -155,6 +155,48 @@ __global__ void __launch_bounds__(B) kfab_group_norm(Gn a) {
   }
 }
 
+// Block `rank`'s part [lo, hi) of a group of L values split over a cluster of CL blocks (V-aligned).
+template <int CL, int V>
+__device__ __forceinline__ void kfab_cluster_part(int64_t L, int rank, int64_t* lo, int64_t* hi) {
+  const int64_t chunk = (L + static_cast<int64_t>(CL) * V - 1) / (static_cast<int64_t>(CL) * V) * V;
+  *lo = rank * chunk;
+  *hi = *lo + chunk < L ? *lo + chunk : L;
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// The group's mean and 1 / sqrt(var + eps) from each block's totals `sq`: after the barrier that says
+// every block has started, each writes its totals into every block's `part`; one cluster barrier later
+// every block adds them up locally in rank order (the same sum in each).
+template <int CL>
+__device__ __forceinline__ float2 kfab_cluster_stats(cooperative_groups::cluster_group& cluster, float2* part, int rank, float2 sq,
+                                                     float shift, int64_t L, float eps) {
+  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");  // every block of the cluster has started
+  if (threadIdx.x < CL) *cluster.map_shared_rank(&part[rank], static_cast<int>(threadIdx.x)) = sq;
+  cluster.sync();
+  float2 tot = make_float2(0.0f, 0.0f);
+#pragma unroll
+  for (int r = 0; r < CL; ++r) tot.x += part[r].x, tot.y += part[r].y;
+  return kfab_stats(tot, shift, L, eps);
+}
+#endif
+
+// A launch of `rows` clusters of `cl` blocks of B threads with `smem` bytes of dynamic shared memory;
+// `attr` holds the cluster's dimension.
+inline cudaLaunchConfig_t kfab_cluster_config(int64_t rows, int cl, size_t smem, cudaStream_t stream, cudaLaunchAttribute* attr) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(rows * cl));
+  cfg.blockDim = dim3(B);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(cl);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
 // A group split across the CL blocks of a cluster, each keeping its part in registers. Each block
 // writes its totals into every block's shared memory (after a barrier that says all have started,
 // whose arrival is made before the loads); one cluster barrier later every block reads them locally,
@@ -169,22 +211,15 @@ __global__ void __launch_bounds__(B) kfab_group_norm_cluster(Gn a) {
   __shared__ float2 part[CL];
   const int rank = static_cast<int>(cluster.block_rank());
   const int64_t row = blockIdx.x / CL;
-  const int64_t L = a.L;
-  const int64_t chunk = (L + static_cast<int64_t>(CL) * V - 1) / (static_cast<int64_t>(CL) * V) * V;
-  const int64_t lo = rank * chunk, hi = lo + chunk < L ? lo + chunk : L;
+  int64_t lo = 0, hi = 0;
+  kfab_cluster_part<CL, V>(a.L, rank, &lo, &hi);
   const int64_t c0base = static_cast<int64_t>(row % a.G) * a.CG;
-  const float* xr = a.x + row * L;
-  float* yr = a.y + row * L;
+  const float* xr = a.x + row * a.L;
+  float* yr = a.y + row * a.L;
   const float shift = __ldg(xr);
   float v[IT * V];
   const float2 sq = kfab_block_sum2(kfab_load<V, IT>(xr, lo, hi, shift, v), red);
-  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");  // every block of the cluster has started
-  if (threadIdx.x < CL) *cluster.map_shared_rank(&part[rank], static_cast<int>(threadIdx.x)) = sq;
-  cluster.sync();
-  float2 tot = make_float2(0.0f, 0.0f);
-#pragma unroll
-  for (int r = 0; r < CL; ++r) tot.x += part[r].x, tot.y += part[r].y;  // in rank order: the same in every block
-  const float2 st = kfab_stats(tot, shift, L, a.eps);
+  const float2 st = kfab_cluster_stats<CL>(cluster, part, rank, sq, shift, a.L, a.eps);
 #pragma unroll
   for (int it = 0; it < IT; ++it) {
     const int64_t c = lo + (static_cast<int64_t>(it) * B + threadIdx.x) * V;
@@ -209,12 +244,11 @@ __global__ void __launch_bounds__(B) kfab_group_norm_cluster_smem(Gn a) {
   float* cache = reinterpret_cast<float*>(cache4);
   const int rank = static_cast<int>(cluster.block_rank());
   const int64_t row = blockIdx.x / CL;
-  const int64_t L = a.L;
-  const int64_t chunk = (L + static_cast<int64_t>(CL) * V - 1) / (static_cast<int64_t>(CL) * V) * V;
-  const int64_t lo = rank * chunk, hi = lo + chunk < L ? lo + chunk : L;
+  int64_t lo = 0, hi = 0;
+  kfab_cluster_part<CL, V>(a.L, rank, &lo, &hi);
   const int64_t c0base = static_cast<int64_t>(row % a.G) * a.CG;
-  const float* xr = a.x + row * L;
-  float* yr = a.y + row * L;
+  const float* xr = a.x + row * a.L;
+  float* yr = a.y + row * a.L;
   const float shift = __ldg(xr);
   float2 sq = make_float2(0.0f, 0.0f);
 #pragma unroll 4
@@ -235,14 +269,7 @@ __global__ void __launch_bounds__(B) kfab_group_norm_cluster_smem(Gn a) {
       sq.y += d * d;
     }
   }
-  sq = kfab_block_sum2(sq, red);
-  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");  // every block of the cluster has started
-  if (threadIdx.x < CL) *cluster.map_shared_rank(&part[rank], static_cast<int>(threadIdx.x)) = sq;
-  cluster.sync();
-  float2 tot = make_float2(0.0f, 0.0f);
-#pragma unroll
-  for (int r = 0; r < CL; ++r) tot.x += part[r].x, tot.y += part[r].y;  // in rank order: the same in every block
-  const float2 st = kfab_stats(tot, shift, L, a.eps);
+  const float2 st = kfab_cluster_stats<CL>(cluster, part, rank, kfab_block_sum2(sq, red), shift, a.L, a.eps);
   for (int64_t c = lo + static_cast<int64_t>(threadIdx.x) * V; c < hi; c += static_cast<int64_t>(B) * V)
     kfab_write<V>(a, yr, c, c0base, cache + (c - lo), st.x, st.y);
 #endif
@@ -264,18 +291,8 @@ int kfab_launch_cluster_smem(const Gn& a, int64_t rows, cudaStream_t stream, int
       (void)cudaGetLastError();
       continue;
     }
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(static_cast<unsigned>(rows * cl));
-    cfg.blockDim = dim3(B);
-    cfg.dynamicSmemBytes = static_cast<size_t>(bytes);
-    cfg.stream = stream;
     cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = static_cast<unsigned>(cl);
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    const cudaLaunchConfig_t cfg = kfab_cluster_config(rows, cl, static_cast<size_t>(bytes), stream, attr);
     *done = true;
     cudaError_t e = cl == 2 ? cudaLaunchKernelEx(&cfg, kfab_group_norm_cluster_smem<2, V>, a)
                   : cl == 4 ? cudaLaunchKernelEx(&cfg, kfab_group_norm_cluster_smem<4, V>, a)
@@ -296,17 +313,8 @@ int kfab_launch_cluster(const Gn& a, int64_t rows, cudaStream_t stream) {
     }();
     if (!allowed) return 7;
   }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(rows * CL));
-  cfg.blockDim = dim3(B);
-  cfg.stream = stream;
   cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = CL;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  const cudaLaunchConfig_t cfg = kfab_cluster_config(rows, CL, 0, stream, attr);
   if constexpr (CL > 8) {  // whether a cluster of CL such blocks fits the device at all
     static int fits = -1;
     if (fits < 0) {
