@@ -197,43 +197,14 @@ inline cudaLaunchConfig_t kfab_cluster_config(int64_t rows, int cl, size_t smem,
   return cfg;
 }
 
-// A group split across the CL blocks of a cluster, each keeping its part in registers. Each block
-// writes its totals into every block's shared memory (after a barrier that says all have started,
-// whose arrival is made before the loads); one cluster barrier later every block reads them locally,
-// so no block waits for the others to finish reading before it leaves.
-template <int CL, int V, int IT>
+// A group split across the CL blocks of a cluster, each keeping its part in registers (IT vectors of V a
+// thread) or, with SMEM, in dynamic shared memory (up to the 227 KB an H100 block may have: a 512 x 512
+// instance norm's 1 MB over 8 blocks, where the registers of a portable cluster cannot hold it), so the
+// group is read once. Each block writes its totals into every block's shared memory (after a barrier
+// that says all have started, whose arrival is made before the loads); one cluster barrier later every
+// block reads them locally, so no block waits for the others to finish reading before it leaves.
+template <int CL, int V, int IT, bool SMEM = false>
 __global__ void __launch_bounds__(B) kfab_group_norm_cluster(Gn a) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  namespace cg = cooperative_groups;
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");  // this block has started
-  cg::cluster_group cluster = cg::this_cluster();
-  __shared__ float2 red[B / 32];
-  __shared__ float2 part[CL];
-  const int rank = static_cast<int>(cluster.block_rank());
-  const int64_t row = blockIdx.x / CL;
-  int64_t lo = 0, hi = 0;
-  kfab_cluster_part<CL, V>(a.L, rank, &lo, &hi);
-  const int64_t c0base = static_cast<int64_t>(row % a.G) * a.CG;
-  const float* xr = a.x + row * a.L;
-  float* yr = a.y + row * a.L;
-  const float shift = __ldg(xr);
-  float v[IT * V];
-  const float2 sq = kfab_block_sum2(kfab_load<V, IT>(xr, lo, hi, shift, v), red);
-  const float2 st = kfab_cluster_stats<CL>(cluster, part, rank, sq, shift, a.L, a.eps);
-#pragma unroll
-  for (int it = 0; it < IT; ++it) {
-    const int64_t c = lo + (static_cast<int64_t>(it) * B + threadIdx.x) * V;
-    if (c < hi) kfab_write<V>(a, yr, c, c0base, v + it * V, st.x, st.y);
-  }
-#endif
-}
-
-// A group split across the CL blocks of a cluster, each keeping its part in dynamic shared memory (up
-// to the 227 KB an H100 block may have: a 512 x 512 instance norm's 1 MB over 8 blocks), so the group is
-// read once even where the registers of a portable cluster cannot hold it. The totals meet as in
-// kfab_group_norm_cluster.
-template <int CL, int V>
-__global__ void __launch_bounds__(B) kfab_group_norm_cluster_smem(Gn a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
   asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");  // this block has started
@@ -250,33 +221,46 @@ __global__ void __launch_bounds__(B) kfab_group_norm_cluster_smem(Gn a) {
   const float* xr = a.x + row * a.L;
   float* yr = a.y + row * a.L;
   const float shift = __ldg(xr);
+  float v[SMEM ? 1 : IT * V];
   float2 sq = make_float2(0.0f, 0.0f);
+  if constexpr (SMEM) {
 #pragma unroll 4
-  for (int64_t c = lo + static_cast<int64_t>(threadIdx.x) * V; c < hi; c += static_cast<int64_t>(B) * V) {
-    float q[V];
-    if constexpr (V == 4) {
-      const float4 f = __ldcs(reinterpret_cast<const float4*>(xr + c));
-      cache4[(c - lo) / 4] = f;
-      q[0] = f.x, q[1] = f.y, q[2] = f.z, q[3] = f.w;
-    } else {
-      q[0] = __ldcs(xr + c);
-      cache[c - lo] = q[0];
-    }
+    for (int64_t c = lo + static_cast<int64_t>(threadIdx.x) * V; c < hi; c += static_cast<int64_t>(B) * V) {
+      float q[V];
+      if constexpr (V == 4) {
+        const float4 f = __ldcs(reinterpret_cast<const float4*>(xr + c));
+        cache4[(c - lo) / 4] = f;
+        q[0] = f.x, q[1] = f.y, q[2] = f.z, q[3] = f.w;
+      } else {
+        q[0] = __ldcs(xr + c);
+        cache[c - lo] = q[0];
+      }
 #pragma unroll
-    for (int k = 0; k < V; ++k) {
-      const float d = q[k] - shift;
-      sq.x += d;
-      sq.y += d * d;
+      for (int k = 0; k < V; ++k) {
+        const float d = q[k] - shift;
+        sq.x += d;
+        sq.y += d * d;
+      }
     }
+  } else {
+    sq = kfab_load<V, IT>(xr, lo, hi, shift, v);
   }
   const float2 st = kfab_cluster_stats<CL>(cluster, part, rank, kfab_block_sum2(sq, red), shift, a.L, a.eps);
-  for (int64_t c = lo + static_cast<int64_t>(threadIdx.x) * V; c < hi; c += static_cast<int64_t>(B) * V)
-    kfab_write<V>(a, yr, c, c0base, cache + (c - lo), st.x, st.y);
+  if constexpr (SMEM) {
+    for (int64_t c = lo + static_cast<int64_t>(threadIdx.x) * V; c < hi; c += static_cast<int64_t>(B) * V)
+      kfab_write<V>(a, yr, c, c0base, cache + (c - lo), st.x, st.y);
+  } else {
+#pragma unroll
+    for (int it = 0; it < IT; ++it) {
+      const int64_t c = lo + (static_cast<int64_t>(it) * B + threadIdx.x) * V;
+      if (c < hi) kfab_write<V>(a, yr, c, c0base, v + it * V, st.x, st.y);
+    }
+  }
 #endif
 }
 
-// Launches kfab_group_norm_cluster_smem with the smallest portable cluster whose blocks' shared memory
-// holds the group (at most `smem_max` bytes a block); *done false where none does.
+// Launches kfab_group_norm_cluster with SMEM, with the smallest portable cluster whose blocks' shared
+// memory holds the group (at most `smem_max` bytes a block); *done false where none does.
 template <int V>
 int kfab_launch_cluster_smem(const Gn& a, int64_t rows, cudaStream_t stream, int64_t smem_max, bool* done) {
   *done = false;
@@ -284,9 +268,9 @@ int kfab_launch_cluster_smem(const Gn& a, int64_t rows, cudaStream_t stream, int
     const int64_t chunk = (a.L + static_cast<int64_t>(cl) * V - 1) / (static_cast<int64_t>(cl) * V) * V;
     const int64_t bytes = chunk * static_cast<int64_t>(sizeof(float));
     if (bytes + 4096 > smem_max || rows * cl > 2147483647) continue;
-    const void* fn = cl == 2 ? reinterpret_cast<const void*>(kfab_group_norm_cluster_smem<2, V>)
-                   : cl == 4 ? reinterpret_cast<const void*>(kfab_group_norm_cluster_smem<4, V>)
-                             : reinterpret_cast<const void*>(kfab_group_norm_cluster_smem<8, V>);
+    const void* fn = cl == 2 ? reinterpret_cast<const void*>(kfab_group_norm_cluster<2, V, 1, true>)
+                   : cl == 4 ? reinterpret_cast<const void*>(kfab_group_norm_cluster<4, V, 1, true>)
+                             : reinterpret_cast<const void*>(kfab_group_norm_cluster<8, V, 1, true>);
     if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)) != cudaSuccess) {
       (void)cudaGetLastError();
       continue;
@@ -294,9 +278,9 @@ int kfab_launch_cluster_smem(const Gn& a, int64_t rows, cudaStream_t stream, int
     cudaLaunchAttribute attr[1];
     const cudaLaunchConfig_t cfg = kfab_cluster_config(rows, cl, static_cast<size_t>(bytes), stream, attr);
     *done = true;
-    cudaError_t e = cl == 2 ? cudaLaunchKernelEx(&cfg, kfab_group_norm_cluster_smem<2, V>, a)
-                  : cl == 4 ? cudaLaunchKernelEx(&cfg, kfab_group_norm_cluster_smem<4, V>, a)
-                            : cudaLaunchKernelEx(&cfg, kfab_group_norm_cluster_smem<8, V>, a);
+    cudaError_t e = cl == 2 ? cudaLaunchKernelEx(&cfg, kfab_group_norm_cluster<2, V, 1, true>, a)
+                  : cl == 4 ? cudaLaunchKernelEx(&cfg, kfab_group_norm_cluster<4, V, 1, true>, a)
+                            : cudaLaunchKernelEx(&cfg, kfab_group_norm_cluster<8, V, 1, true>, a);
     return e == cudaSuccess ? 0 : 5;
   }
   return 0;
