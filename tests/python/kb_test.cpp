@@ -305,7 +305,7 @@ TEST_F(KbEval, TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest) {
       {"l1_cumsum", {"scan", "cuda_row_scan"}}, {"l1_sum_dim", {"dim_reduce", "cuda_dim_reduce"}},
       {"l1_permute", {"transpose", "cuda_tiled_transpose"}}, {"l1_group_norm", {"group_norm", "cuda_group_norm"}},
       {"l1_avg_pool2d", {"pool", "cuda_pool"}}, {"l1_max_pool1d", {"pool", "cuda_pool"}}, {"l1_argmax_dim", {"dim_reduce", "cuda_dim_reduce"}},
-      {"l1_cumsum_masked", {"scan", "cuda_row_scan"}}};
+      {"l1_cumsum_masked", {"scan", "cuda_row_scan"}}, {"l1_instance_norm", {"group_norm", "cuda_group_norm"}}};
   CudaBackend nvcc;
   TorchInspector ev("cuda", EvalOptions{});
   int seen = 0, compiled = 0;
@@ -326,6 +326,16 @@ TEST_F(KbEval, TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest) {
         // num_groups changes with the shape: the kernel gets it from kfab_init (constructor argument 0)
         ASSERT_TRUE(tr->contains("op_params")) << tr->dump();
         EXPECT_EQ((*tr)["op_params"].value("groups_init", -1), 0) << tr->dump();
+        for (const auto& [k, v] : (*tr)["op_params"].items()) store.op_params[k] = v.get<double>();
+        store.op_class = "group_norm";
+      }
+      if (stem == "l1_instance_norm") {
+        // an instance norm without weights: a group norm of a group a channel (groups 0), x alone (affine 0); the
+        // group's length at the tuning shape (KFAB_GPU's 512 x 512, traced for cuda) orders the grid
+        ASSERT_TRUE(tr->contains("op_params")) << tr->dump();
+        EXPECT_EQ((*tr)["op_params"].value("groups", -1), 0) << tr->dump();
+        EXPECT_EQ((*tr)["op_params"].value("affine", -1), 0) << tr->dump();
+        EXPECT_EQ((*tr)["op_params"].value("group_len", -1), 512 * 512) << tr->dump();
         for (const auto& [k, v] : (*tr)["op_params"].items()) store.op_params[k] = v.get<double>();
         store.op_class = "group_norm";
       }
