@@ -90,8 +90,9 @@ constexpr const char* kChecks = R"(  if (in == nullptr || out == nullptr || n_in
 // The first points differ in the column strip a block reads (CX = block / ry: 32, 64, 128 columns) and
 // in how the rows are loaded (`load`: ldg, or ldcs, evict-first; `unroll`: rows in flight a thread), what
 // a short search should compare; `blocks` only matters where the columns are few. On an H100, over
-// [128, 4096, 4095] (KernelBench's level1/47-53, columns not a multiple of 4): a max or an argmax 94% of
-// the copy bandwidth at 512 threads, ry 4, ldg; a sum 83% at ry 8 with ldcs or 8 rows in flight, 78% at 4.
+// [128, 4096, 4095] (KernelBench's level1/47-53, columns not a multiple of 4), 512 threads, ry 4, ldg: a
+// sum 92% of the copy bandwidth and a mean 88% with 8 rows in flight (78% with 4), a max, min or argmax
+// 93-94% with either; 256 threads, ry 8, ldcs (the grid's first point before): 74-83%.
 std::vector<TemplateParams> cuda_grid(const Task&) {
   std::vector<TemplateParams> g;
   for (const auto& [block, ry, load, unroll] : std::vector<std::array<const char*, 4>>{{"512", "4", "ldg", "8"},
