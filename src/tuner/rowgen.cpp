@@ -142,7 +142,9 @@ Gen::Gen(const Program& prog, const Lang& l)
     n_stage = std::max(n_stage, colstage[k]);
   }
   // the per-column values that rest on a column reduction, and of those the ones a value of another class
-  // (or an output) reads: each such gets a row of a.cv
+  // (or an output) reads: each such gets a row of a.cv (not in a grouped program, whose per-channel
+  // inputs are read at a row's group)
+  if (p.groups > 1) return;
   std::vector<bool> on_cols(p.nodes.size());
   for (size_t k = 0; k < p.nodes.size(); ++k) {
     const PNode& n = p.nodes[k];
