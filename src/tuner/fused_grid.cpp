@@ -42,8 +42,27 @@ std::vector<TemplateParams> fused_grid(const Program& p, int64_t n) {
   }
   // A warp per row for short rows; a block per row otherwise, most promising first: 256 threads,
   // then 512 and 128, 1024 for long rows. Each point keeps up to 8 float4 a thread and picks the
-  // smallest footprint that holds the row at run time; longer rows are streamed.
-  // first, a point that takes a warp per row for short rows and a block per row for long ones
+  // smallest footprint that holds the row at run time; longer rows are split over a cluster's blocks
+  // (points with a cluster) or streamed.
+  bool all = false;  // scalar outputs
+  for (const auto& o : p.outputs) all = all || p.nodes[o.second].cls == VClass::K;
+  // Rows longer than a block of 1024 threads holds in 8 float4 a thread (32768 floats): first, each row
+  // over a cluster of blocks (2 to 16; the smallest that holds it), read once, where streaming reads it
+  // twice (issue 25: level1/23's softmax over rows of 393216 ran at half the copy bandwidth streamed)
+  // (512 threads keeping 16 float4 first: 1024 threads keeping 8 spill registers under their 64 a thread);
+  // a row whose length is not a multiple of 4 is read a float at a time, and its blocks keep half as much
+  // (their 64 floats a thread spill under their index arithmetic)
+  if (n > 1024 * 4 * 8 && !all) {
+    for (const auto& [b, items] : std::vector<std::pair<int, int>>{{512, 16}, {1024, 8}}) {
+      const int64_t holds = static_cast<int64_t>(b) * items * (n % 4 == 0 ? 4 : 2);
+      int cl = 2;
+      while (cl < 16 && cl * holds < n) cl *= 2;
+      if (cl * holds >= n)
+        g.push_back({{"kernel", "rows"}, {"block", std::to_string(b)}, {"group", std::to_string(b)}, {"items", std::to_string(items)},
+                     {"cluster", std::to_string(cl)}});
+    }
+  }
+  // then a point that takes a warp per row for short rows and a block per row for long ones
   g.push_back({{"kernel", "rows"}, {"block", n > 8192 ? "512" : "256"}, {"group", "auto"}, {"items", "8"}});
   if (n <= 1024) g.push_back({{"kernel", "rows"}, {"block", "256"}, {"group", "32"}, {"items", "8"}});
   for (int b : {256, 512, 128, 1024}) {
@@ -56,8 +75,6 @@ std::vector<TemplateParams> fused_grid(const Program& p, int64_t n) {
   // A program with a scalar output pays, per block, a reduction, an atomic, a fence and a counter
   // before the block leaves: each point also with resident blocks that take rows in turn (and pay
   // that once), the first also with two blocks' worth a slot.
-  bool all = false;
-  for (const auto& o : p.outputs) all = all || p.nodes[o.second].cls == VClass::K;
   if (all) {
     const size_t plain = g.size();
     for (size_t i = 0; i < plain; ++i) {

@@ -83,40 +83,64 @@ namespace {{
 // its whole window through L1, which holds 42-44 and 46 at 40-52% of the copy bandwidth. (A tile of
 // outputs whose input was staged in shared memory and reduced along W, then H, measured 5-60% slower than
 // this: three barriers a tile left the SMs waiting.)
-std::vector<TemplateParams> pool_cuda_grid(const Task&) {
-  return {{{"block", "128"}, {"outputs", "4"}}, {{"block", "128"}, {"outputs", "8"}}, {{"block", "256"}, {"outputs", "4"}},
-          {{"block", "64"}, {"outputs", "8"}},  {{"block", "256"}, {"outputs", "2"}}, {{"block", "512"}, {"outputs", "1"}}};
+//
+// `rows` (R): a thread's outputs also R apart down their column, the input rows their windows share loaded
+// once (kfab_pool_rows). Offered first where that loads at most 2/3 of the rows R outputs would load
+// each on its own: windows of several rows at a stride below their height (level1/42's 4 x 4 at stride 1:
+// 7 rows for 4 outputs; level1/46's 3 x 3 x 3 at stride 2, 9 for 4, is not offered).
+double pool_row_reuse(const Task& t, int R) {
+  if (op_param(t, "nd", 2) < 2) return 1.0;
+  const int64_t kh = op_param(t, "kh", 1), sh = op_param(t, "sh", 1), dh = op_param(t, "max", 0) ? op_param(t, "dh", 1) : 1;
+  const int64_t rows = (R - 1) * sh + (kh - 1) * dh + 1;
+  int64_t used = 0;
+  for (int64_t j = 0; j < rows; ++j) {
+    bool u = false;
+    for (int r = 0; r < R; ++r) u = u || (j >= r * sh && (j - r * sh) % dh == 0 && (j - r * sh) / dh < kh);  // pool.h's kfab_row_of
+    used += u ? 1 : 0;
+  }
+  return used > 0 ? static_cast<double>(R * kh) / static_cast<double>(used) : 1.0;
+}
+
+std::vector<TemplateParams> pool_cuda_grid(const Task& t) {
+  std::vector<TemplateParams> g;
+  if (pool_row_reuse(t, 4) >= 1.5) g = {{{"block", "128"}, {"outputs", "2"}, {"rows", "4"}}, {{"block", "128"}, {"outputs", "1"}, {"rows", "8"}}};
+  for (const auto& [b, o] : std::vector<std::pair<const char*, const char*>>{{"128", "4"}, {"128", "8"}, {"256", "4"}, {"64", "8"}, {"256", "2"}, {"512", "1"}})
+    g.push_back({{"block", b}, {"outputs", o}});
+  return g;
 }
 
 std::string pool_cuda_generate(const Task& t, const TemplateParams& p) {
   std::string s = opening("a block a stretch of an output row", p, true);
   s += fmt::format(R"(
-constexpr int B = {}, OPT = {};  // threads per block; outputs a thread
+constexpr int B = {}, OPT = {}, R = {};  // threads per block; outputs a thread along the row, times R down the column
 #define KFAB_INLINE __device__ __forceinline__
 #define KFAB_LOAD(p) __ldg(p)
 )",
-                   p.at("block"), p.count("outputs") ? p.at("outputs") : "1");
+                   p.at("block"), p.count("outputs") ? p.at("outputs") : "1", p.count("rows") ? p.at("rows") : "1");
   s += pool_constants(t);
   s += template_text("pool.h");
   s += R"(
-// Block (x, y, z): outputs (x * OPT + k) * B + thread of output row y + z * gridDim.y, a row being (volume,
-// od, oh).
-__global__ void __launch_bounds__(B) kfab_pool_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t rows, int64_t D, int64_t H,
+// Block (x, y, z): outputs (x * OPT + k) * B + thread of output rows R * band .. R * band + R - 1, band
+// y + z * gridDim.y, a band being (volume, od, oh / R).
+__global__ void __launch_bounds__(B) kfab_pool_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t bands, int64_t D, int64_t H,
                                                       int64_t W, int64_t OD, int64_t OH, int64_t OW) {
-  const int64_t row = blockIdx.y + static_cast<int64_t>(gridDim.y) * blockIdx.z;
-  if (row >= rows) return;
-  const int64_t oh = row % OH, r2 = row / OH;
+  const int64_t band = blockIdx.y + static_cast<int64_t>(gridDim.y) * blockIdx.z;
+  if (band >= bands) return;
+  const int64_t OHB = (OH + R - 1) / R;
+  const int64_t oh0 = band % OHB * R, r2 = band / OHB;
   const int64_t od = r2 % OD, vol = r2 / OD;
   const float* v = x + vol * D * H * W;
-  float* yr = y + row * OW;
+  float* yr = y + (r2 * OH + oh0) * OW;
   const int64_t ow0 = static_cast<int64_t>(blockIdx.x) * OPT * B + threadIdx.x;
-  float o[OPT];
+  float o[OPT][R];
 #pragma unroll
   for (int k = 0; k < OPT; ++k)
-    if (ow0 + k * B < OW) o[k] = kfab_pool(v, D, H, W, od, oh, ow0 + k * B);
+    if (ow0 + k * B < OW) kfab_pool_rows<R>(v, D, H, W, OH, od, oh0, ow0 + k * B, o[k]);
 #pragma unroll
   for (int k = 0; k < OPT; ++k)
-    if (ow0 + k * B < OW) yr[ow0 + k * B] = o[k];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      if (ow0 + k * B < OW && oh0 + r < OH) yr[r * OW + ow0 + k * B] = o[k][r];
 }
 
 }  // namespace
@@ -124,7 +148,7 @@ __global__ void __launch_bounds__(B) kfab_pool_kernel(const float* __restrict__ 
 KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void* stream_) {
 )";
   s += kChecks;
-  s += R"(  const int64_t rows = P * OD * OH;
+  s += R"(  const int64_t rows = P * OD * ((OH + R - 1) / R);  // bands of R output rows
   if (rows == 0 || OW == 0) return 0;
   const int64_t gx = (OW + static_cast<int64_t>(OPT) * B - 1) / (static_cast<int64_t>(OPT) * B);
   const int64_t gy = rows < 65535 ? rows : 65535, gz = (rows + gy - 1) / gy;

@@ -17,7 +17,8 @@ using namespace rowgen;
 
 namespace {
 
-constexpr const char* kPrelude = R"(#include <cuda_runtime.h>
+constexpr const char* kPrelude = R"(#include <cooperative_groups.h>
+#include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
@@ -118,8 +119,10 @@ struct Parts {
   std::string launch;
 };
 
-// A row kernel's body, cached (the row in registers, IT vectors a thread) or streamed (every pass
-// over the row reads it from global memory, L2 for the later ones).
+// A row kernel's body, cached (the row in registers, IT vectors a thread; with CL > 1 a row split
+// over the CL blocks of a cluster, each keeping its part [lo, hi), their reductions combined through
+// distributed shared memory) or streamed (every pass over the row reads it from global memory, L2
+// for the later ones).
 class RowKernel final : public RowSteps {
  public:
   RowKernel(const Gen& g, bool cached, bool any_k_out, Emitter& e) : g_(g), p_(g.p), cached_(cached), any_k_out_(any_k_out), e_(e) {}
@@ -128,6 +131,7 @@ class RowKernel final : public RowSteps {
     e_.line("const int lane = threadIdx.x % G;");
     e_.line("__shared__ float red_s[NRED][G > 32 ? G / 32 : 1];").line("float* red[NRED];").line("#pragma unroll");
     e_.line("for (int k = 0; k < NRED; ++k) red[k] = red_s[k];").line("(void)red;");
+    if (cached_) e_.line("__shared__ float kfab_cl[NRED][CL];  // the cluster's blocks' shares of each row reduction").line("(void)kfab_cl;");
     if (any_k_out_) {
       e_.line("__shared__ double kfab_part[NALL][B / G];  // the block's rows' shares of each all-reduction");
       e_.line("if (lane == 0)").line("#pragma unroll").indent().line("for (int k = 0; k < NALL; ++k) kfab_part[k][threadIdx.x / G] = 0.0;").dedent();
@@ -136,14 +140,20 @@ class RowKernel final : public RowSteps {
     // chunk a block when the grid has a block a chunk; with a grid of resident blocks (persist) a
     // block goes on to its next rows at once, and pays its all-reductions' atomics and counter once.
     e_.line("const int64_t chunks = (rows + B / G - 1) / (B / G);");
-    e_.open("for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x)");
+    if (cached_) {  // a cluster of CL blocks a chunk
+      e_.line("int64_t lo = 0, hi = n;  // the block's part of its row").line("kfab_row_part<CL, V>(n, &lo, &hi);");
+      e_.open("for (int64_t chunk = blockIdx.x / CL; chunk < chunks; chunk += gridDim.x / CL)");
+    } else {
+      e_.open("for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x)");
+    }
     e_.line("const int64_t row = chunk * (B / G) + threadIdx.x / G;");
     e_.line("const bool live = row < rows;").line("const int64_t roff = (live ? row : 0) * n;");
+    combines_ = 0;
     if (cached_) {
       const auto ein = g_.e_inputs();
       for (int i : ein) e_.linef("float x{}[IT * V];", i);
-      e_.line("#pragma unroll").open("for (int it = 0; it < IT; ++it)").line("const int64_t c0 = (static_cast<int64_t>(it) * G + lane) * V;");
-      e_.open("if (c0 < n)");
+      e_.line("#pragma unroll").open("for (int it = 0; it < IT; ++it)").line("const int64_t c0 = lo + (static_cast<int64_t>(it) * G + lane) * V;");
+      e_.open("if (c0 < hi)");
       load_vectors(ein, "it", "roff + c0", e_);
       e_.close().close();
     }
@@ -174,6 +184,9 @@ class RowKernel final : public RowSteps {
       e_.linef("{0} = kfab_combine<{1}>({0}, {2});", acc, op, g_.value(arg));
     });
     e_.linef("{0} = kfab_group<G, {1}>({0}, red[{2}]);", acc, op, g_.redslot[k]);
+    if (cached_ && is_row_reduction(p_.nodes[k].op))
+      e_.linef("if constexpr (CL > 1) {0} = kfab_cluster_combine<CL, {1}>({0}, kfab_cl[{2}], {3});", acc, op, g_.redslot[k],
+               combines_++ == 0 ? "true" : "false");
     if (is_row_reduction(p_.nodes[k].op))
       e_.linef("const float r{} = {};", k, p_.nodes[k].op == "rowmean" ? acc + " / static_cast<float>(n)" : acc);
     else
@@ -196,15 +209,15 @@ class RowKernel final : public RowSteps {
   // `inner` for each element c of the thread's part of the row.
   void over_row(const std::function<void()>& inner, bool outputs = false) {
     if (cached_) {
-      e_.line("#pragma unroll").open("for (int it = 0; it < IT; ++it)").line("const int64_t c0 = (static_cast<int64_t>(it) * G + lane) * V;");
+      e_.line("#pragma unroll").open("for (int it = 0; it < IT; ++it)").line("const int64_t c0 = lo + (static_cast<int64_t>(it) * G + lane) * V;");
     } else {
       e_.open("for (int64_t c0 = static_cast<int64_t>(lane) * V; c0 < n; c0 += static_cast<int64_t>(G) * V)");
     }
     if (outputs) {
-      if (cached_) e_.line("if (c0 >= n) continue;");
+      if (cached_) e_.line("if (c0 >= hi) continue;");
       inner();
     } else {
-      if (cached_) e_.open("if (c0 < n)");
+      if (cached_) e_.open("if (c0 < hi)");
       e_.line("#pragma unroll").open("for (int v = 0; v < V; ++v)").line("const int64_t c = c0 + v;");
       inner();
       e_.close();
@@ -248,6 +261,7 @@ class RowKernel final : public RowSteps {
   const Gen& g_;
   const Program& p_;
   bool cached_, any_k_out_;
+  int combines_ = 0;  // the row's cluster combines so far (the first waits for the whole cluster)
   Emitter& e_;
 };
 
@@ -272,7 +286,8 @@ void finish_scalars(const Gen& g, Emitter& e) {
 
 // The row kernels' launch: the smallest register footprint that holds the row, IT = 1, 2, 4 .. I
 // float4 a thread, so that one parameter point fits every row length (a task's tuning shapes may
-// differ in it); longer rows streamed.
+// differ in it); longer rows split over a cluster's blocks where the point has clusters and they
+// hold it (kfab_rows_cluster), else streamed.
 std::string rows_launch(int I, bool autog, bool any_k_out) {
   Emitter e(1);
   // an if-chain over IT, left open for the caller to go on with or close
@@ -281,8 +296,8 @@ std::string rows_launch(int I, bool autog, bool any_k_out) {
       const std::string cond = fmt::format("if (n <= static_cast<int64_t>({}) * {} * 4)", gt, it);
       if (it == 1) e.open(cond);
       else e.reopen("} else " + cond + " {");
-      e.linef("if (vec) kfab_go<P>(kfab_rows_cached<{0}, {1}, 4, {2}>, {3}, {0}, stream, a, rows, n);", bt, gt, it, blocks);
-      e.linef("else kfab_go<P>(kfab_rows_cached<{0}, {1}, 1, {2}>, {3}, {0}, stream, a, rows, n);", bt, gt, it * 4, blocks);
+      e.linef("if (vec) kfab_go<P>(kfab_rows_cached<{0}, {1}, 4, {2}, 1>, {3}, {0}, stream, a, rows, n);", bt, gt, it, blocks);
+      e.linef("else kfab_go<P>(kfab_rows_cached<{0}, {1}, 1, {2}, 1>, {3}, {0}, stream, a, rows, n);", bt, gt, it * 4, blocks);
     }
   };
   e.open("if (rows > 0)").line("const int64_t blocks = (rows + B / G - 1) / (B / G);").line("if (blocks > 2147483647) return 6;");
@@ -292,6 +307,7 @@ std::string rows_launch(int I, bool autog, bool any_k_out) {
     e.close().reopen("} else {");
   }
   pick_it("B", "G", "blocks");
+  e.reopen("} else if (CL > 1 && kfab_rows_cluster(a, rows, n, vec, stream)) {").line("// launched: each row over a cluster");
   e.reopen("} else if (vec) {").line("kfab_go<P>(kfab_rows_stream<B, G, 4>, blocks, B, stream, a, rows, n);");
   e.reopen("} else {").line("kfab_go<P>(kfab_rows_stream<B, G, 1>, blocks, B, stream, a, rows, n);").close();
   if (autog) e.close();
@@ -344,6 +360,22 @@ Parts column_passes(const Gen& g) {
   return {e.take(), l.take()};
 }
 
+// Rows longer than a block's registers hold, each split over the CL blocks of a cluster that keep its
+// parts in registers (the smallest footprint that holds a part): false, nothing launched, where the
+// parts are too long for them or the device cannot run such clusters (the caller streams the rows).
+void cluster_launch(int I, Emitter& e) {
+  e.blank().line("// Rows longer than a block holds, each split over a cluster of CL blocks keeping its parts in registers;");
+  e.line("// false (nothing launched) where the parts are too long or the device cannot run such clusters.");
+  e.open("bool kfab_rows_cluster(const Args& a, int64_t rows, int64_t n, bool vec, cudaStream_t stream)");
+  e.open("if constexpr (CL > 1)").line("const int64_t part = (n + CL * 4 - 1) / (CL * 4) * 4;  // a block's part, float4-aligned");
+  for (int it = 1; it <= I; it *= 2) {
+    e.linef("if (part <= static_cast<int64_t>(G) * {} * 4)", it).indent();
+    e.linef("return vec ? kfab_go_cluster<CL>(kfab_rows_cached<B, G, 4, {0}, CL>, B, stream, a, rows, n)", it);
+    e.linef("           : kfab_go_cluster<CL>(kfab_rows_cached<B, G, 1, {0}, CL>, B, stream, a, rows, n);", it * 4).dedent();
+  }
+  e.close().line("(void)a, (void)rows, (void)n, (void)vec, (void)stream;").line("return false;").close();
+}
+
 Parts rows_parts(const Gen& g, const TemplateParams& tp) {
   const Program& p = g.p;
   const int B = param(tp, "block", 256), I = param(tp, "items", 4), P = param(tp, "persist", 0);
@@ -352,9 +384,15 @@ Parts rows_parts(const Gen& g, const TemplateParams& tp) {
   const bool autog = tp.count("group") && tp.at("group") == "auto";
   int G = autog ? B : std::min(param(tp, "group", B), B);
   if (G > 32) G = B;  // more than a warp per row: the whole block
+  bool any_k_out = false;  // scalar outputs (all-reductions)
+  for (const auto& o : p.outputs) any_k_out = any_k_out || p.nodes[o.second].cls == VClass::K;
+  // a cluster a row: whole blocks per row, a grid of one cluster a row, no all-reductions (whose
+  // per-row shares every block of the cluster would add)
+  const int CL = G == B && P == 0 && !any_k_out ? std::clamp(param(tp, "cluster", 1), 1, 16) : 1;
   Emitter e;
-  e.linef("constexpr int B = {}, G = {}, I = {};  // threads per block, threads per row{}, at most I float4 a thread keeps", B, G, I,
-          autog ? " (or a warp per row of 256-thread blocks, for short rows)" : "");
+  e.linef("constexpr int B = {}, G = {}, I = {}, CL = {};  // threads per block, threads per row{}, at most I float4 a thread keeps, "
+          "blocks a row (a cluster) where a block cannot hold it",
+          B, G, I, CL, autog ? " (or a warp per row of 256-thread blocks, for short rows)" : "");
   e.linef("constexpr int NRED = {}, NALL = {};", std::max(1, g.n_red), std::max(1, g.n_all));
   e.linef("constexpr int P = {};  // 0: a block a chunk of rows; P > 0: at most P blocks an SM can hold at once, each taking chunks in turn", P);
   e.line("constexpr int NSPREAD = 64;  // all-reduction sums are spread over this many slots (less atomic contention)").blank();
@@ -362,17 +400,16 @@ Parts rows_parts(const Gen& g, const TemplateParams& tp) {
   e.line("__device__ double kfab_ws[NALL * NSPREAD];  // all-reduction sums; zero between calls");
   e.line("__device__ unsigned int kfab_blocks_done;          // blocks of the current launch that have added theirs; zero between calls");
   e.blank().raw(template_text("row_reduce.cuh")).raw(template_text("resident.cuh"));
-  bool any_k_out = false;  // scalar outputs (all-reductions)
-  for (const auto& o : p.outputs) any_k_out = any_k_out || p.nodes[o.second].cls == VClass::K;
   if (any_k_out) finish_scalars(g, e);
   e.blank().line("// A row kernel whose threads keep IT vectors of V floats of their row in registers (rows of up to");
-  e.line("// G * IT * V elements), G threads a row, B a block.").line("template <int B, int G, int V, int IT>");
+  e.line("// G * IT * V elements, or CL times that over a cluster), G threads a row, B a block.").line("template <int B, int G, int V, int IT, int CL>");
   e.open("__global__ void __launch_bounds__(B) kfab_rows_cached(Args a, int64_t rows, int64_t n)");
   RowKernel(g, true, any_k_out, e).emit();
   e.close().blank().line("// The same for longer rows: every pass over the row reads it from global memory (L2 for the later ones).");
   e.line("template <int B, int G, int V>").open("__global__ void __launch_bounds__(B) kfab_rows_stream(Args a, int64_t rows, int64_t n)");
   RowKernel(g, false, any_k_out, e).emit();
   e.close();
+  cluster_launch(I, e);
   const Parts cols = column_passes(g);
   e.raw(cols.code);
   std::string launch = cols.launch;

@@ -2,9 +2,15 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <regex>
 
 #include "backends/cuda/cuda_backend.h"
+#include "core/hash.h"
+#include "core/task.h"
 #include "eval/evaluator.h"
+#include "tuner/fused.h"
+#include "tuner/templates.h"
 #include "../integration/harness.h"
 
 namespace kfab::test {
@@ -108,6 +114,34 @@ TEST_F(CudaEval, BundledSoftmaxPasses) {
   CliResult r = kfab_cli({"eval", "tasks/core/softmax", "tasks/core/softmax/candidates/block_softmax.cu", "--json"});
   EXPECT_EQ(r.status.code, 0) << r.out << r.err;
   EXPECT_EQ(r.json().value("disposition", ""), "passed");
+}
+
+// Issue 25: the tuner's row kernel with each row split over a cluster of blocks (rows longer than a
+// block holds) passes on rows of 393216 (float4, 16 blocks a row), 65535 and 100001 (a float at a time),
+// and on short rows, which the same candidate takes a block or a warp a row.
+TEST_F(CudaEval, ARowSplitOverAClusterPasses) {
+  namespace fs = std::filesystem;
+  const fs::path task = scratch() / "softmax_long";
+  fs::remove_all(task);
+  fs::copy(fs::path(KFAB_SOURCE_DIR) / "tasks/core/softmax", task, fs::copy_options::recursive);
+  auto text = read_file(task / "task.toml");
+  ASSERT_TRUE(text.has_value());
+  std::string toml = std::regex_replace(*text, std::regex(R"(\[shapes\][\s\S]*?\[reference\])"),
+                                        "[shapes]\ntune = [ { M = 64, N = 393216 }, { M = 40, N = 65535 } ]\n"
+                                        "heldout = [ { M = 3, N = 100001 }, { M = 100, N = 1000 } ]\n\n[reference]");
+  ASSERT_NE(toml, *text);
+  ASSERT_TRUE(write_file_atomic(task / "task.toml", toml).has_value());
+  auto t = load_task(task);
+  ASSERT_TRUE(t.has_value()) << t.error().message;
+  auto p = task_program(*t);
+  ASSERT_TRUE(p.has_value()) << p.error().message;
+  const auto grid = fused_grid(*p, 393216);
+  ASSERT_TRUE(grid.front().count("cluster")) << format_params(grid.front());
+  const auto f = scratch() / "softmax_cluster.cu";
+  ASSERT_TRUE(write_file_atomic(f, generate_fused_cuda(*p, grid.front(), "softmax")).has_value());
+  CliResult r = kfab_cli({"eval", task.string(), f.string(), "--json"});
+  EXPECT_EQ(r.status.code, 0) << r.out << r.err;
+  EXPECT_EQ(r.json().value("disposition", ""), "passed") << r.out;
 }
 
 TEST_F(CudaEval, WrongResultOnTheGpuIsIncorrect) {

@@ -135,6 +135,37 @@ TEST_F(CudaBuild, FusedRowProgramsCompileAcrossTheirGrid) {
   EXPECT_EQ(built, 28);
 }
 
+// Issue 25: rows longer than a block holds (level1/23's softmax over 393216, level1/38's L1 norm over
+// 65535) lead the grid with points that split each row over a cluster; those compile, with the
+// cluster's combine of each row reduction, and a program with a scalar output gets none.
+TEST_F(CudaBuild, LongRowsGetClusterPointsThatCompile) {
+  int built = 0;
+  for (const char* t : {"softmax", "rms_norm"}) {
+    auto task = load_task(std::filesystem::path(KFAB_SOURCE_DIR) / "tasks/core" / t);
+    ASSERT_TRUE(task.has_value()) << t;
+    auto p = task_program(*task);
+    ASSERT_TRUE(p.has_value()) << t << ": " << p.error().message;
+    for (int64_t n : {393216, 65535}) {
+      const auto grid = fused_grid(*p, n);
+      ASSERT_FALSE(grid.empty());
+      ASSERT_TRUE(grid.front().count("cluster")) << t << " " << n << ": " << format_params(grid.front());
+      EXPECT_EQ(grid.front().at("cluster"), n == 393216 ? "16" : "4");  // a row read a float at a time: half as much a block
+      const std::string src = generate_fused_cuda(*p, grid.front(), t);
+      EXPECT_NE(src.find("kfab_cluster_combine<CL,"), std::string::npos);
+      EXPECT_NE(src.find("CL = " + grid.front().at("cluster")), std::string::npos);
+      const auto f = scratch() / (std::string(t) + "_cluster_" + std::to_string(n) + ".cu");
+      ASSERT_TRUE(write_file_atomic(f, src).has_value());
+      auto r = backend_.build(f);
+      ASSERT_TRUE(r.ok()) << t << " (" << format_params(grid.front()) << ")\n" << r.failure().message;
+      ++built;
+    }
+  }
+  EXPECT_EQ(built, 4);
+  auto total = parse_program("y = x / rowsum(x); s = allsum(x)", {{"x", VClass::E}}, {"y", "s"});
+  ASSERT_TRUE(total.has_value()) << total.error().message;
+  for (const auto& point : fused_grid(*total, 393216)) EXPECT_FALSE(point.count("cluster")) << format_params(point);
+}
+
 // The cuda templates for cumsum, transpose, the middle-dimension sum (dim_reduce) and group norm compile at every point.
 TEST_F(CudaBuild, CudaTemplatesCompileAtEveryPoint) {
   int built = 0;
@@ -151,7 +182,7 @@ TEST_F(CudaBuild, CudaTemplatesCompileAtEveryPoint) {
       ++built;
     }
   }
-  EXPECT_EQ(built, 27);  // 4 + 7 + 8 + 8
+  EXPECT_EQ(built, 29);  // the four grids' points (the group norm's 10 since issue 25)
 }
 
 // The pool template compiles for a max and an average over 1, 2 and 3 dimensions.

@@ -1,5 +1,6 @@
 // include/kfab/templates/row_reduce.cuh compiled on its own (tests/integration/cuda_build_test.cpp),
 // with what a generated candidate puts before it, and a kernel that uses it.
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -16,9 +17,22 @@ __global__ void row_max(const float* x, float* y) {
   if (threadIdx.x == 0) *y = kfab_group<32, 0>(v, slot);
 }
 
+// a row of n over a cluster of 2 blocks: each block's sum of its part, combined
+__global__ void row_sum_cluster(const float* x, float* y, int64_t n) {
+  __shared__ float slot[256 / 32];
+  __shared__ float part[2];
+  int64_t lo = 0, hi = 0;
+  kfab_row_part<2, 1>(n, &lo, &hi);
+  float s = 0.0f;
+  for (int64_t c = lo + threadIdx.x; c < hi; c += 256) s += x[c];
+  s = kfab_cluster_combine<2, 0>(kfab_group<256, 0>(s, slot), part, true);
+  if (threadIdx.x == 0 && blockIdx.x == 0) *y = s;
+}
+
 }  // namespace
 
 KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t, kfab_tensor* out, int32_t, void* stream) {
   row_max<<<1, 256, 0, static_cast<cudaStream_t>(stream)>>>(static_cast<const float*>(in[0].data), static_cast<float*>(out[0].data));
+  (void)row_sum_cluster;
   return cudaGetLastError() == cudaSuccess ? 0 : 5;
 }

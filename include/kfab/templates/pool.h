@@ -80,6 +80,62 @@ KFAB_INLINE float kfab_pool(const float* __restrict__ vol, int64_t D, int64_t H,
   else return kfab_pool_avg(vol, D, H, W, od * SD - PD, oh * SH - PH, ow * SW - PW);
 }
 
+#if defined(__CUDACC__)
+// Whether row j of R windows' union (R outputs down one column: windows SH apart, rows DH apart, KH high)
+// is a row of output r's window.
+KFAB_INLINE constexpr bool kfab_row_of(int64_t j, int64_t r, int64_t sh, int64_t dh, int64_t kh) {
+  return j >= r * sh && (j - r * sh) % dh == 0 && (j - r * sh) / dh < kh;
+}
+
+// R outputs down one column of one volume (od, oh0 .. oh0 + R - 1, ow) into o[R]. Where all R windows lie
+// wholly inside the input, each input row they share is loaded once (a stride SH below the window's
+// height: level1/42's 4 x 4 window at stride 1 loads 7 rows of 4 for 4 outputs, not 16), each output
+// taking its taps in kfab_pool's order (so the same values); elsewhere output by output.
+template <int R>
+KFAB_INLINE void kfab_pool_rows(const float* __restrict__ vol, int64_t D, int64_t H, int64_t W, int64_t OH, int64_t od, int64_t oh0, int64_t ow,
+                                float* o) {
+  constexpr int64_t DDe = MAX ? DD : 1, DHe = MAX ? DH : 1, DWe = MAX ? DW : 1;  // an average has no dilation
+  constexpr int64_t ROWS = (R - 1) * SH + (KH - 1) * DHe + 1;
+  const int64_t ds = od * SD - PD, hs = oh0 * SH - PH, ws = ow * SW - PW;
+  if (R == 1 || oh0 + R > OH || ds < 0 || hs < 0 || ws < 0 || ds + (KD - 1) * DDe >= D || hs + ROWS > H || ws + (KW - 1) * DWe >= W) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) o[r] = oh0 + r < OH ? kfab_pool(vol, D, H, W, od, oh0 + r, ow) : 0.0f;
+    return;
+  }
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = MAX ? -INFINITY : 0.0f;
+  const float* p = vol + (ds * H + hs) * W + ws;
+#pragma unroll
+  for (int64_t a = 0; a < KD; ++a)
+#pragma unroll
+    for (int64_t j = 0; j < ROWS; ++j) {
+      bool used = false;
+#pragma unroll
+      for (int r = 0; r < R; ++r) used = used || kfab_row_of(j, r, SH, DHe, KH);
+      if (!used) continue;
+      float v[KW];
+#pragma unroll
+      for (int64_t c = 0; c < KW; ++c) v[c] = KFAB_LOAD(p + (a * DDe * H + j) * W + c * DWe);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (!kfab_row_of(j, r, SH, DHe, KH)) continue;
+#pragma unroll
+        for (int64_t c = 0; c < KW; ++c) {
+          if constexpr (MAX) {
+            if (v[c] > acc[r] || v[c] != v[c]) acc[r] = v[c];
+          } else {
+            acc[r] += v[c];
+          }
+        }
+      }
+    }
+  constexpr float div = static_cast<float>(DIVISOR != 0 ? DIVISOR : KD * KH * KW);
+#pragma unroll
+  for (int r = 0; r < R; ++r) o[r] = MAX ? acc[r] : acc[r] / div;
+}
+#endif
+
 #if !defined(__CUDACC__)
 // Output row (od, oh) of one volume on the host: the outputs whose window lies wholly inside the input
 // window tap by tap with the row's outputs as the SIMD lanes (the same operations in the same order as

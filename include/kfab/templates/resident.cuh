@@ -36,4 +36,53 @@ void kfab_go(K kernel, int64_t chunks, int threads, cudaStream_t stream, const A
   }
   kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(a, rows, n);
 }
+
+// Whether the device launches clusters of `cl` blocks of `threads` threads of the kernel (Hopper and
+// later; sizes over 8 allowed once, where the device has them), found once per kernel and device.
+inline bool kfab_cluster_ok(const void* kernel, int cl, int threads) {
+  static std::mutex mu;
+  static std::vector<std::pair<std::pair<const void*, int>, bool>> known;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  std::lock_guard<std::mutex> lock(mu);
+  for (const auto& k : known)
+    if (k.first.first == kernel && k.first.second == dev) return k.second;
+  int can = 0, clusters = 0;
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1];
+  cfg.gridDim = dim3(static_cast<unsigned>(cl));
+  cfg.blockDim = dim3(static_cast<unsigned>(threads));
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(cl);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  bool ok = cudaDeviceGetAttribute(&can, cudaDevAttrClusterLaunch, dev) == cudaSuccess && can != 0;
+  if (ok && cl > 8) ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
+  ok = ok && cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) == cudaSuccess && clusters > 0;
+  (void)cudaGetLastError();  // not the caller's error: it falls back
+  known.push_back({{kernel, dev}, ok});
+  return ok;
+}
+
+// Launches a row kernel over `rows` rows, each split over a cluster of CL blocks; false (nothing
+// launched) where the device cannot run such clusters.
+template <int CL, class K, class Args>
+bool kfab_go_cluster(K kernel, int threads, cudaStream_t stream, const Args& a, int64_t rows, int64_t n) {
+  if (rows * CL > 2147483647 || !kfab_cluster_ok(reinterpret_cast<const void*>(kernel), CL, threads)) return false;
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1];
+  cfg.gridDim = dim3(static_cast<unsigned>(rows * CL));
+  cfg.blockDim = dim3(static_cast<unsigned>(threads));
+  cfg.stream = stream;
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(CL);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  (void)cudaLaunchKernelEx(&cfg, kernel, a, rows, n);  // an error shows in the launch check after it
+  return true;
+}
 // kfab:end
