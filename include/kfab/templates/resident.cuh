@@ -37,14 +37,13 @@ void kfab_go(K kernel, int64_t chunks, int threads, cudaStream_t stream, const A
   kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(a, rows, n);
 }
 
-// How many clusters of `cl` blocks of `threads` threads of the kernel the device holds at once: 0 where
-// it cannot launch them (before Hopper; sizes over 8 allowed once, where the device has them), found
-// once per kernel and device.
-inline int64_t kfab_clusters(const void* kernel, int cl, int threads) {
+// Whether the device launches clusters of `cl` blocks of `threads` threads of the kernel (Hopper and
+// later; sizes over 8 allowed once, where the device has them), found once per kernel and device.
+inline bool kfab_cluster_ok(const void* kernel, int cl, int threads) {
   static std::mutex mu;
-  static std::vector<std::pair<std::pair<const void*, int>, int64_t>> known;
+  static std::vector<std::pair<std::pair<const void*, int>, bool>> known;
   int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
   std::lock_guard<std::mutex> lock(mu);
   for (const auto& k : known)
     if (k.first.first == kernel && k.first.second == dev) return k.second;
@@ -63,22 +62,18 @@ inline int64_t kfab_clusters(const void* kernel, int cl, int threads) {
   if (ok && cl > 8) ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
   ok = ok && cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) == cudaSuccess && clusters > 0;
   (void)cudaGetLastError();  // not the caller's error: it falls back
-  known.push_back({{kernel, dev}, ok ? clusters : 0});
-  return known.back().second;
+  known.push_back({{kernel, dev}, ok});
+  return ok;
 }
 
-// Launches a row kernel over `rows` rows, each split over a cluster of CL blocks, at most as many
-// clusters as the device holds at once, each taking rows in turn (a cluster of 16 starts only when 16
-// SMs of one GPC are free at once: a cluster a row left SMs waiting between rows); false (nothing
+// Launches a row kernel over `rows` rows, each split over a cluster of CL blocks; false (nothing
 // launched) where the device cannot run such clusters.
 template <int CL, class K, class Args>
 bool kfab_go_cluster(K kernel, int threads, cudaStream_t stream, const Args& a, int64_t rows, int64_t n) {
-  const int64_t resident = kfab_clusters(reinterpret_cast<const void*>(kernel), CL, threads);
-  if (resident <= 0) return false;
-  const int64_t clusters = rows < resident ? rows : resident;
+  if (rows * CL > 2147483647 || !kfab_cluster_ok(reinterpret_cast<const void*>(kernel), CL, threads)) return false;
   cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute attr[1];
-  cfg.gridDim = dim3(static_cast<unsigned>(clusters * CL));
+  cfg.gridDim = dim3(static_cast<unsigned>(rows * CL));
   cfg.blockDim = dim3(static_cast<unsigned>(threads));
   cfg.stream = stream;
   attr[0].id = cudaLaunchAttributeClusterDimension;
