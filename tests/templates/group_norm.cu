@@ -4,10 +4,15 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <mutex>
+#include <utility>
+#include <vector>
 
 #include "kfab/candidate.h"
 
 namespace {
+
+#include "kfab/templates/resident.cuh"
 
 constexpr int B = 256, IMAX = 8;
 constexpr bool HOLD_SMEM = true;

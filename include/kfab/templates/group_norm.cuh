@@ -5,8 +5,9 @@
 //
 // Before it, a candidate defines `constexpr int B` (threads per block), `IMAX` (the most float4 a
 // thread keeps) and `HOLD_SMEM` (a group longer than a block holds goes to a cluster's shared memory
-// before its registers), and includes <cooperative_groups.h>, <cuda_runtime.h>, <cstdint> and
-// kfab/candidate.h; tests/templates/group_norm.cu compiles it on its own.
+// before its registers), and includes <cooperative_groups.h>, <cuda_runtime.h>, <cstdint>, <mutex>,
+// <utility>, <vector> and kfab/candidate.h, then resident.cuh (its cluster launches);
+// tests/templates/group_norm.cu compiles it on its own.
 // kfab:begin
 struct Gn {
   const float* __restrict__ x;
@@ -183,18 +184,7 @@ __device__ __forceinline__ float2 kfab_cluster_stats(cooperative_groups::cluster
 // A launch of `rows` clusters of `cl` blocks of B threads with `smem` bytes of dynamic shared memory;
 // `attr` holds the cluster's dimension.
 inline cudaLaunchConfig_t kfab_cluster_config(int64_t rows, int cl, size_t smem, cudaStream_t stream, cudaLaunchAttribute* attr) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(rows * cl));
-  cfg.blockDim = dim3(B);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(cl);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  return cfg;
+  return kfab_cluster_launch(rows * cl, cl, B, smem, stream, attr);
 }
 
 // A group split across the CL blocks of a cluster, each keeping its part in registers (IT vectors of V a

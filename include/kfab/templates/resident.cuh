@@ -37,6 +37,23 @@ void kfab_go(K kernel, int64_t chunks, int threads, cudaStream_t stream, const A
   kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(a, rows, n);
 }
 
+// A launch of `blocks` blocks of `threads` threads in clusters of `cl`, with `smem` bytes of dynamic
+// shared memory; `attr` holds the cluster's dimension.
+inline cudaLaunchConfig_t kfab_cluster_launch(int64_t blocks, int cl, int threads, size_t smem, cudaStream_t stream, cudaLaunchAttribute* attr) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(blocks));
+  cfg.blockDim = dim3(static_cast<unsigned>(threads));
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(cl);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
 // Whether the device launches clusters of `cl` blocks of `threads` threads of the kernel (Hopper and
 // later; sizes over 8 allowed once, where the device has them), found once per kernel and device.
 inline bool kfab_cluster_ok(const void* kernel, int cl, int threads) {
@@ -48,16 +65,8 @@ inline bool kfab_cluster_ok(const void* kernel, int cl, int threads) {
   for (const auto& k : known)
     if (k.first.first == kernel && k.first.second == dev) return k.second;
   int can = 0, clusters = 0;
-  cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute attr[1];
-  cfg.gridDim = dim3(static_cast<unsigned>(cl));
-  cfg.blockDim = dim3(static_cast<unsigned>(threads));
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(cl);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  const cudaLaunchConfig_t cfg = kfab_cluster_launch(cl, cl, threads, 0, nullptr, attr);
   bool ok = cudaDeviceGetAttribute(&can, cudaDevAttrClusterLaunch, dev) == cudaSuccess && can != 0;
   if (ok && cl > 8) ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
   ok = ok && cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) == cudaSuccess && clusters > 0;
@@ -71,17 +80,8 @@ inline bool kfab_cluster_ok(const void* kernel, int cl, int threads) {
 template <int CL, class K, class Args>
 bool kfab_go_cluster(K kernel, int threads, cudaStream_t stream, const Args& a, int64_t rows, int64_t n) {
   if (rows * CL > 2147483647 || !kfab_cluster_ok(reinterpret_cast<const void*>(kernel), CL, threads)) return false;
-  cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute attr[1];
-  cfg.gridDim = dim3(static_cast<unsigned>(rows * CL));
-  cfg.blockDim = dim3(static_cast<unsigned>(threads));
-  cfg.stream = stream;
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(CL);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  const cudaLaunchConfig_t cfg = kfab_cluster_launch(rows * CL, CL, threads, 0, stream, attr);
   (void)cudaLaunchKernelEx(&cfg, kernel, a, rows, n);  // an error shows in the launch check after it
   return true;
 }
