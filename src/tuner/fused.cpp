@@ -160,7 +160,10 @@ std::string cuda_generate(const Task& t, const TemplateParams& params) {
 
 const KernelTemplate kFusedCuda{"cuda_fused_rows", "cuda", 8, cuda_applies, cuda_grid, cuda_generate};
 
-std::vector<TemplateParams> cpu_grid(const Task&) { return fused_cpu_grid(); }
+std::vector<TemplateParams> cpu_grid(const Task& t) {
+  auto p = task_program(t);
+  return p ? fused_cpu_grid(*p) : fused_cpu_grid();
+}
 
 std::string cpu_generate(const Task& t, const TemplateParams& params) {
   auto p = task_program(t);
@@ -219,7 +222,7 @@ const Printer kCudaPrinter{"cuda",
 const Printer kCppPrinter{"cpu",
                           fused_cpu_template,
                           gemm_cpu_template,
-                          [](const Program&, int64_t) { return fused_cpu_grid(); },
+                          [](const Program& p, int64_t) { return fused_cpu_grid(p); },
                           generate_fused_cpp,
                           gemm_cpu_grid,
                           generate_gemm_cpp,

@@ -18,6 +18,12 @@ namespace kfab {
 /// A C++ candidate for the cpu target (OpenMP over rows, SIMD along them).
 std::string generate_fused_cpp(const Program& p, const TemplateParams& params, const std::string& title);
 std::vector<TemplateParams> fused_cpu_grid();
+/// The same for `p`: first, where its rows start with a row reduction (cpu_rows_interleave), 4 rows
+/// at a time (`interleave`), on all threads and on the calling one (`threads` 1).
+std::vector<TemplateParams> fused_cpu_grid(const Program& p);
+/// Whether a row of `p` starts with a row reduction, which the C++ printer can make for several rows in
+/// one pass over the columns (the point's `interleave`).
+bool cpu_rows_interleave(const Program& p);
 
 /// Whether the generators can take `p` (an Error saying why not).
 Expected<void> fused_supported(const Program& p);

@@ -89,6 +89,19 @@ std::vector<TemplateParams> fused_grid(const Program& p, int64_t n) {
 
 std::vector<TemplateParams> fused_cpu_grid() { return {{{"schedule", "static"}}, {{"schedule", "dynamic"}}}; }
 
+// A row whose first step is a reduction (a matrix times a vector, a norm's sum of squares): 4 rows in one pass
+// first, whose 4 streams of loads a core keeps in flight (issue 25: l1_matvec's 256 x 8192 on one thread
+// of this 2-core VM, 126 us a call one row at a time, 86 us four at a time, torch's sgemv 87 us); on the
+// calling thread too, where waking the other threads for a call this short costs more than they save
+// (two threads measured 109-116 us a call with passive waits between calls, the harness's setting).
+std::vector<TemplateParams> fused_cpu_grid(const Program& p) {
+  std::vector<TemplateParams> g;
+  if (p.needs_rows() && cpu_rows_interleave(p))
+    g = {{{"schedule", "static"}, {"interleave", "4"}}, {{"schedule", "static"}, {"interleave", "4"}, {"threads", "1"}}};
+  for (auto& point : fused_cpu_grid()) g.push_back(point);
+  return g;
+}
+
 std::optional<Program> folded_epilogue(const GemmProgram& gp, const TemplateParams* point) {
   if (point != nullptr && !(point->count("fold") && point->at("fold") == "rowsum")) return std::nullopt;
   if (gp.batched || gp.pool_max) return std::nullopt;  // a max-pooled product's row sums are not the pooled values

@@ -4,6 +4,8 @@
 // (include/kfab/templates/blocked_gemm.h) into a buffer, then the epilogue as a row program over it.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "tuner/rowgen.h"
 
 namespace kfab {
@@ -32,13 +34,18 @@ inline float kfab_gelu_tanh(float x) { return 0.5f * x * (1.0f + kfab_tanh(0.797
 std::string row_element(int i) { return fmt::format("a.in{}[roff + c]", i); }
 
 // One row's work inside the loop over rows; the scalars that need no all-reduction go before the
-// loop (`before`).
+// loop (`before`). With `lead` (the point's `interleave` R > 1), a row reduction that is a row's first
+// step is made for R rows at once in one pass over the columns (`lead`, before the R rows' own loop):
+// R streams of loads in flight a thread where one row's left a core's bandwidth unused (issue 25:
+// l1_matvec's 256 x 8192, 126 us a call on one thread, 86 us with 4 rows at once, as torch's sgemv).
 class RowLoop final : public RowSteps {
  public:
-  RowLoop(const Gen& g, Emitter& before, Emitter& body) : g_(g), p_(g.p), before_(before), e_(body) {}
+  RowLoop(const Gen& g, Emitter& before, Emitter& body, int interleave = 1, Emitter* lead = nullptr)
+      : g_(g), p_(g.p), before_(before), e_(body), R_(lead != nullptr ? interleave : 1), lead_(lead) {}
 
   void scalar(int k) override { before_.linef("const float k{} = {};", k, g_.scalar_expr(k)); }
   void row_input(int k) override {
+    ++steps_;
     const int i = p_.nodes[k].input;
     if (p_.inputs[i].integer) {
       e_.linef("const long long qi{0} = static_cast<long long>(a.in{0}[row]);", i).linef("const float r{} = static_cast<float>(qi{});", k, i);
@@ -48,23 +55,41 @@ class RowLoop final : public RowSteps {
   }
   void reduce(int k, int op) override {
     const int arg = p_.nodes[k].args[0];
-    const std::string v = g_.value(arg);
-    e_.linef("float s{} = {};", k, op == 1 ? "-INFINITY" : op == 2 ? "INFINITY" : "0.0f");
+    const bool lead = R_ > 1 && steps_ == 0 && is_row_reduction(p_.nodes[k].op);
+    ++steps_;
+    e_.linef("float s{} = {};", k, init(op));
+    if (lead) {
+      interleaved_ = true;
+      lead_pass(k, op);
+      std::string pick = fmt::format("s{}_{}", k, R_ - 1);
+      for (int r = R_ - 2; r >= 0; --r) pick = fmt::format("i == {} ? s{}_{} : {}", r, k, r, pick);
+      e_.open("if (rn == R)").linef("s{} = {};", k, pick).reopen("} else {");
+    }
     e_.linef("#pragma omp simd reduction({} : s{})", op == 1 ? "max" : op == 2 ? "min" : "+", k);
     e_.open("for (int64_t c = 0; c < n; ++c)");
     g_.element({arg}, row_element, "c", e_, true);
-    if (op == 1) e_.linef("s{0} = {1} > s{0} ? {1} : s{0};", k, v);
-    else if (op == 2) e_.linef("s{0} = {1} < s{0} ? {1} : s{0};", k, v);
-    else e_.linef("s{} += {};", k, v);
+    e_.line(combine(op, fmt::format("s{}", k), g_.value(arg)));
     e_.close();
+    if (lead) e_.close();
     if (is_row_reduction(p_.nodes[k].op))
       e_.linef("const float r{0} = {1};", k, p_.nodes[k].op == "rowmean" ? fmt::format("s{} / static_cast<float>(n)", k) : fmt::format("s{}", k));
     else
       e_.linef("acc{} += static_cast<double>(s{});", g_.allslot[k], k);
   }
-  void share(int k) override { e_.linef("acc{} += static_cast<double>({});", g_.allslot[k], g_.value(p_.nodes[k].args[0])); }
-  void pick(int k) override { g_.pick(k, row_element, e_); }
-  void row_value(int k, const std::string& expr) override { e_.linef("const float r{} = {};", k, expr); }
+  void share(int k) override {
+    ++steps_;
+    e_.linef("acc{} += static_cast<double>({});", g_.allslot[k], g_.value(p_.nodes[k].args[0]));
+  }
+  void pick(int k) override {
+    ++steps_;
+    g_.pick(k, row_element, e_);
+  }
+  void row_value(int k, const std::string& expr) override {
+    ++steps_;
+    e_.linef("const float r{} = {};", k, expr);
+  }
+  /// Whether the first step went to the R rows' pass (the rows then go R at a time).
+  bool interleaved() const { return interleaved_; }
 
   // The per-row outputs, then the per-element ones in one vectorised pass.
   void outputs() {
@@ -80,10 +105,39 @@ class RowLoop final : public RowSteps {
   }
 
  private:
+  static const char* init(int op) { return op == 1 ? "-INFINITY" : op == 2 ? "INFINITY" : "0.0f"; }
+  static std::string combine(int op, const std::string& acc, const std::string& v) {
+    if (op == 1) return fmt::format("{0} = {1} > {0} ? {1} : {0};", acc, v);
+    if (op == 2) return fmt::format("{0} = {1} < {0} ? {1} : {0};", acc, v);
+    return fmt::format("{} += {};", acc, v);
+  }
+  // Reduction k of rows r0 .. r0 + R - 1 in one pass into s<k>_<r> (when the R rows are there: rn == R),
+  // each row's element in a scope of its own (the same names, its own roff).
+  void lead_pass(int k, int op) {
+    const int arg = p_.nodes[k].args[0];
+    std::string list;
+    for (int r = 0; r < R_; ++r) {
+      lead_->linef("float s{}_{} = {};", k, r, init(op));
+      list += fmt::format("{}s{}_{}", r == 0 ? "" : ", ", k, r);
+    }
+    lead_->open("if (rn == R)").linef("#pragma omp simd reduction({} : {})", op == 1 ? "max" : op == 2 ? "min" : "+", list);
+    lead_->open("for (int64_t c = 0; c < n; ++c)");
+    for (int r = 0; r < R_; ++r) {
+      lead_->open("").linef("const int64_t roff = (r0 + {}) * n;", r);
+      g_.element({arg}, row_element, "c", *lead_, true);
+      lead_->line(combine(op, fmt::format("s{}_{}", k, r), g_.value(arg))).close();
+    }
+    lead_->close().close();
+  }
+
   const Gen& g_;
   const Program& p_;
   Emitter& before_;
   Emitter& e_;
+  int R_;
+  Emitter* lead_;
+  int steps_ = 0;             // the row's steps so far (a reduction leads only as the first)
+  bool interleaved_ = false;
 };
 
 // The passes over the columns that compute the program's column reductions (a training batch norm's
@@ -132,9 +186,10 @@ void column_values(const Gen& g, Emitter& e) {
 // The statements of kfab_run that compute the program over [rows, n].
 std::string launch(const Gen& g, const TemplateParams& tp) {
   const Program& p = g.p;
-  Emitter e(1), body(2);
+  const int R = std::clamp(param(tp, "interleave", 1), 1, 8);
+  Emitter e(1), body(R > 1 ? 3 : 2), lead(2);
   e.line("(void)vec;");
-  RowLoop rows(g, e, body);
+  RowLoop rows(g, e, body, R, &lead);
   walk_rows(g, rows);
   rows.outputs();
   column_passes(g, e);  // after the scalars walk_rows declared, before the rows
@@ -146,8 +201,19 @@ std::string launch(const Gen& g, const TemplateParams& tp) {
   }
   if (!reduction.empty()) reduction += ")";
   const bool dynamic = tp.count("schedule") && tp.at("schedule") == "dynamic";
-  e.linef("#pragma omp parallel for schedule({}){} if (total > 32768)", dynamic ? "dynamic, 4" : "static", reduction);
-  e.open("for (int64_t row = 0; row < rows; ++row)").line("const int64_t roff = row * n;").line("(void)roff;").raw(body.str()).close();
+  if (rows.interleaved()) e.linef("constexpr int64_t R = {};  // rows at a time", R);
+  // threads=1: the rows on the calling thread (a call too short to pay for waking another)
+  if (param(tp, "threads", 0) != 1)
+    e.linef("#pragma omp parallel for schedule({}){} if (total > 32768)", dynamic ? "dynamic, 4" : "static", reduction);
+  if (rows.interleaved()) {  // R rows at a time: their first reduction in one pass, then each row's own steps
+    e.open("for (int64_t r0 = 0; r0 < rows; r0 += R)");
+    e.line("const int64_t rn = rows - r0 < R ? rows - r0 : R;").raw(lead.str());
+    e.open("for (int64_t i = 0; i < rn; ++i)").line("const int64_t row = r0 + i;");
+  } else {
+    e.open("for (int64_t row = 0; row < rows; ++row)");
+  }
+  e.line("const int64_t roff = row * n;").line("(void)roff;").raw(body.str()).close();
+  if (rows.interleaved()) e.close();
   g.scalars([](int k, int slot, Emitter& s) { s.linef("const double w{} = acc{};", k, slot); },
             [&](int k) { return !p.nodes[k].after_all && g.live[k]; },  // declared before the loop
             "", e);
@@ -157,6 +223,14 @@ std::string launch(const Gen& g, const TemplateParams& tp) {
 void prelude(Emitter& e) { e.raw(kPrelude).raw(poly_exp_source()).raw(kMath).raw(host_checks()).blank(); }
 
 }  // namespace
+
+bool cpu_rows_interleave(const Program& p) {
+  const Gen g(p, cpp_lang());
+  Emitter before, body, lead;
+  RowLoop rows(g, before, body, 2, &lead);
+  walk_rows(g, rows);
+  return rows.interleaved();
+}
 
 std::string generate_fused_cpp(const Program& p, const TemplateParams& tp, const std::string& title) {
   const Gen g(p, cpp_lang());

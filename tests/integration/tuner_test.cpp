@@ -6,8 +6,10 @@
 
 #include "backends/cpu_cpp/cpu_backend.h"
 #include "core/process.h"
+#include "core/task.h"
 #include "tuner/fused.h"
 #include "tuner/program.h"
+#include "tuner/templates.h"
 #include "harness.h"
 
 namespace kfab::test {
@@ -39,6 +41,37 @@ TEST(CpuPrinter, ItsElementLoopsVectoriseWithTheTargetsFlags) {
     for (int l = line; l <= line + 1; ++l) vectorised = vectorised || r->output.find("vec.cpp:" + std::to_string(l) + ":") != std::string::npos;
     EXPECT_TRUE(vectorised) << formula << ": no vectorised loop at line " << line << "\n" << r->output;
   }
+}
+
+// Issue 25: a row whose first step is a row reduction is offered 4 rows at a time (one pass over the columns
+// for the 4 rows' reductions, the last rows short of 4 each on its own), on all threads and on the calling
+// thread; both pass the RMS norm's check (rows of 97 and 1031 among the shapes: the short tail), and a row
+// that starts with a per-row input (a class index) is not offered it.
+TEST(CpuPrinter, RowsFourAtATimePassTheirChecks) {
+  auto task = load_task(std::filesystem::path(KFAB_SOURCE_DIR) / "tasks/core/rms_norm");
+  ASSERT_TRUE(task.has_value());
+  auto p = task_program(*task);
+  ASSERT_TRUE(p.has_value()) << p.error().message;
+  const auto grid = fused_cpu_grid(*p);
+  ASSERT_GE(grid.size(), 4u);
+  int checked = 0;
+  for (size_t i = 0; i < 2; ++i) {
+    ASSERT_EQ(grid[i].count("interleave") ? grid[i].at("interleave") : "", "4") << format_params(grid[i]);
+    const std::string src = generate_fused_cpp(*p, grid[i], "rms_norm");
+    ASSERT_NE(src.find("constexpr int64_t R = 4;"), std::string::npos) << src;
+    EXPECT_EQ(src.find("#pragma omp parallel for") == std::string::npos, grid[i].count("threads") > 0) << format_params(grid[i]);
+    const auto f = scratch() / ("rms_rows4_" + std::to_string(i) + ".cpp");
+    ASSERT_TRUE(write_file_atomic(f, src).has_value());
+    CliResult r = kfab_cli({"eval", "tasks/core/rms_norm", f.string(), "--target", "cpu", "--json"});
+    EXPECT_EQ(r.status.code, 0) << r.out << r.err;
+    EXPECT_EQ(r.json().value("disposition", ""), "passed") << format_params(grid[i]) << "\n" << r.out;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2);
+  auto ce = parse_program("m = rowmax(x); y = log(rowsum(exp(x - m))) + m - pick(x, t)", {{"t", VClass::R, true}, {"x", VClass::E}}, {"y"});
+  ASSERT_TRUE(ce.has_value()) << ce.error().message;
+  EXPECT_FALSE(cpu_rows_interleave(*ce));
+  for (const auto& point : fused_cpu_grid(*ce)) EXPECT_FALSE(point.count("interleave")) << format_params(point);
 }
 
 TEST(Tuner, SearchesThenReusesItsCachedResult) {
