@@ -141,7 +141,7 @@ class RowKernel final : public RowSteps {
     // block goes on to its next rows at once, and pays its all-reductions' atomics and counter once.
     e_.line("const int64_t chunks = (rows + B / G - 1) / (B / G);");
     if (cached_) {  // a cluster of CL blocks a chunk
-      e_.line("int64_t lo = 0, hi = n;  // the block's part of its row").line("kfab_row_part<CL, V>(n, &lo, &hi);");
+      e_.line("int64_t lo = 0, hi = n;  // the block's part of its row").line("kfab_cluster_part<CL, V>(n, static_cast<int>(blockIdx.x % CL), &lo, &hi);");
       e_.open("for (int64_t chunk = blockIdx.x / CL; chunk < chunks; chunk += gridDim.x / CL)");
     } else {
       e_.open("for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x)");

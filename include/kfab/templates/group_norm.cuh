@@ -156,14 +156,6 @@ __global__ void __launch_bounds__(B) kfab_group_norm(Gn a) {
   }
 }
 
-// Block `rank`'s part [lo, hi) of a group of L values split over a cluster of CL blocks (V-aligned).
-template <int CL, int V>
-__device__ __forceinline__ void kfab_cluster_part(int64_t L, int rank, int64_t* lo, int64_t* hi) {
-  const int64_t chunk = (L + static_cast<int64_t>(CL) * V - 1) / (static_cast<int64_t>(CL) * V) * V;
-  *lo = rank * chunk;
-  *hi = *lo + chunk < L ? *lo + chunk : L;
-}
-
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 // The group's mean and 1 / sqrt(var + eps) from each block's totals `sq`: after the barrier that says
 // every block has started, each writes its totals into every block's `part`; one cluster barrier later

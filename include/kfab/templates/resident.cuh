@@ -1,7 +1,8 @@
 #pragma once
 // How the tuner's generated row kernels (tuner/print_cuda.cpp) are launched: a block a chunk of
 // rows, or with P > 0 at most P times the blocks the device holds at once, each block taking chunks
-// in turn. The text between the kfab:begin and kfab:end lines is spliced into the candidates the
+// in turn, or in clusters of blocks that split a row (or the group norm's group) between them. The
+// text between the kfab:begin and kfab:end lines is spliced into the candidates the
 // tuner writes, inside an unnamed namespace after <cuda_runtime.h>, <mutex>, <utility> and
 // <vector>; tests/templates/resident.cu compiles it on its own.
 // kfab:begin
@@ -35,6 +36,15 @@ void kfab_go(K kernel, int64_t chunks, int threads, cudaStream_t stream, const A
     if (cap > 0 && cap < blocks) blocks = cap;
   }
   kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(a, rows, n);
+}
+
+// Block `rank`'s part [lo, hi) of L values (a row, a group) split over a cluster of CL blocks (V-aligned;
+// the whole of them with CL 1).
+template <int CL, int V>
+__device__ __forceinline__ void kfab_cluster_part(int64_t L, int rank, int64_t* lo, int64_t* hi) {
+  const int64_t chunk = (L + static_cast<int64_t>(CL) * V - 1) / (static_cast<int64_t>(CL) * V) * V;
+  *lo = rank * chunk;
+  *hi = *lo + chunk < L ? *lo + chunk : L;
 }
 
 // A launch of `blocks` blocks of `threads` threads in clusters of `cl`, with `smem` bytes of dynamic

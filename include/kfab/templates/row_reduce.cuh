@@ -46,15 +46,4 @@ __device__ __forceinline__ float kfab_cluster_combine(float v, float* part, bool
 #endif
   return v;
 }
-// Block `rank`'s part [lo, hi) of a row of n values split over CL blocks, V-aligned.
-template <int CL, int V>
-__device__ __forceinline__ void kfab_row_part(int64_t n, int64_t* lo, int64_t* hi) {
-  if constexpr (CL == 1) {
-    *lo = 0, *hi = n;
-  } else {
-    const int64_t chunk = (n + static_cast<int64_t>(CL) * V - 1) / (static_cast<int64_t>(CL) * V) * V;
-    *lo = static_cast<int64_t>(blockIdx.x % CL) * chunk;
-    *hi = *lo + chunk < n ? *lo + chunk : n;
-  }
-}
 // kfab:end
