@@ -52,15 +52,24 @@ std::vector<TemplateParams> fused_grid(const Program& p, int64_t n) {
   // (512 threads keeping 16 float4 first: 1024 threads keeping 8 spill registers under their 64 a thread);
   // a row whose length is not a multiple of 4 is read a float at a time, and its blocks keep half as much
   // (their 64 floats a thread spill under their index arithmetic)
+  //
+  // Rows longer than a cluster of 16 holds (level1/40's layer norm over rows of 4M floats, 16 MB: a
+  // cluster holds 2 MB, so 16 blocks streamed each row three times, at 12% of the copy bandwidth): each
+  // row split over a group of as many of the grid's blocks as it takes (every block resident at once),
+  // their reductions combined through global memory, the row still read once. After the cluster
+  // points, one such point too, which the search weighs against them.
   if (n > 1024 * 4 * 8 && !all) {
+    bool clustered = false;
     for (const auto& [b, items] : std::vector<std::pair<int, int>>{{512, 16}, {1024, 8}}) {
       const int64_t holds = static_cast<int64_t>(b) * items * (n % 4 == 0 ? 4 : 2);
       int cl = 2;
       while (cl < 16 && cl * holds < n) cl *= 2;
-      if (cl * holds >= n)
-        g.push_back({{"kernel", "rows"}, {"block", std::to_string(b)}, {"group", std::to_string(b)}, {"items", std::to_string(items)},
-                     {"cluster", std::to_string(cl)}});
+      TemplateParams point = {{"kernel", "rows"}, {"block", std::to_string(b)}, {"group", std::to_string(b)}, {"items", std::to_string(items)}};
+      if (cl * holds >= n) point["cluster"] = std::to_string(cl), clustered = true;
+      else point["split"] = "1";
+      g.push_back(point);
     }
+    if (clustered) g.push_back({{"kernel", "rows"}, {"block", "512"}, {"group", "512"}, {"items", "16"}, {"split", "1"}});
   }
   // then a point that takes a warp per row for short rows and a block per row for long ones
   g.push_back({{"kernel", "rows"}, {"block", n > 8192 ? "512" : "256"}, {"group", "auto"}, {"items", "8"}});

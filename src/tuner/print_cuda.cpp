@@ -119,19 +119,24 @@ struct Parts {
   std::string launch;
 };
 
-// A row kernel's body, cached (the row in registers, IT vectors a thread; with CL > 1 a row split
-// over the CL blocks of a cluster, each keeping its part [lo, hi), their reductions combined through
-// distributed shared memory) or streamed (every pass over the row reads it from global memory, L2
-// for the later ones).
+// How a row kernel holds its row: in registers (IT vectors a thread; with CL > 1 a row split over the
+// CL blocks of a cluster, each keeping its part [lo, hi), their reductions combined through distributed
+// shared memory), in registers split over S blocks of the grid (kSplit: their reductions combined
+// through global memory, the blocks of a row meeting at a counter), or streamed (every pass over the
+// row reads it from global memory, L2 for the later ones).
+enum class Hold { kCached, kSplit, kStream };
+
+// A row kernel's body.
 class RowKernel final : public RowSteps {
  public:
-  RowKernel(const Gen& g, bool cached, bool any_k_out, Emitter& e) : g_(g), p_(g.p), cached_(cached), any_k_out_(any_k_out), e_(e) {}
+  RowKernel(const Gen& g, Hold hold, bool any_k_out, Emitter& e)
+      : g_(g), p_(g.p), cached_(hold != Hold::kStream), split_(hold == Hold::kSplit), any_k_out_(any_k_out), e_(e) {}
 
   void emit() {
     e_.line("const int lane = threadIdx.x % G;");
     e_.line("__shared__ float red_s[NRED][G > 32 ? G / 32 : 1];").line("float* red[NRED];").line("#pragma unroll");
     e_.line("for (int k = 0; k < NRED; ++k) red[k] = red_s[k];").line("(void)red;");
-    if (cached_) e_.line("__shared__ float kfab_cl[NRED][CL];  // the cluster's blocks' shares of each row reduction").line("(void)kfab_cl;");
+    if (cached_ && !split_) e_.line("__shared__ float kfab_cl[NRED][CL];  // the cluster's blocks' shares of each row reduction").line("(void)kfab_cl;");
     if (any_k_out_) {
       e_.line("__shared__ double kfab_part[NALL][B / G];  // the block's rows' shares of each all-reduction");
       e_.line("if (lane == 0)").line("#pragma unroll").indent().line("for (int k = 0; k < NALL; ++k) kfab_part[k][threadIdx.x / G] = 0.0;").dedent();
@@ -140,7 +145,12 @@ class RowKernel final : public RowSteps {
     // chunk a block when the grid has a block a chunk; with a grid of resident blocks (persist) a
     // block goes on to its next rows at once, and pays its all-reductions' atomics and counter once.
     e_.line("const int64_t chunks = (rows + B / G - 1) / (B / G);");
-    if (cached_) {  // a cluster of CL blocks a chunk
+    if (split_) {  // a group of s.S blocks a row (G is B: a chunk is a row), the group's rows in turn
+      e_.line("int64_t lo = 0, hi = n;  // the block's part of its row").line("kfab_split_part<V>(n, s.S, static_cast<int>(blockIdx.x % s.S), &lo, &hi);");
+      e_.line("const int64_t group = blockIdx.x / s.S;").line("unsigned arrivals = 0;  // the group's arrivals expected at its counter so far");
+      e_.open("for (int64_t chunk = group, turn = 0; chunk < chunks; chunk += gridDim.x / s.S, ++turn)");
+      e_.line("float* shares = s.shares + (group * 2 + turn % 2) * NRED * s.S;  // this row's, by the parity of the group's turn");
+    } else if (cached_) {  // a cluster of CL blocks a chunk
       e_.line("int64_t lo = 0, hi = n;  // the block's part of its row").line("kfab_cluster_part<CL, V>(n, static_cast<int>(blockIdx.x % CL), &lo, &hi);");
       e_.open("for (int64_t chunk = blockIdx.x / CL; chunk < chunks; chunk += gridDim.x / CL)");
     } else {
@@ -160,7 +170,8 @@ class RowKernel final : public RowSteps {
     walk_rows(g_, *this);
     outputs();
     // the next chunk's reductions reuse the shared slots this one's may still be reading
-    e_.open("if constexpr (G > 32)").line("if (chunk + gridDim.x < chunks) __syncthreads();").close();
+    if (split_) e_.line("__syncthreads();");
+    else e_.open("if constexpr (G > 32)").line("if (chunk + gridDim.x < chunks) __syncthreads();").close();
     e_.close("}  // chunks");
     if (any_k_out_) finish_block();
   }
@@ -184,7 +195,9 @@ class RowKernel final : public RowSteps {
       e_.linef("{0} = kfab_combine<{1}>({0}, {2});", acc, op, g_.value(arg));
     });
     e_.linef("{0} = kfab_group<G, {1}>({0}, red[{2}]);", acc, op, g_.redslot[k]);
-    if (cached_ && is_row_reduction(p_.nodes[k].op))
+    if (split_ && is_row_reduction(p_.nodes[k].op))
+      e_.linef("{0} = kfab_split_combine<B, {1}>({0}, shares + {2} * s.S, s.bar + group, arrivals += s.S, s.S, red[{2}]);", acc, op, g_.redslot[k]);
+    else if (cached_ && is_row_reduction(p_.nodes[k].op))
       e_.linef("if constexpr (CL > 1) {0} = kfab_cluster_combine<CL, {1}>({0}, kfab_cl[{2}], {3});", acc, op, g_.redslot[k],
                combines_++ == 0 ? "true" : "false");
     if (is_row_reduction(p_.nodes[k].op))
@@ -260,7 +273,7 @@ class RowKernel final : public RowSteps {
 
   const Gen& g_;
   const Program& p_;
-  bool cached_, any_k_out_;
+  bool cached_, split_, any_k_out_;
   int combines_ = 0;  // the row's cluster combines so far (the first waits for the whole cluster)
   Emitter& e_;
 };
@@ -287,8 +300,9 @@ void finish_scalars(const Gen& g, Emitter& e) {
 // The row kernels' launch: the smallest register footprint that holds the row, IT = 1, 2, 4 .. I
 // float4 a thread, so that one parameter point fits every row length (a task's tuning shapes may
 // differ in it); longer rows split over a cluster's blocks where the point has clusters and they
-// hold it (kfab_rows_cluster), else streamed.
-std::string rows_launch(int I, bool autog, bool any_k_out) {
+// hold it (kfab_rows_cluster), or over a group of the grid's blocks where the point splits rows
+// (`split`: kfab_rows_split_go), else streamed.
+std::string rows_launch(int I, bool autog, bool any_k_out, bool split) {
   Emitter e(1);
   // an if-chain over IT, left open for the caller to go on with or close
   auto pick_it = [&](const std::string& bt, const std::string& gt, const std::string& blocks) {
@@ -308,6 +322,7 @@ std::string rows_launch(int I, bool autog, bool any_k_out) {
   }
   pick_it("B", "G", "blocks");
   e.reopen("} else if (CL > 1 && kfab_rows_cluster(a, rows, n, vec, stream)) {").line("// launched: each row over a cluster");
+  if (split) e.reopen("} else if (kfab_rows_split_go(a, rows, n, vec, stream)) {").line("// launched: each row over a group of the grid's blocks");
   e.reopen("} else if (vec) {").line("kfab_go<P>(kfab_rows_stream<B, G, 4>, blocks, B, stream, a, rows, n);");
   e.reopen("} else {").line("kfab_go<P>(kfab_rows_stream<B, G, 1>, blocks, B, stream, a, rows, n);").close();
   if (autog) e.close();
@@ -376,6 +391,19 @@ void cluster_launch(int I, Emitter& e) {
   e.close().line("(void)a, (void)rows, (void)n, (void)vec, (void)stream;").line("return false;").close();
 }
 
+// Rows longer than a cluster holds, each split over the fewest blocks of the grid that keep its parts
+// in registers (I float4 a thread), all resident at once: false, nothing launched, where the device
+// cannot hold them (the caller streams the rows).
+void split_launch(Emitter& e) {
+  e.blank().line("// Rows longer than a cluster holds, each split over a group of the grid's blocks keeping its parts in registers;");
+  e.line("// false (nothing launched) where the device cannot hold a row's group at once.");
+  e.open("bool kfab_rows_split_go(const Args& a, int64_t rows, int64_t n, bool vec, cudaStream_t stream)");
+  e.line("// a block's values: I float4 a thread, or 2 * I floats read one at a time (4 * I of them spill under their index arithmetic)");
+  e.line("constexpr int64_t holds = static_cast<int64_t>(B) * I * 4;");
+  e.line("return vec ? kfab_go_split(kfab_rows_split<B, G, 4, I>, B, holds, NRED, stream, a, rows, n)");
+  e.line("           : kfab_go_split(kfab_rows_split<B, G, 1, I * 2>, B, holds / 2, NRED, stream, a, rows, n);").close();
+}
+
 Parts rows_parts(const Gen& g, const TemplateParams& tp) {
   const Program& p = g.p;
   const int B = param(tp, "block", 256), I = param(tp, "items", 4), P = param(tp, "persist", 0);
@@ -389,6 +417,8 @@ Parts rows_parts(const Gen& g, const TemplateParams& tp) {
   // a cluster a row: whole blocks per row, a grid of one cluster a row, no all-reductions (whose
   // per-row shares every block of the cluster would add)
   const int CL = G == B && P == 0 && !any_k_out ? std::clamp(param(tp, "cluster", 1), 1, 16) : 1;
+  // rows split over groups of the grid's blocks: likewise, and not with a warp per row
+  const bool split = G == B && !autog && P == 0 && !any_k_out && param(tp, "split", 0) != 0;
   Emitter e;
   e.linef("constexpr int B = {}, G = {}, I = {}, CL = {};  // threads per block, threads per row{}, at most I float4 a thread keeps, "
           "blocks a row (a cluster) where a block cannot hold it",
@@ -404,12 +434,20 @@ Parts rows_parts(const Gen& g, const TemplateParams& tp) {
   e.blank().line("// A row kernel whose threads keep IT vectors of V floats of their row in registers (rows of up to");
   e.line("// G * IT * V elements, or CL times that over a cluster), G threads a row, B a block.").line("template <int B, int G, int V, int IT, int CL>");
   e.open("__global__ void __launch_bounds__(B) kfab_rows_cached(Args a, int64_t rows, int64_t n)");
-  RowKernel(g, true, any_k_out, e).emit();
+  RowKernel(g, Hold::kCached, any_k_out, e).emit();
   e.close().blank().line("// The same for longer rows: every pass over the row reads it from global memory (L2 for the later ones).");
   e.line("template <int B, int G, int V>").open("__global__ void __launch_bounds__(B) kfab_rows_stream(Args a, int64_t rows, int64_t n)");
-  RowKernel(g, false, any_k_out, e).emit();
+  RowKernel(g, Hold::kStream, any_k_out, e).emit();
   e.close();
   cluster_launch(I, e);
+  if (split) {
+    e.blank().line("// The cached kernel for rows longer than a cluster holds: each row split over a group of s.S blocks of the grid,");
+    e.line("// every block resident at once (a cooperative launch), their row reductions combined through global memory.");
+    e.line("template <int B, int G, int V, int IT>").open("__global__ void __launch_bounds__(B) kfab_rows_split(Args a, int64_t rows, int64_t n, KfabSplit s)");
+    RowKernel(g, Hold::kSplit, false, e).emit();
+    e.close();
+    split_launch(e);
+  }
   const Parts cols = column_passes(g);
   e.raw(cols.code);
   std::string launch = cols.launch;
@@ -417,7 +455,7 @@ Parts rows_parts(const Gen& g, const TemplateParams& tp) {
     launch = "  static double* ws = nullptr;\n"
              "  if (ws == nullptr && cudaGetSymbolAddress(reinterpret_cast<void**>(&ws), kfab_ws) != cudaSuccess) return 4;\n"
              "  a.ws = ws;\n";
-  return {e.take(), launch + rows_launch(I, autog, any_k_out)};
+  return {e.take(), launch + rows_launch(I, autog, any_k_out, split)};
 }
 
 std::string generate_rows(const Program& p, const TemplateParams& tp, const std::string& title) {

@@ -144,6 +144,34 @@ TEST_F(CudaEval, ARowSplitOverAClusterPasses) {
   EXPECT_EQ(r.json().value("disposition", ""), "passed") << r.out;
 }
 
+// Issue 25: rows longer than a cluster holds (4M floats, level1/40's layer norm's length) split over a
+// group of the grid's blocks pass, and a row read a float at a time (too long for the split's groups
+// then: streamed) and short rows still pass with the same file.
+TEST_F(CudaEval, ARowSplitOverTheGridPasses) {
+  namespace fs = std::filesystem;
+  const fs::path task = scratch() / "softmax_very_long";
+  fs::remove_all(task);
+  fs::copy(fs::path(KFAB_SOURCE_DIR) / "tasks/core/softmax", task, fs::copy_options::recursive);
+  auto text = read_file(task / "task.toml");
+  ASSERT_TRUE(text.has_value());
+  std::string toml = std::regex_replace(*text, std::regex(R"(\[shapes\][\s\S]*?\[reference\])"),
+                                        "[shapes]\ntune = [ { M = 5, N = 4194304 } ]\n"
+                                        "heldout = [ { M = 2, N = 4194303 }, { M = 100, N = 1000 } ]\n\n[reference]");
+  ASSERT_NE(toml, *text);
+  ASSERT_TRUE(write_file_atomic(task / "task.toml", toml).has_value());
+  auto t = load_task(task);
+  ASSERT_TRUE(t.has_value()) << t.error().message;
+  auto p = task_program(*t);
+  ASSERT_TRUE(p.has_value()) << p.error().message;
+  const auto grid = fused_grid(*p, 4194304);
+  ASSERT_TRUE(grid.front().count("split")) << format_params(grid.front());
+  const auto f = scratch() / "softmax_split.cu";
+  ASSERT_TRUE(write_file_atomic(f, generate_fused_cuda(*p, grid.front(), "softmax")).has_value());
+  CliResult r = kfab_cli({"eval", task.string(), f.string(), "--json"});
+  EXPECT_EQ(r.status.code, 0) << r.out << r.err;
+  EXPECT_EQ(r.json().value("disposition", ""), "passed") << r.out;
+}
+
 TEST_F(CudaEval, WrongResultOnTheGpuIsIncorrect) {
   const auto f = scratch() / "wrong.cu";
   ASSERT_TRUE(write_file_atomic(f, R"(#include <cuda_runtime.h>

@@ -166,6 +166,40 @@ TEST_F(CudaBuild, LongRowsGetClusterPointsThatCompile) {
   for (const auto& point : fused_grid(*total, 393216)) EXPECT_FALSE(point.count("cluster")) << format_params(point);
 }
 
+// Issue 25: rows longer than a cluster of 16 holds (level1/40's layer norm over rows of 4M floats) lead
+// the grid with points that split each row over a group of the grid's blocks, which compile with a
+// global-memory combine of each row reduction; rows a cluster holds get one such point after theirs.
+TEST_F(CudaBuild, RowsLongerThanAClusterGetSplitPointsThatCompile) {
+  auto ln = parse_program("m = rowmean(x); d = x - m; r = rsqrt(rowmean(d * d) + 1e-05); y = d * r * w + b",
+                          {{"x", VClass::E}, {"w", VClass::C}, {"b", VClass::C}}, {"y"});
+  ASSERT_TRUE(ln.has_value()) << ln.error().message;
+  int built = 0;
+  for (int64_t n : {4194304, 4194303}) {
+    const auto grid = fused_grid(*ln, n);
+    ASSERT_FALSE(grid.empty());
+    ASSERT_TRUE(grid.front().count("split")) << n << ": " << format_params(grid.front());
+    EXPECT_FALSE(grid.front().count("cluster"));
+    const std::string src = generate_fused_cuda(*ln, grid.front(), "layer_norm");
+    EXPECT_NE(src.find("kfab_split_combine<B, 0>"), std::string::npos);
+    EXPECT_NE(src.find("kfab_rows_split_go(a, rows, n, vec, stream)"), std::string::npos);
+    const auto f = scratch() / ("layer_norm_split_" + std::to_string(n) + ".cu");
+    ASSERT_TRUE(write_file_atomic(f, src).has_value());
+    auto r = backend_.build(f);
+    ASSERT_TRUE(r.ok()) << format_params(grid.front()) << "\n" << r.failure().message;
+    ++built;
+  }
+  EXPECT_EQ(built, 2);
+  auto sm = parse_program("e = exp(x - rowmax(x)); y = e / rowsum(e)", {{"x", VClass::E}}, {"y"});
+  ASSERT_TRUE(sm.has_value()) << sm.error().message;
+  const auto grid = fused_grid(*sm, 393216);
+  ASSERT_GE(grid.size(), 3u);
+  EXPECT_TRUE(grid[0].count("cluster") && grid[1].count("cluster") && grid[2].count("split")) << format_params(grid[2]);
+  // a program with a scalar output gets none (its per-row shares would be added once a block)
+  auto total = parse_program("y = x / rowsum(x); s = allsum(x)", {{"x", VClass::E}}, {"y", "s"});
+  ASSERT_TRUE(total.has_value()) << total.error().message;
+  for (const auto& point : fused_grid(*total, 4194304)) EXPECT_FALSE(point.count("split")) << format_params(point);
+}
+
 // The cuda templates for cumsum, transpose, the middle-dimension sum (dim_reduce) and group norm compile at every point.
 TEST_F(CudaBuild, CudaTemplatesCompileAtEveryPoint) {
   int built = 0;

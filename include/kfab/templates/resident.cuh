@@ -38,13 +38,19 @@ void kfab_go(K kernel, int64_t chunks, int threads, cudaStream_t stream, const A
   kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(a, rows, n);
 }
 
-// Block `rank`'s part [lo, hi) of L values (a row, a group) split over a cluster of CL blocks (V-aligned;
-// the whole of them with CL 1).
-template <int CL, int V>
-__device__ __forceinline__ void kfab_cluster_part(int64_t L, int rank, int64_t* lo, int64_t* hi) {
-  const int64_t chunk = (L + static_cast<int64_t>(CL) * V - 1) / (static_cast<int64_t>(CL) * V) * V;
+// Block `rank`'s part [lo, hi) of L values (a row, a group) split over `parts` blocks (V-aligned; the
+// whole of them with one part).
+template <int V>
+__device__ __forceinline__ void kfab_split_part(int64_t L, int parts, int rank, int64_t* lo, int64_t* hi) {
+  const int64_t chunk = (L + static_cast<int64_t>(parts) * V - 1) / (static_cast<int64_t>(parts) * V) * V;
   *lo = rank * chunk;
   *hi = *lo + chunk < L ? *lo + chunk : L;
+}
+
+// The same over a cluster of CL blocks.
+template <int CL, int V>
+__device__ __forceinline__ void kfab_cluster_part(int64_t L, int rank, int64_t* lo, int64_t* hi) {
+  kfab_split_part<V>(L, CL, rank, lo, hi);
 }
 
 // A launch of `blocks` blocks of `threads` threads in clusters of `cl`, with `smem` bytes of dynamic
@@ -93,6 +99,59 @@ bool kfab_go_cluster(K kernel, int threads, cudaStream_t stream, const Args& a, 
   cudaLaunchAttribute attr[1];
   const cudaLaunchConfig_t cfg = kfab_cluster_launch(rows * CL, CL, threads, 0, stream, attr);
   (void)cudaLaunchKernelEx(&cfg, kernel, a, rows, n);  // an error shows in the launch check after it
+  return true;
+}
+// Rows longer than a cluster holds (level1/40's layer norm over rows of 4M floats), each split over S
+// blocks of the grid: the grid's blocks form groups of S, a group taking rows in turn; `shares` holds
+// each block's share of each row reduction ([groups][2][nred][S]: two rows' worth, by the parity of the
+// group's row count, so a block a row ahead never overwrites shares another still reads), `bar` a
+// counter of arrivals a group, zero at launch (row_reduce.cuh's kfab_split_combine).
+struct KfabSplit {
+  int S, nred;
+  float* shares;
+  unsigned* bar;
+};
+
+// Launches `kernel` (a row kernel taking a KfabSplit after rows and n) over `rows` rows of n, each
+// split over the fewest blocks of `threads` threads that hold `holds` values each, as a cooperative
+// launch: every block is resident at once, as blocks that wait for each other must be. False (nothing
+// launched) where the device cannot hold a row's blocks at once or has no cooperative launches.
+template <class K, class Args>
+bool kfab_go_split(K kernel, int threads, int64_t holds, int nred, cudaStream_t stream, const Args& a, int64_t rows, int64_t n) {
+  static float* shares = nullptr;  // kept between calls, grown when a shape needs more
+  static unsigned* bar = nullptr;
+  static int64_t have_shares = 0, have_bar = 0;
+  int dev = 0, coop = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev) != cudaSuccess || coop == 0) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  int64_t S = (n + holds - 1) / holds;
+  const int64_t resident = kfab_resident(reinterpret_cast<const void*>(kernel), threads);
+  if (rows <= 0 || S < 2 || resident < S) return false;
+  const int64_t groups = resident / S < rows ? resident / S : rows;
+  const int64_t need = groups * 2 * nred * S;
+  if (need > have_shares) {
+    if (shares != nullptr) cudaFree(shares);
+    shares = nullptr, have_shares = 0;
+    if (cudaMalloc(reinterpret_cast<void**>(&shares), sizeof(float) * static_cast<size_t>(need)) != cudaSuccess) return (void)cudaGetLastError(), false;
+    have_shares = need;
+  }
+  if (groups > have_bar) {
+    if (bar != nullptr) cudaFree(bar);
+    bar = nullptr, have_bar = 0;
+    if (cudaMalloc(reinterpret_cast<void**>(&bar), sizeof(unsigned) * static_cast<size_t>(groups)) != cudaSuccess) return (void)cudaGetLastError(), false;
+    have_bar = groups;
+  }
+  if (cudaMemsetAsync(bar, 0, sizeof(unsigned) * static_cast<size_t>(groups), stream) != cudaSuccess) return (void)cudaGetLastError(), false;
+  KfabSplit s{static_cast<int>(S), nred, shares, bar};
+  Args args = a;
+  void* argv[] = {&args, &rows, &n, &s};
+  if (cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), dim3(static_cast<unsigned>(groups * S)), dim3(static_cast<unsigned>(threads)),
+                                  argv, 0, stream) != cudaSuccess) {
+    (void)cudaGetLastError();  // not the caller's error: it streams the rows instead
+    return false;
+  }
   return true;
 }
 // kfab:end

@@ -46,4 +46,25 @@ __device__ __forceinline__ float kfab_cluster_combine(float v, float* part, bool
 #endif
   return v;
 }
+// A row split over S blocks of the grid (resident.cuh's kfab_go_split: all of them resident at once):
+// v, the block's share of a reduction, goes to its slot of `sh` (the S slots of this reduction); the S
+// blocks meet at `bar`, which counts arrivals (`target`: S times the number of this combine among the
+// block's combines of the launch); each block then combines the S shares in the same order (thread r
+// of B takes shares r, r + B, ..; then kfab_group), so every block has the same total. `slot` is the
+// shared slot of this reduction, whose earlier reads the barrier orders before the writes here.
+template <int B, int OP>
+__device__ __forceinline__ float kfab_split_combine(float v, float* sh, unsigned* bar, unsigned target, int S, float* slot) {
+  if (threadIdx.x == 0) {
+    __stcg(sh + blockIdx.x % S, v);
+    __threadfence();  // the share, before the arrival is counted
+    atomicAdd(bar, 1u);
+    while (*static_cast<volatile unsigned*>(bar) < target) {
+    }
+    __threadfence();
+  }
+  __syncthreads();
+  float t = OP == 0 ? 0.0f : OP == 1 ? -INFINITY : INFINITY;
+  for (int r = threadIdx.x; r < S; r += B) t = kfab_combine<OP>(t, __ldcg(sh + r));  // from L2: other SMs wrote them
+  return kfab_group<B, OP>(t, slot);
+}
 // kfab:end
