@@ -5,6 +5,7 @@
 // so each output's loops unroll. The leading dimensions (batch, channels) are one count of volumes.
 #include <fmt/format.h>
 
+#include <array>
 #include <cmath>
 
 #include "tuner/templates.h"
@@ -101,11 +102,31 @@ double pool_row_reuse(const Task& t, int R) {
   return used > 0 ? static_cast<double>(R * kh) / static_cast<double>(used) : 1.0;
 }
 
+// `tile` 1: a block's R x (B x outputs) outputs staged through shared memory (pool.h's kfab_pool_stage):
+// the input values they read loaded once, coalesced, then each output's taps read from shared memory.
+// Offered where the tile's input fits 40 KB: 1-D windows at B 256 x 4 outputs (1045 floats for
+// level1/41's 8 taps dilated by 3), 2-D ones with row reuse at 8 rows of 128, others at 4 and 2 rows of
+// 128; interleaved with the points above, so that a search of three points measures both kinds.
+int64_t pool_tile_bytes(const Task& t, int R, int TW) {
+  const bool mx = op_param(t, "max", 0) != 0;
+  const int64_t rows = (R - 1) * op_param(t, "sh", 1) + (op_param(t, "kh", 1) - 1) * (mx ? op_param(t, "dh", 1) : 1) + 1;
+  const int64_t span = (TW - 1) * op_param(t, "sw", 1) + (op_param(t, "kw", 1) - 1) * (mx ? op_param(t, "dw", 1) : 1) + 1;
+  return 4 * op_param(t, "kd", 1) * rows * span;
+}
+
 std::vector<TemplateParams> pool_cuda_grid(const Task& t) {
-  std::vector<TemplateParams> g;
+  std::vector<TemplateParams> g, tiles;
   if (pool_row_reuse(t, 4) >= 1.5) g = {{{"block", "128"}, {"outputs", "2"}, {"rows", "4"}}, {{"block", "128"}, {"outputs", "1"}, {"rows", "8"}}};
   for (const auto& [b, o] : std::vector<std::pair<const char*, const char*>>{{"128", "4"}, {"128", "8"}, {"256", "4"}, {"64", "8"}, {"256", "2"}, {"512", "1"}})
     g.push_back({{"block", b}, {"outputs", o}});
+  std::vector<std::array<int, 3>> shapes;  // block, outputs, rows
+  if (op_param(t, "nd", 2) == 1) shapes = {{256, 4, 1}, {128, 4, 1}};
+  else if (pool_row_reuse(t, 4) >= 1.5) shapes = {{128, 1, 8}, {128, 2, 4}};
+  else shapes = {{128, 1, 4}, {128, 1, 2}};
+  for (const auto& [b, o, r] : shapes)
+    if (pool_tile_bytes(t, r, b * o) <= 40 * 1024)
+      tiles.push_back({{"block", std::to_string(b)}, {"outputs", std::to_string(o)}, {"rows", std::to_string(r)}, {"tile", "1"}});
+  for (size_t i = 0; i < tiles.size(); ++i) g.insert(g.begin() + static_cast<std::ptrdiff_t>(2 * i), tiles[i]);
   return g;
 }
 
@@ -113,15 +134,19 @@ std::string pool_cuda_generate(const Task& t, const TemplateParams& p) {
   std::string s = opening("a block a stretch of an output row", p, true);
   s += fmt::format(R"(
 constexpr int B = {}, OPT = {}, R = {};  // threads per block; outputs a thread along the row, times R down the column
+constexpr bool TILE = {};  // a block's outputs' input staged through shared memory
 #define KFAB_INLINE __device__ __forceinline__
 #define KFAB_LOAD(p) __ldg(p)
 )",
-                   p.at("block"), p.count("outputs") ? p.at("outputs") : "1", p.count("rows") ? p.at("rows") : "1");
+                   p.at("block"), p.count("outputs") ? p.at("outputs") : "1", p.count("rows") ? p.at("rows") : "1",
+                   p.count("tile") && p.at("tile") == "1" ? "true" : "false");
   s += pool_constants(t);
   s += template_text("pool.h");
   s += R"(
 // Block (x, y, z): outputs (x * OPT + k) * B + thread of output rows R * band .. R * band + R - 1, band
 // y + z * gridDim.y, a band being (volume, od, oh / R).
+// TL: through a tile in shared memory (a template, so that points without one instantiate no tile)
+template <bool TL>
 __global__ void __launch_bounds__(B) kfab_pool_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t bands, int64_t D, int64_t H,
                                                       int64_t W, int64_t OD, int64_t OH, int64_t OW) {
   const int64_t band = blockIdx.y + static_cast<int64_t>(gridDim.y) * blockIdx.z;
@@ -133,9 +158,21 @@ __global__ void __launch_bounds__(B) kfab_pool_kernel(const float* __restrict__ 
   float* yr = y + (r2 * OH + oh0) * OW;
   const int64_t ow0 = static_cast<int64_t>(blockIdx.x) * OPT * B + threadIdx.x;
   float o[OPT][R];
+  if constexpr (TL) {
+    constexpr int TW = OPT * B;
+    static_assert(KfabPoolTile<R, TW>::SIZE * 4 <= 48 * 1024, "a tile's input fits static shared memory");
+    __shared__ float tile[KfabPoolTile<R, TW>::SIZE];
+    const int64_t tw0 = static_cast<int64_t>(blockIdx.x) * TW;
+    kfab_pool_stage<R, TW, B>(tile, v, D, H, W, od * SD - PD, oh0 * SH - PH, tw0 * SW - PW);
+    __syncthreads();
 #pragma unroll
-  for (int k = 0; k < OPT; ++k)
-    if (ow0 + k * B < OW) kfab_pool_rows<R>(v, D, H, W, OH, od, oh0, ow0 + k * B, o[k]);
+    for (int k = 0; k < OPT; ++k)
+      if (ow0 + k * B < OW) kfab_pool_tile_out<R, TW>(tile, threadIdx.x + k * B, v, D, H, W, OH, od, oh0, ow0 + k * B, o[k]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < OPT; ++k)
+      if (ow0 + k * B < OW) kfab_pool_rows<R>(v, D, H, W, OH, od, oh0, ow0 + k * B, o[k]);
+  }
 #pragma unroll
   for (int k = 0; k < OPT; ++k)
 #pragma unroll
@@ -153,7 +190,7 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, 
   const int64_t gx = (OW + static_cast<int64_t>(OPT) * B - 1) / (static_cast<int64_t>(OPT) * B);
   const int64_t gy = rows < 65535 ? rows : 65535, gz = (rows + gy - 1) / gy;
   if (gx > 2147483647 || gz > 65535) return 5;
-  kfab_pool_kernel<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(gz)), B, 0,
+  kfab_pool_kernel<TILE><<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(gz)), B, 0,
                      static_cast<cudaStream_t>(stream_)>>>(xp, yp, rows, D, H, W, OD, OH, OW);
   return cudaGetLastError() == cudaSuccess ? 0 : 4;
 }

@@ -29,9 +29,9 @@ class CudaBuild : public ::testing::Test {
   }
   CudaBackend backend_;
 
-  /// Builds the first grid point of `template_name` for `forms` variants of the native task `base`, each made
-  /// by `shape(form, task)` (op class, op_params, tensors); each must apply and compile.
-  void build_each_form(const char* base, const char* template_name, int forms, const std::function<void(int, Task&)>& shape) {
+  /// Builds the first `points` grid points of `template_name` for `forms` variants of the native task `base`, each
+  /// made by `shape(form, task)` (op class, op_params, tensors); each must apply and compile.
+  void build_each_form(const char* base, const char* template_name, int forms, const std::function<void(int, Task&)>& shape, size_t points = 1) {
     auto task = load_task(std::filesystem::path(KFAB_SOURCE_DIR) / "tasks/core" / base);
     ASSERT_TRUE(task.has_value()) << base;
     const KernelTemplate* t = template_named(template_name);
@@ -40,10 +40,13 @@ class CudaBuild : public ::testing::Test {
       Task k = *task;
       shape(form, k);
       ASSERT_TRUE(t->applies(k)) << template_name << " " << form;
-      const auto f = scratch() / (std::string(template_name) + "_" + std::to_string(form) + ".cu");
-      ASSERT_TRUE(write_file_atomic(f, t->generate(k, t->grid(k).front())).has_value());
-      auto r = backend_.build(f);
-      ASSERT_TRUE(r.ok()) << template_name << " " << form << "\n" << r.failure().message;
+      const auto grid = t->grid(k);
+      for (size_t i = 0; i < points && i < grid.size(); ++i) {
+        const auto f = scratch() / (std::string(template_name) + "_" + std::to_string(form) + "_" + std::to_string(i) + ".cu");
+        ASSERT_TRUE(write_file_atomic(f, t->generate(k, grid[i])).has_value());
+        auto r = backend_.build(f);
+        ASSERT_TRUE(r.ok()) << template_name << " " << form << " (" << format_params(grid[i]) << ")\n" << r.failure().message;
+      }
     }
   }
 };
@@ -219,7 +222,8 @@ TEST_F(CudaBuild, CudaTemplatesCompileAtEveryPoint) {
   EXPECT_EQ(built, 29);  // the four grids' points (the group norm's 10 since issue 25)
 }
 
-// The pool template compiles for a max and an average over 1, 2 and 3 dimensions.
+// The pool template compiles for a max and an average over 1, 2 and 3 dimensions, at its first two points
+// (a tile staged through shared memory, then one without).
 TEST_F(CudaBuild, EveryPoolingCompiles) {
   build_each_form("cumsum", "cuda_pool", 6, [](int form, Task& k) {
     k.op_class = "pool";  // a [B, N] tensor as [B, 1, 1, 1, N]: the shapes only need the rank
@@ -228,7 +232,8 @@ TEST_F(CudaBuild, EveryPoolingCompiles) {
     k.op_params = {{"nd", form / 2 + 1}, {"max", form % 2}, {"kw", 3}, {"sw", 2}, {"pw", 1}, {"dw", form % 2 + 1}};
     if (form >= 2) k.op_params.insert({{"kh", 2}, {"sh", 1}});
     if (form >= 4) k.op_params.insert({{"kd", 3}, {"sd", 2}, {"pd", 1}, {"dd", 3}});
-  });
+    ASSERT_TRUE(template_named("cuda_pool")->grid(k).front().count("tile")) << form;
+  }, 2);
 }
 
 // The row-scan template compiles in each of its forms (a sum or a product; reversed, exclusive, masked).

@@ -134,6 +134,81 @@ KFAB_INLINE void kfab_pool_rows(const float* __restrict__ vol, int64_t D, int64_
 #pragma unroll
   for (int r = 0; r < R; ++r) o[r] = MAX ? acc[r] : acc[r] / div;
 }
+
+// A block's tile of outputs staged through shared memory (kfab_pool_tile_kernel): R output rows of TW
+// outputs at (volume, od), from the KD window planes' ROWS x SPAN input values they read, loaded once
+// with neighbouring threads on neighbouring columns (coalesced, each value once however many windows
+// share it), then each output's taps read from shared memory (level1/41 and 44's 1-D windows of 8 at
+// stride 1 read their 8 taps a warp at a time through L1, 2 sectors a load at unaligned starts).
+template <int R, int TW>
+struct KfabPoolTile {
+  static constexpr int64_t DDe = MAX ? DD : 1, DHe = MAX ? DH : 1, DWe = MAX ? DW : 1;  // an average has no dilation
+  static constexpr int64_t ROWS = (R - 1) * SH + (KH - 1) * DHe + 1, SPAN = (TW - 1) * SW + (KW - 1) * DWe + 1;
+  static constexpr int64_t SIZE = KD * ROWS * SPAN;  // floats
+};
+
+// The tile's input: plane a (depth ds + a * DDe), rows hs .., columns ws .. of one volume; outside the
+// input -infinity for a maximum (torch's max pooling never reads the padding) and 0 for an average
+// (whose windows that reach outside are computed from global memory: kfab_pool_tile_out).
+template <int R, int TW, int B>
+__device__ __forceinline__ void kfab_pool_stage(float* tile, const float* __restrict__ vol, int64_t D, int64_t H, int64_t W, int64_t ds, int64_t hs,
+                                                int64_t ws) {
+  using T = KfabPoolTile<R, TW>;
+  for (int64_t i = threadIdx.x; i < T::SIZE; i += B) {
+    const int64_t c = i % T::SPAN, j = i / T::SPAN % T::ROWS, a = i / (T::SPAN * T::ROWS);
+    const int64_t d = ds + a * T::DDe, h = hs + j, w = ws + c;
+    tile[i] = d >= 0 && d < D && h >= 0 && h < H && w >= 0 && w < W ? __ldcs(vol + (d * H + h) * W + w) : (MAX ? -INFINITY : 0.0f);
+  }
+}
+
+// Outputs (od, oh0 .. oh0 + R - 1, ow) into o[R] from the staged tile, ow being column `col` of the
+// tile: each tile row R windows share read once (as kfab_pool_rows reads them), taps in kfab_pool's
+// order, so the same values. An average's window that reaches outside the input (its divisor depends on
+// where) is computed by kfab_pool from global memory.
+template <int R, int TW>
+__device__ __forceinline__ void kfab_pool_tile_out(const float* tile, int64_t col, const float* __restrict__ vol, int64_t D, int64_t H, int64_t W,
+                                                   int64_t OH, int64_t od, int64_t oh0, int64_t ow, float* o) {
+  using T = KfabPoolTile<R, TW>;
+  const int64_t ds = od * SD - PD, hs = oh0 * SH - PH, ws = ow * SW - PW;
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = MAX ? -INFINITY : 0.0f;
+#pragma unroll
+  for (int64_t a = 0; a < KD; ++a)
+#pragma unroll
+    for (int64_t j = 0; j < T::ROWS; ++j) {
+      bool used = false;
+#pragma unroll
+      for (int r = 0; r < R; ++r) used = used || kfab_row_of(j, r, SH, T::DHe, KH);
+      if (!used) continue;
+      float v[KW];
+#pragma unroll
+      for (int64_t c = 0; c < KW; ++c) v[c] = tile[(a * T::ROWS + j) * T::SPAN + col * SW + c * T::DWe];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (!kfab_row_of(j, r, SH, T::DHe, KH)) continue;
+#pragma unroll
+        for (int64_t c = 0; c < KW; ++c) {
+          if constexpr (MAX) {
+            if (v[c] > acc[r] || v[c] != v[c]) acc[r] = v[c];
+          } else {
+            acc[r] += v[c];
+          }
+        }
+      }
+    }
+  constexpr float div = static_cast<float>(DIVISOR != 0 ? DIVISOR : KD * KH * KW);
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    if constexpr (MAX) {
+      o[r] = acc[r];
+    } else {
+      const int64_t hr = hs + r * SH;
+      const bool inside = ds >= 0 && ds + KD <= D && hr >= 0 && hr + KH <= H && ws >= 0 && ws + KW <= W;
+      o[r] = inside ? acc[r] / div : oh0 + r < OH ? kfab_pool(vol, D, H, W, od, oh0 + r, ow) : 0.0f;
+    }
+  }
+}
 #endif
 
 #if !defined(__CUDACC__)
