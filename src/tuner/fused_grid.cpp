@@ -46,7 +46,7 @@ std::vector<TemplateParams> fused_grid(const Program& p, int64_t n) {
   // (points with a cluster) or streamed.
   bool all = false;  // scalar outputs
   for (const auto& o : p.outputs) all = all || p.nodes[o.second].cls == VClass::K;
-  // Rows longer than a block of 1024 threads holds in 8 float4 a thread (32768 floats): first, each row
+  // Rows longer than a block of 1024 threads holds in 8 float4 a thread (32768 floats): each row
   // over a cluster of blocks (2 to 16; the smallest that holds it), read once, where streaming reads it
   // twice (issue 25: level1/23's softmax over rows of 393216 ran at half the copy bandwidth streamed)
   // (512 threads keeping 16 float4 first: 1024 threads keeping 8 spill registers under their 64 a thread);
@@ -56,20 +56,24 @@ std::vector<TemplateParams> fused_grid(const Program& p, int64_t n) {
   // Rows longer than a cluster of 16 holds (level1/40's layer norm over rows of 4M floats, 16 MB: a
   // cluster holds 2 MB, so 16 blocks streamed each row three times, at 12% of the copy bandwidth): each
   // row split over a group of as many of the grid's blocks as it takes (every block resident at once),
-  // their reductions combined through global memory, the row still read once. After the cluster
-  // points, one such point too, which the search weighs against them.
+  // their reductions combined through global memory, the row still read once. These lead for every row
+  // longer than a block holds: on an H100 (tree 332fdd5) level1/23's softmax over rows of 393216 measured
+  // 1.30x eager split over 12 blocks of 512 threads, against 1.18x over a cluster of 16; level1/24's
+  // log-softmax 1.42x against 1.28x. Blocks of 256 threads first: two an SM, of different rows' groups,
+  // overlap one group's barriers with another's loads.
   if (n > 1024 * 4 * 8 && !all) {
-    bool clustered = false;
+    for (const char* b : {"256", "512"})
+      g.push_back({{"kernel", "rows"}, {"block", b}, {"group", b}, {"items", "16"}, {"split", "1"}});
     for (const auto& [b, items] : std::vector<std::pair<int, int>>{{512, 16}, {1024, 8}}) {
       const int64_t holds = static_cast<int64_t>(b) * items * (n % 4 == 0 ? 4 : 2);
       int cl = 2;
       while (cl < 16 && cl * holds < n) cl *= 2;
       TemplateParams point = {{"kernel", "rows"}, {"block", std::to_string(b)}, {"group", std::to_string(b)}, {"items", std::to_string(items)}};
-      if (cl * holds >= n) point["cluster"] = std::to_string(cl), clustered = true;
-      else point["split"] = "1";
+      if (cl * holds >= n) point["cluster"] = std::to_string(cl);
+      else if (b == 1024) point["split"] = "1";
+      else continue;  // split at 512 already
       g.push_back(point);
     }
-    if (clustered) g.push_back({{"kernel", "rows"}, {"block", "512"}, {"group", "512"}, {"items", "16"}, {"split", "1"}});
   }
   // then a point that takes a warp per row for short rows and a block per row for long ones
   g.push_back({{"kernel", "rows"}, {"block", n > 8192 ? "512" : "256"}, {"group", "auto"}, {"items", "8"}});

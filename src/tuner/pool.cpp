@@ -102,11 +102,13 @@ double pool_row_reuse(const Task& t, int R) {
   return used > 0 ? static_cast<double>(R * kh) / static_cast<double>(used) : 1.0;
 }
 
-// `tile` 1: a block's R x (B x outputs) outputs staged through shared memory (pool.h's kfab_pool_stage):
-// the input values they read loaded once, coalesced, then each output's taps read from shared memory.
-// Offered where the tile's input fits 40 KB: 1-D windows at B 256 x 4 outputs (1045 floats for
-// level1/41's 8 taps dilated by 3), 2-D ones with row reuse at 8 rows of 128, others at 4 and 2 rows of
-// 128; interleaved with the points above, so that a search of three points measures both kinds.
+// `tile` 1: a block's B x outputs outputs staged through shared memory (pool.h's kfab_pool_stage): the
+// input values they read loaded once, coalesced, then each output's taps read from shared memory.
+// Offered for 1-D windows (B 256 and 128, 4 outputs a thread, where the input fits 40 KB), second and
+// third, so that a search of three points measures both kinds: on an H100 (tree 332fdd5) level1/44's
+// average of 8 measured 2.12x eager staged against 1.91x not, level1/41's dilated maximum 2.98x against
+// 3.50x; 2-D and 3-D tiles measured slower than loads through L1 (level1/42 2.85x against 3.17x,
+// level1/43 0.28x against 1.05x: at stride 2 the tiles' halos load most values several times).
 int64_t pool_tile_bytes(const Task& t, int R, int TW) {
   const bool mx = op_param(t, "max", 0) != 0;
   const int64_t rows = (R - 1) * op_param(t, "sh", 1) + (op_param(t, "kh", 1) - 1) * (mx ? op_param(t, "dh", 1) : 1) + 1;
@@ -119,14 +121,11 @@ std::vector<TemplateParams> pool_cuda_grid(const Task& t) {
   if (pool_row_reuse(t, 4) >= 1.5) g = {{{"block", "128"}, {"outputs", "2"}, {"rows", "4"}}, {{"block", "128"}, {"outputs", "1"}, {"rows", "8"}}};
   for (const auto& [b, o] : std::vector<std::pair<const char*, const char*>>{{"128", "4"}, {"128", "8"}, {"256", "4"}, {"64", "8"}, {"256", "2"}, {"512", "1"}})
     g.push_back({{"block", b}, {"outputs", o}});
-  std::vector<std::array<int, 3>> shapes;  // block, outputs, rows
-  if (op_param(t, "nd", 2) == 1) shapes = {{256, 4, 1}, {128, 4, 1}};
-  else if (pool_row_reuse(t, 4) >= 1.5) shapes = {{128, 1, 8}, {128, 2, 4}};
-  else shapes = {{128, 1, 4}, {128, 1, 2}};
-  for (const auto& [b, o, r] : shapes)
-    if (pool_tile_bytes(t, r, b * o) <= 40 * 1024)
-      tiles.push_back({{"block", std::to_string(b)}, {"outputs", std::to_string(o)}, {"rows", std::to_string(r)}, {"tile", "1"}});
-  for (size_t i = 0; i < tiles.size(); ++i) g.insert(g.begin() + static_cast<std::ptrdiff_t>(2 * i), tiles[i]);
+  if (op_param(t, "nd", 2) != 1) return g;
+  for (const auto& [b, o] : std::vector<std::array<int, 2>>{{256, 4}, {128, 4}})
+    if (pool_tile_bytes(t, 1, b * o) <= 40 * 1024)
+      tiles.push_back({{"block", std::to_string(b)}, {"outputs", std::to_string(o)}, {"rows", "1"}, {"tile", "1"}});
+  g.insert(g.begin() + 1, tiles.begin(), tiles.end());
   return g;
 }
 
@@ -160,8 +159,8 @@ __global__ void __launch_bounds__(B) kfab_pool_kernel(const float* __restrict__ 
   float o[OPT][R];
   if constexpr (TL) {
     constexpr int TW = OPT * B;
-    static_assert(KfabPoolTile<R, TW>::SIZE * 4 <= 48 * 1024, "a tile's input fits static shared memory");
-    __shared__ float tile[KfabPoolTile<R, TW>::SIZE];
+    static_assert(!TL || KfabPoolTile<R, TW>::SIZE * 4 <= 48 * 1024, "a tile's input fits static shared memory");
+    __shared__ float tile[TL ? KfabPoolTile<R, TW>::SIZE : 1];
     const int64_t tw0 = static_cast<int64_t>(blockIdx.x) * TW;
     kfab_pool_stage<R, TW, B>(tile, v, D, H, W, od * SD - PD, oh0 * SH - PH, tw0 * SW - PW);
     __syncthreads();

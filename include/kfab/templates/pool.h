@@ -150,14 +150,26 @@ struct KfabPoolTile {
 // The tile's input: plane a (depth ds + a * DDe), rows hs .., columns ws .. of one volume; outside the
 // input -infinity for a maximum (torch's max pooling never reads the padding) and 0 for an average
 // (whose windows that reach outside are computed from global memory: kfab_pool_tile_out).
+// A tile row at a time, the threads along it (no division an element); rows no window reads (a window
+// dilated down the column) are left unset.
 template <int R, int TW, int B>
 __device__ __forceinline__ void kfab_pool_stage(float* tile, const float* __restrict__ vol, int64_t D, int64_t H, int64_t W, int64_t ds, int64_t hs,
                                                 int64_t ws) {
   using T = KfabPoolTile<R, TW>;
-  for (int64_t i = threadIdx.x; i < T::SIZE; i += B) {
-    const int64_t c = i % T::SPAN, j = i / T::SPAN % T::ROWS, a = i / (T::SPAN * T::ROWS);
-    const int64_t d = ds + a * T::DDe, h = hs + j, w = ws + c;
-    tile[i] = d >= 0 && d < D && h >= 0 && h < H && w >= 0 && w < W ? __ldcs(vol + (d * H + h) * W + w) : (MAX ? -INFINITY : 0.0f);
+#pragma unroll 1
+  for (int aj = 0; aj < static_cast<int>(KD * T::ROWS); ++aj) {
+    const int a = aj / static_cast<int>(T::ROWS), j = aj % static_cast<int>(T::ROWS);
+    bool used = false;
+#pragma unroll
+    for (int r = 0; r < R; ++r) used = used || kfab_row_of(j, r, SH, T::DHe, KH);
+    if (!used) continue;
+    const int64_t d = ds + a * T::DDe, h = hs + j;
+    const bool row_in = d >= 0 && d < D && h >= 0 && h < H;
+    const float* src = vol + ((row_in ? d : 0) * H + (row_in ? h : 0)) * W + ws;
+    float* dst = tile + aj * static_cast<int>(T::SPAN);
+#pragma unroll 4
+    for (int c = threadIdx.x; c < static_cast<int>(T::SPAN); c += B)
+      dst[c] = row_in && ws + c >= 0 && ws + c < W ? __ldcs(src + c) : (MAX ? -INFINITY : 0.0f);
   }
 }
 
@@ -183,7 +195,8 @@ __device__ __forceinline__ void kfab_pool_tile_out(const float* tile, int64_t co
       if (!used) continue;
       float v[KW];
 #pragma unroll
-      for (int64_t c = 0; c < KW; ++c) v[c] = tile[(a * T::ROWS + j) * T::SPAN + col * SW + c * T::DWe];
+      for (int64_t c = 0; c < KW; ++c)
+        v[c] = tile[static_cast<int>((a * T::ROWS + j) * T::SPAN + c * T::DWe) + static_cast<int>(col) * static_cast<int>(SW)];
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         if (!kfab_row_of(j, r, SH, T::DHe, KH)) continue;
