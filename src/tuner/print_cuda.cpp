@@ -30,6 +30,25 @@ constexpr const char* kPrelude = R"(#include <cooperative_groups.h>
 
 namespace {
 
+// An input read through the read-only cache: per-column and scalar inputs, and per-element ones where a
+// kernel streams its rows. With KFAB_KEEP_IN_L2 (rows split over the grid's blocks, each block reading
+// the same columns of every row) a float is marked to stay in L2 (evict_last) while the rows, read and
+// written streaming (evict_first), pass through it: level1/40's layer norm reads its 32 MB of weight
+// and bias once a row.
+template <class T>
+__device__ __forceinline__ T kfab_ld(const T* p) {
+  return __ldg(p);
+}
+#if defined(KFAB_KEEP_IN_L2)
+__device__ __forceinline__ float kfab_ld(const float* p) {
+  float v;
+  asm("{\n\t.reg .b64 pol;\n\tcreatepolicy.fractional.L2::evict_last.b64 pol, 1.0;\n\tld.global.nc.L2::cache_hint.f32 %0, [%1], pol;\n\t}"
+      : "=f"(v)
+      : "l"(p));
+  return v;
+}
+#endif
+
 __device__ __forceinline__ float kfab_gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f)); }
 __device__ __forceinline__ float kfab_gelu_tanh(float x) {
   return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
@@ -443,7 +462,10 @@ Parts rows_parts(const Gen& g, const TemplateParams& tp) {
   if (split) {
     e.blank().line("// The cached kernel for rows longer than a cluster holds: each row split over a group of s.S blocks of the grid,");
     e.line("// every block resident at once (a cooperative launch), their row reductions combined through global memory.");
-    e.line("template <int B, int G, int V, int IT>").open("__global__ void __launch_bounds__(B) kfab_rows_split(Args a, int64_t rows, int64_t n, KfabSplit s)");
+    e.line("// (blocks of 256 threads two an SM, at most 128 registers a thread: left to itself the compiler takes 221 for");
+    e.line("// 16 float4 a thread, and a row of 4M floats then finds half the 256 blocks it needs resident)");
+    e.line("template <int B, int G, int V, int IT>");
+    e.open("__global__ void __launch_bounds__(B, B <= 256 ? 2 : 1) kfab_rows_split(Args a, int64_t rows, int64_t n, KfabSplit s)");
     RowKernel(g, Hold::kSplit, false, e).emit();
     e.close();
     split_launch(e);
@@ -465,6 +487,7 @@ std::string generate_rows(const Program& p, const TemplateParams& tp, const std:
   const bool autog = tp.count("group") && tp.at("group") == "auto";
   Emitter e;
   head(title, tp, fmt::format("A row kernel ({} threads per row); the program", autog ? fmt::format("a warp or {}", B) : std::to_string(G)), p, e);
+  if (param(tp, "split", 0) != 0) e.line("#define KFAB_KEEP_IN_L2  // rows split over the grid's blocks: per-column inputs kept in L2 (kfab_ld)");
   e.raw(kPrelude).raw(host_checks()).blank();
   const Parts parts = rows_parts(g, tp);
   e.raw(parts.code);

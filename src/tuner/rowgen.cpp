@@ -21,7 +21,7 @@ namespace {
 class CudaLang final : public Lang {
  public:
   std::string load(int input, std::string_view index) const override {
-    return index.empty() ? fmt::format("__ldg(a.in{})", input) : fmt::format("__ldg(a.in{} + {})", input, index);
+    return index.empty() ? fmt::format("kfab_ld(a.in{})", input) : fmt::format("kfab_ld(a.in{} + {})", input, index);
   }
   std::string_view exp() const override { return "expf"; }
   std::string_view rsqrt() const override { return "rsqrtf"; }

@@ -50,9 +50,10 @@ KFAB_INLINE float kfab_pool_max(const float* __restrict__ vol, int64_t D, int64_
 
 // The average as torch's CUDA kernels take it: the window clipped to the padded input sets the divisor
 // (count_include_pad), the sum runs over the part inside the input, depth, then rows, then columns.
+// A window wholly inside the input divides by the window's size, a constant (the same division: x / 27.0f
+// whether 27 is known at compile time or not); working it out at run time (64-bit products, a division
+// by a float not known in advance) held level1/44 at half the copy bandwidth.
 KFAB_INLINE float kfab_pool_avg(const float* __restrict__ vol, int64_t D, int64_t H, int64_t W, int64_t ds, int64_t hs, int64_t ws) {
-  int64_t de = ds + KD < D + PD ? ds + KD : D + PD, he = hs + KH < H + PH ? hs + KH : H + PH, we = ws + KW < W + PW ? ws + KW : W + PW;
-  const int64_t pool = (de - ds) * (he - hs) * (we - ws);
   float s = 0.0f;
   if (ds >= 0 && hs >= 0 && ws >= 0 && ds + KD <= D && hs + KH <= H && ws + KW <= W) {
     const float* p = vol + (ds * H + hs) * W + ws;
@@ -62,14 +63,16 @@ KFAB_INLINE float kfab_pool_avg(const float* __restrict__ vol, int64_t D, int64_
       for (int64_t r = 0; r < KH; ++r)
 #pragma unroll
         for (int64_t c = 0; c < KW; ++c) s += KFAB_LOAD(p + (a * H + r) * W + c);
-    de = ds + KD, he = hs + KH, we = ws + KW;
-  } else {
-    ds = ds > 0 ? ds : 0, hs = hs > 0 ? hs : 0, ws = ws > 0 ? ws : 0;
-    de = de < D ? de : D, he = he < H ? he : H, we = we < W ? we : W;
-    for (int64_t a = ds; a < de; ++a)
-      for (int64_t r = hs; r < he; ++r)
-        for (int64_t c = ws; c < we; ++c) s += KFAB_LOAD(vol + (a * H + r) * W + c);
+    constexpr float inside = static_cast<float>(DIVISOR != 0 ? DIVISOR : KD * KH * KW);
+    return s / inside;
   }
+  int64_t de = ds + KD < D + PD ? ds + KD : D + PD, he = hs + KH < H + PH ? hs + KH : H + PH, we = ws + KW < W + PW ? ws + KW : W + PW;
+  const int64_t pool = (de - ds) * (he - hs) * (we - ws);
+  ds = ds > 0 ? ds : 0, hs = hs > 0 ? hs : 0, ws = ws > 0 ? ws : 0;
+  de = de < D ? de : D, he = he < H ? he : H, we = we < W ? we : W;
+  for (int64_t a = ds; a < de; ++a)
+    for (int64_t r = hs; r < he; ++r)
+      for (int64_t c = ws; c < we; ++c) s += KFAB_LOAD(vol + (a * H + r) * W + c);
   const int64_t d = DIVISOR != 0 ? DIVISOR : INCLUDE_PAD ? pool : (de - ds) * (he - hs) * (we - ws);
   return d > 0 ? s / static_cast<float>(d) : 0.0f;
 }
