@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <regex>
 
 #include "backends/cuda/cuda_backend.h"
@@ -117,61 +118,50 @@ TEST_F(CudaEval, BundledSoftmaxPasses) {
   EXPECT_EQ(r.json().value("disposition", ""), "passed");
 }
 
-// Issue 25: the tuner's row kernel with each row split over a cluster of blocks (rows longer than a
-// block holds) passes on rows of 393216 (float4, 16 blocks a row), 65535 and 100001 (a float at a time),
-// and on short rows, which the same candidate takes a block or a warp a row.
-TEST_F(CudaEval, ARowSplitOverAClusterPasses) {
+// The bundled softmax task at other shapes (`shapes`: its [shapes] table), evaluated with its fused row
+// program generated at the first point of the grid for rows of n that `wanted` accepts: it passes.
+static void softmax_passes_at(const std::string& name, const std::string& shapes, int64_t n, const std::function<bool(const TemplateParams&)>& wanted) {
   namespace fs = std::filesystem;
-  const fs::path task = scratch() / "softmax_long";
+  const fs::path task = scratch() / name;
   fs::remove_all(task);
   fs::copy(fs::path(KFAB_SOURCE_DIR) / "tasks/core/softmax", task, fs::copy_options::recursive);
   auto text = read_file(task / "task.toml");
   ASSERT_TRUE(text.has_value());
-  std::string toml = std::regex_replace(*text, std::regex(R"(\[shapes\][\s\S]*?\[reference\])"),
-                                        "[shapes]\ntune = [ { M = 64, N = 393216 }, { M = 40, N = 65535 } ]\n"
-                                        "heldout = [ { M = 3, N = 100001 }, { M = 100, N = 1000 } ]\n\n[reference]");
+  std::string toml = std::regex_replace(*text, std::regex(R"(\[shapes\][\s\S]*?\[reference\])"), "[shapes]\n" + shapes + "\n[reference]");
   ASSERT_NE(toml, *text);
   ASSERT_TRUE(write_file_atomic(task / "task.toml", toml).has_value());
   auto t = load_task(task);
   ASSERT_TRUE(t.has_value()) << t.error().message;
   auto p = task_program(*t);
   ASSERT_TRUE(p.has_value()) << p.error().message;
-  const auto grid = fused_grid(*p, 393216);
-  const auto point = std::find_if(grid.begin(), grid.end(), [](const TemplateParams& q) { return q.count("cluster") > 0; });
-  ASSERT_NE(point, grid.end());
-  const auto f = scratch() / "softmax_cluster.cu";
+  const auto grid = fused_grid(*p, n);
+  const auto point = std::find_if(grid.begin(), grid.end(), wanted);
+  ASSERT_NE(point, grid.end()) << name;
+  const auto f = scratch() / (name + ".cu");
   ASSERT_TRUE(write_file_atomic(f, generate_fused_cuda(*p, *point, "softmax")).has_value());
   CliResult r = kfab_cli({"eval", task.string(), f.string(), "--json"});
-  EXPECT_EQ(r.status.code, 0) << r.out << r.err;
-  EXPECT_EQ(r.json().value("disposition", ""), "passed") << r.out;
+  EXPECT_EQ(r.status.code, 0) << format_params(*point) << "\n" << r.out << r.err;
+  EXPECT_EQ(r.json().value("disposition", ""), "passed") << format_params(*point) << "\n" << r.out;
+}
+
+// Issue 25: the tuner's row kernel with each row split over a cluster of blocks (rows longer than a
+// block holds) passes on rows of 393216 (float4, 16 blocks a row), 65535 and 100001 (a float at a time),
+// and on short rows, which the same candidate takes a block or a warp a row.
+TEST_F(CudaEval, ARowSplitOverAClusterPasses) {
+  softmax_passes_at("softmax_long",
+                    "tune = [ { M = 64, N = 393216 }, { M = 40, N = 65535 } ]\n"
+                    "heldout = [ { M = 3, N = 100001 }, { M = 100, N = 1000 } ]\n",
+                    393216, [](const TemplateParams& q) { return q.count("cluster") > 0; });
 }
 
 // Issue 25: rows longer than a cluster holds (4M floats, level1/40's layer norm's length) split over a
 // group of the grid's blocks pass, and a row read a float at a time (too long for the split's groups
 // then: streamed) and short rows still pass with the same file.
 TEST_F(CudaEval, ARowSplitOverTheGridPasses) {
-  namespace fs = std::filesystem;
-  const fs::path task = scratch() / "softmax_very_long";
-  fs::remove_all(task);
-  fs::copy(fs::path(KFAB_SOURCE_DIR) / "tasks/core/softmax", task, fs::copy_options::recursive);
-  auto text = read_file(task / "task.toml");
-  ASSERT_TRUE(text.has_value());
-  std::string toml = std::regex_replace(*text, std::regex(R"(\[shapes\][\s\S]*?\[reference\])"),
-                                        "[shapes]\ntune = [ { M = 5, N = 4194304 } ]\n"
-                                        "heldout = [ { M = 2, N = 4194303 }, { M = 100, N = 1000 } ]\n\n[reference]");
-  ASSERT_NE(toml, *text);
-  ASSERT_TRUE(write_file_atomic(task / "task.toml", toml).has_value());
-  auto t = load_task(task);
-  ASSERT_TRUE(t.has_value()) << t.error().message;
-  auto p = task_program(*t);
-  ASSERT_TRUE(p.has_value()) << p.error().message;
-  const auto grid = fused_grid(*p, 4194304);
-  ASSERT_TRUE(grid.front().count("split")) << format_params(grid.front());
-  const auto f = scratch() / "softmax_split.cu";
-  ASSERT_TRUE(write_file_atomic(f, generate_fused_cuda(*p, grid.front(), "softmax")).has_value());
-  CliResult r = kfab_cli({"eval", task.string(), f.string(), "--json"});
-  EXPECT_EQ(r.status.code, 0) << r.out << r.err;
-  EXPECT_EQ(r.json().value("disposition", ""), "passed") << r.out;
+  softmax_passes_at("softmax_very_long",
+                    "tune = [ { M = 5, N = 4194304 } ]\n"
+                    "heldout = [ { M = 2, N = 4194303 }, { M = 100, N = 1000 } ]\n",
+                    4194304, [](const TemplateParams& q) { return q.count("split") > 0; });
 }
 
 TEST_F(CudaEval, WrongResultOnTheGpuIsIncorrect) {
