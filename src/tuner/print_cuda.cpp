@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 
 #include "tuner/rowgen.h"
 
@@ -148,8 +149,14 @@ enum class Hold { kCached, kSplit, kStream };
 // A row kernel's body.
 class RowKernel final : public RowSteps {
  public:
-  RowKernel(const Gen& g, Hold hold, bool any_k_out, Emitter& e)
-      : g_(g), p_(g.p), cached_(hold != Hold::kStream), split_(hold == Hold::kSplit), any_k_out_(any_k_out), e_(e) {}
+  /// `defer` (split rows only): a softmax's row maximum is combined over the blocks together with the
+  /// row sum after it (program.h's softmax_pairs), at one meeting.
+  RowKernel(const Gen& g, Hold hold, bool any_k_out, Emitter& e, bool defer = false)
+      : g_(g), p_(g.p), cached_(hold != Hold::kStream), split_(hold == Hold::kSplit), any_k_out_(any_k_out), e_(e) {
+    if (split_ && defer)
+      for (const auto& [m, sum] : softmax_pairs(p_))
+        if (g_.live[m] && g_.live[sum]) deferred_[m] = sum, deferred_[sum] = m;
+  }
 
   void emit() {
     e_.line("const int lane = threadIdx.x % G;");
@@ -214,7 +221,16 @@ class RowKernel final : public RowSteps {
       e_.linef("{0} = kfab_combine<{1}>({0}, {2});", acc, op, g_.value(arg));
     });
     e_.linef("{0} = kfab_group<G, {1}>({0}, red[{2}]);", acc, op, g_.redslot[k]);
-    if (split_ && is_row_reduction(p_.nodes[k].op))
+    const auto paired = deferred_.find(k);
+    if (paired != deferred_.end() && op == 1) {  // a softmax's maximum: the block's, made the row's with the sum after it
+      e_.linef("float r{} = {};  // the block's part's maximum until the sum's meeting", k, acc);
+      return;
+    }
+    if (paired != deferred_.end()) {  // that sum: both made the row's at one meeting
+      const int m = paired->second;
+      e_.linef("kfab_split_softmax<B>(&r{0}, &{1}, shares + {2} * s.S, shares + {3} * s.S, s.bar + group, arrivals += s.S, s.S, red[{2}], red[{3}]);",
+               m, acc, g_.redslot[m], g_.redslot[k]);
+    } else if (split_ && is_row_reduction(p_.nodes[k].op))
       e_.linef("{0} = kfab_split_combine<B, {1}>({0}, shares + {2} * s.S, s.bar + group, arrivals += s.S, s.S, red[{2}]);", acc, op, g_.redslot[k]);
     else if (cached_ && is_row_reduction(p_.nodes[k].op))
       e_.linef("if constexpr (CL > 1) {0} = kfab_cluster_combine<CL, {1}>({0}, kfab_cl[{2}], {3});", acc, op, g_.redslot[k],
@@ -293,6 +309,7 @@ class RowKernel final : public RowSteps {
   const Gen& g_;
   const Program& p_;
   bool cached_, split_, any_k_out_;
+  std::map<int, int> deferred_;  // a softmax's row maximum <-> its row sum, combined together
   int combines_ = 0;  // the row's cluster combines so far (the first waits for the whole cluster)
   Emitter& e_;
 };
@@ -466,7 +483,7 @@ Parts rows_parts(const Gen& g, const TemplateParams& tp) {
     e.line("// 16 float4 a thread, and a row of 4M floats then finds half the 256 blocks it needs resident)");
     e.line("template <int B, int G, int V, int IT>");
     e.open("__global__ void __launch_bounds__(B, B <= 256 ? 2 : 1) kfab_rows_split(Args a, int64_t rows, int64_t n, KfabSplit s)");
-    RowKernel(g, Hold::kSplit, false, e).emit();
+    RowKernel(g, Hold::kSplit, false, e, param(tp, "defer", 0) != 0).emit();
     e.close();
     split_launch(e);
   }

@@ -204,6 +204,24 @@ struct Parser {
 
 char vclass_letter(VClass c) { return "KCRE"[static_cast<int>(c)]; }
 
+std::vector<std::pair<int, int>> softmax_pairs(const Program& p) {
+  std::vector<std::pair<int, int>> pairs;
+  for (size_t s = 0; s < p.nodes.size(); ++s) {
+    const PNode& sum = p.nodes[s];
+    if (sum.op != "rowsum" && sum.op != "rowmean") continue;
+    const PNode& e = p.nodes[sum.args[0]];
+    if (e.op != "exp" || p.nodes[e.args[0]].op != "sub") continue;
+    const PNode& d = p.nodes[e.args[0]];
+    const int m = d.args[1];
+    if (p.nodes[m].op != "rowmax" || p.nodes[m].args[0] != d.args[0]) continue;
+    bool alone = true;  // nothing per row between them (every use of m in between is per element), m no output
+    for (size_t k = static_cast<size_t>(m) + 1; k < s; ++k) alone = alone && p.nodes[k].cls != VClass::R && !is_all_reduction(p.nodes[k].op);
+    for (const auto& o : p.outputs) alone = alone && o.second != m;
+    if (alone) pairs.emplace_back(m, static_cast<int>(s));
+  }
+  return pairs;
+}
+
 bool is_row_reduction(const std::string& op) { return op == "rowsum" || op == "rowmean" || op == "rowmax" || op == "rowmin"; }
 bool is_all_reduction(const std::string& op) { return op == "allsum" || op == "allmean"; }
 bool is_col_reduction(const std::string& op) { return op == "colsum" || op == "colmean"; }

@@ -21,6 +21,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/expected.h"
@@ -83,6 +84,12 @@ bool is_col_reduction(const std::string& op);
 /// product is read otherwise (an output, a nonlinear op, a row max, a column reduction, a grouped
 /// program).
 std::optional<Program> fold_row_sums(const Program& p, int acc);
+
+/// A softmax's row maximum m and the row sum (or mean) s = rowsum(exp(a - m)) of the same a after it, with
+/// nothing per row between them and m no output: (m, s) node pairs. A row split over several blocks can
+/// combine the two at one meeting (each block's maximum and its part's sum of exp(a - its maximum), then
+/// the row's maximum M and sum of s_b exp(m_b - M)), where m and then s took two.
+std::vector<std::pair<int, int>> softmax_pairs(const Program& p);
 
 /// Parses `text` (statements `name = expr`, separated by newlines or ';', '#' comments) over the
 /// given inputs; `outputs` are the names whose final values are the task's outputs; `constants`

@@ -201,6 +201,16 @@ TEST_F(CudaBuild, RowsLongerThanAClusterGetSplitPointsThatCompile) {
   const auto grid = fused_grid(*sm, 393216);
   ASSERT_GE(grid.size(), 3u);
   EXPECT_TRUE(grid[0].count("split") && grid[1].count("split") && grid[2].count("cluster")) << format_params(grid[2]);
+  // its maximum and sum met at once: the fourth point, which compiles; not for the layer norm
+  ASSERT_GE(grid.size(), 4u);
+  ASSERT_TRUE(grid[3].count("defer")) << format_params(grid[3]);
+  for (const auto& point : fused_grid(*ln, 4194304)) EXPECT_FALSE(point.count("defer")) << format_params(point);
+  const std::string src = generate_fused_cuda(*sm, grid[3], "softmax");
+  EXPECT_NE(src.find("kfab_split_softmax<B>(&r"), std::string::npos);
+  const auto f = scratch() / "softmax_split_defer.cu";
+  ASSERT_TRUE(write_file_atomic(f, src).has_value());
+  auto r = backend_.build(f);
+  ASSERT_TRUE(r.ok()) << format_params(grid[3]) << "\n" << r.failure().message;
   // a program with a scalar output gets none (its per-row shares would be added once a block)
   auto total = parse_program("y = x / rowsum(x); s = allsum(x)", {{"x", VClass::E}}, {"y", "s"});
   ASSERT_TRUE(total.has_value()) << total.error().message;

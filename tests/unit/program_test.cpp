@@ -28,6 +28,34 @@ TEST(Program, ClassesFollowTheRowShape) {
   EXPECT_EQ(exps, 1);
 }
 
+// A softmax's row maximum pairs with the row sum of exp(x - max) after it (a row split over blocks meets
+// once for both); not where the maximum is an output, something per row comes between, or the sum's
+// argument is not exp(x - m) of the maximum's own x.
+TEST(Program, SoftmaxPairsAreTheMaximumAndItsSum) {
+  const std::vector<std::pair<const char*, bool>> cases = {
+      {"m = rowmax(x); e = exp(x - m); y = e / rowsum(e)", true},                    // softmax (level1/23)
+      {"m = rowmax(x); d = x - m; y = d - log(rowsum(exp(d)))", true},               // log-softmax (level1/24)
+      {"m = rowmax(x); y = exp(x - m) / rowmean(exp(x - m))", true},                  // a mean
+      {"m = rowmax(x); y = exp(x - m) / rowsum(exp(x - m)) + m", true},               // m read per element after
+      {"m = rowmax(x); q = m * 2; y = exp(x - m) / rowsum(exp(x - m)) + q", false},   // per row in between
+      {"m = rowmax(x); y = exp(x * w - m) / rowsum(exp(x * w - m))", false},          // not the maximum's x
+      {"m = rowmax(x); y = exp(2 * (x - m)) / rowsum(exp(2 * (x - m)))", false},      // not exp(x - m)
+  };
+  for (const auto& [text, pairs] : cases) {
+    auto p = parse_program(text, kRowIn, {"y"});
+    ASSERT_TRUE(p.has_value()) << text << ": " << p.error().message;
+    const auto found = softmax_pairs(*p);
+    EXPECT_EQ(found.size(), pairs ? 1u : 0u) << text;
+    if (!found.empty()) {
+      EXPECT_EQ(p->nodes[found[0].first].op, "rowmax") << text;
+      EXPECT_EQ(p->nodes[p->nodes[found[0].second].args[0]].op, "exp") << text;
+    }
+  }
+  auto out = parse_program("m = rowmax(x); y = exp(x - m) / rowsum(exp(x - m))", kRowIn, {"y", "m"});
+  ASSERT_TRUE(out.has_value()) << out.error().message;
+  EXPECT_TRUE(softmax_pairs(*out).empty());  // the maximum is an output
+}
+
 TEST(Program, AnElementwiseChainNeedsNoRows) {
   auto p = parse_program("y = clamp(gelu_tanh(x * w + 1.5e-1), -2, 2) + (x > 0)", kRowIn, {"y"});
   ASSERT_TRUE(p.has_value()) << p.error().message;

@@ -46,25 +46,52 @@ __device__ __forceinline__ float kfab_cluster_combine(float v, float* part, bool
 #endif
   return v;
 }
-// A row split over S blocks of the grid (resident.cuh's kfab_go_split: all of them resident at once):
-// v, the block's share of a reduction, goes to its slot of `sh` (the S slots of this reduction); the S
-// blocks meet at `bar`, which counts arrivals (`target`: S times the number of this combine among the
-// block's combines of the launch); each block then combines the S shares in the same order (thread r
-// of B takes shares r, r + B, ..; then kfab_group), so every block has the same total. `slot` is the
-// shared slot of this reduction, whose earlier reads the barrier orders before the writes here.
-template <int B, int OP>
-__device__ __forceinline__ float kfab_split_combine(float v, float* sh, unsigned* bar, unsigned target, int S, float* slot) {
+// Thread 0 of each of S blocks of the grid (resident.cuh's kfab_go_split: all of them resident at once)
+// that wrote their shares: the blocks meet at `bar`, which counts arrivals (`target`: S times the number
+// of this meeting among the block's meetings of the launch); then the block's threads wait for thread 0.
+// The shares are read from L2 (__ldcg) after it: other SMs wrote them.
+__device__ __forceinline__ void kfab_split_meet(unsigned* bar, unsigned target) {
   if (threadIdx.x == 0) {
-    __stcg(sh + blockIdx.x % S, v);
-    __threadfence();  // the share, before the arrival is counted
+    __threadfence();  // the shares, before the arrival is counted
     atomicAdd(bar, 1u);
     while (*static_cast<volatile unsigned*>(bar) < target) {
     }
     __threadfence();
   }
   __syncthreads();
+}
+
+// A row split over S blocks of the grid: v, the block's share of a reduction, goes to its slot of `sh`
+// (the S slots of this reduction); after the meeting each block combines the S shares in the same order
+// (thread r of B takes shares r, r + B, ..; then kfab_group), so every block has the same total. `slot`
+// is the shared slot of this reduction, whose earlier reads the meeting orders before the writes here.
+template <int B, int OP>
+__device__ __forceinline__ float kfab_split_combine(float v, float* sh, unsigned* bar, unsigned target, int S, float* slot) {
+  if (threadIdx.x == 0) __stcg(sh + blockIdx.x % S, v);
+  kfab_split_meet(bar, target);
   float t = OP == 0 ? 0.0f : OP == 1 ? -INFINITY : INFINITY;
-  for (int r = threadIdx.x; r < S; r += B) t = kfab_combine<OP>(t, __ldcg(sh + r));  // from L2: other SMs wrote them
+  for (int r = threadIdx.x; r < S; r += B) t = kfab_combine<OP>(t, __ldcg(sh + r));
   return kfab_group<B, OP>(t, slot);
+}
+
+// A softmax's row maximum and sum over S blocks of the grid at one meeting (program.h's softmax_pairs):
+// each block brings its part's maximum *m and the sum *s of exp(x - *m) over its part; the row's maximum
+// M is the largest, its sum that of s_b exp(m_b - M) (s_b alone where m_b is M: a row of -infinity keeps
+// its NaN, as exp(x - M) gives it). Both are left in *m and *s, the same in every block.
+template <int B>
+__device__ __forceinline__ void kfab_split_softmax(float* m, float* s, float* shm, float* shs, unsigned* bar, unsigned target, int S, float* slot_m,
+                                                   float* slot_s) {
+  if (threadIdx.x == 0) __stcg(shm + blockIdx.x % S, *m), __stcg(shs + blockIdx.x % S, *s);
+  kfab_split_meet(bar, target);
+  float M = -INFINITY;
+  for (int r = threadIdx.x; r < S; r += B) M = fmaxf(M, __ldcg(shm + r));
+  M = kfab_group<B, 1>(M, slot_m);
+  float t = 0.0f;
+  for (int r = threadIdx.x; r < S; r += B) {
+    const float mb = __ldcg(shm + r), sb = __ldcg(shs + r);
+    t += mb == M ? sb : sb * expf(mb - M);
+  }
+  *s = kfab_group<B, 0>(t, slot_s);
+  *m = M;
 }
 // kfab:end
