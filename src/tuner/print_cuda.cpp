@@ -31,8 +31,8 @@ constexpr const char* kPrelude = R"(#include <cooperative_groups.h>
 
 namespace {
 
-// An input read through the read-only cache: per-column and scalar inputs, and per-element ones where a
-// kernel streams its rows. With KFAB_KEEP_IN_L2 (rows split over the grid's blocks, each block reading
+// An input read through the read-only cache (Lang::load: per-column and scalar inputs, and a column
+// pass's per-element ones). With KFAB_KEEP_IN_L2 (rows split over the grid's blocks, each block reading
 // the same columns of every row) a float is marked to stay in L2 (evict_last) while the rows, read and
 // written streaming (evict_first), pass through it: level1/40's layer norm reads its 32 MB of weight
 // and bias once a row.
