@@ -75,9 +75,10 @@ std::vector<TemplateParams> fused_grid(const Program& p, int64_t n) {
       else continue;  // split at 512 already
       g.push_back(point);
     }
-    // A softmax's row maximum and sum met once a row, not twice (kfab_split_softmax); not yet measured on a
-    // GPU (session 16 had no device time left), so after the three a short search measures.
-    if (!softmax_pairs(p).empty())
+    // A softmax's row maximum and sum (a layer norm's mean and squared deviations) met once a row, not
+    // twice (kfab_split_softmax, kfab_split_moments); not yet measured on a GPU (session 16 had no device
+    // time left), so after the three a short search measures.
+    if (!softmax_pairs(p).empty() || !moment_pairs(p).empty())
       g.insert(g.begin() + 3, TemplateParams{{"kernel", "rows"}, {"block", "256"}, {"group", "256"}, {"items", "16"}, {"split", "1"}, {"defer", "1"}});
   }
   // then a point that takes a warp per row for short rows and a block per row for long ones

@@ -149,13 +149,16 @@ enum class Hold { kCached, kSplit, kStream };
 // A row kernel's body.
 class RowKernel final : public RowSteps {
  public:
-  /// `defer` (split rows only): a softmax's row maximum is combined over the blocks together with the
-  /// row sum after it (program.h's softmax_pairs), at one meeting.
+  /// `defer` (split rows only): a softmax's row maximum, or a layer norm's row mean, is combined over the
+  /// blocks together with the row reduction after it (program.h's softmax_pairs and moment_pairs), at one
+  /// meeting.
   RowKernel(const Gen& g, Hold hold, bool any_k_out, Emitter& e, bool defer = false)
       : g_(g), p_(g.p), cached_(hold != Hold::kStream), split_(hold == Hold::kSplit), any_k_out_(any_k_out), e_(e) {
-    if (split_ && defer)
-      for (const auto& [m, sum] : softmax_pairs(p_))
-        if (g_.live[m] && g_.live[sum]) deferred_[m] = sum, deferred_[sum] = m;
+    if (!split_ || !defer) return;
+    for (const auto& [m, sum] : softmax_pairs(p_))
+      if (g_.live[m] && g_.live[sum]) deferred_[m] = sum, deferred_[sum] = m;
+    for (const auto& [m, sq] : moment_pairs(p_))
+      if (g_.live[m] && g_.live[sq] && !deferred_.count(m) && !deferred_.count(sq)) deferred_[m] = sq, deferred_[sq] = m;
   }
 
   void emit() {
@@ -222,14 +225,20 @@ class RowKernel final : public RowSteps {
     });
     e_.linef("{0} = kfab_group<G, {1}>({0}, red[{2}]);", acc, op, g_.redslot[k]);
     const auto paired = deferred_.find(k);
-    if (paired != deferred_.end() && op == 1) {  // a softmax's maximum: the block's, made the row's with the sum after it
-      e_.linef("float r{} = {};  // the block's part's maximum until the sum's meeting", k, acc);
+    if (paired != deferred_.end() && paired->second > k) {  // the block's maximum or mean, made the row's with the reduction after it
+      if (op == 1) e_.linef("float r{} = {};  // the block's part's maximum until the sum's meeting", k, acc);
+      else e_.linef("float r{0} = hi > lo ? {1} / static_cast<float>(hi - lo) : 0.0f;  // the block's part's mean until the meeting", k, acc);
       return;
     }
-    if (paired != deferred_.end()) {  // that sum: both made the row's at one meeting
+    if (paired != deferred_.end()) {  // the reduction after it: both made the row's at one meeting
       const int m = paired->second;
-      e_.linef("kfab_split_softmax<B>(&r{0}, &{1}, shares + {2} * s.S, shares + {3} * s.S, s.bar + group, arrivals += s.S, s.S, red[{2}], red[{3}]);",
-               m, acc, g_.redslot[m], g_.redslot[k]);
+      if (p_.nodes[m].op == "rowmax")
+        e_.linef("kfab_split_softmax<B>(&r{0}, &{1}, shares + {2} * s.S, shares + {3} * s.S, s.bar + group, arrivals += s.S, s.S, red[{2}], red[{3}]);",
+                 m, acc, g_.redslot[m], g_.redslot[k]);
+      else
+        e_.linef("kfab_split_moments<B, V>(&r{0}, &{1}, n, shares + {2} * s.S, shares + {3} * s.S, s.bar + group, arrivals += s.S, s.S, red[{2}], "
+                 "red[{3}]);",
+                 m, acc, g_.redslot[m], g_.redslot[k]);
     } else if (split_ && is_row_reduction(p_.nodes[k].op))
       e_.linef("{0} = kfab_split_combine<B, {1}>({0}, shares + {2} * s.S, s.bar + group, arrivals += s.S, s.S, red[{2}]);", acc, op, g_.redslot[k]);
     else if (cached_ && is_row_reduction(p_.nodes[k].op))
@@ -309,7 +318,7 @@ class RowKernel final : public RowSteps {
   const Gen& g_;
   const Program& p_;
   bool cached_, split_, any_k_out_;
-  std::map<int, int> deferred_;  // a softmax's row maximum <-> its row sum, combined together
+  std::map<int, int> deferred_;  // a softmax's row maximum (a layer norm's mean) <-> the reduction after it, combined together
   int combines_ = 0;  // the row's cluster combines so far (the first waits for the whole cluster)
   Emitter& e_;
 };

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <set>
 
 namespace kfab {
@@ -204,22 +205,37 @@ struct Parser {
 
 char vclass_letter(VClass c) { return "KCRE"[static_cast<int>(c)]; }
 
-std::vector<std::pair<int, int>> softmax_pairs(const Program& p) {
+namespace {
+
+// Row reductions s (a sum or a mean) of f(a - m), m = first(a) a row reduction of the same a, with
+// nothing per row between m and s and m no output: (m, s) pairs. `f` says whether s's argument node is
+// f(d) of the difference node d (its index, or -1).
+std::vector<std::pair<int, int>> paired_reductions(const Program& p, const char* first, const std::function<int(const PNode&)>& f) {
   std::vector<std::pair<int, int>> pairs;
   for (size_t s = 0; s < p.nodes.size(); ++s) {
     const PNode& sum = p.nodes[s];
     if (sum.op != "rowsum" && sum.op != "rowmean") continue;
-    const PNode& e = p.nodes[sum.args[0]];
-    if (e.op != "exp" || p.nodes[e.args[0]].op != "sub") continue;
-    const PNode& d = p.nodes[e.args[0]];
+    const int di = f(p.nodes[sum.args[0]]);
+    if (di < 0 || p.nodes[di].op != "sub") continue;
+    const PNode& d = p.nodes[di];
     const int m = d.args[1];
-    if (p.nodes[m].op != "rowmax" || p.nodes[m].args[0] != d.args[0]) continue;
+    if (p.nodes[m].op != first || p.nodes[m].args[0] != d.args[0]) continue;
     bool alone = true;  // nothing per row between them (every use of m in between is per element), m no output
     for (size_t k = static_cast<size_t>(m) + 1; k < s; ++k) alone = alone && p.nodes[k].cls != VClass::R && !is_all_reduction(p.nodes[k].op);
     for (const auto& o : p.outputs) alone = alone && o.second != m;
     if (alone) pairs.emplace_back(m, static_cast<int>(s));
   }
   return pairs;
+}
+
+}  // namespace
+
+std::vector<std::pair<int, int>> softmax_pairs(const Program& p) {
+  return paired_reductions(p, "rowmax", [](const PNode& n) { return n.op == "exp" ? n.args[0] : -1; });
+}
+
+std::vector<std::pair<int, int>> moment_pairs(const Program& p) {
+  return paired_reductions(p, "rowmean", [](const PNode& n) { return n.op == "mul" && n.args[0] == n.args[1] ? n.args[0] : -1; });
 }
 
 bool is_row_reduction(const std::string& op) { return op == "rowsum" || op == "rowmean" || op == "rowmax" || op == "rowmin"; }

@@ -91,6 +91,12 @@ std::optional<Program> fold_row_sums(const Program& p, int acc);
 /// the row's maximum M and sum of s_b exp(m_b - M)), where m and then s took two.
 std::vector<std::pair<int, int>> softmax_pairs(const Program& p);
 
+/// A layer norm's row mean m and the row mean (or sum) v = rowmean((a - m) * (a - m)) of the same a after
+/// it, with nothing per row between them and m no output: (m, v) node pairs. Split over blocks, each
+/// block brings its part's mean and its sum of squares about it, met once (Chan et al.'s combination:
+/// M2 = sum of M2_b + n_b (mean_b - mean)^2) where m and then v took two meetings.
+std::vector<std::pair<int, int>> moment_pairs(const Program& p);
+
 /// Parses `text` (statements `name = expr`, separated by newlines or ';', '#' comments) over the
 /// given inputs; `outputs` are the names whose final values are the task's outputs; `constants`
 /// bind further names to numbers (op_params such as eps). Errors name the statement at fault.

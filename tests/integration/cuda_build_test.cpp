@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdlib>
 #include <functional>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -201,16 +202,23 @@ TEST_F(CudaBuild, RowsLongerThanAClusterGetSplitPointsThatCompile) {
   const auto grid = fused_grid(*sm, 393216);
   ASSERT_GE(grid.size(), 3u);
   EXPECT_TRUE(grid[0].count("split") && grid[1].count("split") && grid[2].count("cluster")) << format_params(grid[2]);
-  // its maximum and sum met at once: the fourth point, which compiles; not for the layer norm
-  ASSERT_GE(grid.size(), 4u);
-  ASSERT_TRUE(grid[3].count("defer")) << format_params(grid[3]);
-  for (const auto& point : fused_grid(*ln, 4194304)) EXPECT_FALSE(point.count("defer")) << format_params(point);
-  const std::string src = generate_fused_cuda(*sm, grid[3], "softmax");
-  EXPECT_NE(src.find("kfab_split_softmax<B>(&r"), std::string::npos);
-  const auto f = scratch() / "softmax_split_defer.cu";
-  ASSERT_TRUE(write_file_atomic(f, src).has_value());
-  auto r = backend_.build(f);
-  ASSERT_TRUE(r.ok()) << format_params(grid[3]) << "\n" << r.failure().message;
+  // the softmax's maximum and sum met at once, the layer norm's mean and squared deviations too: the fourth
+  // point, which compiles; not for an RMS norm (one reduction)
+  const auto lgrid = fused_grid(*ln, 4194304);
+  for (const auto& [name, prog, g, call] : std::vector<std::tuple<std::string, const Program*, std::vector<TemplateParams>, std::string>>{
+           {"softmax", &*sm, grid, "kfab_split_softmax<B>(&r"}, {"layer_norm", &*ln, lgrid, "kfab_split_moments<B, V>(&r"}}) {
+    ASSERT_GE(g.size(), 4u) << name;
+    ASSERT_TRUE(g[3].count("defer")) << name << ": " << format_params(g[3]);
+    const std::string src = generate_fused_cuda(*prog, g[3], name);
+    EXPECT_NE(src.find(call), std::string::npos) << name;
+    const auto f = scratch() / (name + "_split_defer.cu");
+    ASSERT_TRUE(write_file_atomic(f, src).has_value());
+    auto r = backend_.build(f);
+    ASSERT_TRUE(r.ok()) << name << " " << format_params(g[3]) << "\n" << r.failure().message;
+  }
+  auto rms = parse_program("y = x * rsqrt(rowmean(x * x) + 1e-05)", {{"x", VClass::E}}, {"y"});
+  ASSERT_TRUE(rms.has_value()) << rms.error().message;
+  for (const auto& point : fused_grid(*rms, 4194304)) EXPECT_FALSE(point.count("defer")) << format_params(point);
   // a program with a scalar output gets none (its per-row shares would be added once a block)
   auto total = parse_program("y = x / rowsum(x); s = allsum(x)", {{"x", VClass::E}}, {"y", "s"});
   ASSERT_TRUE(total.has_value()) << total.error().message;

@@ -56,6 +56,25 @@ TEST(Program, SoftmaxPairsAreTheMaximumAndItsSum) {
   EXPECT_TRUE(softmax_pairs(*out).empty());  // the maximum is an output
 }
 
+// A layer norm's row mean pairs with the row mean of (x - mean)^2 after it; not an RMS norm's, nor a
+// variance about something else.
+TEST(Program, MomentPairsAreTheMeanAndItsSquaredDeviations) {
+  const std::vector<std::pair<const char*, bool>> cases = {
+      {"m = rowmean(x); d = x - m; y = d * rsqrt(rowmean(d * d) + 1e-05) * w", true},  // layer norm (level1/40)
+      {"m = rowmean(x); d = x - m; y = d / rowsum(d * d)", true},                       // a sum
+      {"y = x * rsqrt(rowmean(x * x) + 1e-05)", false},                                // RMS norm
+      {"m = rowmean(x); d = x - m; y = d * rowmean(d * x)", false},                     // not a square
+      {"m = rowmax(x); d = x - m; y = d * rowmean(d * d)", false},                      // not a mean
+      {"m = rowmean(x); d = x * w - m; y = d * rowmean(d * d)", false},                 // not the mean's x
+  };
+  for (const auto& [text, pairs] : cases) {
+    auto p = parse_program(text, kRowIn, {"y"});
+    ASSERT_TRUE(p.has_value()) << text << ": " << p.error().message;
+    EXPECT_EQ(moment_pairs(*p).size(), pairs ? 1u : 0u) << text;
+    EXPECT_TRUE(softmax_pairs(*p).empty()) << text;
+  }
+}
+
 TEST(Program, AnElementwiseChainNeedsNoRows) {
   auto p = parse_program("y = clamp(gelu_tanh(x * w + 1.5e-1), -2, 2) + (x > 0)", kRowIn, {"y"});
   ASSERT_TRUE(p.has_value()) << p.error().message;

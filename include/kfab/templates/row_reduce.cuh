@@ -94,4 +94,30 @@ __device__ __forceinline__ void kfab_split_softmax(float* m, float* s, float* sh
   *s = kfab_group<B, 0>(t, slot_s);
   *m = M;
 }
+// A layer norm's row mean and its sum of squared deviations over S blocks of the grid at one meeting
+// (program.h's moment_pairs): each block brings its part's mean *m and the sum *q of (x - *m)^2 over its
+// part (parts as resident.cuh's kfab_split_part<V> cuts a row of n); the row's mean is that of the parts'
+// means weighted by their lengths, its sum of squares theirs plus n_b (m_b - mean)^2 each (Chan et al.).
+// Both are left in *m and *q, the same in every block.
+template <int B, int V>
+__device__ __forceinline__ void kfab_split_moments(float* m, float* q, int64_t n, float* shm, float* shq, unsigned* bar, unsigned target, int S,
+                                                   float* slot_m, float* slot_q) {
+  if (threadIdx.x == 0) __stcg(shm + blockIdx.x % S, *m), __stcg(shq + blockIdx.x % S, *q);
+  kfab_split_meet(bar, target);
+  const int64_t chunk = (n + static_cast<int64_t>(S) * V - 1) / (static_cast<int64_t>(S) * V) * V;
+  auto part = [&](int r) {  // the length of block r's part
+    const int64_t left = n - r * chunk;
+    return static_cast<float>(left < 0 ? 0 : left < chunk ? left : chunk);
+  };
+  float t = 0.0f;
+  for (int r = threadIdx.x; r < S; r += B) t += part(r) * __ldcg(shm + r);
+  const float mean = kfab_group<B, 0>(t, slot_m) / static_cast<float>(n);
+  float u = 0.0f;
+  for (int r = threadIdx.x; r < S; r += B) {
+    const float d = __ldcg(shm + r) - mean;
+    u += __ldcg(shq + r) + part(r) * d * d;
+  }
+  *q = kfab_group<B, 0>(u, slot_q);
+  *m = mean;
+}
 // kfab:end
