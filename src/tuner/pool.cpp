@@ -102,18 +102,20 @@ double pool_row_reuse(const Task& t, int R) {
   return used > 0 ? static_cast<double>(R * kh) / static_cast<double>(used) : 1.0;
 }
 
-// `tile` 1: a block's B x outputs outputs staged through shared memory (pool.h's kfab_pool_stage): the
-// input values they read loaded once, coalesced, then each output's taps read from shared memory.
-// Offered for 1-D windows (B 256 and 128, 4 outputs a thread, where the input fits 40 KB), second and
-// third, so that a search of three points measures both kinds: on an H100 (tree 332fdd5) level1/44's
-// average of 8 measured 2.12x eager staged against 1.91x not, level1/41's dilated maximum 2.98x against
-// 3.50x; 2-D and 3-D tiles measured slower than loads through L1 (level1/42 2.85x against 3.17x,
-// level1/43 0.28x against 1.05x: at stride 2 the tiles' halos load most values several times).
+// `tile` 1: a block's B x outputs outputs (R rows of them) staged through shared memory (pool.h's
+// kfab_pool_stage, a float4 a load where the rows allow): the input values they read loaded once,
+// coalesced, then each output's taps read from shared memory. For 1-D windows first (256 threads of 16
+// outputs, then of 4), where the input fits 40 KB; for 2-D windows at a stride of 1 down the column
+// (level1/42's 4 x 4: 19 input rows for 16 output rows), second. Staged a float a load they measured
+// (H100, tree 332fdd5): level1/44's average of 8 2.12x eager staged against 1.91x not, level1/41's
+// dilated maximum 2.98x against 3.50x (3.61x once staged a row at a time), level1/42 2.85x against 3.17x
+// (a row a tile), level1/43 0.28x against 1.05x (at stride 2 the tiles' halos load most values several
+// times: 3-D windows get none).
 int64_t pool_tile_bytes(const Task& t, int R, int TW) {
   const bool mx = op_param(t, "max", 0) != 0;
   const int64_t rows = (R - 1) * op_param(t, "sh", 1) + (op_param(t, "kh", 1) - 1) * (mx ? op_param(t, "dh", 1) : 1) + 1;
   const int64_t span = (TW - 1) * op_param(t, "sw", 1) + (op_param(t, "kw", 1) - 1) * (mx ? op_param(t, "dw", 1) : 1) + 1;
-  return 4 * op_param(t, "kd", 1) * rows * span;
+  return 4 * op_param(t, "kd", 1) * rows * ((span + 6) / 4 * 4);  // pool.h's KfabPoolTile::SIZE
 }
 
 std::vector<TemplateParams> pool_cuda_grid(const Task& t) {
@@ -121,11 +123,15 @@ std::vector<TemplateParams> pool_cuda_grid(const Task& t) {
   if (pool_row_reuse(t, 4) >= 1.5) g = {{{"block", "128"}, {"outputs", "2"}, {"rows", "4"}}, {{"block", "128"}, {"outputs", "1"}, {"rows", "8"}}};
   for (const auto& [b, o] : std::vector<std::pair<const char*, const char*>>{{"128", "4"}, {"128", "8"}, {"256", "4"}, {"64", "8"}, {"256", "2"}, {"512", "1"}})
     g.push_back({{"block", b}, {"outputs", o}});
-  if (op_param(t, "nd", 2) != 1) return g;
-  for (const auto& [b, o] : std::vector<std::array<int, 2>>{{256, 4}, {128, 4}})
-    if (pool_tile_bytes(t, 1, b * o) <= 40 * 1024)
-      tiles.push_back({{"block", std::to_string(b)}, {"outputs", std::to_string(o)}, {"rows", "1"}, {"tile", "1"}});
-  g.insert(g.begin() + 1, tiles.begin(), tiles.end());
+  const int64_t nd = op_param(t, "nd", 2);
+  if (nd == 1) {
+    for (const auto& [b, o] : std::vector<std::array<int, 2>>{{256, 16}, {256, 4}})
+      if (pool_tile_bytes(t, 1, b * o) <= 40 * 1024)
+        tiles.push_back({{"block", std::to_string(b)}, {"outputs", std::to_string(o)}, {"rows", "1"}, {"tile", "1"}});
+    g.insert(g.begin(), tiles.begin(), tiles.end());
+  } else if (nd == 2 && op_param(t, "sh", 1) == 1 && pool_tile_bytes(t, 16, 128 * 2) <= 40 * 1024) {
+    g.insert(g.begin() + 1, TemplateParams{{"block", "128"}, {"outputs", "2"}, {"rows", "16"}, {"tile", "1"}});
+  }
   return g;
 }
 
@@ -160,13 +166,13 @@ __global__ void __launch_bounds__(B) kfab_pool_kernel(const float* __restrict__ 
   if constexpr (TL) {
     constexpr int TW = OPT * B;
     static_assert(!TL || KfabPoolTile<R, TW>::SIZE * 4 <= 48 * 1024, "a tile's input fits static shared memory");
-    __shared__ float tile[TL ? KfabPoolTile<R, TW>::SIZE : 1];
+    __shared__ __align__(16) float tile[TL ? KfabPoolTile<R, TW>::SIZE : 4];
     const int64_t tw0 = static_cast<int64_t>(blockIdx.x) * TW;
-    kfab_pool_stage<R, TW, B>(tile, v, D, H, W, od * SD - PD, oh0 * SH - PH, tw0 * SW - PW);
+    const int lead = kfab_pool_stage<R, TW, B>(tile, v, D, H, W, od * SD - PD, oh0 * SH - PH, tw0 * SW - PW);
     __syncthreads();
 #pragma unroll
     for (int k = 0; k < OPT; ++k)
-      if (ow0 + k * B < OW) kfab_pool_tile_out<R, TW>(tile, threadIdx.x + k * B, v, D, H, W, OH, od, oh0, ow0 + k * B, o[k]);
+      if (ow0 + k * B < OW) kfab_pool_tile_out<R, TW>(tile + lead, threadIdx.x + k * B, v, D, H, W, OH, od, oh0, ow0 + k * B, o[k]);
   } else {
 #pragma unroll
     for (int k = 0; k < OPT; ++k)

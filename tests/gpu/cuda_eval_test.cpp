@@ -118,13 +118,15 @@ TEST_F(CudaEval, BundledSoftmaxPasses) {
   EXPECT_EQ(r.json().value("disposition", ""), "passed");
 }
 
-// The bundled softmax task at other shapes (`shapes`: its [shapes] table), evaluated with its fused row
-// program generated at the first point of the grid for rows of n that `wanted` accepts: it passes.
-static void softmax_passes_at(const std::string& name, const std::string& shapes, int64_t n, const std::function<bool(const TemplateParams&)>& wanted) {
+// A bundled row task (tasks/core/<task>) at other shapes (`shapes`: its [shapes] table, and what else
+// stood between it and [reference]), evaluated with its fused row program generated at the first point
+// of the grid for rows of n that `wanted` accepts: it passes.
+static void row_task_passes_at(const std::string& task_name, const std::string& name, const std::string& shapes, int64_t n,
+                               const std::function<bool(const TemplateParams&)>& wanted) {
   namespace fs = std::filesystem;
   const fs::path task = scratch() / name;
   fs::remove_all(task);
-  fs::copy(fs::path(KFAB_SOURCE_DIR) / "tasks/core/softmax", task, fs::copy_options::recursive);
+  fs::copy(fs::path(KFAB_SOURCE_DIR) / "tasks/core" / task_name, task, fs::copy_options::recursive);
   auto text = read_file(task / "task.toml");
   ASSERT_TRUE(text.has_value());
   std::string toml = std::regex_replace(*text, std::regex(R"(\[shapes\][\s\S]*?\[reference\])"), "[shapes]\n" + shapes + "\n[reference]");
@@ -138,7 +140,7 @@ static void softmax_passes_at(const std::string& name, const std::string& shapes
   const auto point = std::find_if(grid.begin(), grid.end(), wanted);
   ASSERT_NE(point, grid.end()) << name;
   const auto f = scratch() / (name + ".cu");
-  ASSERT_TRUE(write_file_atomic(f, generate_fused_cuda(*p, *point, "softmax")).has_value());
+  ASSERT_TRUE(write_file_atomic(f, generate_fused_cuda(*p, *point, task_name)).has_value());
   CliResult r = kfab_cli({"eval", task.string(), f.string(), "--json"});
   EXPECT_EQ(r.status.code, 0) << format_params(*point) << "\n" << r.out << r.err;
   EXPECT_EQ(r.json().value("disposition", ""), "passed") << format_params(*point) << "\n" << r.out;
@@ -148,20 +150,24 @@ static void softmax_passes_at(const std::string& name, const std::string& shapes
 // block holds) passes on rows of 393216 (float4, 16 blocks a row), 65535 and 100001 (a float at a time),
 // and on short rows, which the same candidate takes a block or a warp a row.
 TEST_F(CudaEval, ARowSplitOverAClusterPasses) {
-  softmax_passes_at("softmax_long",
-                    "tune = [ { M = 64, N = 393216 }, { M = 40, N = 65535 } ]\n"
-                    "heldout = [ { M = 3, N = 100001 }, { M = 100, N = 1000 } ]\n",
-                    393216, [](const TemplateParams& q) { return q.count("cluster") > 0; });
+  row_task_passes_at("softmax", "softmax_long",
+                     "tune = [ { M = 64, N = 393216 }, { M = 40, N = 65535 } ]\n"
+                     "heldout = [ { M = 3, N = 100001 }, { M = 100, N = 1000 } ]\n",
+                     393216, [](const TemplateParams& q) { return q.count("cluster") > 0; });
 }
 
 // Issue 25: rows longer than a cluster holds (4M floats, level1/40's layer norm's length) split over a
 // group of the grid's blocks pass, and a row read a float at a time (too long for the split's groups
-// then: streamed) and short rows still pass with the same file.
+// then: streamed) and short rows still pass with the same file: a softmax's maximum and sum met apart and
+// at once (defer), a layer norm's mean and squared deviations at once.
 TEST_F(CudaEval, ARowSplitOverTheGridPasses) {
-  softmax_passes_at("softmax_very_long",
-                    "tune = [ { M = 5, N = 4194304 } ]\n"
-                    "heldout = [ { M = 2, N = 4194303 }, { M = 100, N = 1000 } ]\n",
-                    4194304, [](const TemplateParams& q) { return q.count("split") > 0; });
+  const std::string shapes =
+      "tune = [ { M = 5, N = 4194304 } ]\n"
+      "heldout = [ { M = 2, N = 4194303 }, { M = 100, N = 1000 } ]\n";
+  row_task_passes_at("softmax", "softmax_very_long", shapes, 4194304, [](const TemplateParams& q) { return q.count("split") && !q.count("defer"); });
+  row_task_passes_at("softmax", "softmax_very_long_defer", shapes, 4194304, [](const TemplateParams& q) { return q.count("defer") > 0; });
+  row_task_passes_at("layer_norm", "layer_norm_very_long_defer", shapes + "\n[op_params]\neps = 1e-5\n", 4194304,
+                     [](const TemplateParams& q) { return q.count("defer") > 0; });
 }
 
 TEST_F(CudaEval, WrongResultOnTheGpuIsIncorrect) {

@@ -143,22 +143,31 @@ KFAB_INLINE void kfab_pool_rows(const float* __restrict__ vol, int64_t D, int64_
 // with neighbouring threads on neighbouring columns (coalesced, each value once however many windows
 // share it), then each output's taps read from shared memory (level1/41 and 44's 1-D windows of 8 at
 // stride 1 read their 8 taps a warp at a time through L1, 2 sectors a load at unaligned starts).
+// A tile row holds SPAN values from `lead` on (0 to 3: the staged columns start at a multiple of 4, where
+// whole float4 are loaded), PITCH floats apart.
 template <int R, int TW>
 struct KfabPoolTile {
   static constexpr int64_t DDe = MAX ? DD : 1, DHe = MAX ? DH : 1, DWe = MAX ? DW : 1;  // an average has no dilation
   static constexpr int64_t ROWS = (R - 1) * SH + (KH - 1) * DHe + 1, SPAN = (TW - 1) * SW + (KW - 1) * DWe + 1;
-  static constexpr int64_t SIZE = KD * ROWS * SPAN;  // floats
+  static constexpr int64_t PITCH = (SPAN + 3 + 3) / 4 * 4;
+  static constexpr int64_t SIZE = KD * ROWS * PITCH;  // floats
 };
 
 // The tile's input: plane a (depth ds + a * DDe), rows hs .., columns ws .. of one volume; outside the
 // input -infinity for a maximum (torch's max pooling never reads the padding) and 0 for an average
 // (whose windows that reach outside are computed from global memory: kfab_pool_tile_out).
 // A tile row at a time, the threads along it (no division an element); rows no window reads (a window
-// dilated down the column) are left unset.
+// dilated down the column) are left unset. Where the input's rows are whole float4 (W a multiple of 4,
+// the volume 16-byte aligned), a float4 a load from the multiple of 4 at or before ws (lead floats
+// before it), each float4 wholly inside the row or wholly outside: level1/41 and 44 staged a float a
+// load kept too few bytes in flight (74% and 56% of the copy bandwidth on an H100). Returns the lead.
 template <int R, int TW, int B>
-__device__ __forceinline__ void kfab_pool_stage(float* tile, const float* __restrict__ vol, int64_t D, int64_t H, int64_t W, int64_t ds, int64_t hs,
-                                                int64_t ws) {
+__device__ __forceinline__ int kfab_pool_stage(float* tile, const float* __restrict__ vol, int64_t D, int64_t H, int64_t W, int64_t ds, int64_t hs,
+                                               int64_t ws) {
   using T = KfabPoolTile<R, TW>;
+  const bool v4 = W % 4 == 0 && (reinterpret_cast<uintptr_t>(vol) & 15) == 0;
+  const int lead = v4 ? static_cast<int>((ws % 4 + 4) % 4) : 0;
+  constexpr float fill = MAX ? -INFINITY : 0.0f;
 #pragma unroll 1
   for (int aj = 0; aj < static_cast<int>(KD * T::ROWS); ++aj) {
     const int a = aj / static_cast<int>(T::ROWS), j = aj % static_cast<int>(T::ROWS);
@@ -168,16 +177,24 @@ __device__ __forceinline__ void kfab_pool_stage(float* tile, const float* __rest
     if (!used) continue;
     const int64_t d = ds + a * T::DDe, h = hs + j;
     const bool row_in = d >= 0 && d < D && h >= 0 && h < H;
-    const float* src = vol + ((row_in ? d : 0) * H + (row_in ? h : 0)) * W + ws;
-    float* dst = tile + aj * static_cast<int>(T::SPAN);
+    const float* src = vol + ((row_in ? d : 0) * H + (row_in ? h : 0)) * W + ws - lead;
+    float* dst = tile + aj * static_cast<int>(T::PITCH);
+    if (v4) {
 #pragma unroll 4
-    for (int c = threadIdx.x; c < static_cast<int>(T::SPAN); c += B)
-      dst[c] = row_in && ws + c >= 0 && ws + c < W ? __ldcs(src + c) : (MAX ? -INFINITY : 0.0f);
+      for (int q = threadIdx.x; q < static_cast<int>(T::PITCH / 4); q += B) {
+        const int64_t c = ws - lead + 4 * q;
+        reinterpret_cast<float4*>(dst)[q] = row_in && c >= 0 && c < W ? __ldcs(reinterpret_cast<const float4*>(src) + q) : make_float4(fill, fill, fill, fill);
+      }
+    } else {
+#pragma unroll 4
+      for (int c = threadIdx.x; c < static_cast<int>(T::SPAN); c += B) dst[c] = row_in && ws + c >= 0 && ws + c < W ? __ldcs(src + c) : fill;
+    }
   }
+  return lead;
 }
 
-// Outputs (od, oh0 .. oh0 + R - 1, ow) into o[R] from the staged tile, ow being column `col` of the
-// tile: each tile row R windows share read once (as kfab_pool_rows reads them), taps in kfab_pool's
+// Outputs (od, oh0 .. oh0 + R - 1, ow) into o[R] from the staged tile (from its lead on), ow being
+// column `col` of the tile: each tile row R windows share read once (as kfab_pool_rows reads them), taps in kfab_pool's
 // order, so the same values. An average's window that reaches outside the input (its divisor depends on
 // where) is computed by kfab_pool from global memory.
 template <int R, int TW>
@@ -199,7 +216,7 @@ __device__ __forceinline__ void kfab_pool_tile_out(const float* tile, int64_t co
       float v[KW];
 #pragma unroll
       for (int64_t c = 0; c < KW; ++c)
-        v[c] = tile[static_cast<int>((a * T::ROWS + j) * T::SPAN + c * T::DWe) + static_cast<int>(col) * static_cast<int>(SW)];
+        v[c] = tile[static_cast<int>((a * T::ROWS + j) * T::PITCH + c * T::DWe) + static_cast<int>(col) * static_cast<int>(SW)];
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         if (!kfab_row_of(j, r, SH, T::DHe, KH)) continue;
