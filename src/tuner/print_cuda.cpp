@@ -146,14 +146,21 @@ struct Parts {
 // row reads it from global memory, L2 for the later ones).
 enum class Hold { kCached, kSplit, kStream };
 
+// Whether a split row kernel asked to prefetch (`prefetch`) does: rows of one per-element input that have a
+// row reduction (whose first meeting comes after every value of the row was read: RowKernel's issue_prefetch).
+bool split_prefetches(const Gen& g, bool asked) { return asked && g.e_inputs().size() == 1 && g.n_red > 0; }
+
 // A row kernel's body.
 class RowKernel final : public RowSteps {
  public:
   /// `defer` (split rows only): a softmax's row maximum, or a layer norm's row mean, is combined over the
   /// blocks together with the row reduction after it (program.h's softmax_pairs and moment_pairs), at one
-  /// meeting.
-  RowKernel(const Gen& g, Hold hold, bool any_k_out, Emitter& e, bool defer = false)
+  /// meeting. `prefetch` (split rows of one per-element input with a row reduction): the block's part of
+  /// its next row is copied into shared memory (kfab_cp16) while the blocks of this row meet and write
+  /// their outputs, where each turn otherwise loads its part only after the last one's meeting.
+  RowKernel(const Gen& g, Hold hold, bool any_k_out, Emitter& e, bool defer = false, bool prefetch = false)
       : g_(g), p_(g.p), cached_(hold != Hold::kStream), split_(hold == Hold::kSplit), any_k_out_(any_k_out), e_(e) {
+    prefetch_ = split_ && split_prefetches(g, prefetch);
     if (!split_ || !defer) return;
     for (const auto& [m, sum] : softmax_pairs(p_))
       if (g_.live[m] && g_.live[sum]) deferred_[m] = sum, deferred_[sum] = m;
@@ -166,6 +173,7 @@ class RowKernel final : public RowSteps {
     e_.line("__shared__ float red_s[NRED][G > 32 ? G / 32 : 1];").line("float* red[NRED];").line("#pragma unroll");
     e_.line("for (int k = 0; k < NRED; ++k) red[k] = red_s[k];").line("(void)red;");
     if (cached_ && !split_) e_.line("__shared__ float kfab_cl[NRED][CL];  // the cluster's blocks' shares of each row reduction").line("(void)kfab_cl;");
+    if (prefetch_) e_.line("extern __shared__ float4 kfab_pre[];  // [per-element inputs][IT][B]: the block's part of its next row, a thread's own slots");
     if (any_k_out_) {
       e_.line("__shared__ double kfab_part[NALL][B / G];  // the block's rows' shares of each all-reduction");
       e_.line("if (lane == 0)").line("#pragma unroll").indent().line("for (int k = 0; k < NALL; ++k) kfab_part[k][threadIdx.x / G] = 0.0;").dedent();
@@ -191,13 +199,16 @@ class RowKernel final : public RowSteps {
     if (cached_) {
       const auto ein = g_.e_inputs();
       for (int i : ein) e_.linef("float x{}[IT * V];", i);
+      if (prefetch_) staged_loads(ein);
       e_.line("#pragma unroll").open("for (int it = 0; it < IT; ++it)").line("const int64_t c0 = lo + (static_cast<int64_t>(it) * G + lane) * V;");
       e_.open("if (c0 < hi)");
       load_vectors(ein, "it", "roff + c0", e_);
       e_.close().close();
+      if (prefetch_) e_.close();
     }
     walk_rows(g_, *this);
     outputs();
+    issue_prefetch();  // where no meeting came before (every value has been used)
     // the next chunk's reductions reuse the shared slots this one's may still be reading
     if (split_) e_.line("__syncthreads();");
     else e_.open("if constexpr (G > 32)").line("if (chunk + gridDim.x < chunks) __syncthreads();").close();
@@ -232,6 +243,7 @@ class RowKernel final : public RowSteps {
     }
     if (paired != deferred_.end()) {  // the reduction after it: both made the row's at one meeting
       const int m = paired->second;
+      issue_prefetch();
       if (p_.nodes[m].op == "rowmax")
         e_.linef("kfab_split_softmax<B>(&r{0}, &{1}, shares + {2} * s.S, shares + {3} * s.S, s.bar + group, arrivals += s.S, s.S, red[{2}], red[{3}]);",
                  m, acc, g_.redslot[m], g_.redslot[k]);
@@ -239,9 +251,10 @@ class RowKernel final : public RowSteps {
         e_.linef("kfab_split_moments<B, V>(&r{0}, &{1}, n, shares + {2} * s.S, shares + {3} * s.S, s.bar + group, arrivals += s.S, s.S, red[{2}], "
                  "red[{3}]);",
                  m, acc, g_.redslot[m], g_.redslot[k]);
-    } else if (split_ && is_row_reduction(p_.nodes[k].op))
+    } else if (split_ && is_row_reduction(p_.nodes[k].op)) {
+      issue_prefetch();
       e_.linef("{0} = kfab_split_combine<B, {1}>({0}, shares + {2} * s.S, s.bar + group, arrivals += s.S, s.S, red[{2}]);", acc, op, g_.redslot[k]);
-    else if (cached_ && is_row_reduction(p_.nodes[k].op))
+    } else if (cached_ && is_row_reduction(p_.nodes[k].op))
       e_.linef("if constexpr (CL > 1) {0} = kfab_cluster_combine<CL, {1}>({0}, kfab_cl[{2}], {3});", acc, op, g_.redslot[k],
                combines_++ == 0 ? "true" : "false");
     if (is_row_reduction(p_.nodes[k].op))
@@ -258,6 +271,37 @@ class RowKernel final : public RowSteps {
   void row_value(int k, const std::string& expr) override { e_.linef("const float r{} = {};", k, expr); }
 
  private:
+  // With `prefetch`, a turn after the first takes its row's part from the copies the turn before issued;
+  // the loads from global memory after it (the first turn's, and every turn's of rows read a float at a
+  // time) are left in an open `if (!staged)` for the caller to close.
+  void staged_loads(const std::vector<int>& ein) {
+    e_.line("bool staged = false;  // this row's part came with the previous turn's copies");
+    e_.open("if constexpr (V == 4)").open("if (turn > 0)").line("staged = true;").line("kfab_cp_wait();");
+    e_.line("#pragma unroll").open("for (int it = 0; it < IT; ++it)").line("const int64_t c0 = lo + (static_cast<int64_t>(it) * G + lane) * V;");
+    e_.open("if (c0 < hi)");
+    for (size_t k = 0; k < ein.size(); ++k) {
+      e_.linef("const float4 q = kfab_pre[({} * IT + it) * B + threadIdx.x];", k);
+      e_.linef("x{0}[it * 4] = q.x, x{0}[it * 4 + 1] = q.y, x{0}[it * 4 + 2] = q.z, x{0}[it * 4 + 3] = q.w;", ein[k]);
+    }
+    e_.close().close().close().close();
+    e_.open("if (!staged)");
+  }
+
+  // The copies of the block's part of its next row (the group's next turn), once, before the row's first
+  // meeting: every value of this row has been used by then (the first row reduction reads them all).
+  void issue_prefetch() {
+    if (!prefetch_ || issued_) return;
+    issued_ = true;
+    const auto ein = g_.e_inputs();
+    e_.open("if constexpr (V == 4)").line("// the next row's part, in flight while this row's blocks meet and write their outputs");
+    e_.line("const int64_t next = chunk + gridDim.x / s.S;  // the group's next row (G is B: a chunk a row)");
+    e_.open("if (next < chunks)").line("#pragma unroll").open("for (int it = 0; it < IT; ++it)");
+    e_.line("const int64_t c0 = lo + (static_cast<int64_t>(it) * G + lane) * V;");
+    for (size_t k = 0; k < ein.size(); ++k)
+      e_.linef("if (c0 < hi) kfab_cp16(kfab_pre + ({} * IT + it) * B + threadIdx.x, a.in{} + next * n + c0);", k, ein[k]);
+    e_.close().close().line("kfab_cp_commit();").close();
+  }
+
   Access access() const {
     if (cached_) return [](int i) { return fmt::format("x{}[it * V + v]", i); };
     return [](int i) { return fmt::format("__ldg(a.in{} + roff + c)", i); };
@@ -318,6 +362,7 @@ class RowKernel final : public RowSteps {
   const Gen& g_;
   const Program& p_;
   bool cached_, split_, any_k_out_;
+  bool prefetch_ = false, issued_ = false;  // the next row's part copied into shared memory; its copies emitted
   std::map<int, int> deferred_;  // a softmax's row maximum (a layer norm's mean) <-> the reduction after it, combined together
   int combines_ = 0;  // the row's cluster combines so far (the first waits for the whole cluster)
   Emitter& e_;
@@ -439,13 +484,16 @@ void cluster_launch(int I, Emitter& e) {
 // Rows longer than a cluster holds, each split over the fewest blocks of the grid that keep its parts
 // in registers (I float4 a thread), all resident at once: false, nothing launched, where the device
 // cannot hold them (the caller streams the rows).
-void split_launch(Emitter& e) {
+void split_launch(const Gen& g, bool prefetch, Emitter& e) {
   e.blank().line("// Rows longer than a cluster holds, each split over a group of the grid's blocks keeping its parts in registers;");
   e.line("// false (nothing launched) where the device cannot hold a row's group at once.");
   e.open("bool kfab_rows_split_go(const Args& a, int64_t rows, int64_t n, bool vec, cudaStream_t stream)");
   e.line("// a block's values: I float4 a thread, or 2 * I floats read one at a time (4 * I of them spill under their index arithmetic)");
   e.line("constexpr int64_t holds = static_cast<int64_t>(B) * I * 4;");
-  e.line("return vec ? kfab_go_split(kfab_rows_split<B, G, 4, I>, B, holds, NRED, stream, a, rows, n)");
+  // the next row's part of each per-element input, I float4 a thread, with `prefetch` (float4 rows only)
+  e.linef("constexpr int pre = {} * B * I * 16;  // bytes of shared memory a block, the next row's part (prefetch)",
+          split_prefetches(g, prefetch) ? g.e_inputs().size() : 0);
+  e.line("return vec ? kfab_go_split(kfab_rows_split<B, G, 4, I>, B, holds, NRED, stream, a, rows, n, pre)");
   e.line("           : kfab_go_split(kfab_rows_split<B, G, 1, I * 2>, B, holds / 2, NRED, stream, a, rows, n);").close();
 }
 
@@ -492,9 +540,9 @@ Parts rows_parts(const Gen& g, const TemplateParams& tp) {
     e.line("// 16 float4 a thread, and a row of 4M floats then finds half the 256 blocks it needs resident)");
     e.line("template <int B, int G, int V, int IT>");
     e.open("__global__ void __launch_bounds__(B, B <= 256 ? 2 : 1) kfab_rows_split(Args a, int64_t rows, int64_t n, KfabSplit s)");
-    RowKernel(g, Hold::kSplit, false, e, param(tp, "defer", 0) != 0).emit();
+    RowKernel(g, Hold::kSplit, false, e, param(tp, "defer", 0) != 0, param(tp, "prefetch", 0) != 0).emit();
     e.close();
-    split_launch(e);
+    split_launch(g, param(tp, "prefetch", 0) != 0, e);
   }
   const Parts cols = column_passes(g);
   e.raw(cols.code);

@@ -154,8 +154,11 @@ TEST_F(CudaBuild, LongRowsGetClusterPointsThatCompile) {
       const auto grid = fused_grid(*p, n);
       const auto point = std::find_if(grid.begin(), grid.end(), [](const TemplateParams& q) { return q.count("cluster") > 0; });
       ASSERT_NE(point, grid.end()) << t << " " << n;
-      // after the two split points (and the split point whose row reductions meet at once, first where it applies)
-      EXPECT_EQ(point - grid.begin(), grid[0].count("defer") ? 3 : 2) << t << " " << n;
+      // after the two split points (and before them the split points whose row reductions meet at once, or
+      // that prefetch, where they apply)
+      const auto lead = std::count_if(grid.begin(), point, [](const TemplateParams& q) { return q.count("defer") || q.count("prefetch"); });
+      EXPECT_EQ(point - grid.begin(), lead + 2) << t << " " << n;
+      EXPECT_EQ(lead > 0 && grid[0].count("prefetch"), n % 4 == 0) << t << " " << n;  // rows of whole float4 only
       EXPECT_EQ(point->at("cluster"), n == 393216 ? "16" : "4");  // a row read a float at a time: half as much a block
       const std::string src = generate_fused_cuda(*p, *point, t);
       EXPECT_NE(src.find("kfab_cluster_combine<CL,"), std::string::npos);
@@ -188,14 +191,17 @@ TEST_F(CudaBuild, RowsLongerThanAClusterGetSplitPointsThatCompile) {
       EXPECT_TRUE(grid[i].count("split")) << n << ": " << format_params(grid[i]);  // none of them a cluster
       EXPECT_FALSE(grid[i].count("cluster")) << n << ": " << format_params(grid[i]);
     }
-    ASSERT_TRUE(grid[0].count("defer")) << format_params(grid[0]);  // compiled below
-    const std::string src = generate_fused_cuda(*ln, grid[1], "layer_norm");
+    // the points whose reductions meet at once first (compiled below), then the others
+    const auto plain = std::find_if(grid.begin(), grid.end(), [](const TemplateParams& q) { return !q.count("defer"); });
+    ASSERT_NE(plain, grid.end());
+    EXPECT_EQ(plain - grid.begin(), n % 4 == 0 ? 2 : 1) << n;  // with a prefetching one before where rows are whole float4
+    const std::string src = generate_fused_cuda(*ln, *plain, "layer_norm");
     EXPECT_NE(src.find("kfab_split_combine<B, 0>"), std::string::npos);
     EXPECT_NE(src.find("kfab_rows_split_go(a, rows, n, vec, stream)"), std::string::npos);
     const auto f = scratch() / ("layer_norm_split_" + std::to_string(n) + ".cu");
     ASSERT_TRUE(write_file_atomic(f, src).has_value());
     auto r = backend_.build(f);
-    ASSERT_TRUE(r.ok()) << format_params(grid[1]) << "\n" << r.failure().message;
+    ASSERT_TRUE(r.ok()) << format_params(*plain) << "\n" << r.failure().message;
     ++built;
   }
   EXPECT_EQ(built, 2);
@@ -203,21 +209,27 @@ TEST_F(CudaBuild, RowsLongerThanAClusterGetSplitPointsThatCompile) {
   ASSERT_TRUE(sm.has_value()) << sm.error().message;
   const auto grid = fused_grid(*sm, 393216);
   ASSERT_GE(grid.size(), 3u);
-  EXPECT_TRUE(grid[1].count("split") && grid[2].count("split") && grid[3].count("cluster")) << format_params(grid[3]);
+  EXPECT_TRUE(grid[2].count("split") && grid[3].count("split") && grid[4].count("cluster")) << format_params(grid[4]);
   // the softmax's maximum and sum met at once, the layer norm's mean and squared deviations too: the first
-  // point, which compiles; not for an RMS norm (one reduction)
+  // two points, which compile, the first copying each block's part of its next row into shared memory
+  // while the row's blocks meet; not for an RMS norm (one reduction)
   const auto lgrid = fused_grid(*ln, 4194304);
   for (const auto& [name, prog, g, call] : std::vector<std::tuple<std::string, const Program*, std::vector<TemplateParams>, std::string>>{
            {"softmax", &*sm, grid, "kfab_split_softmax<B>(&r"}, {"layer_norm", &*ln, lgrid, "kfab_split_moments<B, V>(&r"}}) {
     ASSERT_GE(g.size(), 4u) << name;
-    ASSERT_TRUE(g[0].count("defer")) << name << ": " << format_params(g[0]);
-    for (size_t i = 1; i < g.size(); ++i) EXPECT_FALSE(g[i].count("defer")) << name << ": " << format_params(g[i]);
-    const std::string src = generate_fused_cuda(*prog, g[0], name);
-    EXPECT_NE(src.find(call), std::string::npos) << name;
-    const auto f = scratch() / (name + "_split_defer.cu");
-    ASSERT_TRUE(write_file_atomic(f, src).has_value());
-    auto r = backend_.build(f);
-    ASSERT_TRUE(r.ok()) << name << " " << format_params(g[0]) << "\n" << r.failure().message;
+    ASSERT_TRUE(g[0].count("defer") && g[0].count("prefetch")) << name << ": " << format_params(g[0]);
+    ASSERT_TRUE(g[1].count("defer") && !g[1].count("prefetch")) << name << ": " << format_params(g[1]);
+    for (size_t i = 2; i < g.size(); ++i) EXPECT_FALSE(g[i].count("defer") || g[i].count("prefetch")) << name << ": " << format_params(g[i]);
+    for (size_t i = 0; i < 2; ++i) {
+      const std::string src = generate_fused_cuda(*prog, g[i], name);
+      EXPECT_NE(src.find(call), std::string::npos) << name;
+      EXPECT_EQ(src.find("kfab_cp16(kfab_pre") != std::string::npos, i == 0) << name << " " << i;
+      EXPECT_NE(src.find(i == 0 ? "constexpr int pre = 1 * B * I * 16;" : "constexpr int pre = 0 * B * I * 16;"), std::string::npos) << name << " " << i;
+      const auto f = scratch() / (name + "_split_defer_" + std::to_string(i) + ".cu");
+      ASSERT_TRUE(write_file_atomic(f, src).has_value());
+      auto r = backend_.build(f);
+      ASSERT_TRUE(r.ok()) << name << " " << format_params(g[i]) << "\n" << r.failure().message;
+    }
   }
   auto rms = parse_program("y = x * rsqrt(rowmean(x * x) + 1e-05)", {{"x", VClass::E}}, {"y"});
   ASSERT_TRUE(rms.has_value()) << rms.error().message;

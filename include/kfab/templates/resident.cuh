@@ -6,24 +6,29 @@
 // tuner writes, inside an unnamed namespace after <cuda_runtime.h>, <mutex>, <utility> and
 // <vector>; tests/templates/resident.cu compiles it on its own.
 // kfab:begin
-// How many blocks of `threads` threads of the kernel the device holds at once (found once per kernel
-// and device; 0 when CUDA cannot say).
-int64_t kfab_resident(const void* kernel, int threads) {
+// How many blocks of `threads` threads of the kernel, each with `smem` bytes of dynamic shared memory, the
+// device holds at once (found once per kernel, device and smem; 0 when CUDA cannot say).
+int64_t kfab_resident(const void* kernel, int threads, int smem = 0) {
+  struct Known {
+    const void* kernel;
+    int dev, smem;
+    int64_t blocks;
+  };
   static std::mutex mu;
-  static std::vector<std::pair<std::pair<const void*, int>, int64_t>> known;
+  static std::vector<Known> known;
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return 0;
   std::lock_guard<std::mutex> lock(mu);
   for (const auto& k : known)
-    if (k.first.first == kernel && k.first.second == dev) return k.second;
+    if (k.kernel == kernel && k.dev == dev && k.smem == smem) return k.blocks;
   int sms = 0, per = 0;
   if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kernel, threads, 0) != cudaSuccess) {
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kernel, threads, static_cast<size_t>(smem)) != cudaSuccess) {
     (void)cudaGetLastError();
     return 0;
   }
-  known.push_back({{kernel, dev}, static_cast<int64_t>(sms) * per});
-  return known.back().second;
+  known.push_back({kernel, dev, smem, static_cast<int64_t>(sms) * per});
+  return known.back().blocks;
 }
 
 // Launches a row kernel over `chunks` chunks of rows: a block a chunk, or with P > 0 at most P times
@@ -114,10 +119,11 @@ struct KfabSplit {
 
 // Launches `kernel` (a row kernel taking a KfabSplit after rows and n) over `rows` rows of n, each
 // split over the fewest blocks of `threads` threads that hold `holds` values each, as a cooperative
-// launch: every block is resident at once, as blocks that wait for each other must be. False (nothing
-// launched) where the device cannot hold a row's blocks at once or has no cooperative launches.
+// launch: every block is resident at once, as blocks that wait for each other must be, each with `smem`
+// bytes of dynamic shared memory. False (nothing launched) where the device cannot hold a row's blocks at
+// once or has no cooperative launches.
 template <class K, class Args>
-bool kfab_go_split(K kernel, int threads, int64_t holds, int nred, cudaStream_t stream, const Args& a, int64_t rows, int64_t n) {
+bool kfab_go_split(K kernel, int threads, int64_t holds, int nred, cudaStream_t stream, const Args& a, int64_t rows, int64_t n, int smem = 0) {
   static float* shares = nullptr;  // kept between calls, grown when a shape needs more
   static unsigned* bar = nullptr;
   static int64_t have_shares = 0, have_bar = 0;
@@ -126,8 +132,10 @@ bool kfab_go_split(K kernel, int threads, int64_t holds, int nred, cudaStream_t 
     (void)cudaGetLastError();
     return false;
   }
+  if (smem > 48 * 1024 && cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess)
+    return (void)cudaGetLastError(), false;
   int64_t S = (n + holds - 1) / holds;
-  const int64_t resident = kfab_resident(reinterpret_cast<const void*>(kernel), threads);
+  const int64_t resident = kfab_resident(reinterpret_cast<const void*>(kernel), threads, smem);
   if (rows <= 0 || S < 2 || resident < S) return false;
   const int64_t groups = resident / S < rows ? resident / S : rows;
   const int64_t need = groups * 2 * nred * S;
@@ -148,7 +156,7 @@ bool kfab_go_split(K kernel, int threads, int64_t holds, int nred, cudaStream_t 
   Args args = a;
   void* argv[] = {&args, &rows, &n, &s};
   if (cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), dim3(static_cast<unsigned>(groups * S)), dim3(static_cast<unsigned>(threads)),
-                                  argv, 0, stream) != cudaSuccess) {
+                                  argv, static_cast<size_t>(smem), stream) != cudaSuccess) {
     (void)cudaGetLastError();  // not the caller's error: it streams the rows instead
     return false;
   }

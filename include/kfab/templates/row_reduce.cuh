@@ -46,6 +46,17 @@ __device__ __forceinline__ float kfab_cluster_combine(float v, float* part, bool
 #endif
   return v;
 }
+// A row split over blocks of the grid fetching its next row's part while its row's blocks meet: a 16-byte
+// copy from global into this thread's own slot of shared memory (past L1), the copies issued so far made
+// one group, and the wait for all of this thread's groups. A thread reads only the slots it copied into,
+// so no barrier is needed; it issues a slot's next copy only after its values were used (the kernel's
+// first reduction reads every one), so no copy overwrites a value not yet read.
+__device__ __forceinline__ void kfab_cp16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(dst))), "l"(src) : "memory");
+}
+__device__ __forceinline__ void kfab_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void kfab_cp_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
 // Thread 0 of each of S blocks of the grid (resident.cuh's kfab_go_split: all of them resident at once)
 // that wrote their shares: the blocks meet at `bar`, which counts arrivals (`target`: S times the number
 // of this meeting among the block's meetings of the launch); then the block's threads wait for thread 0.
