@@ -81,15 +81,16 @@ std::vector<TemplateParams> fused_grid(const Program& p, int64_t n) {
     if (!softmax_pairs(p).empty() || !moment_pairs(p).empty())
       g.insert(g.begin(), TemplateParams{{"kernel", "rows"}, {"block", "256"}, {"group", "256"}, {"items", "16"}, {"split", "1"}, {"defer", "1"}});
     // Rows of whole float4 of one per-element input: the first point again, each block copying its part of
-    // its next row into shared memory (64 KB a block) while this row's blocks meet and write, first: each
-    // turn of the points above loads its part only after the last turn's meeting (23, 24 and 40 at 62, 67
-    // and 41% of the copy bandwidth on an H200 with the point above).
+    // its next row into shared memory (64 KB a block) while this row's blocks meet and write, second (each
+    // turn of the other points loads its part only after the last turn's meeting). On an H200 (session 17,
+    // tree d58099d) it won on level1/24 (1.45x eager against 1.36x) and lost on 23 (1.09x against 1.27x)
+    // and 40 (19.9x against 25.1x), whose kernels spill more registers with it (96 and 624 bytes a thread).
     int per_element = 0;
     for (const auto& in : p.inputs) per_element += in.cls == VClass::E && !in.integer ? 1 : 0;
     if (n % 4 == 0 && per_element == 1) {
       TemplateParams first = g.front();
       first["prefetch"] = "1";
-      g.insert(g.begin(), first);
+      g.insert(g.begin() + 1, first);
     }
   }
   // then a point that takes a warp per row for short rows and a block per row for long ones
