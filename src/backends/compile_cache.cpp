@@ -5,6 +5,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -88,6 +89,67 @@ std::vector<std::string> compile_argv(const CompileSpec& spec, const fs::path& i
 }
 }  // namespace
 
+namespace {
+
+// The name in a line `#include "name"`, or empty.
+std::string quoted_include(std::string_view line) {
+  auto skip = [&] {
+    while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
+  };
+  skip();
+  if (line.empty() || line.front() != '#') return {};
+  line.remove_prefix(1);
+  skip();
+  if (line.substr(0, 7) != "include") return {};
+  line.remove_prefix(7);
+  skip();
+  if (line.empty() || line.front() != '"') return {};
+  line.remove_prefix(1);
+  const size_t end = line.find('"');
+  return end == std::string_view::npos ? std::string() : std::string(line.substr(0, end));
+}
+
+// The files a source includes by a quoted name, found beside the file that includes them or in kfab's
+// include folder (kfab/candidate.h, kfab/templates/...), and theirs in turn (at most 256 files): each one's
+// path and text, for the cache key. A candidate's own header changed without its source (a user's edit, a
+// test of a template header) then builds again rather than loading the old build. Headers found through
+// other -I folders (CUDA's, CUTLASS's: versioned by their folder, which is in the flags) and <...> ones are
+// not read.
+std::string included_text(const std::string& text, const fs::path& dir, const fs::path& include) {
+  std::string out;
+  std::vector<std::pair<std::string, fs::path>> todo{{text, dir}};
+  std::vector<fs::path> seen;
+  while (!todo.empty() && seen.size() < 256) {
+    const auto [body, from] = std::move(todo.back());
+    todo.pop_back();
+    for (const std::string& line : split(body, '\n')) {
+      const std::string name = quoted_include(line);
+      if (name.empty()) continue;
+      std::error_code ec;
+      for (const fs::path& base : {from, include}) {
+        const fs::path f = fs::weakly_canonical(base / name, ec);
+        if (ec || !fs::is_regular_file(f, ec)) continue;
+        if (std::find(seen.begin(), seen.end(), f) == seen.end()) {
+          seen.push_back(f);
+          // a regular file of at most 16 MiB (a candidate naming /proc/kcore is the compiler's to refuse)
+          const auto size = fs::file_size(f, ec);
+          if (ec || size > (16u << 20)) {
+            out += '\0' + f.string() + "\0not read";
+            break;
+          }
+          auto t = read_file(f);
+          out += '\0' + f.string() + '\0' + (t ? *t : std::string("unreadable"));
+          if (t) todo.emplace_back(std::move(*t), f.parent_path());
+        }
+        break;  // the first folder that has it, as the compiler looks
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string compile_command(const CompileSpec& spec, const std::string& source, const std::string& output) {
   std::string line;
   for (const auto& a : compile_argv(spec, abi_include_dir(), source, output)) line += (line.empty() ? "" : " ") + a;
@@ -104,6 +166,7 @@ BuildOutcome<BuildResult> compile_cached(const CompileSpec& spec, const fs::path
   for (const auto& f : spec.flags) key_material += f + ' ';
   for (const auto& f : spec.link_flags) key_material += f + ' ';
   if (auto header = read_file(include / "kfab/candidate.h")) key_material += *header;
+  key_material += included_text(*text, fs::absolute(source).parent_path(), include);
   BuildResult r;
   r.key = hash_hex(key_material);
   const fs::path dir = cache_dir() / spec.kind;

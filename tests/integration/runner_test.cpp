@@ -1,10 +1,13 @@
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
 
 #include "backends/cpu_cpp/cpu_backend.h"
+#include "core/hash.h"
 #include "core/task.h"
 #include "eval/evaluator.h"
 #include "harness.h"
@@ -35,6 +38,39 @@ class RunnerTest : public ::testing::Test {
 };
 
 }  // namespace
+
+// The compile cache's key covers the headers a source includes by a quoted name, and theirs: a header
+// changed without its source builds again (the old build is not loaded), and changed back finds the first.
+TEST_F(RunnerTest, AHeaderChangedWithoutItsSourceBuildsAgain) {
+  const auto dir = scratch() / "include-key";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir / "inner");
+  auto put = [&](const std::string& rel, const std::string& text) { ASSERT_TRUE(write_file_atomic(dir / rel, text).has_value()) << rel; };
+  put("helper.h", "#pragma once\n  #  include \"inner/value.h\"\n");
+  put("inner/value.h", "constexpr int kValue = 1;\n");
+  // a source no earlier run of this test built (the cache outlives runs)
+  put("cand.cpp", "// " + std::to_string(::getpid()) + " " + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()) +
+                      "\n#include \"kfab/candidate.h\"\n#include \"helper.h\"\n"
+                      "KFAB_EXPORT int kfab_run(const kfab_tensor*, int32_t, kfab_tensor*, int32_t, void*) { return kValue - 1; }\n");
+  auto build = [&] {
+    auto r = backend_.build(dir / "cand.cpp");
+    EXPECT_TRUE(r.ok()) << r.failure().message;
+    return r.ok() ? r.value() : BuildResult{};
+  };
+  const BuildResult first = build();
+  EXPECT_FALSE(first.cached);
+  const BuildResult again = build();
+  EXPECT_TRUE(again.cached);
+  EXPECT_EQ(again.key, first.key);
+  put("inner/value.h", "constexpr int kValue = 2;\n");  // two includes down
+  const BuildResult changed = build();
+  EXPECT_FALSE(changed.cached);
+  EXPECT_NE(changed.key, first.key);
+  put("inner/value.h", "constexpr int kValue = 1;\n");
+  const BuildResult back = build();
+  EXPECT_TRUE(back.cached);
+  EXPECT_EQ(back.key, first.key);
+}
 
 TEST_F(RunnerTest, ACrashedRunnerIsReplacedAndTheNextJobRuns) {
   RunnerClient client(RunnerOptions{});
