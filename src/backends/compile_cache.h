@@ -1,7 +1,9 @@
 #pragma once
 /// Builds a source file into a shared object in the compile cache (cache_dir()/<kind>/<hash>.so). The
-/// hash covers the source, the compiler and its version, the flags and the ABI header, so an unchanged
-/// candidate is never compiled twice, and concurrent builds of one key never see half a file.
+/// hash covers the source, the compiler and its version, the flags, the ABI header and the headers the
+/// source includes by a quoted name (beside it or in kfab's include folder, and theirs), so an unchanged
+/// candidate is never compiled twice, a changed header is, and concurrent builds of one key never see
+/// half a file.
 
 #include <filesystem>
 #include <string>
