@@ -104,13 +104,10 @@ double pool_row_reuse(const Task& t, int R) {
 
 // `tile` 1: a block's B x outputs outputs (R rows of them) staged through shared memory (pool.h's
 // kfab_pool_stage, a float4 a load where the rows allow): the input values they read loaded once,
-// coalesced, then each output's taps read from shared memory. For 1-D windows first (256 threads of 16
-// outputs, then of 4), where the input fits 40 KB; for 2-D windows at a stride of 1 down the column
-// (level1/42's 4 x 4: 19 input rows for 16 output rows), second. Staged a float a load they measured
-// (H100, tree 332fdd5): level1/44's average of 8 2.12x eager staged against 1.91x not, level1/41's
-// dilated maximum 2.98x against 3.50x (3.61x once staged a row at a time), level1/42 2.85x against 3.17x
-// (a row a tile), level1/43 0.28x against 1.05x (at stride 2 the tiles' halos load most values several
-// times: 3-D windows get none).
+// coalesced, then each output's taps read from shared memory. Offered for 1-D windows, first, where the
+// input fits 40 KB. (2-D and 3-D tiles measured slower than loads through L1: level1/42 2.85x eager against
+// 3.17x on an H100 staged a float a load, 4.113 ms against 3.108 ms on an H200 a float4 a load with 16 rows a
+// tile; level1/43 0.28x against 1.05x, the stride-2 tiles' halos loading most values several times.)
 int64_t pool_tile_bytes(const Task& t, int R, int TW) {
   const bool mx = op_param(t, "max", 0) != 0;
   const int64_t rows = (R - 1) * op_param(t, "sh", 1) + (op_param(t, "kh", 1) - 1) * (mx ? op_param(t, "dh", 1) : 1) + 1;
@@ -120,17 +117,21 @@ int64_t pool_tile_bytes(const Task& t, int R, int TW) {
 
 std::vector<TemplateParams> pool_cuda_grid(const Task& t) {
   std::vector<TemplateParams> g, tiles;
-  if (pool_row_reuse(t, 4) >= 1.5) g = {{{"block", "128"}, {"outputs", "2"}, {"rows", "4"}}, {{"block", "128"}, {"outputs", "1"}, {"rows", "8"}}};
+  // 8 rows first: on an H200 (session 17, tree 1280df5) level1/42 measured 3.108 ms with 8 rows of 1 output a
+  // thread, 3.387 ms with 4 rows of 2, 4.113 ms with a tile of 16 rows; then 16 rows (not yet measured)
+  if (pool_row_reuse(t, 4) >= 1.5)
+    g = {{{"block", "128"}, {"outputs", "1"}, {"rows", "8"}}, {{"block", "128"}, {"outputs", "1"}, {"rows", "16"}}, {{"block", "128"}, {"outputs", "2"}, {"rows", "4"}}};
   for (const auto& [b, o] : std::vector<std::pair<const char*, const char*>>{{"128", "4"}, {"128", "8"}, {"256", "4"}, {"64", "8"}, {"256", "2"}, {"512", "1"}})
     g.push_back({{"block", b}, {"outputs", o}});
-  const int64_t nd = op_param(t, "nd", 2);
-  if (nd == 1) {
-    for (const auto& [b, o] : std::vector<std::array<int, 2>>{{256, 16}, {256, 4}})
+  // 1-D windows: tiles first, the most outputs a block first. On an H200 (session 17, tree 1280df5) level1/41
+  // measured 2.085 ms staged by 256 threads of 16 outputs, 2.744 ms of 4, 2.963 ms unstaged (128 x 4); level1/44
+  // 1.659, 2.213 and 2.445 ms: the staging's barrier and latency paid once a tile. 32 outputs a thread (a 33 KB
+  // tile for 41) not yet measured.
+  if (op_param(t, "nd", 2) == 1) {
+    for (const auto& [b, o] : std::vector<std::array<int, 2>>{{256, 32}, {256, 16}, {256, 4}})
       if (pool_tile_bytes(t, 1, b * o) <= 40 * 1024)
         tiles.push_back({{"block", std::to_string(b)}, {"outputs", std::to_string(o)}, {"rows", "1"}, {"tile", "1"}});
     g.insert(g.begin(), tiles.begin(), tiles.end());
-  } else if (nd == 2 && op_param(t, "sh", 1) == 1 && pool_tile_bytes(t, 16, 128 * 2) <= 40 * 1024) {
-    g.insert(g.begin() + 1, TemplateParams{{"block", "128"}, {"outputs", "2"}, {"rows", "16"}, {"tile", "1"}});
   }
   return g;
 }

@@ -260,8 +260,8 @@ TEST_F(CudaBuild, CudaTemplatesCompileAtEveryPoint) {
 }
 
 // The pool template compiles for a max and an average over 1, 2 and 3 dimensions, at its first point, and
-// at the second for 1-D and 2-D windows (which stage a tile through shared memory: 1-D windows' first two
-// points, 2-D windows' second at a stride of 1 down the column).
+// at the second for 1-D windows (both stage a tile through shared memory) and 2-D ones (16 outputs down a
+// column a thread).
 TEST_F(CudaBuild, EveryPoolingCompiles) {
   const auto shape = [](int form, Task& k) {
     k.op_class = "pool";  // a [B, N] tensor as [B, 1, 1, 1, N]: the shapes only need the rank
@@ -274,11 +274,26 @@ TEST_F(CudaBuild, EveryPoolingCompiles) {
     ASSERT_GE(grid.size(), 3u);
     size_t tiles = 0;
     for (const auto& point : grid) tiles += point.count("tile");
-    EXPECT_EQ(tiles, form < 2 ? 2u : form < 4 ? 1u : 0u) << form;  // none for 3-D windows
-    EXPECT_EQ(grid[0].count("tile") + grid[1].count("tile"), form < 2 ? 2u : form < 4 ? 1u : 0u) << form;
+    // 1-D windows only, first: 256 threads of 32 outputs (where its input fits 40 KB: not at this stride of 2), 16, 4
+    EXPECT_EQ(tiles, form < 2 ? 2u : 0u) << form;
+    EXPECT_EQ(grid[0].count("tile") + grid[1].count("tile"), form < 2 ? 2u : 0u) << form;
+    if (form < 2) {
+      EXPECT_EQ(grid[0].at("outputs"), "16") << form;
+    }
   };
   build_each_form("cumsum", "cuda_pool", 6, shape);     // the first point of each form
-  build_each_form("cumsum", "cuda_pool", 4, shape, 2);  // and the 1-D and 2-D forms' second (the first from the cache)
+  build_each_form("cumsum", "cuda_pool", 4, shape, 2);  // and the 1-D forms' second tile, the 2-D forms' 16 rows down the column
+  // level1/41's window (8 taps at stride 1, dilation 3): the first tile has 32 outputs a thread (a 33 KB tile)
+  build_each_form("cumsum", "cuda_pool", 1, [](int, Task& k) {
+    k.op_class = "pool";
+    k.inputs[0].shape = {"B", "1", "1", "1", "N"};
+    k.outputs[0].shape = k.inputs[0].shape;
+    k.op_params = {{"nd", 1}, {"max", 1}, {"kw", 8}, {"sw", 1}, {"pw", 4}, {"dw", 3}};
+    const auto grid = template_named("cuda_pool")->grid(k);
+    ASSERT_GE(grid.size(), 3u);
+    EXPECT_EQ(grid[0].at("outputs"), "32");
+    EXPECT_TRUE(grid[0].count("tile") && grid[1].count("tile") && grid[2].count("tile"));
+  });
 }
 
 // The row-scan template compiles in each of its forms (a sum or a product; reversed, exclusive, masked).
