@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# A few KernelBench problems through `kfab bench` on the GPU machine, with each run's steps (every point the
-# tuner measured, then the final check) written beside the table: for probes between the acceptance runs.
+# A few KernelBench problems through `kfab bench` on the GPU machine, with every point the tuner measured (its
+# time, share of the copy bandwidth and speedup; bench/points_table.py) in points.md beside the table: for
+# probes between the acceptance runs.
 #
 #   scripts/kb_spot.sh OUTDIR POINTS PROBLEM... [-- kfab bench arguments...]
 #
@@ -28,9 +29,4 @@ done
 build-gpu/kfab bench "$suite" --target cuda --points "$points" --out "$out/bench" "$@" 2>"$out/bench.err"
 echo "bench exit $?" | tee "$out/summary.txt"
 python3 bench/matmul_table.py "$out/bench/bench.json" --kernelbench "$(cat "$kb/COMMIT" 2>/dev/null)" | tee "$out/table.md"
-python3 - "$out/bench/bench.json" <<'PY' | while read -r run; do build-gpu/kfab report "$run"; echo; done >"$out/steps.txt" 2>&1
-import json, sys
-for t in json.load(open(sys.argv[1])).get("tasks", []):
-    if t.get("run"):
-        print(t["run"])
-PY
+python3 bench/points_table.py "$out/bench/bench.json" >"$out/points.md"

@@ -42,3 +42,4 @@ else
 fi
 echo "bench exit $?" | tee -a "$out/summary.txt"
 python3 bench/matmul_table.py "$out/bench/bench.json" --kernelbench "$(cat "$kb/COMMIT" 2>/dev/null)" | tee "$out/table.md"
+python3 bench/points_table.py "$out/bench/bench.json" >"$out/points.md"  # every point each search measured
