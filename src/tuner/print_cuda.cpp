@@ -158,12 +158,16 @@ class RowKernel final : public RowSteps {
   /// meeting. `prefetch` (split rows of one per-element input with a row reduction): the block's part of
   /// its next row is copied into shared memory (kfab_cp16) while the blocks of this row meet and write
   /// their outputs, where each turn otherwise loads its part only after the last one's meeting.
-  RowKernel(const Gen& g, Hold hold, bool any_k_out, Emitter& e, bool defer = false, bool prefetch = false)
+  /// `reuse` (with `defer`): a softmax's exp(x - the block's maximum) takes x's place in the registers when
+  /// the sum is made (program.h's softmax_exp_reuse), and the outputs read it, scaled by exp(the block's
+  /// maximum - the row's), where they would compute exp again.
+  RowKernel(const Gen& g, Hold hold, bool any_k_out, Emitter& e, bool defer = false, bool prefetch = false, bool reuse = false)
       : g_(g), p_(g.p), cached_(hold != Hold::kStream), split_(hold == Hold::kSplit), any_k_out_(any_k_out), e_(e) {
     prefetch_ = split_ && split_prefetches(g, prefetch);
     if (!split_ || !defer) return;
     for (const auto& [m, sum] : softmax_pairs(p_))
       if (g_.live[m] && g_.live[sum]) deferred_[m] = sum, deferred_[sum] = m;
+    if (const auto r = softmax_exp_reuse(p_); reuse && r && deferred_.count(r->max) && deferred_.at(r->max) == r->sum) reuse_ = r;
     for (const auto& [m, sq] : moment_pairs(p_))
       if (g_.live[m] && g_.live[sq] && !deferred_.count(m) && !deferred_.count(sq)) deferred_[m] = sq, deferred_[sq] = m;
   }
@@ -231,8 +235,9 @@ class RowKernel final : public RowSteps {
     const std::string acc = fmt::format("s{}", k);
     e_.linef("float {} = {};", acc, op == 1 ? "-INFINITY" : op == 2 ? "INFINITY" : "0.0f");
     over_row([&] {
-      g_.element({arg}, access(), "c", e_);
+      g_.element({arg}, access(), "c", e_, false, &over_);
       e_.linef("{0} = kfab_combine<{1}>({0}, {2});", acc, op, g_.value(arg));
+      if (reuse_ && k == reuse_->sum) e_.linef("x{}[it * V + v] = e{};  // exp(x - the block's maximum), for the outputs", reuse_->input, reuse_->exp);
     });
     e_.linef("{0} = kfab_group<G, {1}>({0}, red[{2}]);", acc, op, g_.redslot[k]);
     const auto paired = deferred_.find(k);
@@ -244,13 +249,19 @@ class RowKernel final : public RowSteps {
     if (paired != deferred_.end()) {  // the reduction after it: both made the row's at one meeting
       const int m = paired->second;
       issue_prefetch();
-      if (p_.nodes[m].op == "rowmax")
+      if (reuse_ && k == reuse_->sum) e_.linef("const float kfab_mb = r{};  // the block's part's maximum", m);
+      if (p_.nodes[m].op == "rowmax") {
         e_.linef("kfab_split_softmax<B>(&r{0}, &{1}, shares + {2} * s.S, shares + {3} * s.S, s.bar + group, arrivals += s.S, s.S, red[{2}], red[{3}]);",
                  m, acc, g_.redslot[m], g_.redslot[k]);
-      else
+      } else {
         e_.linef("kfab_split_moments<B, V>(&r{0}, &{1}, n, shares + {2} * s.S, shares + {3} * s.S, s.bar + group, arrivals += s.S, s.S, red[{2}], "
                  "red[{3}]);",
                  m, acc, g_.redslot[m], g_.redslot[k]);
+      }
+      if (reuse_ && k == reuse_->sum) {  // from here on exp(x - the row's maximum) is the kept value rescaled
+        e_.linef("const float kfab_rescale = expf(kfab_mb - r{});", m);
+        over_[reuse_->exp] = fmt::format("x{}[it * V + v] * kfab_rescale", reuse_->input);
+      }
     } else if (split_ && is_row_reduction(p_.nodes[k].op)) {
       issue_prefetch();
       e_.linef("{0} = kfab_split_combine<B, {1}>({0}, shares + {2} * s.S, s.bar + group, arrivals += s.S, s.S, red[{2}]);", acc, op, g_.redslot[k]);
@@ -337,7 +348,7 @@ class RowKernel final : public RowSteps {
           e_.line("if (!live) continue;");
           for (int j : eouts) e_.linef("float o{}[V];", j);
           e_.line("#pragma unroll").open("for (int v = 0; v < V; ++v)").line("const int64_t c = c0 + v;");
-          g_.element(output_ids(p_, eouts), access(), "c", e_);
+          g_.element(output_ids(p_, eouts), access(), "c", e_, false, &over_);
           for (int j : eouts) e_.linef("o{}[v] = {};", j, g_.value(p_.outputs[j].second));
           e_.close();
           store_vectors(eouts, "roff + c0", e_);
@@ -364,6 +375,8 @@ class RowKernel final : public RowSteps {
   bool cached_, split_, any_k_out_;
   bool prefetch_ = false, issued_ = false;  // the next row's part copied into shared memory; its copies emitted
   std::map<int, int> deferred_;  // a softmax's row maximum (a layer norm's mean) <-> the reduction after it, combined together
+  std::optional<SoftmaxReuse> reuse_;  // the softmax whose exp takes x's place in the registers
+  std::map<int, std::string> over_;     // values read from the registers rather than computed (Gen::element)
   int combines_ = 0;  // the row's cluster combines so far (the first waits for the whole cluster)
   Emitter& e_;
 };
@@ -540,7 +553,7 @@ Parts rows_parts(const Gen& g, const TemplateParams& tp) {
     e.line("// 16 float4 a thread, and a row of 4M floats then finds half the 256 blocks it needs resident)");
     e.line("template <int B, int G, int V, int IT>");
     e.open("__global__ void __launch_bounds__(B, B <= 256 ? 2 : 1) kfab_rows_split(Args a, int64_t rows, int64_t n, KfabSplit s)");
-    RowKernel(g, Hold::kSplit, false, e, param(tp, "defer", 0) != 0, param(tp, "prefetch", 0) != 0).emit();
+    RowKernel(g, Hold::kSplit, false, e, param(tp, "defer", 0) != 0, param(tp, "prefetch", 0) != 0, param(tp, "reuse", 0) != 0).emit();
     e.close();
     split_launch(g, param(tp, "prefetch", 0) != 0, e);
   }

@@ -234,6 +234,32 @@ std::vector<std::pair<int, int>> softmax_pairs(const Program& p) {
   return paired_reductions(p, "rowmax", [](const PNode& n) { return n.op == "exp" ? n.args[0] : -1; });
 }
 
+std::optional<SoftmaxReuse> softmax_exp_reuse(const Program& p) {
+  for (const auto& [m, s] : softmax_pairs(p)) {
+    const int x = p.nodes[m].args[0], e = p.nodes[s].args[0];
+    if (p.nodes[x].op != "in" || p.nodes[x].cls != VClass::E) continue;
+    // what the outputs and the reductions after the sum read per element: x must not be among it but
+    // through e (a reduction's value is read, not its argument: the maximum m per element is)
+    auto reduction = [&](int k) { return is_row_reduction(p.nodes[k].op) || is_all_reduction(p.nodes[k].op) || is_col_reduction(p.nodes[k].op); };
+    std::vector<bool> seen(p.nodes.size());
+    std::function<bool(int)> reaches_x = [&](int k) {
+      if (k == x) return true;
+      if (k == e || seen[k] || reduction(k)) return false;
+      seen[k] = true;
+      for (int a : p.nodes[k].args)
+        if (reaches_x(a)) return true;
+      return false;
+    };
+    bool alone = true;
+    for (const auto& o : p.outputs) alone = alone && !reaches_x(o.second);
+    for (size_t k = static_cast<size_t>(s) + 1; k < p.nodes.size(); ++k)
+      if (reduction(static_cast<int>(k)))
+        for (int a : p.nodes[k].args) alone = alone && !reaches_x(a);
+    if (alone) return SoftmaxReuse{m, s, e, p.nodes[x].input};
+  }
+  return std::nullopt;
+}
+
 std::vector<std::pair<int, int>> moment_pairs(const Program& p) {
   return paired_reductions(p, "rowmean", [](const PNode& n) { return n.op == "mul" && n.args[0] == n.args[1] ? n.args[0] : -1; });
 }

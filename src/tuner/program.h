@@ -91,6 +91,15 @@ std::optional<Program> fold_row_sums(const Program& p, int acc);
 /// the row's maximum M and sum of s_b exp(m_b - M)), where m and then s took two.
 std::vector<std::pair<int, int>> softmax_pairs(const Program& p);
 
+/// A softmax pair (m, s) of softmax_pairs whose a is a per-element input x that nothing after the sum reads
+/// but through e = exp(x - m) (the outputs, later reductions): e can take x's place in a row kernel's
+/// registers when the sum is made, and the outputs read it from there (scaled by exp(m_b - M) where the
+/// maximum was a block's part's), not compute exp a second time. {m, s, the exp node, x's input index}.
+struct SoftmaxReuse {
+  int max = -1, sum = -1, exp = -1, input = -1;
+};
+std::optional<SoftmaxReuse> softmax_exp_reuse(const Program& p);
+
 /// A layer norm's row mean m and the row mean (or sum) v = rowmean((a - m) * (a - m)) of the same a after
 /// it, with nothing per row between them and m no output: (m, v) node pairs. Split over blocks, each
 /// block brings its part's mean and its sum of squares about it, met once (Chan et al.'s combination:

@@ -175,12 +175,14 @@ std::string Gen::scalar_expr(int k) const {
   return pointwise(p, n, args, lang);
 }
 
-void Gen::element(const std::vector<int>& targets, const Access& access, const std::string& col, Emitter& e, bool hoisted) const {
+void Gen::element(const std::vector<int>& targets, const Access& access, const std::string& col, Emitter& e, bool hoisted,
+                  const std::map<int, std::string>* over) const {
   std::vector<bool> need(p.nodes.size());
   std::function<void(int)> mark = [&](int k) {
     const PNode& n = p.nodes[k];
     if (need[k] || (n.cls != VClass::E && n.cls != VClass::C)) return;
     need[k] = true;
+    if (over != nullptr && over->count(k)) return;
     if (!is_col_reduction(n.op) && !(hoisted && cvslot[k] >= 0))  // read, not computed, per element
       for (int a : n.args) mark(a);
   };
@@ -189,7 +191,9 @@ void Gen::element(const std::vector<int>& targets, const Access& access, const s
     if (!need[k]) continue;
     const PNode& n = p.nodes[k];
     std::string v;
-    if (hoisted && cvslot[k] >= 0) {
+    if (over != nullptr && over->count(k)) {
+      v = over->at(k);
+    } else if (hoisted && cvslot[k] >= 0) {
       v = fmt::format("a.cv[{} * n + {}]", cvslot[k], col);
     } else if (n.op == "in" && p.inputs[n.input].per_channel) {
       v = lang.load(n.input, fmt::format("(row % {}) * n + {}", p.groups, col));

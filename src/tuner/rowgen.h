@@ -5,6 +5,7 @@
 /// (`walk_rows`), and kfab_run's checks of the tensors. Internal to src/tuner/.
 
 #include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -73,7 +74,9 @@ struct Gen {
   /// given the element's input access and its column expression (a column reduction's value is read
   /// from the column workspace a.cs, which the passes before the rows filled).
   /// `hoisted`: the values with a cvslot are read from a.cv, not computed.
-  void element(const std::vector<int>& targets, const Access& access, const std::string& col, Emitter& e, bool hoisted = false) const;
+  /// `over`: nodes whose value is the expression given (their arguments not computed for them).
+  void element(const std::vector<int>& targets, const Access& access, const std::string& col, Emitter& e, bool hoisted = false,
+               const std::map<int, std::string>* over = nullptr) const;
   /// Statements that compute the scalar outputs once the row work is done and store them: `sum(k,
   /// slot, e)` leaves all-reduction k's total (of slot `slot`) in double w<k>; `in_scope(k)` says
   /// whether scalar k is already declared there; `store` prefixes each output's store.

@@ -209,21 +209,28 @@ TEST_F(CudaBuild, RowsLongerThanAClusterGetSplitPointsThatCompile) {
   ASSERT_TRUE(sm.has_value()) << sm.error().message;
   const auto grid = fused_grid(*sm, 393216);
   ASSERT_GE(grid.size(), 3u);
-  EXPECT_TRUE(grid[2].count("split") && grid[3].count("split") && grid[4].count("cluster")) << format_params(grid[4]);
+  EXPECT_TRUE(grid[3].count("split") && grid[4].count("split") && grid[5].count("cluster")) << format_params(grid[5]);
   // the softmax's maximum and sum met at once, the layer norm's mean and squared deviations too: the first
   // two points, which compile, the second copying each block's part of its next row into shared memory
-  // while the row's blocks meet; not for an RMS norm (one reduction)
+  // while the row's blocks meet, and the softmax's third; not for an RMS norm (one reduction)
   const auto lgrid = fused_grid(*ln, 4194304);
   for (const auto& [name, prog, g, call] : std::vector<std::tuple<std::string, const Program*, std::vector<TemplateParams>, std::string>>{
            {"softmax", &*sm, grid, "kfab_split_softmax<B>(&r"}, {"layer_norm", &*ln, lgrid, "kfab_split_moments<B, V>(&r"}}) {
     ASSERT_GE(g.size(), 4u) << name;
     ASSERT_TRUE(g[0].count("defer") && !g[0].count("prefetch")) << name << ": " << format_params(g[0]);
     ASSERT_TRUE(g[1].count("defer") && g[1].count("prefetch")) << name << ": " << format_params(g[1]);
-    for (size_t i = 2; i < g.size(); ++i) EXPECT_FALSE(g[i].count("defer") || g[i].count("prefetch")) << name << ": " << format_params(g[i]);
-    for (size_t i = 0; i < 2; ++i) {
+    // the softmax's third keeps exp(x - the block's maximum) in x's registers for its outputs (reuse)
+    const size_t lead = name == "softmax" ? 3 : 2;
+    if (name == "softmax") {
+      EXPECT_TRUE(g[2].count("defer") && g[2].count("reuse") && !g[2].count("prefetch")) << format_params(g[2]);
+    }
+    for (size_t i = lead; i < g.size(); ++i)
+      EXPECT_FALSE(g[i].count("defer") || g[i].count("prefetch") || g[i].count("reuse")) << name << ": " << format_params(g[i]);
+    for (size_t i = 0; i < lead; ++i) {
       const std::string src = generate_fused_cuda(*prog, g[i], name);
       EXPECT_NE(src.find(call), std::string::npos) << name;
       EXPECT_EQ(src.find("kfab_cp16(kfab_pre") != std::string::npos, i == 1) << name << " " << i;
+      EXPECT_EQ(src.find("* kfab_rescale;") != std::string::npos, i == 2) << name << " " << i;  // the outputs read the kept exp
       EXPECT_NE(src.find(i == 1 ? "constexpr int pre = 1 * B * I * 16;" : "constexpr int pre = 0 * B * I * 16;"), std::string::npos) << name << " " << i;
       const auto f = scratch() / (name + "_split_defer_" + std::to_string(i) + ".cu");
       ASSERT_TRUE(write_file_atomic(f, src).has_value());

@@ -31,6 +31,32 @@ TEST(Program, ClassesFollowTheRowShape) {
 // A softmax's row maximum pairs with the row sum of exp(x - max) after it (a row split over blocks meets
 // once for both); not where the maximum is an output, something per row comes between, or the sum's
 // argument is not exp(x - m) of the maximum's own x.
+// Issue 25: a softmax whose outputs read x only through exp(x - m) can keep exp(x - m) in x's registers
+// for them (softmax_exp_reuse); a log-softmax (x - m read again), an output or a later reduction that reads
+// x does not.
+TEST(Program, ASoftmaxThatReadsXOnlyThroughItsExpCanKeepTheExpInXsPlace) {
+  const std::vector<std::pair<const char*, bool>> cases = {
+      {"m = rowmax(x); e = exp(x - m); y = e / rowsum(e)", true},                  // softmax (level1/23)
+      {"m = rowmax(x); y = exp(x - m) / rowmean(exp(x - m))", true},                // a mean
+      {"m = rowmax(x); y = exp(x - m) / rowsum(exp(x - m)) + m", true},             // m is read, not x
+      {"m = rowmax(x); d = x - m; y = d - log(rowsum(exp(d)))", false},             // log-softmax (level1/24)
+      {"m = rowmax(x); y = exp(x - m) / rowsum(exp(x - m)) + x", false},            // x read per element
+      {"m = rowmax(x); y = exp(x - m) / rowsum(exp(x - m)) * rowsum(x * x)", false},  // a reduction of x after the sum
+  };
+  for (const auto& [text, reuse] : cases) {
+    auto p = parse_program(text, kRowIn, {"y"});
+    ASSERT_TRUE(p.has_value()) << text << ": " << p.error().message;
+    const auto r = softmax_exp_reuse(*p);
+    EXPECT_EQ(r.has_value(), reuse) << text;
+    if (r) {
+      EXPECT_EQ(p->nodes[r->max].op, "rowmax") << text;
+      EXPECT_EQ(p->nodes[r->exp].op, "exp") << text;
+      EXPECT_EQ(p->nodes[r->sum].args[0], r->exp) << text;
+      EXPECT_EQ(r->input, 0) << text;
+    }
+  }
+}
+
 TEST(Program, SoftmaxPairsAreTheMaximumAndItsSum) {
   const std::vector<std::pair<const char*, bool>> cases = {
       {"m = rowmax(x); e = exp(x - m); y = e / rowsum(e)", true},                    // softmax (level1/23)
