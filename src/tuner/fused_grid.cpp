@@ -96,7 +96,7 @@ std::vector<TemplateParams> fused_grid(const Program& p, int64_t n) {
     // maximum) kept in x's registers for the outputs (reuse=1), which compute exp once an element, not
     // twice (level1/23 measured 62% of the copy bandwidth where level1/24's log-softmax, one exp an
     // element, measured 67-71%); third, not yet measured on a GPU.
-    if (!softmax_pairs(p).empty() && softmax_exp_reuse(p)) {
+    if (softmax_exp_reuse(p)) {  // a softmax pair: the first point defers
       TemplateParams reuse = g.front();
       reuse["reuse"] = "1";
       g.insert(g.begin() + std::min<std::ptrdiff_t>(2, static_cast<std::ptrdiff_t>(g.size())), reuse);
