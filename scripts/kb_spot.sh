@@ -30,3 +30,17 @@ build-gpu/kfab bench "$suite" --target cuda --points "$points" --out "$out/bench
 echo "bench exit $?" | tee "$out/summary.txt"
 python3 bench/matmul_table.py "$out/bench/bench.json" --kernelbench "$(cat "$kb/COMMIT" 2>/dev/null)" | tee "$out/table.md"
 python3 bench/points_table.py "$out/bench/bench.json" >"$out/points.md"
+# KFAB_SPOT_PROFILE=1: each winner once more under ncu (kfab eval --profile, the tuning shape, one seed): its
+# DRAM and SM throughput, occupancy, registers and top stall reasons, in profile.txt.
+if [ "${KFAB_SPOT_PROFILE:-0}" = 1 ]; then
+  for f in "$suite"/*.py; do
+    name=$(basename "$f" .py)
+    for best in "$out/bench/runs/$name"*/best.cu; do
+      [ -f "$best" ] || continue
+      echo "== $name" >>"$out/profile.txt"
+      build-gpu/kfab eval "$f" "$best" --target cuda --profile --no-heldout --seeds 1 --no-compile --no-end-to-end \
+        --no-store -q >>"$out/profile.txt" 2>&1
+    done
+  done
+  grep -E "^(==|profile)" "$out/profile.txt"
+fi
