@@ -30,17 +30,27 @@ build-gpu/kfab bench "$suite" --target cuda --points "$points" --out "$out/bench
 echo "bench exit $?" | tee "$out/summary.txt"
 python3 bench/matmul_table.py "$out/bench/bench.json" --kernelbench "$(cat "$kb/COMMIT" 2>/dev/null)" | tee "$out/table.md"
 python3 bench/points_table.py "$out/bench/bench.json" >"$out/points.md"
-# KFAB_SPOT_PROFILE=1: each winner once more under ncu (kfab eval --profile, the tuning shape, one seed): its
-# DRAM and SM throughput, occupancy, registers and top stall reasons, in profile.txt.
+# KFAB_SPOT_PROFILE=1: each winner's exported ModelNew called on the problem's inputs (scripts/kb_ncu.py)
+# under ncu, its second call's kernels whose names start kfab_: duration, DRAM, SM, L1 and L2 throughput,
+# occupancy, registers and the stall reasons (cycles a warp waits per instruction issued), in profile.txt.
+# (kfab eval --profile takes native tasks only.) Clocks are not set (--clock-control none).
 if [ "${KFAB_SPOT_PROFILE:-0}" = 1 ]; then
+  metrics=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,dram__bytes_write.sum
+  metrics+=,sm__throughput.avg.pct_of_peak_sustained_elapsed,l1tex__throughput.avg.pct_of_peak_sustained_elapsed
+  metrics+=,lts__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active
+  metrics+=,smsp__issue_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,launch__grid_size
+  for st in long_scoreboard short_scoreboard barrier mio_throttle lg_throttle wait membar drain no_instruction branch_resolving; do
+    metrics+=,smsp__average_warps_issue_stalled_${st}_per_issue_active.ratio
+  done
   for f in "$suite"/*.py; do
     name=$(basename "$f" .py)
     for best in "$out/bench/runs/$name"*/best.cu; do
       [ -f "$best" ] || continue
       echo "== $name" >>"$out/profile.txt"
-      build-gpu/kfab eval "$f" "$best" --target cuda --profile --no-heldout --seeds 1 --no-compile --no-end-to-end \
-        --no-store -q >>"$out/profile.txt" 2>&1
+      build-gpu/kfab export "$best" --task "$f" --modelnew "$out/modelnew_$name.py" >>"$out/profile.txt" 2>&1 || continue
+      ncu --clock-control none -k regex:kfab_ --launch-skip 1 --launch-count 2 --metrics "$metrics" \
+        python3 scripts/kb_ncu.py "$f" "$out/modelnew_$name.py" 2 >>"$out/profile.txt" 2>&1
     done
   done
-  grep -E "^(==|profile)" "$out/profile.txt"
+  grep -E "^==|kfab_|duration|throughput|warps_active|issue_active|registers|stalled|bytes" "$out/profile.txt" | head -200
 fi

@@ -675,4 +675,11 @@ std::string TorchHarness::bytes_bound_missing_for(double b) const {
                      b / 1e6, static_cast<double>(llc) / 1e6);
 }
 
+void TorchHarness::after_timing(Verdict& v) {
+  if (opt_ == nullptr || !opt_->profile) return;
+  v.profile = {{"error",
+                "kfab eval --profile profiles native tasks only; for a KernelBench-format task export the ModelNew (kfab export) and run "
+                "it under ncu (the repository's scripts/kb_ncu.py)"}};
+}
+
 }  // namespace kfab

@@ -70,6 +70,8 @@ class TorchHarness final : public Harness {
   void end() override;
   void finish(Verdict& v) override;
   void keep_workers() override { keep_workers_ = true; }
+  /// --profile: not taken for KernelBench-format tasks (a clear message in the verdict, not silence).
+  void after_timing(Verdict& v) override;
 
   /// The tolerance every output was held to (the worker's tolerance_used).
   std::optional<Tolerance> tolerance_of(const nlohmann::json& errors) const override;

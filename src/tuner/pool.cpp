@@ -115,22 +115,43 @@ int64_t pool_tile_bytes(const Task& t, int R, int TW) {
   return 4 * op_param(t, "kd", 1) * rows * ((span + 6) / 4 * 4);  // pool.h's KfabPoolTile::SIZE
 }
 
+// The registers kfab_pool_slide loads for OPT outputs of a 1-D window (at the most: a lead of 3).
+int64_t pool_slide_values(const Task& t, int opt) {
+  const int64_t span = (opt - 1) * op_param(t, "sw", 1) + (op_param(t, "kw", 1) - 1) * (op_param(t, "max", 0) ? op_param(t, "dw", 1) : 1) + 1;
+  return (3 + span + 3) / 4 * 4;
+}
+
 std::vector<TemplateParams> pool_cuda_grid(const Task& t) {
   std::vector<TemplateParams> g, tiles;
+  const bool reuse = pool_row_reuse(t, 4) >= 1.5;
   // 8 rows first: on an H200 (session 17, tree 1280df5) level1/42 measured 3.108 ms with 8 rows of 1 output a
-  // thread, 3.387 ms with 4 rows of 2, 4.113 ms with a tile of 16 rows; then 16 rows (not yet measured)
-  if (pool_row_reuse(t, 4) >= 1.5)
-    g = {{{"block", "128"}, {"outputs", "1"}, {"rows", "8"}}, {{"block", "128"}, {"outputs", "1"}, {"rows", "16"}}, {{"block", "128"}, {"outputs", "2"}, {"rows", "4"}}};
+  // thread, 3.387 ms with 4 rows of 2, 4.113 ms with a tile of 16 rows; with 16 rows 4.120 ms (session 18)
+  if (reuse) g = {{{"block", "128"}, {"outputs", "1"}, {"rows", "8"}}, {{"block", "128"}, {"outputs", "2"}, {"rows", "4"}}};
   for (const auto& [b, o] : std::vector<std::pair<const char*, const char*>>{{"128", "4"}, {"128", "8"}, {"256", "4"}, {"64", "8"}, {"256", "2"}, {"512", "1"}})
     g.push_back({{"block", b}, {"outputs", o}});
-  // 1-D windows: tiles first, the most outputs a block first. On an H200 (session 17, tree 1280df5) level1/41
-  // measured 2.085 ms staged by 256 threads of 16 outputs, 2.744 ms of 4, 2.963 ms unstaged (128 x 4); level1/44
-  // 1.659, 2.213 and 2.445 ms: the staging's barrier and latency paid once a tile. 32 outputs a thread (a 33 KB
-  // tile for 41) not yet measured.
+  // `slide` 1 without a tile (2-D windows): a thread's outputs consecutive along its rows, each
+  // row's values they read loaded once into registers, a float4 at a time where the row allows (pool.h's
+  // kfab_pool_rows_slide). First where 4 consecutive outputs load at most 2/3 of the values they would each
+  // on its own (level1/42's 4 taps at stride 1: 7 for 4 outputs) and rows are reused, else second; not yet
+  // measured. (Not offered for 3-D windows: a 3-D max spilled 128 bytes a thread with 4 rows of 4.)
+  if (op_param(t, "nd", 2) == 2) {
+    const int64_t kw = op_param(t, "kw", 1), sw = op_param(t, "sw", 1), dw = op_param(t, "max", 0) ? op_param(t, "dw", 1) : 1;
+    const bool wide = 3 * (3 * sw + (kw - 1) * dw + 1) <= 2 * 4 * kw;
+    const std::vector<TemplateParams> slides = {{{"block", "128"}, {"outputs", "4"}, {"rows", reuse ? "4" : "1"}, {"slide", "1"}},
+                                                {{"block", "128"}, {"outputs", "4"}, {"rows", reuse ? "8" : "2"}, {"slide", "1"}}};
+    g.insert(wide && reuse ? g.begin() : g.begin() + 1, slides.begin(), slides.end());
+  }
+  // 1-D windows: tiles first. On an H200 (session 18, tree b661336) level1/41 measured 2.096 ms staged by 256
+  // threads of 16 outputs, 2.573 ms of 32, 2.743 ms of 4, 2.962 ms unstaged (128 x 4); level1/44 1.663, 2.418,
+  // 2.213 and 2.444 ms. Each output read its taps from shared memory; `slide` 1 (a thread's outputs
+  // consecutive, the values they read loaded into registers a float4 at a time: pool.h's kfab_pool_slide),
+  // offered first where a thread's values fit 64 registers, not yet measured.
   if (op_param(t, "nd", 2) == 1) {
-    for (const auto& [b, o] : std::vector<std::array<int, 2>>{{256, 32}, {256, 16}, {256, 4}})
-      if (pool_tile_bytes(t, 1, b * o) <= 40 * 1024)
-        tiles.push_back({{"block", std::to_string(b)}, {"outputs", std::to_string(o)}, {"rows", "1"}, {"tile", "1"}});
+    for (const auto& [b, o, slide] : std::vector<std::array<int, 3>>{{256, 16, 1}, {256, 16, 0}, {256, 8, 1}, {256, 4, 0}}) {
+      if (pool_tile_bytes(t, 1, b * o) > 40 * 1024 || (slide && pool_slide_values(t, o) > 64)) continue;
+      tiles.push_back({{"block", std::to_string(b)}, {"outputs", std::to_string(o)}, {"rows", "1"}, {"tile", "1"}});
+      if (slide) tiles.back()["slide"] = "1";
+    }
     g.insert(g.begin(), tiles.begin(), tiles.end());
   }
   return g;
@@ -141,11 +162,12 @@ std::string pool_cuda_generate(const Task& t, const TemplateParams& p) {
   s += fmt::format(R"(
 constexpr int B = {}, OPT = {}, R = {};  // threads per block; outputs a thread along the row, times R down the column
 constexpr bool TILE = {};  // a block's outputs' input staged through shared memory
+constexpr bool SLIDE = {};  // a thread's outputs consecutive along the row, the values they read in registers
 #define KFAB_INLINE __device__ __forceinline__
 #define KFAB_LOAD(p) __ldg(p)
 )",
                    p.at("block"), p.count("outputs") ? p.at("outputs") : "1", p.count("rows") ? p.at("rows") : "1",
-                   p.count("tile") && p.at("tile") == "1" ? "true" : "false");
+                   p.count("tile") && p.at("tile") == "1" ? "true" : "false", p.count("slide") && p.at("slide") == "1" ? "true" : "false");
   s += pool_constants(t);
   s += template_text("pool.h");
   s += R"(
@@ -166,14 +188,48 @@ __global__ void __launch_bounds__(B) kfab_pool_kernel(const float* __restrict__ 
   float o[OPT][R];
   if constexpr (TL) {
     constexpr int TW = OPT * B;
-    static_assert(!TL || KfabPoolTile<R, TW>::SIZE * 4 <= 48 * 1024, "a tile's input fits static shared memory");
-    __shared__ __align__(16) float tile[TL ? KfabPoolTile<R, TW>::SIZE : 4];
+    // with SLIDE the tile then holds the block's outputs, one float skipped every 32 (no bank conflicts
+    // when a thread writes its consecutive outputs, nor when the block reads them B apart)
+    constexpr int64_t TS = KfabPoolTile<R, TW>::SIZE, OS = SLIDE ? TW + TW / 32 : 0, SIZE = TS > OS ? TS : OS;
+    static_assert(!TL || SIZE * 4 <= 48 * 1024, "a tile's input fits static shared memory");
+    static_assert(!TL || !SLIDE || (R == 1 && KD == 1 && KH == 1 && OPT % 4 == 0), "a sliding window in a tile is for 1-D windows");
+    __shared__ __align__(16) float tile[TL ? SIZE : 4];
     const int64_t tw0 = static_cast<int64_t>(blockIdx.x) * TW;
     const int lead = kfab_pool_stage<R, TW, B>(tile, v, D, H, W, od * SD - PD, oh0 * SH - PH, tw0 * SW - PW);
     __syncthreads();
+    if constexpr (SLIDE) {
+      // a float4 staging's lead: tw0 * SW is a multiple of 4 (TW is), so the same in every block
+      constexpr int LV4 = static_cast<int>((4 - PW % 4) % 4);
+      const int col0 = static_cast<int>(threadIdx.x) * OPT;
+      float s[OPT];
+      if (lead == LV4) kfab_pool_slide<OPT, LV4>(tile, col0, v, W, tw0 + col0, s);
+      else kfab_pool_slide<OPT, 0>(tile, col0, v, W, tw0 + col0, s);
+      __syncthreads();
 #pragma unroll
-    for (int k = 0; k < OPT; ++k)
-      if (ow0 + k * B < OW) kfab_pool_tile_out<R, TW>(tile + lead, threadIdx.x + k * B, v, D, H, W, OH, od, oh0, ow0 + k * B, o[k]);
+      for (int k = 0; k < OPT; ++k) tile[col0 + k + (col0 + k) / 32] = s[k];
+      __syncthreads();
+#pragma unroll
+      for (int k = 0; k < OPT; ++k) {
+        const int e = static_cast<int>(threadIdx.x) + k * B;
+        o[k][0] = tile[e + e / 32];
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < OPT; ++k)
+        if (ow0 + k * B < OW) kfab_pool_tile_out<R, TW>(tile + lead, threadIdx.x + k * B, v, D, H, W, OH, od, oh0, ow0 + k * B, o[k]);
+    }
+  } else if constexpr (SLIDE) {
+    // a thread's OPT outputs consecutive along each of its R rows; LEAD as kfab_pool_rows_slide takes it
+    constexpr int LEAD = (OPT * SW) % 4 == 0 ? static_cast<int>((4 - PW % 4) % 4) : -1;
+    const int64_t first = static_cast<int64_t>(blockIdx.x) * OPT * B + static_cast<int64_t>(threadIdx.x) * OPT;
+    float s[R * OPT];
+    kfab_pool_rows_slide<R, OPT, LEAD>(v, D, H, W, OH, OW, od, oh0, first, s);
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int k = 0; k < OPT; ++k)
+        if (first + k < OW && oh0 + r < OH) yr[r * OW + first + k] = s[r * OPT + k];
+    return;
   } else {
 #pragma unroll
     for (int k = 0; k < OPT; ++k)

@@ -154,4 +154,46 @@ TEST_F(KbGpu, TheTunerFoldsARowSumOfTheProductAndItPasses) {
   EXPECT_EQ(heldout, 1) << j["verdict"].dump(2);
 }
 
+// Issue 25: the pooling template's first points (a sliding window in registers, a staged tile, rows
+// reused down the column) pass on the GPU where each takes another path: rows read a float at a time (odd
+// lengths) or a float4 at a time from a lead of 0 or 3 (the padding), a maximum (dilated) and an average
+// (whose windows at the edges divide by their own counts).
+TEST_F(KbGpu, ThePoolingTemplatesPointsPass) {
+  struct Case {
+    const char* name;
+    const char* module;
+    const char* input;
+  };
+  const Case cases[] = {
+      {"max1d_odd", "nn.MaxPool1d(kernel_size=8, stride=1, padding=4, dilation=3)", "4, 8, 4099"},
+      {"max1d_lead3", "nn.MaxPool1d(kernel_size=8, stride=1, padding=1, dilation=3)", "4, 8, 4096"},
+      {"avg1d", "nn.AvgPool1d(kernel_size=8, stride=1, padding=4)", "4, 8, 8192"},
+      {"max2d_lead3", "nn.MaxPool2d(kernel_size=4, stride=1, padding=1)", "2, 4, 64, 68"},
+      {"avg2d_odd", "nn.AvgPool2d(kernel_size=4, stride=1, padding=1)", "2, 4, 61, 66"},
+  };
+  for (const Case& c : cases) {
+    const auto file = scratch() / (std::string("pool_") + c.name + ".py");
+    ASSERT_TRUE(write_file_atomic(file, std::string("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+                                                    "    def __init__(self):\n        super().__init__()\n        self.pool = ") +
+                                            c.module + "\n\n    def forward(self, x):\n        return self.pool(x)\n\n\n"
+                                            "def get_inputs():\n    return [torch.randn(" + c.input + ")]\n\n\n"
+                                            "def get_init_inputs():\n    return []\n")
+                    .has_value());
+    CliResult r = kfab_cli({"optimize", file.string(), "--target", "cuda", "--fresh", "--points", "2", "--json", "--quiet", "--no-compile",
+                            "--out", (scratch() / (std::string("pool-") + c.name)).string()},
+                           600);
+    ASSERT_TRUE(r.status.exited) << c.name << ": " << r.status.describe() << r.err;
+    nlohmann::json j = r.json();
+    EXPECT_EQ(j["tuner"].value("template", ""), "cuda_pool") << c.name << "\n" << r.out;
+    ASSERT_TRUE(j.contains("points") && j["points"].size() == 2u) << c.name << "\n" << r.out << r.err;
+    int slides = 0;
+    for (const auto& point : j["points"]) {
+      EXPECT_EQ(point["disposition"], "passed") << c.name << " " << point.dump();
+      slides += point["params"].value("slide", "") == "1";
+    }
+    EXPECT_GE(slides, 1) << c.name << "\n" << j["points"].dump(2);
+    EXPECT_EQ(r.status.code, 0) << c.name << "\n" << r.out << r.err;
+  }
+}
+
 }  // namespace kfab::test

@@ -120,6 +120,15 @@ TEST_F(KbEval, ModelNewAndPlainRunCandidatesPass) {
   }
 }
 
+// --profile on a KernelBench-format task: the verdict says why there is no profile and what to run instead.
+TEST_F(KbEval, AProfileOfAKernelBenchTaskSaysWhyNot) {
+  CliResult r = eval(kb_fixture("modelnew_ok.py"), {"--no-compile", "--no-end-to-end", "--profile"});
+  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  const nlohmann::json j = r.json();
+  ASSERT_TRUE(j.contains("profile") && j["profile"].is_object()) << j.dump();
+  EXPECT_NE(j["profile"].value("error", "").find("native tasks only"), std::string::npos) << j["profile"].dump();
+}
+
 TEST_F(KbEval, BrokenPythonCandidatesGetTheirDispositionAndKfabGoesOn) {
   struct Case {
     const char* file;
