@@ -125,29 +125,20 @@ std::vector<TemplateParams> pool_cuda_grid(const Task& t) {
   std::vector<TemplateParams> g, tiles;
   const bool reuse = pool_row_reuse(t, 4) >= 1.5;
   // 8 rows first: on an H200 (session 17, tree 1280df5) level1/42 measured 3.108 ms with 8 rows of 1 output a
-  // thread, 3.387 ms with 4 rows of 2, 4.113 ms with a tile of 16 rows; with 16 rows 4.120 ms (session 18)
+  // thread, 3.387 ms with 4 rows of 2, 4.113 ms with a tile of 16 rows; with 16 rows 4.120 ms (session 18). With
+  // 4 consecutive outputs a thread on 4 or 8 rows, each shared row's 7 values loaded once into registers (two
+  // float4), 4.516 and 7.172 ms (session 18, tree ebfba66; not kept: a warp's stores 16 bytes apart).
   if (reuse) g = {{{"block", "128"}, {"outputs", "1"}, {"rows", "8"}}, {{"block", "128"}, {"outputs", "2"}, {"rows", "4"}}};
   for (const auto& [b, o] : std::vector<std::pair<const char*, const char*>>{{"128", "4"}, {"128", "8"}, {"256", "4"}, {"64", "8"}, {"256", "2"}, {"512", "1"}})
     g.push_back({{"block", b}, {"outputs", o}});
-  // `slide` 1 without a tile (2-D windows): a thread's outputs consecutive along its rows, each
-  // row's values they read loaded once into registers, a float4 at a time where the row allows (pool.h's
-  // kfab_pool_rows_slide). First where 4 consecutive outputs load at most 2/3 of the values they would each
-  // on its own (level1/42's 4 taps at stride 1: 7 for 4 outputs) and rows are reused, else second; not yet
-  // measured. (Not offered for 3-D windows: a 3-D max spilled 128 bytes a thread with 4 rows of 4.)
-  if (op_param(t, "nd", 2) == 2) {
-    const int64_t kw = op_param(t, "kw", 1), sw = op_param(t, "sw", 1), dw = op_param(t, "max", 0) ? op_param(t, "dw", 1) : 1;
-    const bool wide = 3 * (3 * sw + (kw - 1) * dw + 1) <= 2 * 4 * kw;
-    const std::vector<TemplateParams> slides = {{{"block", "128"}, {"outputs", "4"}, {"rows", reuse ? "4" : "1"}, {"slide", "1"}},
-                                                {{"block", "128"}, {"outputs", "4"}, {"rows", reuse ? "8" : "2"}, {"slide", "1"}}};
-    g.insert(wide && reuse ? g.begin() : g.begin() + 1, slides.begin(), slides.end());
-  }
   // 1-D windows: tiles first. On an H200 (session 18, tree b661336) level1/41 measured 2.096 ms staged by 256
   // threads of 16 outputs, 2.573 ms of 32, 2.743 ms of 4, 2.962 ms unstaged (128 x 4); level1/44 1.663, 2.418,
-  // 2.213 and 2.444 ms. Each output read its taps from shared memory; `slide` 1 (a thread's outputs
-  // consecutive, the values they read loaded into registers a float4 at a time: pool.h's kfab_pool_slide),
-  // offered first where a thread's values fit 64 registers, not yet measured.
+  // 2.213 and 2.444 ms. Each output reads its taps from shared memory; with `slide` 1 (a thread's outputs
+  // consecutive, the values they read loaded into registers a float4 at a time: pool.h's kfab_pool_slide;
+  // where they fit 64 registers) 41 measured 2.303 ms with 16 outputs a thread and 2.437 ms with 8, 44 1.619 ms
+  // and 1.707 ms (session 18, tree ebfba66): second.
   if (op_param(t, "nd", 2) == 1) {
-    for (const auto& [b, o, slide] : std::vector<std::array<int, 3>>{{256, 16, 1}, {256, 16, 0}, {256, 8, 1}, {256, 4, 0}}) {
+    for (const auto& [b, o, slide] : std::vector<std::array<int, 3>>{{256, 16, 0}, {256, 16, 1}, {256, 4, 0}}) {
       if (pool_tile_bytes(t, 1, b * o) > 40 * 1024 || (slide && pool_slide_values(t, o) > 64)) continue;
       tiles.push_back({{"block", std::to_string(b)}, {"outputs", std::to_string(o)}, {"rows", "1"}, {"tile", "1"}});
       if (slide) tiles.back()["slide"] = "1";
@@ -162,7 +153,7 @@ std::string pool_cuda_generate(const Task& t, const TemplateParams& p) {
   s += fmt::format(R"(
 constexpr int B = {}, OPT = {}, R = {};  // threads per block; outputs a thread along the row, times R down the column
 constexpr bool TILE = {};  // a block's outputs' input staged through shared memory
-constexpr bool SLIDE = {};  // a thread's outputs consecutive along the row, the values they read in registers
+constexpr bool SLIDE = {};  // 1-D tiles: a thread's outputs consecutive, the values they read in registers
 #define KFAB_INLINE __device__ __forceinline__
 #define KFAB_LOAD(p) __ldg(p)
 )",
@@ -192,7 +183,7 @@ __global__ void __launch_bounds__(B) kfab_pool_kernel(const float* __restrict__ 
     // when a thread writes its consecutive outputs, nor when the block reads them B apart)
     constexpr int64_t TS = KfabPoolTile<R, TW>::SIZE, OS = SLIDE ? TW + TW / 32 : 0, SIZE = TS > OS ? TS : OS;
     static_assert(!TL || SIZE * 4 <= 48 * 1024, "a tile's input fits static shared memory");
-    static_assert(!TL || !SLIDE || (R == 1 && KD == 1 && KH == 1 && OPT % 4 == 0), "a sliding window in a tile is for 1-D windows");
+    static_assert(!SLIDE || (TL && R == 1 && KD == 1 && KH == 1 && OPT % 4 == 0), "a sliding window is for 1-D tiles");
     __shared__ __align__(16) float tile[TL ? SIZE : 4];
     const int64_t tw0 = static_cast<int64_t>(blockIdx.x) * TW;
     const int lead = kfab_pool_stage<R, TW, B>(tile, v, D, H, W, od * SD - PD, oh0 * SH - PH, tw0 * SW - PW);
@@ -218,18 +209,6 @@ __global__ void __launch_bounds__(B) kfab_pool_kernel(const float* __restrict__ 
       for (int k = 0; k < OPT; ++k)
         if (ow0 + k * B < OW) kfab_pool_tile_out<R, TW>(tile + lead, threadIdx.x + k * B, v, D, H, W, OH, od, oh0, ow0 + k * B, o[k]);
     }
-  } else if constexpr (SLIDE) {
-    // a thread's OPT outputs consecutive along each of its R rows; LEAD as kfab_pool_rows_slide takes it
-    constexpr int LEAD = (OPT * SW) % 4 == 0 ? static_cast<int>((4 - PW % 4) % 4) : -1;
-    const int64_t first = static_cast<int64_t>(blockIdx.x) * OPT * B + static_cast<int64_t>(threadIdx.x) * OPT;
-    float s[R * OPT];
-    kfab_pool_rows_slide<R, OPT, LEAD>(v, D, H, W, OH, OW, od, oh0, first, s);
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int k = 0; k < OPT; ++k)
-        if (first + k < OW && oh0 + r < OH) yr[r * OW + first + k] = s[r * OPT + k];
-    return;
   } else {
 #pragma unroll
     for (int k = 0; k < OPT; ++k)

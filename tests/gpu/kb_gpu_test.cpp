@@ -154,10 +154,11 @@ TEST_F(KbGpu, TheTunerFoldsARowSumOfTheProductAndItPasses) {
   EXPECT_EQ(heldout, 1) << j["verdict"].dump(2);
 }
 
-// Issue 25: the pooling template's first points (a sliding window in registers, a staged tile, rows
-// reused down the column) pass on the GPU where each takes another path: rows read a float at a time (odd
-// lengths) or a float4 at a time from a lead of 0 or 3 (the padding), a maximum (dilated) and an average
-// (whose windows at the edges divide by their own counts).
+// Issue 25: the pooling template's first points (1-D: a staged tile, a sliding window in registers; 2-D:
+// rows reused down the column) pass on the GPU where each takes another path: rows read a float at a time
+// (odd lengths) or a float4 at a time from a lead of 0 or 3 (the padding), a maximum (dilated) and an
+// average (whose windows at the edges divide by their own counts). At these small sizes torch eager is
+// faster (kfab optimize exits 4: correct, not faster), which is not what this checks.
 TEST_F(KbGpu, ThePoolingTemplatesPointsPass) {
   struct Case {
     const char* name;
@@ -191,8 +192,8 @@ TEST_F(KbGpu, ThePoolingTemplatesPointsPass) {
       EXPECT_EQ(point["disposition"], "passed") << c.name << " " << point.dump();
       slides += point["params"].value("slide", "") == "1";
     }
-    EXPECT_GE(slides, 1) << c.name << "\n" << j["points"].dump(2);
-    EXPECT_EQ(r.status.code, 0) << c.name << "\n" << r.out << r.err;
+    EXPECT_EQ(slides, std::string(c.module).find("1d") != std::string::npos ? 1 : 0) << c.name << "\n" << j["points"].dump(2);
+    EXPECT_TRUE(r.status.code == 0 || r.status.code == 4) << c.name << "\n" << r.out << r.err;
   }
 }
 

@@ -138,75 +138,6 @@ KFAB_INLINE void kfab_pool_rows(const float* __restrict__ vol, int64_t D, int64_
   for (int r = 0; r < R; ++r) o[r] = MAX ? acc[r] : acc[r] / div;
 }
 
-// R x OPT outputs of one volume: output rows oh0 .. oh0 + R - 1 (as kfab_pool_rows), each at the OPT
-// consecutive columns ow0 .. ow0 + OPT - 1, into o[R * OPT] (row-major). Where all the windows lie wholly
-// inside the input, each input row they share is loaded once, the OPT windows' columns along it at once,
-// a float4 at a time where the row allows (W a multiple of 4, the volume 16-byte aligned; LEAD: where
-// (ow0 * SW - PW) % 4 is known, the whole block's, else -1), into registers; each output takes its taps
-// from there in kfab_pool's order (so the same values). level1/42's 4 x 4 window at stride 1: 7 rows of
-// 7 values (two float4) for 4 x 4 outputs, against 7 rows of 4 loads for 4 outputs down one column.
-// Elsewhere output by output.
-template <int R, int OPT, int LEAD>
-KFAB_INLINE void kfab_pool_rows_slide(const float* __restrict__ vol, int64_t D, int64_t H, int64_t W, int64_t OH, int64_t OW, int64_t od, int64_t oh0,
-                                      int64_t ow0, float* o) {
-  constexpr int64_t DDe = MAX ? DD : 1, DHe = MAX ? DH : 1, DWe = MAX ? DW : 1;  // an average has no dilation
-  constexpr int64_t ROWS = (R - 1) * SH + (KH - 1) * DHe + 1, ST = (OPT - 1) * SW + (KW - 1) * DWe + 1;
-  const int64_t ds = od * SD - PD, hs = oh0 * SH - PH, ws = ow0 * SW - PW;
-  if (oh0 + R > OH || ow0 + OPT > OW || ds < 0 || hs < 0 || ws < 0 || ds + (KD - 1) * DDe >= D || hs + ROWS > H || ws + ST > W) {
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int k = 0; k < OPT; ++k) o[r * OPT + k] = oh0 + r < OH && ow0 + k < OW ? kfab_pool(vol, D, H, W, od, oh0 + r, ow0 + k) : 0.0f;
-    return;
-  }
-  constexpr int L = LEAD < 0 ? 0 : LEAD, NV = static_cast<int>((L + ST + 3) / 4);
-  const bool v4 = LEAD >= 0 && W % 4 == 0 && (reinterpret_cast<uintptr_t>(vol) & 15) == 0;
-  float acc[R * OPT];
-#pragma unroll
-  for (int i = 0; i < R * OPT; ++i) acc[i] = MAX ? -INFINITY : 0.0f;
-  const float* p = vol + (ds * H + hs) * W + ws;
-#pragma unroll
-  for (int64_t a = 0; a < KD; ++a)
-#pragma unroll
-    for (int64_t j = 0; j < ROWS; ++j) {
-      bool used = false;
-#pragma unroll
-      for (int r = 0; r < R; ++r) used = used || kfab_row_of(j, r, SH, DHe, KH);
-      if (!used) continue;
-      const float* row = p + (a * DDe * H + j) * W;
-      float v[4 * NV];
-      if (v4) {  // the row's float4 from the multiple of 4 at or before ws (L floats before it), all inside the row
-#pragma unroll
-        for (int q = 0; q < NV; ++q) {
-          const float4 f = __ldg(reinterpret_cast<const float4*>(row - L) + q);
-          v[4 * q] = f.x, v[4 * q + 1] = f.y, v[4 * q + 2] = f.z, v[4 * q + 3] = f.w;
-        }
-      } else {
-#pragma unroll
-        for (int i = 0; i < 4 * NV; ++i) v[i] = i >= L && i < L + ST ? KFAB_LOAD(row - L + i) : 0.0f;
-      }
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        if (!kfab_row_of(j, r, SH, DHe, KH)) continue;
-#pragma unroll
-        for (int k = 0; k < OPT; ++k)
-#pragma unroll
-          for (int64_t c = 0; c < KW; ++c) {
-            const float x = v[L + k * SW + c * DWe];
-            float& m = acc[r * OPT + k];
-            if constexpr (MAX) {
-              if (x > m || x != x) m = x;
-            } else {
-              m += x;
-            }
-          }
-      }
-    }
-  constexpr float div = static_cast<float>(DIVISOR != 0 ? DIVISOR : KD * KH * KW);
-#pragma unroll
-  for (int i = 0; i < R * OPT; ++i) o[i] = MAX ? acc[i] : acc[i] / div;
-}
-
 // A block's tile of outputs staged through shared memory (kfab_pool_tile_kernel): R output rows of TW
 // outputs at (volume, od), from the KD window planes' ROWS x SPAN input values they read, loaded once
 // with neighbouring threads on neighbouring columns (coalesced, each value once however many windows
@@ -316,7 +247,8 @@ __device__ __forceinline__ void kfab_pool_tile_out(const float* tile, int64_t co
 // from registers: the values their windows read loaded from shared memory a float4 at a time (from the
 // tile row's start, `tile`; LEAD its lead, the same for every block of a launch), then each output's taps
 // taken from those registers in kfab_pool's order (so the same values). The tile's outputs B apart each
-// read their KW taps from shared memory: level1/41's 8 taps, 8 loads an output, now about 0.6.
+// read their KW taps from shared memory: level1/41's 8 taps, 8 loads an output, here about 0.6 (faster on
+// level1/44, slower on 41: tuner/pool.cpp).
 // An average's window that reaches outside the input is computed by kfab_pool from global memory.
 template <int OPT, int LEAD>
 __device__ __forceinline__ void kfab_pool_slide(const float* tile, int col0, const float* __restrict__ vol, int64_t W, int64_t ow0, float* o) {
