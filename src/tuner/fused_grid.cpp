@@ -92,6 +92,15 @@ std::vector<TemplateParams> fused_grid(const Program& p, int64_t n) {
       first["prefetch"] = "1";
       g.insert(g.begin() + 1, first);
     }
+    // A per-column float input (a layer norm's weight): the first point again, each block keeping its part
+    // of it in shared memory for the whole run (colsm=1: its columns are the same on every row), second. On
+    // an H200 (session 18, ncu) level1/40's first point read 492 MB from DRAM where 300 MB is the least:
+    // L2 kept its 32 MB of weight and bias (evict_last) only in part. Not yet measured.
+    if (first_column_input(p) >= 0) {
+      TemplateParams kept = g.front();
+      kept["colsm"] = "1";
+      g.insert(g.begin() + 1, kept);
+    }
     // A softmax whose outputs read x only through exp(x - m): the defer point with exp(x - the block's
     // maximum) kept in x's registers for the outputs (reuse=1), which compute exp once an element, not
     // twice: first. On an H200 (session 18, tree b661336, a search of 4 points) level1/23 measured 4.301 ms

@@ -150,6 +150,10 @@ enum class Hold { kCached, kSplit, kStream };
 // row reduction (whose first meeting comes after every value of the row was read: RowKernel's issue_prefetch).
 bool split_prefetches(const Gen& g, bool asked) { return asked && g.e_inputs().size() == 1 && g.n_red > 0; }
 
+// The node of the per-column input a split row kernel asked to keep in shared memory (`colsm`) keeps
+// there (program.h's first_column_input); -1 where none or not asked.
+int split_kept_column(const Gen& g, bool asked) { return asked ? first_column_input(g.p) : -1; }
+
 // A row kernel's body.
 class RowKernel final : public RowSteps {
  public:
@@ -160,10 +164,18 @@ class RowKernel final : public RowSteps {
   /// their outputs, where each turn otherwise loads its part only after the last one's meeting.
   /// `reuse` (with `defer`): a softmax's exp(x - the block's maximum) takes x's place in the registers when
   /// the sum is made (program.h's softmax_exp_reuse), and the outputs read it, scaled by exp(the block's
-  /// maximum - the row's), where they would compute exp again.
-  RowKernel(const Gen& g, Hold hold, bool any_k_out, Emitter& e, bool defer = false, bool prefetch = false, bool reuse = false)
+  /// maximum - the row's), where they would compute exp again. `colsm` (split rows read a float4 at a time,
+  /// not with `prefetch`): the block's part of a per-column input (split_kept_column) is copied into shared
+  /// memory once, before the first row, and read from there by every row: a block's columns are the same on
+  /// every row, where L2 kept level1/40's 32 MB of weight and bias only in part (ncu: 192 MB read again).
+  RowKernel(const Gen& g, Hold hold, bool any_k_out, Emitter& e, bool defer = false, bool prefetch = false, bool reuse = false,
+            bool colsm = false)
       : g_(g), p_(g.p), cached_(hold != Hold::kStream), split_(hold == Hold::kSplit), any_k_out_(any_k_out), e_(e) {
     prefetch_ = split_ && split_prefetches(g, prefetch);
+    kept_ = split_ && !prefetch_ ? split_kept_column(g, colsm) : -1;
+    if (kept_ >= 0)
+      over_[kept_] = fmt::format("(V == 4 ? reinterpret_cast<const float*>(kfab_col + it * B + threadIdx.x)[v] : kfab_ld(a.in{} + c))",
+                                 p_.nodes[kept_].input);
     if (!split_ || !defer) return;
     for (const auto& [m, sum] : softmax_pairs(p_))
       if (g_.live[m] && g_.live[sum]) deferred_[m] = sum, deferred_[sum] = m;
@@ -178,6 +190,7 @@ class RowKernel final : public RowSteps {
     e_.line("for (int k = 0; k < NRED; ++k) red[k] = red_s[k];").line("(void)red;");
     if (cached_ && !split_) e_.line("__shared__ float kfab_cl[NRED][CL];  // the cluster's blocks' shares of each row reduction").line("(void)kfab_cl;");
     if (prefetch_) e_.line("extern __shared__ float4 kfab_pre[];  // [per-element inputs][IT][B]: the block's part of its next row, a thread's own slots");
+    if (kept_ >= 0) e_.line("extern __shared__ float4 kfab_col[];  // [IT][B]: the block's part of a per-column input, a thread's own slots");
     if (any_k_out_) {
       e_.line("__shared__ double kfab_part[NALL][B / G];  // the block's rows' shares of each all-reduction");
       e_.line("if (lane == 0)").line("#pragma unroll").indent().line("for (int k = 0; k < NALL; ++k) kfab_part[k][threadIdx.x / G] = 0.0;").dedent();
@@ -189,6 +202,7 @@ class RowKernel final : public RowSteps {
     if (split_) {  // a group of s.S blocks a row (G is B: a chunk is a row), the group's rows in turn
       e_.line("int64_t lo = 0, hi = n;  // the block's part of its row").line("kfab_split_part<V>(n, s.S, static_cast<int>(blockIdx.x % s.S), &lo, &hi);");
       e_.line("const int64_t group = blockIdx.x / s.S;").line("unsigned arrivals = 0;  // the group's arrivals expected at its counter so far");
+      if (kept_ >= 0) keep_column();
       e_.open("for (int64_t chunk = group, turn = 0; chunk < chunks; chunk += gridDim.x / s.S, ++turn)");
       e_.line("float* shares = s.shares + (group * 2 + turn % 2) * NRED * s.S;  // this row's, by the parity of the group's turn");
     } else if (cached_) {  // a cluster of CL blocks a chunk
@@ -298,6 +312,16 @@ class RowKernel final : public RowSteps {
     e_.open("if (!staged)");
   }
 
+  // The block's part of the kept per-column input into shared memory, a thread its own slots (no barrier:
+  // each thread reads only what it wrote), once for the whole run; rows read a float4 at a time only.
+  void keep_column() {
+    e_.open("if constexpr (V == 4)").line("#pragma unroll").open("for (int it = 0; it < IT; ++it)");
+    e_.line("const int64_t c0 = lo + (static_cast<int64_t>(it) * G + lane) * V;");
+    e_.linef("const float* w = a.in{} + c0;", p_.nodes[kept_].input);
+    e_.line("if (c0 < hi) kfab_col[it * B + threadIdx.x] = make_float4(__ldg(w), __ldg(w + 1), __ldg(w + 2), __ldg(w + 3));");
+    e_.close().close();
+  }
+
   // The copies of the block's part of its next row (the group's next turn), once, before the row's first
   // meeting: every value of this row has been used by then (the first row reduction reads them all).
   void issue_prefetch() {
@@ -374,6 +398,7 @@ class RowKernel final : public RowSteps {
   const Program& p_;
   bool cached_, split_, any_k_out_;
   bool prefetch_ = false, issued_ = false;  // the next row's part copied into shared memory; its copies emitted
+  int kept_ = -1;                            // the node of the per-column input kept in shared memory (colsm)
   std::map<int, int> deferred_;  // a softmax's row maximum (a layer norm's mean) <-> the reduction after it, combined together
   std::optional<SoftmaxReuse> reuse_;  // the softmax whose exp takes x's place in the registers
   std::map<int, std::string> over_;     // values read from the registers rather than computed (Gen::element)
@@ -497,7 +522,7 @@ void cluster_launch(int I, Emitter& e) {
 // Rows longer than a cluster holds, each split over the fewest blocks of the grid that keep its parts
 // in registers (I float4 a thread), all resident at once: false, nothing launched, where the device
 // cannot hold them (the caller streams the rows).
-void split_launch(const Gen& g, bool prefetch, Emitter& e) {
+void split_launch(const Gen& g, bool prefetch, bool colsm, Emitter& e) {
   e.blank().line("// Rows longer than a cluster holds, each split over a group of the grid's blocks keeping its parts in registers;");
   e.line("// false (nothing launched) where the device cannot hold a row's group at once.");
   e.open("bool kfab_rows_split_go(const Args& a, int64_t rows, int64_t n, bool vec, cudaStream_t stream)");
@@ -506,7 +531,10 @@ void split_launch(const Gen& g, bool prefetch, Emitter& e) {
   // the next row's part of each per-element input, I float4 a thread, with `prefetch` (float4 rows only)
   e.linef("constexpr int pre = {} * B * I * 16;  // bytes of shared memory a block, the next row's part (prefetch)",
           split_prefetches(g, prefetch) ? g.e_inputs().size() : 0);
-  e.line("return vec ? kfab_go_split(kfab_rows_split<B, G, 4, I>, B, holds, NRED, stream, a, rows, n, pre)");
+  // the block's part of a kept per-column input, I float4 a thread, with `colsm` (not with a prefetch)
+  e.linef("constexpr int keep = {} * B * I * 16;  // bytes of shared memory a block, a per-column input's part (colsm)",
+          !split_prefetches(g, prefetch) && split_kept_column(g, colsm) >= 0 ? 1 : 0);
+  e.line("return vec ? kfab_go_split(kfab_rows_split<B, G, 4, I>, B, holds, NRED, stream, a, rows, n, pre + keep)");
   e.line("           : kfab_go_split(kfab_rows_split<B, G, 1, I * 2>, B, holds / 2, NRED, stream, a, rows, n);").close();
 }
 
@@ -553,9 +581,11 @@ Parts rows_parts(const Gen& g, const TemplateParams& tp) {
     e.line("// 16 float4 a thread, and a row of 4M floats then finds half the 256 blocks it needs resident)");
     e.line("template <int B, int G, int V, int IT>");
     e.open("__global__ void __launch_bounds__(B, B <= 256 ? 2 : 1) kfab_rows_split(Args a, int64_t rows, int64_t n, KfabSplit s)");
-    RowKernel(g, Hold::kSplit, false, e, param(tp, "defer", 0) != 0, param(tp, "prefetch", 0) != 0, param(tp, "reuse", 0) != 0).emit();
+    RowKernel(g, Hold::kSplit, false, e, param(tp, "defer", 0) != 0, param(tp, "prefetch", 0) != 0, param(tp, "reuse", 0) != 0,
+              param(tp, "colsm", 0) != 0)
+        .emit();
     e.close();
-    split_launch(g, param(tp, "prefetch", 0) != 0, e);
+    split_launch(g, param(tp, "prefetch", 0) != 0, param(tp, "colsm", 0) != 0, e);
   }
   const Parts cols = column_passes(g);
   e.raw(cols.code);

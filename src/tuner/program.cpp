@@ -234,6 +234,14 @@ std::vector<std::pair<int, int>> softmax_pairs(const Program& p) {
   return paired_reductions(p, "rowmax", [](const PNode& n) { return n.op == "exp" ? n.args[0] : -1; });
 }
 
+int first_column_input(const Program& p) {
+  for (size_t k = 0; k < p.nodes.size(); ++k) {
+    const PNode& n = p.nodes[k];
+    if (n.op == "in" && n.cls == VClass::C && !p.inputs[n.input].integer && !p.inputs[n.input].per_channel) return static_cast<int>(k);
+  }
+  return -1;
+}
+
 std::optional<SoftmaxReuse> softmax_exp_reuse(const Program& p) {
   for (const auto& [m, s] : softmax_pairs(p)) {
     const int x = p.nodes[m].args[0], e = p.nodes[s].args[0];

@@ -100,6 +100,10 @@ struct SoftmaxReuse {
 };
 std::optional<SoftmaxReuse> softmax_exp_reuse(const Program& p);
 
+/// The node of the program's first per-column float input (not per channel, not integer; a layer norm's
+/// weight), or -1: what a split row kernel keeps in shared memory for the whole run (`colsm`).
+int first_column_input(const Program& p);
+
 /// A layer norm's row mean m and the row mean (or sum) v = rowmean((a - m) * (a - m)) of the same a after
 /// it, with nothing per row between them and m no output: (m, v) node pairs. Split over blocks, each
 /// block brings its part's mean and its sum of squares about it, met once (Chan et al.'s combination:

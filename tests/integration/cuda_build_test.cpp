@@ -156,10 +156,12 @@ TEST_F(CudaBuild, LongRowsGetClusterPointsThatCompile) {
       ASSERT_NE(point, grid.end()) << t << " " << n;
       // after the two split points (and before them the split points whose row reductions meet at once, or
       // that prefetch, where they apply)
-      const auto lead = std::count_if(grid.begin(), point, [](const TemplateParams& q) { return q.count("defer") || q.count("prefetch"); });
+      const auto lead = std::count_if(grid.begin(), point, [](const TemplateParams& q) { return q.count("defer") || q.count("prefetch") || q.count("colsm"); });
       EXPECT_EQ(point - grid.begin(), lead + 2) << t << " " << n;
-      // for rows of whole float4 only: second, third after a softmax's first (reuse)
-      const size_t pre = grid[0].count("reuse") ? 2 : 1;
+      // for rows of whole float4 only: second, after a softmax's first (reuse) and an RMS norm's weight kept
+      // in shared memory (colsm)
+      const size_t pre = 1 + (grid[0].count("reuse") ? 1 : 0) + (first_column_input(*p) >= 0 ? 1 : 0);
+      EXPECT_EQ(first_column_input(*p) >= 0, std::string(t) == "rms_norm") << t;
       EXPECT_EQ(grid[pre].count("prefetch") > 0, n % 4 == 0) << t << " " << n;
       EXPECT_EQ(grid[0].count("reuse") > 0, std::string(t) == "softmax") << t << " " << n;
       EXPECT_EQ(point->at("cluster"), n == 393216 ? "16" : "4");  // a row read a float at a time: half as much a block
@@ -197,7 +199,8 @@ TEST_F(CudaBuild, RowsLongerThanAClusterGetSplitPointsThatCompile) {
     // the points whose reductions meet at once first (compiled below), then the others
     const auto plain = std::find_if(grid.begin(), grid.end(), [](const TemplateParams& q) { return !q.count("defer"); });
     ASSERT_NE(plain, grid.end());
-    EXPECT_EQ(plain - grid.begin(), n % 4 == 0 ? 2 : 1) << n;  // with a prefetching one before where rows are whole float4
+    // with one keeping the weight in shared memory, and a prefetching one where rows are whole float4
+    EXPECT_EQ(plain - grid.begin(), n % 4 == 0 ? 3 : 2) << n;
     const std::string src = generate_fused_cuda(*ln, *plain, "layer_norm");
     EXPECT_NE(src.find("kfab_split_combine<B, 0>"), std::string::npos);
     EXPECT_NE(src.find("kfab_rows_split_go(a, rows, n, vec, stream)"), std::string::npos);
@@ -221,22 +224,32 @@ TEST_F(CudaBuild, RowsLongerThanAClusterGetSplitPointsThatCompile) {
   for (const auto& [name, prog, g, call] : std::vector<std::tuple<std::string, const Program*, std::vector<TemplateParams>, std::string>>{
            {"softmax", &*sm, grid, "kfab_split_softmax<B>(&r"}, {"layer_norm", &*ln, lgrid, "kfab_split_moments<B, V>(&r"}}) {
     ASSERT_GE(g.size(), 4u) << name;
-    const size_t r = name == "softmax" ? 1 : 0;
+    // the layer norm's second keeps its weight's part in shared memory for the whole run (colsm)
+    const size_t r = name == "softmax" ? 1 : 0, c = first_column_input(*prog) >= 0 ? 1 : 0;
+    EXPECT_EQ(c, name == "layer_norm" ? 1u : 0u);
     if (r == 1) {
       EXPECT_TRUE(g[0].count("defer") && g[0].count("reuse") && !g[0].count("prefetch")) << format_params(g[0]);
     }
-    ASSERT_TRUE(g[r].count("defer") && !g[r].count("prefetch") && !g[r].count("reuse")) << name << ": " << format_params(g[r]);
-    ASSERT_TRUE(g[r + 1].count("defer") && g[r + 1].count("prefetch")) << name << ": " << format_params(g[r + 1]);
-    const size_t lead = r + 2;
+    ASSERT_TRUE(g[r].count("defer") && !g[r].count("prefetch") && !g[r].count("reuse") && !g[r].count("colsm")) << name << ": " << format_params(g[r]);
+    if (c == 1) {
+      EXPECT_TRUE(g[r + 1].count("defer") && g[r + 1].count("colsm") && !g[r + 1].count("prefetch")) << format_params(g[r + 1]);
+    }
+    ASSERT_TRUE(g[r + 1 + c].count("defer") && g[r + 1 + c].count("prefetch")) << name << ": " << format_params(g[r + 1 + c]);
+    const size_t lead = r + 2 + c;
     for (size_t i = lead; i < g.size(); ++i)
-      EXPECT_FALSE(g[i].count("defer") || g[i].count("prefetch") || g[i].count("reuse")) << name << ": " << format_params(g[i]);
+      EXPECT_FALSE(g[i].count("defer") || g[i].count("prefetch") || g[i].count("reuse") || g[i].count("colsm")) << name << ": " << format_params(g[i]);
     for (size_t i = 0; i < lead; ++i) {
       const std::string src = generate_fused_cuda(*prog, g[i], name);
       EXPECT_NE(src.find(call), std::string::npos) << name;
-      EXPECT_EQ(src.find("kfab_cp16(kfab_pre") != std::string::npos, i == r + 1) << name << " " << i;
+      EXPECT_EQ(src.find("kfab_cp16(kfab_pre") != std::string::npos, i == r + 1 + c) << name << " " << i;
       EXPECT_EQ(src.find("* kfab_rescale;") != std::string::npos, r == 1 && i == 0) << name << " " << i;  // the outputs read the kept exp
-      EXPECT_NE(src.find(i == r + 1 ? "constexpr int pre = 1 * B * I * 16;" : "constexpr int pre = 0 * B * I * 16;"), std::string::npos)
+      EXPECT_NE(src.find(i == r + 1 + c ? "constexpr int pre = 1 * B * I * 16;" : "constexpr int pre = 0 * B * I * 16;"), std::string::npos)
           << name << " " << i;
+      // the kept weight: copied once before the rows, read from shared memory by the outputs
+      const bool kept = c == 1 && i == r + 1;
+      EXPECT_EQ(src.find("kfab_col[it * B + threadIdx.x] = make_float4(") != std::string::npos, kept) << name << " " << i;
+      EXPECT_EQ(src.find("reinterpret_cast<const float*>(kfab_col + it * B + threadIdx.x)[v]") != std::string::npos, kept) << name << " " << i;
+      EXPECT_NE(src.find(kept ? "constexpr int keep = 1 * B * I * 16;" : "constexpr int keep = 0 * B * I * 16;"), std::string::npos) << name << " " << i;
       const auto f = scratch() / (name + "_split_defer_" + std::to_string(i) + ".cu");
       ASSERT_TRUE(write_file_atomic(f, src).has_value());
       auto r = backend_.build(f);
