@@ -3,17 +3,13 @@ profiler to watch (scripts/kb_spot.sh with KFAB_SPOT_PROFILE=1 runs it under ncu
 
   python3 scripts/kb_ncu.py PROBLEM.py MODELNEW.py [CALLS]
 """
-import importlib.util
 import sys
+from pathlib import Path
 
 import torch
 
-
-def load(path: str, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+from modelnew_allclose import load  # noqa: E402  (a module from its file)
 
 
 def main() -> None:
