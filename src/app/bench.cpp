@@ -356,6 +356,7 @@ json bench_settings(const BenchOptions& o) {
             {"min_calls", o.eval.min_calls},
             {"timeout_s", o.eval.runner.timeout_s},
             {"compile_baseline", o.eval.compile_baseline},
+            {"end_to_end", o.eval.final_end_to_end},
             {"compile_mode", o.eval.compile_mode},
             {"dtype", o.eval.dtype}};
   if (o.eval.atol) s["atol"] = *o.eval.atol;
@@ -393,6 +394,7 @@ Expected<std::pair<BenchOptions, json>> resumed(const BenchOptions& given) {
     o.eval.min_calls = s.at("min_calls").get<int>();
     o.eval.runner.timeout_s = s.at("timeout_s").get<double>();
     o.eval.compile_baseline = s.at("compile_baseline").get<bool>();
+    o.eval.final_end_to_end = s.value("end_to_end", true);  // benches before it timed end to end
     o.eval.compile_mode = s.at("compile_mode").get<std::string>();
     o.eval.dtype = s.at("dtype").get<std::string>();
     if (s.contains("atol")) o.eval.atol = s["atol"].get<double>();

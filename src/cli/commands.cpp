@@ -102,6 +102,7 @@ void add_options(CLI::App& sub, OptimizeArgs& a) {
   sub.add_option("--queue", a.queue.name, "the job queue's name on that server (default kfab)");
   sub.add_option("--timeout", a.measure.timeout_s, "seconds each runner job may take")->capture_default_str();
   sub.add_flag("--no-compile", a.measure.no_compile, "KernelBench tasks: do not time torch.compile in the final check");
+  sub.add_flag("--no-end-to-end", a.measure.no_end_to_end, "KernelBench tasks: do not time the winner's exported ModelNew end to end");
   sub.add_option("--dtype", a.measure.dtype, "KernelBench tasks: the float dtype of inputs, weights and reference (f32; f16 and bf16: "
                                              "the built-in tuner takes a plain matrix product, on 16-bit tensor cores)")->capture_default_str();
   sub.add_flag("--quiet,-q", a.measure.quiet, "no progress lines on stderr");
@@ -125,6 +126,7 @@ void add_options(CLI::App& sub, BenchArgs& a) {
   sub.add_option("--min-time", a.measure.min_time_s, "seconds of timed calls per shape in the final checks, at least")->check(CLI::NonNegativeNumber);
   sub.add_option("--timeout", a.measure.timeout_s, "seconds each runner job may take")->capture_default_str()->check(CLI::PositiveNumber);
   sub.add_flag("--no-compile", a.measure.no_compile, "KernelBench tasks: do not time torch.compile");
+  sub.add_flag("--no-end-to-end", a.measure.no_end_to_end, "KernelBench tasks: do not time each winner's exported ModelNew end to end");
   sub.add_option("--dtype", a.measure.dtype, "KernelBench tasks: the float dtype of inputs, weights and reference (f32, f16, bf16)")
       ->capture_default_str();
   sub.add_option("--filter", a.filter, "only the tasks whose path matches this regular expression");
@@ -333,6 +335,7 @@ EvalOptions eval_options(const MeasureArgs& m) {
   opt.fresh_baselines = m.fresh_baselines;
   opt.forbid = m.forbid;
   opt.heldout = !m.no_heldout;
+  opt.final_end_to_end = !m.no_end_to_end;
   opt.atol = m.atol;
   opt.rtol = m.rtol;
   opt.judge_eager = m.judge == "eager";

@@ -41,6 +41,7 @@ struct MeasureArgs {
   bool fresh_baselines = false;
   std::vector<std::string> forbid;
   bool no_heldout = false;
+  bool no_end_to_end = false;  ///< optimize, bench: the final check does not time the exported ModelNew
   std::optional<double> atol, rtol;
   std::string judge = "float64";  ///< --judge: float64 (where eager itself is off) or eager
 };

@@ -38,6 +38,9 @@ struct EvalOptions {
   /// KernelBench-format tasks: also time the exported ModelNew of a native or run() candidate end to end
   /// (`kfab eval`; the tuner's points are not)
   bool end_to_end = false;
+  /// The tuner's final check of a KernelBench winner times its exported ModelNew end to end beside it
+  /// (optimize and bench --no-end-to-end: not)
+  bool final_end_to_end = true;
   std::string compile_mode = "default"; ///< torch.compile mode (default, max-autotune, ...)
   bool fresh_baselines = false;         ///< measure torch.compile again instead of using the cached time
   std::vector<std::string> forbid;      ///< operations a Python candidate may not call, on top of the task's

@@ -459,7 +459,8 @@ Expected<FinalCheck> final_check(Run& run, Evaluations& evals, const TuneOptions
   FinalCheck fc;
   EvalOptions full = opt.eval;
   full.heldout = true;
-  full.end_to_end = !sp.program_json.is_null();  // a KernelBench winner's exported ModelNew, timed end to end beside it
+  // a KernelBench winner's exported ModelNew, timed end to end beside it (unless --no-end-to-end)
+  full.end_to_end = !sp.program_json.is_null() && opt.eval.final_end_to_end;
   for (size_t k = 0; k < ranked.size() && k < 3; ++k) {
     const Point& pt = ranked[k].second;
     ++fc.attempts;
