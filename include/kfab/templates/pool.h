@@ -15,6 +15,20 @@ int64_t kfab_pooled(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
   return out;
 }
 
+// The larger of m and v as torch's max pooling takes it: a NaN wins. On the device one max.NaN (sm_80 on),
+// where the compare-or-NaN-test-and-select took three instructions a tap (level1/42's 16 taps an output:
+// 48 of its ~65). It may return +0 where torch keeps -0 (equal values). The host's vectorised row
+// (kfab_pool_row) keeps its select.
+KFAB_INLINE float kfab_max_nan(float m, float v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(m), "f"(v));
+  return r;
+#else
+  return v > m || v != v ? v : m;
+#endif
+}
+
 // The maximum as torch's max pooling takes it: a NaN wins; positions in the padding are not read.
 KFAB_INLINE float kfab_pool_max(const float* __restrict__ vol, int64_t D, int64_t H, int64_t W, int64_t ds, int64_t hs, int64_t ws) {
   float m = -INFINITY;
@@ -27,7 +41,7 @@ KFAB_INLINE float kfab_pool_max(const float* __restrict__ vol, int64_t D, int64_
 #pragma unroll
         for (int64_t c = 0; c < KW; ++c) {
           const float v = KFAB_LOAD(p + (a * DD * H + b * DH) * W + c * DW);
-          if (v > m || v != v) m = v;
+          m = kfab_max_nan(m, v);
         }
     return m;
   }
@@ -41,7 +55,7 @@ KFAB_INLINE float kfab_pool_max(const float* __restrict__ vol, int64_t D, int64_
         const int64_t w = ws + c * DW;
         if (w < 0 || w >= W) continue;
         const float v = KFAB_LOAD(vol + (d * H + h) * W + w);
-        if (v > m || v != v) m = v;
+        m = kfab_max_nan(m, v);
       }
     }
   }
@@ -126,7 +140,7 @@ KFAB_INLINE void kfab_pool_rows(const float* __restrict__ vol, int64_t D, int64_
 #pragma unroll
         for (int64_t c = 0; c < KW; ++c) {
           if constexpr (MAX) {
-            if (v[c] > acc[r] || v[c] != v[c]) acc[r] = v[c];
+            acc[r] = kfab_max_nan(acc[r], v[c]);
           } else {
             acc[r] += v[c];
           }
@@ -223,7 +237,7 @@ __device__ __forceinline__ void kfab_pool_tile_out(const float* tile, int64_t co
 #pragma unroll
         for (int64_t c = 0; c < KW; ++c) {
           if constexpr (MAX) {
-            if (v[c] > acc[r] || v[c] != v[c]) acc[r] = v[c];
+            acc[r] = kfab_max_nan(acc[r], v[c]);
           } else {
             acc[r] += v[c];
           }
@@ -269,7 +283,7 @@ __device__ __forceinline__ void kfab_pool_slide(const float* tile, int col0, con
     for (int c = 0; c < static_cast<int>(KW); ++c) {
       const float x = v[LEAD + k * static_cast<int>(SW) + c * DWe];
       if constexpr (MAX) {
-        if (x > acc || x != x) acc = x;
+        acc = kfab_max_nan(acc, x);
       } else {
         acc += x;
       }
