@@ -110,14 +110,16 @@ std::vector<TemplateParams> fused_grid(const Program& p, int64_t n) {
       TemplateParams reuse = g.front();
       reuse["reuse"] = "1";
       g.insert(g.begin(), reuse);
-      // The same with 8 float4 a thread: three blocks an SM (at most 80 registers) rather than two, so that
-      // more blocks keep loads in flight while others meet (ncu on level1/23's deferred point, session 18:
-      // 25% occupancy, barrier and load waits its largest stalls); fourth, for rows of at most 1M floats (a
-      // row's blocks must all be resident). Not yet measured.
-      if (n <= (int64_t{1} << 20)) {
-        reuse["items"] = "8";
-        g.insert(g.begin() + std::min<std::ptrdiff_t>(3, static_cast<std::ptrdiff_t>(g.size())), reuse);
-      }
+    }
+    // The measured winner (a softmax's reuse, else the prefetching point where there is one, else the first)
+    // with 8 float4 a thread: three blocks an SM (at most 80 registers) rather than two, so that more blocks
+    // keep loads in flight while others meet (ncu on level1/23's deferred point, session 18: 25% occupancy,
+    // barrier and load waits its largest stalls); third, for rows of at most 1M floats (a row's blocks must
+    // all be resident). Not yet measured.
+    if (g.size() > 1 && g.front().count("defer") && n <= (int64_t{1} << 20)) {
+      TemplateParams eight = g.front().count("reuse") || !g[1].count("prefetch") ? g.front() : g[1];
+      eight["items"] = "8";
+      g.insert(g.begin() + 2, eight);
     }
   }
   // then a point that takes a warp per row for short rows and a block per row for long ones

@@ -158,9 +158,11 @@ TEST_F(CudaBuild, LongRowsGetClusterPointsThatCompile) {
       // that prefetch, where they apply)
       const auto lead = std::count_if(grid.begin(), point, [](const TemplateParams& q) { return q.count("defer") || q.count("prefetch") || q.count("colsm"); });
       EXPECT_EQ(point - grid.begin(), lead + 2) << t << " " << n;
-      // for rows of whole float4 only: second, after a softmax's first (reuse) and an RMS norm's weight kept
-      // in shared memory (colsm)
-      const size_t pre = 1 + (grid[0].count("reuse") ? 1 : 0) + (first_column_input(*p) >= 0 ? 1 : 0);
+      // for rows of whole float4 only: second, after a softmax's first (reuse), its first again with 8
+      // float4 a thread (rows of at most 1M floats) and an RMS norm's weight kept in shared memory (colsm)
+      const size_t eight = grid[0].count("defer") && grid[2].count("defer") && grid[2].at("items") == "8" ? 1 : 0;
+      EXPECT_EQ(eight, std::string(t) == "softmax" ? 1u : 0u) << t << " " << n;
+      const size_t pre = 1 + (grid[0].count("reuse") ? 1 : 0) + (first_column_input(*p) >= 0 ? 1 : 0) + eight;
       EXPECT_EQ(first_column_input(*p) >= 0, std::string(t) == "rms_norm") << t;
       EXPECT_EQ(grid[pre].count("prefetch") > 0, n % 4 == 0) << t << " " << n;
       EXPECT_EQ(grid[0].count("reuse") > 0, std::string(t) == "softmax") << t << " " << n;
@@ -234,20 +236,21 @@ TEST_F(CudaBuild, RowsLongerThanAClusterGetSplitPointsThatCompile) {
     if (c == 1) {
       EXPECT_TRUE(g[r + 1].count("defer") && g[r + 1].count("colsm") && !g[r + 1].count("prefetch")) << format_params(g[r + 1]);
     }
-    ASSERT_TRUE(g[r + 1 + c].count("defer") && g[r + 1 + c].count("prefetch")) << name << ": " << format_params(g[r + 1 + c]);
-    // the softmax's fourth: its first with 8 float4 a thread (three blocks an SM)
-    if (r == 1) {
-      EXPECT_TRUE(g[3].count("reuse") && g[3].at("items") == "8" && g[0].at("items") == "16") << format_params(g[3]);
+    // the softmax's third: its first with 8 float4 a thread (three blocks an SM; rows of at most 1M floats)
+    const size_t e = r;
+    if (e == 1) {
+      EXPECT_TRUE(g[2].count("reuse") && g[2].at("items") == "8" && g[0].at("items") == "16") << format_params(g[2]);
     }
-    const size_t lead = r + 2 + c + r;
+    ASSERT_TRUE(g[r + 1 + c + e].count("defer") && g[r + 1 + c + e].count("prefetch")) << name << ": " << format_params(g[r + 1 + c + e]);
+    const size_t lead = r + 2 + c + e;
     for (size_t i = lead; i < g.size(); ++i)
       EXPECT_FALSE(g[i].count("defer") || g[i].count("prefetch") || g[i].count("reuse") || g[i].count("colsm")) << name << ": " << format_params(g[i]);
     for (size_t i = 0; i < lead; ++i) {
       const std::string src = generate_fused_cuda(*prog, g[i], name);
       EXPECT_NE(src.find(call), std::string::npos) << name;
-      EXPECT_EQ(src.find("kfab_cp16(kfab_pre") != std::string::npos, i == r + 1 + c) << name << " " << i;
+      EXPECT_EQ(src.find("kfab_cp16(kfab_pre") != std::string::npos, i == r + 1 + c + e) << name << " " << i;
       EXPECT_EQ(src.find("* kfab_rescale;") != std::string::npos, g[i].count("reuse") > 0) << name << " " << i;  // the outputs read the kept exp
-      EXPECT_NE(src.find(i == r + 1 + c ? "constexpr int pre = 1 * B * I * 16;" : "constexpr int pre = 0 * B * I * 16;"), std::string::npos)
+      EXPECT_NE(src.find(i == r + 1 + c + e ? "constexpr int pre = 1 * B * I * 16;" : "constexpr int pre = 0 * B * I * 16;"), std::string::npos)
           << name << " " << i;
       // the kept weight: copied once before the rows, read from shared memory by the outputs
       const bool kept = c == 1 && i == r + 1;
