@@ -313,12 +313,12 @@ class RowKernel final : public RowSteps {
   }
 
   // The block's part of the kept per-column input into shared memory, a thread its own slots (no barrier:
-  // each thread reads only what it wrote), once for the whole run; rows read a float4 at a time only.
+  // each thread reads only what it wrote), once for the whole run; rows read a float4 at a time only (vec:
+  // every per-element and per-column input 16-byte aligned, kfab_run's checks).
   void keep_column() {
     e_.open("if constexpr (V == 4)").line("#pragma unroll").open("for (int it = 0; it < IT; ++it)");
     e_.line("const int64_t c0 = lo + (static_cast<int64_t>(it) * G + lane) * V;");
-    e_.linef("const float* w = a.in{} + c0;", p_.nodes[kept_].input);
-    e_.line("if (c0 < hi) kfab_col[it * B + threadIdx.x] = make_float4(__ldg(w), __ldg(w + 1), __ldg(w + 2), __ldg(w + 3));");
+    e_.linef("if (c0 < hi) kfab_col[it * B + threadIdx.x] = __ldg(reinterpret_cast<const float4*>(a.in{} + c0));", p_.nodes[kept_].input);
     e_.close().close();
   }
 

@@ -254,7 +254,7 @@ TEST_F(CudaBuild, RowsLongerThanAClusterGetSplitPointsThatCompile) {
           << name << " " << i;
       // the kept weight: copied once before the rows, read from shared memory by the outputs
       const bool kept = c == 1 && i == r + 1;
-      EXPECT_EQ(src.find("kfab_col[it * B + threadIdx.x] = make_float4(") != std::string::npos, kept) << name << " " << i;
+      EXPECT_EQ(src.find("kfab_col[it * B + threadIdx.x] = __ldg(") != std::string::npos, kept) << name << " " << i;
       EXPECT_EQ(src.find("reinterpret_cast<const float*>(kfab_col + it * B + threadIdx.x)[v]") != std::string::npos, kept) << name << " " << i;
       EXPECT_NE(src.find(kept ? "constexpr int keep = 1 * B * I * 16;" : "constexpr int keep = 0 * B * I * 16;"), std::string::npos) << name << " " << i;
       const auto f = scratch() / (name + "_split_defer_" + std::to_string(i) + ".cu");
