@@ -95,7 +95,8 @@ std::vector<TemplateParams> fused_grid(const Program& p, int64_t n) {
     // A per-column float input (a layer norm's weight): the first point again, each block keeping its part
     // of it in shared memory for the whole run (colsm=1: its columns are the same on every row), second. On
     // an H200 (session 18, ncu) level1/40's first point read 492 MB from DRAM where 300 MB is the least:
-    // L2 kept its 32 MB of weight and bias (evict_last) only in part. Not yet measured.
+    // L2 kept its 32 MB of weight and bias (evict_last) only in part. Session 19 (tree 2464c39): 0.285 ms
+    // against the first point's 0.322 (47% of the copy bandwidth against 42%).
     if (first_column_input(p) >= 0) {
       TemplateParams kept = g.front();
       kept["colsm"] = "1";
@@ -111,16 +112,9 @@ std::vector<TemplateParams> fused_grid(const Program& p, int64_t n) {
       reuse["reuse"] = "1";
       g.insert(g.begin(), reuse);
     }
-    // The measured winner (a softmax's reuse, else the prefetching point where there is one, else the first)
-    // with 8 float4 a thread: three blocks an SM (at most 80 registers) rather than two, so that more blocks
-    // keep loads in flight while others meet (ncu on level1/23's deferred point, session 18: 25% occupancy,
-    // barrier and load waits its largest stalls); third, for rows of at most 1M floats (a row's blocks must
-    // all be resident). Not yet measured.
-    if (g.size() > 1 && g.front().count("defer") && n <= (int64_t{1} << 20)) {
-      TemplateParams eight = g.front().count("reuse") || !g[1].count("prefetch") ? g.front() : g[1];
-      eight["items"] = "8";
-      g.insert(g.begin() + 2, eight);
-    }
+    // (The measured winner with 8 float4 a thread, three blocks an SM at most 80 registers, lost on an H200
+    // (session 19, tree 2464c39): level1/23 4.599 ms against reuse's 4.285, level1/24 4.450 against the
+    // prefetching point's 4.297. Not offered.)
   }
   // then a point that takes a warp per row for short rows and a block per row for long ones
   g.push_back({{"kernel", "rows"}, {"block", n > 8192 ? "512" : "256"}, {"group", "auto"}, {"items", "8"}});

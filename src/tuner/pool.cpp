@@ -137,7 +137,18 @@ std::vector<TemplateParams> pool_cuda_grid(const Task& t) {
   // consecutive, the values they read loaded into registers a float4 at a time: pool.h's kfab_pool_slide;
   // where they fit 64 registers) 41 measured 2.303 ms with 16 outputs a thread and 2.437 ms with 8, 44 1.619 ms
   // and 1.707 ms (session 18, tree ebfba66): second.
+  // `sep` 1 (stride 1 along W; a maximum, or an average over 1-D windows): a thread's 4 consecutive outputs
+  // on R rows, each input row's maxima along W taken once and folded into the outputs whose windows hold
+  // the row (pool.h's kfab_pool_sep), the stores through shared memory: first for 2-D and 3-D maxima whose
+  // windows share rows (level1/42: ncu showed kfab_pool_rows issuing in 61% of cycles), fourth for 1-D
+  // windows. Not yet measured.
+  const bool sep = op_param(t, "sw", 1) == 1 && (op_param(t, "max", 0) != 0 || op_param(t, "nd", 2) == 1);
+  if (sep && reuse) {
+    g.insert(g.begin(), TemplateParams{{"block", "128"}, {"outputs", "4"}, {"rows", "4"}, {"sep", "1"}});
+    g.insert(g.begin(), TemplateParams{{"block", "128"}, {"outputs", "4"}, {"rows", "8"}, {"sep", "1"}});
+  }
   if (op_param(t, "nd", 2) == 1) {
+    if (sep) g.insert(g.begin(), TemplateParams{{"block", "128"}, {"outputs", "4"}, {"rows", "1"}, {"sep", "1"}});
     for (const auto& [b, o, slide] : std::vector<std::array<int, 3>>{{256, 16, 0}, {256, 16, 1}, {256, 4, 0}}) {
       if (pool_tile_bytes(t, 1, b * o) > 40 * 1024 || (slide && pool_slide_values(t, o) > 64)) continue;
       tiles.push_back({{"block", std::to_string(b)}, {"outputs", std::to_string(o)}, {"rows", "1"}, {"tile", "1"}});
@@ -154,11 +165,13 @@ std::string pool_cuda_generate(const Task& t, const TemplateParams& p) {
 constexpr int B = {}, OPT = {}, R = {};  // threads per block; outputs a thread along the row, times R down the column
 constexpr bool TILE = {};  // a block's outputs' input staged through shared memory
 constexpr bool SLIDE = {};  // 1-D tiles: a thread's outputs consecutive, the values they read in registers
+constexpr bool SEP = {};  // a maximum at stride 1 along W: a thread's 4 outputs consecutive, each input row's maxima taken once
 #define KFAB_INLINE __device__ __forceinline__
 #define KFAB_LOAD(p) __ldg(p)
 )",
                    p.at("block"), p.count("outputs") ? p.at("outputs") : "1", p.count("rows") ? p.at("rows") : "1",
-                   p.count("tile") && p.at("tile") == "1" ? "true" : "false", p.count("slide") && p.at("slide") == "1" ? "true" : "false");
+                   p.count("tile") && p.at("tile") == "1" ? "true" : "false", p.count("slide") && p.at("slide") == "1" ? "true" : "false",
+                   p.count("sep") && p.at("sep") == "1" ? "true" : "false");
   s += pool_constants(t);
   s += template_text("pool.h");
   s += R"(
@@ -175,6 +188,27 @@ __global__ void __launch_bounds__(B) kfab_pool_kernel(const float* __restrict__ 
   const int64_t od = r2 % OD, vol = r2 / OD;
   const float* v = x + vol * D * H * W;
   float* yr = y + (r2 * OH + oh0) * OW;
+  if constexpr (SEP) {
+    // each warp's 4 x 32 outputs of a row through shared memory, so that its stores are a float apart
+    // (coalesced at any alignment of the output rows: level1/42's are 511 floats long)
+    static_assert(!TL && OPT == 4 && B % 32 == 0, "separable pooling: 4 outputs a thread");
+    __shared__ float4 kfab_out[B / 32][R][32];
+    const int lane = static_cast<int>(threadIdx.x % 32), w = static_cast<int>(threadIdx.x / 32);
+    const int64_t ow0 = (static_cast<int64_t>(blockIdx.x) * B + threadIdx.x) * 4;
+    float acc[R][4];
+    if (W % 4 == 0 && (reinterpret_cast<uintptr_t>(v) & 15) == 0) kfab_pool_sep<R, true>(v, D, H, W, od, oh0, ow0, acc);
+    else kfab_pool_sep<R, false>(v, D, H, W, od, oh0, ow0, acc);
+#pragma unroll
+    for (int r = 0; r < R; ++r) kfab_out[w][r][lane] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+    __syncwarp();
+    const int64_t c0 = (static_cast<int64_t>(blockIdx.x) * B + w * 32) * 4 + lane;
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        if (c0 + 32 * k < OW && oh0 + r < OH) yr[r * OW + c0 + 32 * k] = reinterpret_cast<const float*>(kfab_out[w][r])[lane + 32 * k];
+    return;
+  }
   const int64_t ow0 = static_cast<int64_t>(blockIdx.x) * OPT * B + threadIdx.x;
   float o[OPT][R];
   if constexpr (TL) {

@@ -162,8 +162,7 @@ TEST_F(CudaEval, ARowSplitOverAClusterPasses) {
 // at once (defer); a softmax and a layer norm (mean and squared deviations at once) with each block's part
 // of its next row copied into shared memory during the meeting (prefetch; 5 rows: 4 turns take theirs); a
 // softmax whose outputs read exp(x - the block's maximum) kept in x's registers, rescaled (reuse); a layer
-// norm whose weight's part each block keeps in shared memory for the whole run (colsm), and the reuse point
-// with 8 float4 a thread (three blocks an SM) on rows of 393216 (both not yet run on a GPU).
+// norm whose weight's part each block keeps in shared memory for the whole run (colsm).
 TEST_F(CudaEval, ARowSplitOverTheGridPasses) {
   const std::string shapes =
       "tune = [ { M = 5, N = 4194304 } ]\n"
@@ -173,9 +172,6 @@ TEST_F(CudaEval, ARowSplitOverTheGridPasses) {
   row_task_passes_at("softmax", "softmax_very_long_defer", shapes, 4194304, [](const TemplateParams& q) { return q.count("defer") > 0; });
   row_task_passes_at("softmax", "softmax_very_long_prefetch", shapes, 4194304, prefetching);
   row_task_passes_at("softmax", "softmax_very_long_reuse", shapes, 4194304, [](const TemplateParams& q) { return q.count("reuse") > 0; });
-  // 8 float4 a thread, three blocks an SM (offered for rows of at most 1M floats): at level1/23's length
-  row_task_passes_at("softmax", "softmax_long_reuse_8", "tune = [ { M = 300, N = 393216 } ]\nheldout = [ { M = 7, N = 393215 }, { M = 100, N = 1000 } ]\n",
-                     393216, [](const TemplateParams& q) { return q.count("reuse") > 0 && q.at("items") == "8"; });
   row_task_passes_at("layer_norm", "layer_norm_very_long_prefetch", shapes + "\n[op_params]\neps = 1e-5\n", 4194304, prefetching);
   row_task_passes_at("layer_norm", "layer_norm_very_long_colsm", shapes + "\n[op_params]\neps = 1e-5\n", 4194304,
                      [](const TemplateParams& q) { return q.count("colsm") > 0; });

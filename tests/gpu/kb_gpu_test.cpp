@@ -154,8 +154,9 @@ TEST_F(KbGpu, TheTunerFoldsARowSumOfTheProductAndItPasses) {
   EXPECT_EQ(heldout, 1) << j["verdict"].dump(2);
 }
 
-// Issue 25: the pooling template's first points (1-D: a staged tile, a sliding window in registers; 2-D:
-// rows reused down the column) pass on the GPU where each takes another path: rows read a float at a time
+// Issue 25: the pooling template's first points (1-D: a staged tile, a sliding window in registers, and for
+// a maximum a separable one; 2-D and 3-D maxima: separable, a row's maxima taken once, 8 and 4 rows; an
+// average's rows reused down the column) pass on the GPU where each takes another path: rows read a float at a time
 // (odd lengths) or a float4 at a time from a lead of 0 or 3 (the padding), a maximum (dilated) and an
 // average (whose windows at the edges divide by their own counts). At these small sizes torch eager is
 // faster (kfab optimize exits 4: correct, not faster), which is not what this checks.
@@ -170,6 +171,8 @@ TEST_F(KbGpu, ThePoolingTemplatesPointsPass) {
       {"max1d_lead3", "nn.MaxPool1d(kernel_size=8, stride=1, padding=1, dilation=3)", "4, 8, 4096"},
       {"avg1d", "nn.AvgPool1d(kernel_size=8, stride=1, padding=4)", "4, 8, 8192"},
       {"max2d_lead3", "nn.MaxPool2d(kernel_size=4, stride=1, padding=1)", "2, 4, 64, 68"},
+      {"max2d_odd", "nn.MaxPool2d(kernel_size=4, stride=1, padding=1)", "2, 4, 61, 66"},
+      {"max3d", "nn.MaxPool3d(kernel_size=3, stride=1, padding=1)", "2, 3, 10, 12, 20"},
       {"avg2d_odd", "nn.AvgPool2d(kernel_size=4, stride=1, padding=1)", "2, 4, 61, 66"},
   };
   for (const Case& c : cases) {
@@ -180,19 +183,24 @@ TEST_F(KbGpu, ThePoolingTemplatesPointsPass) {
                                             "def get_inputs():\n    return [torch.randn(" + c.input + ")]\n\n\n"
                                             "def get_init_inputs():\n    return []\n")
                     .has_value());
-    CliResult r = kfab_cli({"optimize", file.string(), "--target", "cuda", "--fresh", "--points", "2", "--json", "--quiet", "--no-compile",
+    // a 1-D maximum's four points: the tiles, then separable maxima (sep); 2-D and 3-D maxima's first two
+    const bool one_d = std::string(c.module).find("1d") != std::string::npos, max = std::string(c.module).find("Max") != std::string::npos;
+    const size_t points = one_d && max ? 4 : 2;
+    CliResult r = kfab_cli({"optimize", file.string(), "--target", "cuda", "--fresh", "--points", std::to_string(points), "--json", "--quiet", "--no-compile",
                             "--out", (scratch() / (std::string("pool-") + c.name)).string()},
                            600);
     ASSERT_TRUE(r.status.exited) << c.name << ": " << r.status.describe() << r.err;
     nlohmann::json j = r.json();
     EXPECT_EQ(j["tuner"].value("template", ""), "cuda_pool") << c.name << "\n" << r.out;
-    ASSERT_TRUE(j.contains("points") && j["points"].size() == 2u) << c.name << "\n" << r.out << r.err;
-    int slides = 0;
+    ASSERT_TRUE(j.contains("points") && j["points"].size() == points) << c.name << "\n" << r.out << r.err;
+    int slides = 0, seps = 0;
     for (const auto& point : j["points"]) {
       EXPECT_EQ(point["disposition"], "passed") << c.name << " " << point.dump();
       slides += point["params"].value("slide", "") == "1";
+      seps += point["params"].value("sep", "") == "1";
     }
-    EXPECT_EQ(slides, std::string(c.module).find("1d") != std::string::npos ? 1 : 0) << c.name << "\n" << j["points"].dump(2);
+    EXPECT_EQ(slides, one_d ? 1 : 0) << c.name << "\n" << j["points"].dump(2);
+    EXPECT_EQ(seps, !max ? 0 : one_d ? 1 : 2) << c.name << "\n" << j["points"].dump(2);
     EXPECT_TRUE(r.status.code == 0 || r.status.code == 4) << c.name << "\n" << r.out << r.err;
   }
 }
