@@ -124,7 +124,7 @@ int64_t pool_slide_values(const Task& t, int opt) {
 std::vector<TemplateParams> pool_cuda_grid(const Task& t) {
   std::vector<TemplateParams> g, tiles;
   const bool reuse = pool_row_reuse(t, 4) >= 1.5;
-  // 8 rows first: on an H200 (session 17, tree 1280df5) level1/42 measured 3.108 ms with 8 rows of 1 output a
+  // kfab_pool_rows, 8 rows first (after `sep` where it applies): on an H200 (session 17, tree 1280df5) level1/42 measured 3.108 ms with 8 rows of 1 output a
   // thread, 3.387 ms with 4 rows of 2, 4.113 ms with a tile of 16 rows; with 16 rows 4.120 ms (session 18). With
   // 4 consecutive outputs a thread on 4 or 8 rows, each shared row's 7 values loaded once into registers (two
   // float4), 4.516 and 7.172 ms (session 18, tree ebfba66; not kept: a warp's stores 16 bytes apart).
@@ -137,18 +137,16 @@ std::vector<TemplateParams> pool_cuda_grid(const Task& t) {
   // consecutive, the values they read loaded into registers a float4 at a time: pool.h's kfab_pool_slide;
   // where they fit 64 registers) 41 measured 2.303 ms with 16 outputs a thread and 2.437 ms with 8, 44 1.619 ms
   // and 1.707 ms (session 18, tree ebfba66): second.
-  // `sep` 1 (stride 1 along W; a maximum, or an average over 1-D windows): a thread's 4 consecutive outputs
-  // on R rows, each input row's maxima along W taken once and folded into the outputs whose windows hold
-  // the row (pool.h's kfab_pool_sep), the stores through shared memory: first for 2-D and 3-D maxima whose
-  // windows share rows (level1/42: ncu showed kfab_pool_rows issuing in 61% of cycles), fourth for 1-D
-  // windows. Not yet measured.
-  const bool sep = op_param(t, "sw", 1) == 1 && (op_param(t, "max", 0) != 0 || op_param(t, "nd", 2) == 1);
-  if (sep && reuse) {
-    g.insert(g.begin(), TemplateParams{{"block", "128"}, {"outputs", "4"}, {"rows", "4"}, {"sep", "1"}});
-    g.insert(g.begin(), TemplateParams{{"block", "128"}, {"outputs", "4"}, {"rows", "8"}, {"sep", "1"}});
+  // `sep` 1 (a maximum at stride 1 along W): a thread's 4 consecutive outputs on R rows, each input row's
+  // maxima along W taken once and folded into the outputs whose windows hold the row (pool.h's
+  // kfab_pool_sep), the stores through shared memory: first for 2-D and 3-D windows that share rows. On an
+  // H200 (session 19, tree d2c00f5) level1/42 measured 1.262 ms with 8 rows (80% of the copy bandwidth,
+  // 8.58x eager), 1.286 ms with 4, against 2.463 ms with kfab_pool_rows (issuing in 61% of cycles: ncu);
+  // now ncu shows it waiting on its loads. 16 rows (second) not yet measured. 1-D windows lost to the tiles.
+  if (op_param(t, "max", 0) != 0 && op_param(t, "sw", 1) == 1 && reuse) {
+    for (const char* rows : {"4", "16", "8"}) g.insert(g.begin(), TemplateParams{{"block", "128"}, {"outputs", "4"}, {"rows", rows}, {"sep", "1"}});
   }
   if (op_param(t, "nd", 2) == 1) {
-    if (sep) g.insert(g.begin(), TemplateParams{{"block", "128"}, {"outputs", "4"}, {"rows", "1"}, {"sep", "1"}});
     for (const auto& [b, o, slide] : std::vector<std::array<int, 3>>{{256, 16, 0}, {256, 16, 1}, {256, 4, 0}}) {
       if (pool_tile_bytes(t, 1, b * o) > 40 * 1024 || (slide && pool_slide_values(t, o) > 64)) continue;
       tiles.push_back({{"block", std::to_string(b)}, {"outputs", std::to_string(o)}, {"rows", "1"}, {"tile", "1"}});
