@@ -142,9 +142,10 @@ std::vector<TemplateParams> pool_cuda_grid(const Task& t) {
   // kfab_pool_sep), the stores through shared memory: first for 2-D and 3-D windows that share rows. On an
   // H200 (session 19, tree d2c00f5) level1/42 measured 1.262 ms with 8 rows (80% of the copy bandwidth,
   // 8.58x eager), 1.286 ms with 4, against 2.463 ms with kfab_pool_rows (issuing in 61% of cycles: ncu);
-  // now ncu shows it waiting on its loads. 16 rows (second) not yet measured. 1-D windows lost to the tiles.
+  // now ncu shows it waiting on its loads (long scoreboard). 16 rows measured 1.593 ms (96 registers; tree
+  // 047c61e), 1-D windows slower than the tiles (level1/41 2.196 ms against 1.837, 44 1.751 against 1.619).
   if (op_param(t, "max", 0) != 0 && op_param(t, "sw", 1) == 1 && reuse) {
-    for (const char* rows : {"4", "16", "8"}) g.insert(g.begin(), TemplateParams{{"block", "128"}, {"outputs", "4"}, {"rows", rows}, {"sep", "1"}});
+    for (const char* rows : {"4", "8"}) g.insert(g.begin(), TemplateParams{{"block", "128"}, {"outputs", "4"}, {"rows", rows}, {"sep", "1"}});
   }
   if (op_param(t, "nd", 2) == 1) {
     for (const auto& [b, o, slide] : std::vector<std::array<int, 3>>{{256, 16, 0}, {256, 16, 1}, {256, 4, 0}}) {

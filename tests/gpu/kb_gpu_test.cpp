@@ -155,7 +155,7 @@ TEST_F(KbGpu, TheTunerFoldsARowSumOfTheProductAndItPasses) {
 }
 
 // Issue 25: the pooling template's first points (1-D: a staged tile, a sliding window in registers; 2-D and
-// 3-D maxima: separable, a row's maxima taken once, 8 and 16 rows; an
+// 3-D maxima: separable, a row's maxima taken once, 8 and 4 rows; an
 // average's rows reused down the column) pass on the GPU where each takes another path: rows read a float at a time
 // (odd lengths) or a float4 at a time from a lead of 0 or 3 (the padding), a maximum (dilated) and an
 // average (whose windows at the edges divide by their own counts). At these small sizes torch eager is
