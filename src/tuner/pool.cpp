@@ -147,6 +147,14 @@ std::vector<TemplateParams> pool_cuda_grid(const Task& t) {
   if (op_param(t, "max", 0) != 0 && op_param(t, "sw", 1) == 1 && reuse) {
     for (const char* rows : {"4", "8"}) g.insert(g.begin(), TemplateParams{{"block", "128"}, {"outputs", "4"}, {"rows", rows}, {"sep", "1"}});
   }
+  // `pack` 1 (2-D and 3-D windows): whole output rows a block where a row is at most its OPT * B outputs
+  // (kfab_pool_packed; the kernel falls back to a stretch of a row a block where rows are longer): level1/43's
+  // rows of 62 outputs filled 62 of the 512 slots of its winner's blocks (128 x 4), 46's 128. Second and
+  // third where rows are not reused, last where they are. Not yet measured.
+  if (op_param(t, "nd", 2) >= 2) {
+    const std::vector<TemplateParams> packed = {{{"block", "128"}, {"outputs", "4"}, {"pack", "1"}}, {{"block", "256"}, {"outputs", "4"}, {"pack", "1"}}};
+    g.insert(reuse ? g.end() : g.begin() + 1, packed.begin(), packed.end());
+  }
   if (op_param(t, "nd", 2) == 1) {
     for (const auto& [b, o, slide] : std::vector<std::array<int, 3>>{{256, 16, 0}, {256, 16, 1}, {256, 4, 0}}) {
       if (pool_tile_bytes(t, 1, b * o) > 40 * 1024 || (slide && pool_slide_values(t, o) > 64)) continue;
@@ -165,12 +173,13 @@ constexpr int B = {}, OPT = {}, R = {};  // threads per block; outputs a thread 
 constexpr bool TILE = {};  // a block's outputs' input staged through shared memory
 constexpr bool SLIDE = {};  // 1-D tiles: a thread's outputs consecutive, the values they read in registers
 constexpr bool SEP = {};  // a maximum at stride 1 along W: a thread's 4 outputs consecutive, each input row's maxima taken once
+constexpr bool PACK = {};  // short output rows: several whole rows a block
 #define KFAB_INLINE __device__ __forceinline__
 #define KFAB_LOAD(p) __ldg(p)
 )",
                    p.at("block"), p.count("outputs") ? p.at("outputs") : "1", p.count("rows") ? p.at("rows") : "1",
                    p.count("tile") && p.at("tile") == "1" ? "true" : "false", p.count("slide") && p.at("slide") == "1" ? "true" : "false",
-                   p.count("sep") && p.at("sep") == "1" ? "true" : "false");
+                   p.count("sep") && p.at("sep") == "1" ? "true" : "false", p.count("pack") && p.at("pack") == "1" ? "true" : "false");
   s += pool_constants(t);
   s += template_text("pool.h");
   s += R"(
@@ -254,6 +263,29 @@ __global__ void __launch_bounds__(B) kfab_pool_kernel(const float* __restrict__ 
       if (ow0 + k * B < OW && oh0 + r < OH) yr[r * OW + ow0 + k * B] = o[k][r];
 }
 
+// PACK: a block holds pk whole bands (pk = OPT * B / OW, at least 1), its OPT * B slots taken band by band
+// (slot s: band s / OW, column s % OW, so that neighbouring threads store neighbouring outputs), where
+// kfab_pool_kernel's block holds one band's stretch of OPT * B outputs: level1/43's output rows of 62 used 62
+// of its 512 slots, 46's 128. A band's place is found in 32-bit arithmetic (the host takes this kernel only
+// where that holds). PK: a template, so that points without it instantiate nothing.
+template <bool PK>
+__global__ void __launch_bounds__(B) kfab_pool_packed(const float* __restrict__ x, float* __restrict__ y, uint32_t bands, uint32_t pk, int64_t D,
+                                                      int64_t H, int64_t W, uint32_t OD, uint32_t OH, uint32_t OW) {
+  const uint32_t band0 = (blockIdx.y + gridDim.y * blockIdx.z) * pk, OHB = (OH + R - 1) / R;
+#pragma unroll
+  for (int k = 0; k < OPT; ++k) {
+    const uint32_t s = threadIdx.x + k * B, bl = s / OW, col = s - bl * OW, band = band0 + bl;
+    if (bl >= pk || band >= bands) continue;
+    const uint32_t q = band / OHB, oh0 = (band - q * OHB) * R, od = q % OD, vol = q / OD;  // q: (volume, od)
+    float o[R];
+    kfab_pool_rows<R>(x + static_cast<int64_t>(vol) * D * H * W, D, H, W, OH, od, oh0, col, o);
+    float* yr = y + (static_cast<int64_t>(q) * OH + oh0) * OW + col;
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      if (oh0 + r < OH) yr[static_cast<int64_t>(r) * OW] = o[r];
+  }
+}
+
 }  // namespace
 
 KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void* stream_) {
@@ -261,6 +293,18 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, 
   s += kChecks;
   s += R"(  const int64_t rows = P * OD * ((OH + R - 1) / R);  // bands of R output rows
   if (rows == 0 || OW == 0) return 0;
+  // whole bands a block where an output row is at most a block's outputs (else kfab_pool_kernel below)
+  if constexpr (PACK) {
+    if (OW <= static_cast<int64_t>(OPT) * B && rows < 2147483647 && OD * OH < 2147483647) {
+      const int64_t pk = static_cast<int64_t>(OPT) * B / OW, blocks = (rows + pk - 1) / pk;
+      const int64_t by = blocks < 65535 ? blocks : 65535, bz = (blocks + by - 1) / by;
+      if (bz > 65535) return 5;
+      kfab_pool_packed<PACK><<<dim3(1, static_cast<unsigned>(by), static_cast<unsigned>(bz)), B, 0, static_cast<cudaStream_t>(stream_)>>>(
+          xp, yp, static_cast<uint32_t>(rows), static_cast<uint32_t>(pk), D, H, W, static_cast<uint32_t>(OD), static_cast<uint32_t>(OH),
+          static_cast<uint32_t>(OW));
+      return cudaGetLastError() == cudaSuccess ? 0 : 4;
+    }
+  }
   const int64_t gx = (OW + static_cast<int64_t>(OPT) * B - 1) / (static_cast<int64_t>(OPT) * B);
   const int64_t gy = rows < 65535 ? rows : 65535, gz = (rows + gy - 1) / gy;
   if (gx > 2147483647 || gz > 65535) return 5;

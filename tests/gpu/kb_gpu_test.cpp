@@ -155,16 +155,18 @@ TEST_F(KbGpu, TheTunerFoldsARowSumOfTheProductAndItPasses) {
 }
 
 // Issue 25: the pooling template's first points (1-D: a staged tile, a sliding window in registers; 2-D and
-// 3-D maxima: separable, a row's maxima taken once, 8 and 4 rows; an
+// 3-D maxima: separable, a row's maxima taken once, 8 and 4 rows; 3-D windows at stride 2: a stretch of an
+// output row a block, then whole rows a block (pack; not yet run on a GPU); an
 // average's rows reused down the column) pass on the GPU where each takes another path: rows read a float at a time
 // (odd lengths) or a float4 at a time from a lead of 0 or 3 (the padding), a maximum (dilated) and an
-// average (whose windows at the edges divide by their own counts). At these small sizes torch eager is
+// average (whose windows at the edges divide by their own counts), and maxima over inputs that hold NaN. At these small sizes torch eager is
 // faster (kfab optimize exits 4: correct, not faster), which is not what this checks.
 TEST_F(KbGpu, ThePoolingTemplatesPointsPass) {
   struct Case {
     const char* name;
     const char* module;
     const char* input;
+    const char* nans = "";  // where the input holds NaN (torch's max pooling: a NaN wins)
   };
   const Case cases[] = {
       {"max1d_odd", "nn.MaxPool1d(kernel_size=8, stride=1, padding=4, dilation=3)", "4, 8, 4099"},
@@ -172,7 +174,11 @@ TEST_F(KbGpu, ThePoolingTemplatesPointsPass) {
       {"avg1d", "nn.AvgPool1d(kernel_size=8, stride=1, padding=4)", "4, 8, 8192"},
       {"max2d_lead3", "nn.MaxPool2d(kernel_size=4, stride=1, padding=1)", "2, 4, 64, 68"},
       {"max2d_odd", "nn.MaxPool2d(kernel_size=4, stride=1, padding=1)", "2, 4, 61, 66"},
+      {"max2d_nan", "nn.MaxPool2d(kernel_size=4, stride=1, padding=1)", "2, 4, 64, 68", "x[..., ::9, ::7]"},
+      {"max1d_nan", "nn.MaxPool1d(kernel_size=8, stride=1, padding=4, dilation=3)", "4, 8, 4099", "x[..., ::29]"},
       {"max3d", "nn.MaxPool3d(kernel_size=3, stride=1, padding=1)", "2, 3, 10, 12, 20"},
+      {"max3d_s2", "nn.MaxPool3d(kernel_size=3, stride=2, padding=1, dilation=3)", "2, 3, 20, 22, 26"},
+      {"avg3d_s2", "nn.AvgPool3d(kernel_size=3, stride=2, padding=1)", "2, 3, 16, 18, 30"},
       {"avg2d_odd", "nn.AvgPool2d(kernel_size=4, stride=1, padding=1)", "2, 4, 61, 66"},
   };
   for (const Case& c : cases) {
@@ -180,7 +186,8 @@ TEST_F(KbGpu, ThePoolingTemplatesPointsPass) {
     ASSERT_TRUE(write_file_atomic(file, std::string("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
                                                     "    def __init__(self):\n        super().__init__()\n        self.pool = ") +
                                             c.module + "\n\n    def forward(self, x):\n        return self.pool(x)\n\n\n"
-                                            "def get_inputs():\n    return [torch.randn(" + c.input + ")]\n\n\n"
+                                            "def get_inputs():\n    x = torch.randn(" + c.input + ")\n" +
+                                            (*c.nans ? std::string("    ") + c.nans + " = float('nan')\n" : std::string()) + "    return [x]\n\n\n"
                                             "def get_init_inputs():\n    return []\n")
                     .has_value());
     const bool one_d = std::string(c.module).find("1d") != std::string::npos, max = std::string(c.module).find("Max") != std::string::npos;
@@ -192,14 +199,16 @@ TEST_F(KbGpu, ThePoolingTemplatesPointsPass) {
     nlohmann::json j = r.json();
     EXPECT_EQ(j["tuner"].value("template", ""), "cuda_pool") << c.name << "\n" << r.out;
     ASSERT_TRUE(j.contains("points") && j["points"].size() == points) << c.name << "\n" << r.out << r.err;
-    int slides = 0, seps = 0;
+    int slides = 0, seps = 0, packs = 0;
     for (const auto& point : j["points"]) {
       EXPECT_EQ(point["disposition"], "passed") << c.name << " " << point.dump();
       slides += point["params"].value("slide", "") == "1";
       seps += point["params"].value("sep", "") == "1";
+      packs += point["params"].value("pack", "") == "1";
     }
     EXPECT_EQ(slides, one_d ? 1 : 0) << c.name << "\n" << j["points"].dump(2);
     EXPECT_EQ(seps, !one_d && max ? 2 : 0) << c.name << "\n" << j["points"].dump(2);
+    EXPECT_EQ(packs, std::string(c.name).find("_s2") != std::string::npos ? 1 : 0) << c.name << "\n" << j["points"].dump(2);
     EXPECT_TRUE(r.status.code == 0 || r.status.code == 4) << c.name << "\n" << r.out << r.err;
   }
 }

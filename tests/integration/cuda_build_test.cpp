@@ -328,10 +328,11 @@ TEST_F(CudaBuild, EveryPoolingCompiles) {
     EXPECT_TRUE(grid[0].count("tile") && !grid[0].count("slide") && grid[1].count("slide") && grid[2].count("tile"));
   }, 2);
   // a maximum at stride 1 along W (pool.h's kfab_pool_sep: a thread's 4 consecutive outputs, each input row's
-  // maxima taken once): first for level1/42's 4 x 4 window at padding 1 (8 rows, then 4) and a 3-D one
-  // of 3 x 3 x 3 (its planes looped); not for 1-D windows (level1/41's; measured slower than the tiles), an
-  // average, nor a stride of 2 along W
-  build_each_form("cumsum", "cuda_pool", 5, [this](int form, Task& k) {
+  // maxima taken once): first for level1/42's 4 x 4 window at padding 1 (8 rows, then 4) and a 3-D one of 3
+  // x 3 x 3 (its planes looped); not for 1-D windows (level1/41's; measured slower than the tiles), an
+  // average, nor a stride of 2 along W. Whole output rows a block (pack, kfab_pool_packed) for 2-D and 3-D
+  // windows: second and third where rows are not reused (level1/43 and 46's windows), last where they are.
+  build_each_form("cumsum", "cuda_pool", 7, [this](int form, Task& k) {
     k.op_class = "pool";
     k.inputs[0].shape = {"B", "1", "1", "1", "N"};
     k.outputs[0].shape = k.inputs[0].shape;
@@ -340,9 +341,25 @@ TEST_F(CudaBuild, EveryPoolingCompiles) {
     if (form == 2) k.op_params = {{"nd", 1}, {"max", 1}, {"kw", 8}, {"sw", 1}, {"pw", 4}, {"dw", 3}};
     if (form == 3) k.op_params = {{"nd", 2}, {"max", 0}, {"kh", 4}, {"kw", 4}, {"sh", 1}, {"sw", 1}, {"ph", 1}, {"pw", 1}};
     if (form == 4) k.op_params = {{"nd", 2}, {"max", 1}, {"kh", 4}, {"kw", 4}, {"sh", 1}, {"sw", 2}, {"ph", 1}, {"pw", 1}};
+    if (form >= 5)  // level1/43 (a maximum, dilation 3) and 46 (an average)
+      k.op_params = {{"nd", 3}, {"max", form == 5}, {"kd", 3}, {"kh", 3}, {"kw", 3}, {"sd", 2}, {"sh", 2}, {"sw", 2}, {"pd", 1}, {"ph", 1}, {"pw", 1},
+                     {"dd", form == 5 ? 3 : 1}, {"dh", form == 5 ? 3 : 1}, {"dw", form == 5 ? 3 : 1}};
     const auto grid = template_named("cuda_pool")->grid(k);
     ASSERT_GE(grid.size(), 4u);
-    for (size_t i = 0; i < grid.size(); ++i) EXPECT_EQ(grid[i].count("sep") > 0, form < 2 && i < 2) << form << " " << format_params(grid[i]);
+    for (size_t i = 0; i < grid.size(); ++i) {
+      EXPECT_EQ(grid[i].count("sep") > 0, form < 2 && i < 2) << form << " " << format_params(grid[i]);
+      const bool packed = form >= 5 ? i == 1 || i == 2 : form != 2 && i + 2 >= grid.size();
+      EXPECT_EQ(grid[i].count("pack") > 0, packed) << form << " " << format_params(grid[i]);
+    }
+    if (form >= 5) {
+      const std::string src = template_named("cuda_pool")->generate(k, grid[1]);
+      EXPECT_NE(src.find("constexpr bool PACK = true;"), std::string::npos) << form;
+      EXPECT_NE(src.find("kfab_pool_packed<PACK><<<"), std::string::npos) << form;
+      const auto f = scratch() / ("pool_pack_" + std::to_string(form) + ".cu");
+      ASSERT_TRUE(write_file_atomic(f, src).has_value());
+      auto r = backend_.build(f);
+      ASSERT_TRUE(r.ok()) << form << " (" << format_params(grid[1]) << ")\n" << r.failure().message;
+    }
     if (form >= 2) return;
     EXPECT_EQ(grid[0].at("rows"), "8");
     EXPECT_EQ(grid[1].at("rows"), "4");
