@@ -124,8 +124,9 @@ int64_t pool_slide_values(const Task& t, int opt) {
 std::vector<TemplateParams> pool_cuda_grid(const Task& t) {
   std::vector<TemplateParams> g, tiles;
   const bool reuse = pool_row_reuse(t, 4) >= 1.5;
-  // kfab_pool_rows, 8 rows first (after `sep` where it applies): on an H200 (session 17, tree 1280df5) level1/42 measured 3.108 ms with 8 rows of 1 output a
-  // thread, 3.387 ms with 4 rows of 2, 4.113 ms with a tile of 16 rows; with 16 rows 4.120 ms (session 18). With
+  // kfab_pool_rows, 8 rows first (after `sep` where it applies): on an H200 (session 17, tree 1280df5)
+  // level1/42 measured 3.108 ms with 8 rows of 1 output a thread, 3.387 ms with 4 rows of 2, 4.113 ms with a
+  // tile of 16 rows; with 16 rows 4.120 ms (session 18). With
   // 4 consecutive outputs a thread on 4 or 8 rows, each shared row's 7 values loaded once into registers (two
   // float4), 4.516 and 7.172 ms (session 18, tree ebfba66; not kept: a warp's stores 16 bytes apart).
   if (reuse) g = {{{"block", "128"}, {"outputs", "1"}, {"rows", "8"}}, {{"block", "128"}, {"outputs", "2"}, {"rows", "4"}}};
@@ -152,7 +153,8 @@ std::vector<TemplateParams> pool_cuda_grid(const Task& t) {
   // rows of 62 outputs filled 62 of the 512 slots of its winner's blocks (128 x 4), 46's 128. Second and
   // third where rows are not reused, last where they are. Not yet measured.
   if (op_param(t, "nd", 2) >= 2) {
-    const std::vector<TemplateParams> packed = {{{"block", "128"}, {"outputs", "4"}, {"pack", "1"}}, {{"block", "256"}, {"outputs", "4"}, {"pack", "1"}}};
+    const std::vector<TemplateParams> packed = {{{"block", "128"}, {"outputs", "4"}, {"pack", "1"}},
+                                                {{"block", "256"}, {"outputs", "4"}, {"pack", "1"}}};
     g.insert(reuse ? g.end() : g.begin() + 1, packed.begin(), packed.end());
   }
   if (op_param(t, "nd", 2) == 1) {

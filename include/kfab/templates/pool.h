@@ -338,7 +338,8 @@ __device__ __forceinline__ void kfab_pool_sep(const float* __restrict__ vol, int
 #pragma unroll
         for (int q = 0; q < NV / 4; ++q) {
           const int64_t c = ws + 4 * q;  // a float4 wholly inside the row or wholly outside
-          const float4 f = c >= 0 && c < W ? __ldg(reinterpret_cast<const float4*>(row + c)) : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+          const float4 f = c >= 0 && c < W ? __ldg(reinterpret_cast<const float4*>(row + c))
+                                           : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
           v[4 * q] = f.x, v[4 * q + 1] = f.y, v[4 * q + 2] = f.z, v[4 * q + 3] = f.w;
         }
       } else {
