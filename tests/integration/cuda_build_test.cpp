@@ -246,6 +246,9 @@ TEST_F(CudaBuild, RowsLongerThanAClusterGetSplitPointsThatCompile) {
       EXPECT_NE(src.find(call), std::string::npos) << name;
       EXPECT_EQ(src.find("kfab_cp16(kfab_pre") != std::string::npos, i == r + 1 + c + e) << name << " " << i;
       EXPECT_EQ(src.find("* kfab_rescale;") != std::string::npos, g[i].count("reuse") > 0) << name << " " << i;  // the outputs read the kept exp
+      // the layer norm's weight and bias loaded after the meeting (not moved above it, beside the row's part)
+      EXPECT_EQ(src.find("asm volatile(\"\" : \"+l\"(a.in1));") != std::string::npos, name == "layer_norm") << name << " " << i;
+      EXPECT_EQ(src.find("asm volatile(\"\" : \"+l\"(a.in2));") != std::string::npos, name == "layer_norm") << name << " " << i;
       EXPECT_NE(src.find(i == r + 1 + c + e ? "constexpr int pre = 1 * B * I * 16;" : "constexpr int pre = 0 * B * I * 16;"), std::string::npos)
           << name << " " << i;
       // the kept weight: copied once before the rows, read from shared memory by the outputs
