@@ -586,11 +586,9 @@ Parts rows_parts(const Gen& g, const TemplateParams& tp) {
     e.blank().line("// The cached kernel for rows longer than a cluster holds: each row split over a group of s.S blocks of the grid,");
     e.line("// every block resident at once (a cooperative launch), their row reductions combined through global memory.");
     e.line("// (blocks of 256 threads two an SM, at most 128 registers a thread: left to itself the compiler takes 221 for");
-    e.line("// 16 float4 a thread, and a row of 4M floats then finds half the 256 blocks it needs resident; three an SM,");
-    e.line("// at most 80 registers, with at most 8 float4 a thread)");
+    e.line("// 16 float4 a thread, and a row of 4M floats then finds half the 256 blocks it needs resident)");
     e.line("template <int B, int G, int V, int IT>");
-    e.open("__global__ void __launch_bounds__(B, B <= 256 ? ((V == 4 ? IT : IT / 2) <= 8 ? 3 : 2) : 1) kfab_rows_split(Args a, int64_t rows, int64_t n, "
-           "KfabSplit s)");
+    e.open("__global__ void __launch_bounds__(B, B <= 256 ? 2 : 1) kfab_rows_split(Args a, int64_t rows, int64_t n, KfabSplit s)");
     RowKernel(g, Hold::kSplit, false, e, param(tp, "defer", 0) != 0, param(tp, "prefetch", 0) != 0, param(tp, "reuse", 0) != 0,
               param(tp, "colsm", 0) != 0)
         .emit();
