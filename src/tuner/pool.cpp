@@ -115,8 +115,7 @@ int64_t pool_tile_bytes(const Task& t, int R, int TW) {
   return 4 * op_param(t, "kd", 1) * rows * ((span + 6) / 4 * 4);  // pool.h's KfabPoolTile::SIZE
 }
 
-// The registers kfab_pool_slide loads for OPT outputs of a 1-D window, and kfab_pool_sep a row for 4 (at the
-// most: a lead of 3).
+// The registers kfab_pool_slide loads for OPT outputs of a 1-D window (at the most: a lead of 3).
 int64_t pool_slide_values(const Task& t, int opt) {
   const int64_t span = (opt - 1) * op_param(t, "sw", 1) + (op_param(t, "kw", 1) - 1) * (op_param(t, "max", 0) ? op_param(t, "dw", 1) : 1) + 1;
   return (3 + span + 3) / 4 * 4;
@@ -139,13 +138,13 @@ std::vector<TemplateParams> pool_cuda_grid(const Task& t) {
   // consecutive, the values they read loaded into registers a float4 at a time: pool.h's kfab_pool_slide;
   // where they fit 64 registers) 41 measured 2.303 ms with 16 outputs a thread and 2.437 ms with 8, 44 1.619 ms
   // and 1.707 ms (session 18, tree ebfba66): second.
-  // `sep` 1: a thread's 4 consecutive outputs on R rows, each input row's maxima or sums along W taken once
-  // and folded into the outputs whose windows hold the row (pool.h's kfab_pool_sep; kfab_pool_sep_kernel).
-  // For maxima at stride 1 along W first where 2-D and 3-D windows share rows: on an H200 (session 19, tree
-  // d2c00f5) level1/42 measured 1.262 ms with 8 rows (80% of the copy bandwidth, 8.58x eager), 1.286 ms with
-  // 4, against 2.463 ms with kfab_pool_rows (issuing in 61% of cycles: ncu); now ncu shows it waiting on its
-  // loads (long scoreboard). 16 rows measured 1.593 ms (96 registers; tree 047c61e), 1-D windows slower than
-  // the tiles (level1/41 2.196 ms against 1.837, 44 1.751 against 1.619).
+  // `sep` 1 (a maximum at stride 1 along W): a thread's 4 consecutive outputs on R rows, each input row's
+  // maxima along W taken once and folded into the outputs whose windows hold the row (pool.h's
+  // kfab_pool_sep), the stores through shared memory: first for 2-D and 3-D windows that share rows. On an
+  // H200 (session 19, tree d2c00f5) level1/42 measured 1.262 ms with 8 rows (80% of the copy bandwidth,
+  // 8.58x eager), 1.286 ms with 4, against 2.463 ms with kfab_pool_rows (issuing in 61% of cycles: ncu);
+  // now ncu shows it waiting on its loads (long scoreboard). 16 rows measured 1.593 ms (96 registers; tree
+  // 047c61e), 1-D windows slower than the tiles (level1/41 2.196 ms against 1.837, 44 1.751 against 1.619).
   if (op_param(t, "max", 0) != 0 && op_param(t, "sw", 1) == 1 && reuse) {
     for (const char* rows : {"4", "8"}) g.insert(g.begin(), TemplateParams{{"block", "128"}, {"outputs", "4"}, {"rows", rows}, {"sep", "1"}});
   }
@@ -153,20 +152,14 @@ std::vector<TemplateParams> pool_cuda_grid(const Task& t) {
   // (kfab_pool_packed; the kernel falls back to a stretch of a row a block where rows are longer): level1/43's
   // rows of 62 outputs filled 62 of the 512 slots of its blocks (128 x 4), 46's 128. On an H200 (session 20,
   // tree d64fcea) 43 measured 2.628 ms packed (128 x 4) and 2.620 ms (256 x 4) against 3.996 ms unpacked
-  // (128 x 4); 46 5.110 and 5.345 against 5.522 ms. First where rows are not reused (after sep), last where
-  // they are.
+  // (128 x 4); 46 5.110 and 5.345 against 5.522 ms. First where rows are not reused, last where they are.
+  // (sep for these windows too, at any stride along W and for averages, a thread an item of bands x groups of
+  // 4 outputs: 43 2.708 ms with 1 row, 46 9.841 ms with 4 rows (204 registers), and level1/42 1.364 ms in that
+  // kernel against 1.262 in kfab_pool_kernel's; session 20, tree 4a78048. Not kept.)
   if (op_param(t, "nd", 2) >= 2) {
     const std::vector<TemplateParams> packed = {{{"block", "128"}, {"outputs", "4"}, {"pack", "1"}},
                                                 {{"block", "256"}, {"outputs", "4"}, {"pack", "1"}}};
     g.insert(reuse ? g.end() : g.begin(), packed.begin(), packed.end());
-  }
-  // sep where rows are not reused but windows overlap along W (level1/43 and 46's 3 x 3 x 3 windows at stride
-  // 2) and 4 outputs' values fit 20 registers a row: first, 4 rows where they share a quarter of their rows
-  // (46's: 9 rows for 4), else 1. Not yet measured.
-  if (op_param(t, "nd", 2) >= 2 && !reuse && pool_slide_values(t, 4) <= 20) {
-    const bool overlap = op_param(t, "sw", 1) < (op_param(t, "kw", 1) - 1) * (op_param(t, "max", 0) ? op_param(t, "dw", 1) : 1) + 1;
-    if (overlap)
-      g.insert(g.begin(), TemplateParams{{"block", "128"}, {"outputs", "4"}, {"rows", pool_row_reuse(t, 4) >= 1.25 ? "4" : "1"}, {"sep", "1"}});
   }
   if (op_param(t, "nd", 2) == 1) {
     for (const auto& [b, o, slide] : std::vector<std::array<int, 3>>{{256, 16, 0}, {256, 16, 1}, {256, 4, 0}}) {
@@ -185,7 +178,7 @@ std::string pool_cuda_generate(const Task& t, const TemplateParams& p) {
 constexpr int B = {}, OPT = {}, R = {};  // threads per block; outputs a thread along the row, times R down the column
 constexpr bool TILE = {};  // a block's outputs' input staged through shared memory
 constexpr bool SLIDE = {};  // 1-D tiles: a thread's outputs consecutive, the values they read in registers
-constexpr bool SEP = {};  // a thread's 4 outputs consecutive, each input row's maxima or sums along W taken once
+constexpr bool SEP = {};  // a maximum at stride 1 along W: a thread's 4 outputs consecutive, each input row's maxima taken once
 constexpr bool PACK = {};  // short output rows: several whole rows a block
 #define KFAB_INLINE __device__ __forceinline__
 #define KFAB_LOAD(p) __ldg(p)
@@ -209,6 +202,27 @@ __global__ void __launch_bounds__(B) kfab_pool_kernel(const float* __restrict__ 
   const int64_t od = r2 % OD, vol = r2 / OD;
   const float* v = x + vol * D * H * W;
   float* yr = y + (r2 * OH + oh0) * OW;
+  if constexpr (SEP) {
+    // each warp's 4 x 32 outputs of a row through shared memory, so that its stores are a float apart
+    // (coalesced at any alignment of the output rows: level1/42's are 511 floats long)
+    static_assert(!TL && OPT == 4 && B % 32 == 0, "separable pooling: 4 outputs a thread");
+    __shared__ float4 kfab_out[B / 32][R][32];
+    const int lane = static_cast<int>(threadIdx.x % 32), w = static_cast<int>(threadIdx.x / 32);
+    const int64_t ow0 = (static_cast<int64_t>(blockIdx.x) * B + threadIdx.x) * 4;
+    float acc[R][4];
+    if (W % 4 == 0 && (reinterpret_cast<uintptr_t>(v) & 15) == 0) kfab_pool_sep<R, true>(v, D, H, W, od, oh0, ow0, acc);
+    else kfab_pool_sep<R, false>(v, D, H, W, od, oh0, ow0, acc);
+#pragma unroll
+    for (int r = 0; r < R; ++r) kfab_out[w][r][lane] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+    __syncwarp();
+    const int64_t c0 = (static_cast<int64_t>(blockIdx.x) * B + w * 32) * 4 + lane;
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        if (c0 + 32 * k < OW && oh0 + r < OH) yr[r * OW + c0 + 32 * k] = reinterpret_cast<const float*>(kfab_out[w][r])[lane + 32 * k];
+    return;
+  }
   const int64_t ow0 = static_cast<int64_t>(blockIdx.x) * OPT * B + threadIdx.x;
   float o[OPT][R];
   if constexpr (TL) {
@@ -255,57 +269,6 @@ __global__ void __launch_bounds__(B) kfab_pool_kernel(const float* __restrict__ 
       if (ow0 + k * B < OW && oh0 + r < OH) yr[r * OW + ow0 + k * B] = o[k][r];
 }
 
-// SEP: a thread 4 consecutive outputs of a band (pool.h's kfab_pool_sep), item i of bands x G (G groups of
-// 4 a row), so that short rows fill the block (level1/46's rows of 128 outputs are 32 threads' work).
-// Its R rows stored a float4 at a time where rows are whole float4 (OW a multiple of 4, y 16-byte
-// aligned); else each warp's outputs through shared memory, stored a float apart (coalesced at any
-// alignment of the output rows: level1/42's are 511 floats long). The host takes this kernel only where
-// the items and a band's place fit 32 bits. SP: a template, so that points without it instantiate nothing.
-template <bool SP>
-__global__ void __launch_bounds__(B) kfab_pool_sep_kernel(const float* __restrict__ x, float* __restrict__ y, uint32_t items, uint32_t G, int64_t D,
-                                                          int64_t H, int64_t W, uint32_t OD, uint32_t OH, uint32_t OW) {
-  static_assert(!SP || (OPT == 4 && B % 32 == 0), "separable pooling: 4 outputs a thread");
-  __shared__ float4 kfab_out[B / 32][R][32];
-  const uint32_t i = blockIdx.x * B + threadIdx.x, OHB = (OH + R - 1) / R;
-  const int lane = static_cast<int>(threadIdx.x % 32), w = static_cast<int>(threadIdx.x / 32);
-  // (volume, od) and the band's first output row of item `it`'s band
-  const auto place = [&](uint32_t it, uint32_t& q, uint32_t& oh0) {
-    const uint32_t band = it / G;
-    q = band / OHB, oh0 = (band - q * OHB) * R;
-  };
-  const uint32_t ic = i < items ? i : items - 1;  // a thread past the end takes the last item again, and stores nothing
-  uint32_t q, oh0;
-  place(ic, q, oh0);
-  const uint32_t g = ic % G, od = q % OD, vol = q / OD;
-  const float* v = x + static_cast<int64_t>(vol) * D * H * W;
-  float acc[R][4];
-  if (W % 4 == 0 && (reinterpret_cast<uintptr_t>(v) & 15) == 0) kfab_pool_sep<R, true>(v, D, H, W, OH, OW, od, oh0, 4 * g, acc);
-  else kfab_pool_sep<R, false>(v, D, H, W, OH, OW, od, oh0, 4 * g, acc);
-  if (OW % 4 == 0 && (reinterpret_cast<uintptr_t>(y) & 15) == 0) {
-    float* yr = y + (static_cast<int64_t>(q) * OH + oh0) * OW + 4 * g;
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-      if (i < items && oh0 + r < OH) *reinterpret_cast<float4*>(yr + static_cast<int64_t>(r) * OW) = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
-    return;
-  }
-#pragma unroll
-  for (int r = 0; r < R; ++r) kfab_out[w][r][lane] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
-  __syncwarp();
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const int e = lane + 32 * k, t = e / 4;  // output e % 4 of the warp's thread t
-    const uint32_t it = i - lane + t;
-    if (it >= items) continue;
-    uint32_t qt = q, oht = oh0, gt = g - lane + t;
-    if (G % 32 != 0) place(it, qt, oht), gt = it % G;  // (where G is a multiple of 32, a warp's items share a band)
-    const uint32_t col = 4 * gt + e % 4;
-    float* yr = y + (static_cast<int64_t>(qt) * OH + oht) * OW + col;
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-      if (col < OW && oht + r < OH) yr[static_cast<int64_t>(r) * OW] = reinterpret_cast<const float*>(&kfab_out[w][r][t])[e % 4];
-  }
-}
-
 // PACK: a block holds pk whole bands (pk = OPT * B / OW, at least 1), its OPT * B slots taken band by band
 // (slot s: band s / OW, column s % OW, so that neighbouring threads store neighbouring outputs), where
 // kfab_pool_kernel's block holds one band's stretch of OPT * B outputs: level1/43's output rows of 62 used 62
@@ -336,16 +299,6 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, 
   s += kChecks;
   s += R"(  const int64_t rows = P * OD * ((OH + R - 1) / R);  // bands of R output rows
   if (rows == 0 || OW == 0) return 0;
-  // a thread 4 outputs, separably, where the items and a band's place fit 32 bits (else kfab_pool_kernel below)
-  if constexpr (SEP) {
-    const int64_t G = (OW + 3) / 4, items = rows * G;
-    if (items < 2147483647 - B && OD * OH < 2147483647 && OW < 2147483647) {
-      kfab_pool_sep_kernel<SEP><<<static_cast<unsigned>((items + B - 1) / B), B, 0, static_cast<cudaStream_t>(stream_)>>>(
-          xp, yp, static_cast<uint32_t>(items), static_cast<uint32_t>(G), D, H, W, static_cast<uint32_t>(OD), static_cast<uint32_t>(OH),
-          static_cast<uint32_t>(OW));
-      return cudaGetLastError() == cudaSuccess ? 0 : 4;
-    }
-  }
   // whole bands a block where an output row is at most a block's outputs (else kfab_pool_kernel below)
   if constexpr (PACK) {
     if (OW <= static_cast<int64_t>(OPT) * B && rows < 2147483647 && OD * OH < 2147483647) {

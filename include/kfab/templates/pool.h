@@ -298,50 +298,38 @@ __device__ __forceinline__ void kfab_pool_slide(const float* tile, int col0, con
   }
 }
 
-// kfab_pool called, not inlined: an average's outputs at the input's edges (their window's loops inlined
-// at each of a thread's outputs held 254 registers).
-__device__ __noinline__ float kfab_pool_edge(const float* __restrict__ vol, int64_t D, int64_t H, int64_t W, int64_t od, int64_t oh, int64_t ow) {
-  return kfab_pool(vol, D, H, W, od, oh, ow);
-}
-
-// Pooling separably along W: R output rows of 4 consecutive outputs ow0 .. ow0 + 3 (ow0 a multiple of 4)
-// into acc. Each input row the R windows read is loaded once (a float4 a load where V4: W a multiple of 4
-// and the volume 16-byte aligned), its 4 row maxima or sums (KW taps each) taken once, then folded into
-// the outputs whose windows hold that row: level1/42's 4 x 4 window at stride 1 takes 3 + 4 instructions
+// A max pooling at stride 1 along W, separably: R output rows of 4 consecutive outputs ow0 .. ow0 + 3 (ow0 a
+// multiple of 4) into acc. Each input row the R windows read is loaded once (a float4 a load where V4:
+// W a multiple of 4 and the volume 16-byte aligned), its 4 row maxima (KW taps each) taken once, then
+// folded into the outputs whose windows hold that row: level1/42's 4 x 4 window takes 3 + 4 instructions
 // an output and a row where kfab_pool_rows took a load and 4 maxima (issue-bound: ncu, 61% of cycles
-// issuing); level1/43 and 46's 3 x 3 x 3 windows at stride 2 load 4 and 3 float4 a row for 4 outputs
-// where kfab_pool_rows loaded 12 floats. Values outside the input are -infinity for a maximum (which
-// torch's max pooling never reads and which no maximum takes) and 0 for an average, so every thread runs
-// the same code; an average's window that reaches outside the input (its divisor depends on where) is
-// then computed by kfab_pool. A maximum of the same taps in another order is the same value (a NaN wins
-// either way; +0 and -0 may swap); an average's sum is taken row by row, so it may differ from kfab_pool's
-// in the last bits. (1-D windows so lost to the staged tiles on an H200, session 19, tree d2c00f5:
+// issuing). Values outside the input are -infinity, which torch's max pooling never reads and which no
+// maximum takes, so every thread runs the same code. A maximum of the same taps in another order is the
+// same value (a NaN wins either way; +0 and -0 may swap). (An average over 1-D windows so, its row's sum
+// in kfab_pool's order, and 1-D maxima lost to the staged tiles on an H200, session 19, tree d2c00f5:
 // level1/41 2.196 ms against 1.837, level1/44 1.751 against 1.619. Not offered.)
 template <int R, bool V4>
-__device__ __forceinline__ void kfab_pool_sep(const float* __restrict__ vol, int64_t D, int64_t H, int64_t W, int64_t OH, int64_t OW, int64_t od,
-                                              int64_t oh0, int64_t ow0, float (&acc)[R][4]) {
-  static_assert(R > 0, "separable pooling: R output rows");
-  constexpr int64_t DDe = MAX ? DD : 1, DHe = MAX ? DH : 1;  // an average has no dilation
-  constexpr int DWe = MAX ? static_cast<int>(DW) : 1, SWi = static_cast<int>(SW);
-  constexpr int64_t ROWS = (R - 1) * SH + (KH - 1) * DHe + 1;
-  constexpr int SPAN = 3 * SWi + (static_cast<int>(KW) - 1) * DWe + 1;  // the values 4 outputs read a row
-  constexpr int LEAD = V4 ? static_cast<int>((4 - PW % 4) % 4) : 0;     // (ow0 * SW - PW) mod 4, ow0 a multiple of 4
+__device__ __forceinline__ void kfab_pool_sep(const float* __restrict__ vol, int64_t D, int64_t H, int64_t W, int64_t od, int64_t oh0, int64_t ow0,
+                                              float (&acc)[R][4]) {
+  static_assert(R > 0 && MAX && SW == 1, "separable pooling: a maximum at stride 1 along W");
+  constexpr int64_t ROWS = (R - 1) * SH + (KH - 1) * DH + 1;
+  constexpr int SPAN = 3 + static_cast<int>((KW - 1) * DW) + 1;                 // the values 4 outputs read a row
+  constexpr int LEAD = V4 ? static_cast<int>((4 - PW % 4) % 4) : 0;            // (ow0 - PW) mod 4, ow0 a multiple of 4
   constexpr int NV = V4 ? (LEAD + SPAN + 3) / 4 * 4 : SPAN;
-  constexpr float fill = MAX ? -INFINITY : 0.0f;
-  const int64_t ds = od * SD - PD, hs = oh0 * SH - PH, ws = ow0 * SW - PW - LEAD;
+  const int64_t ds = od * SD - PD, hs = oh0 * SH - PH, ws = ow0 - PW - LEAD;
 #pragma unroll
   for (int r = 0; r < R; ++r)
 #pragma unroll
-    for (int k = 0; k < 4; ++k) acc[r][k] = fill;
+    for (int k = 0; k < 4; ++k) acc[r][k] = -INFINITY;
 #pragma unroll 1
   for (int64_t a = 0; a < KD; ++a) {
-    const int64_t d = ds + a * DDe;
+    const int64_t d = ds + a * DD;
     if (d < 0 || d >= D) continue;
 #pragma unroll
     for (int64_t j = 0; j < ROWS; ++j) {
       bool used = false;
 #pragma unroll
-      for (int r = 0; r < R; ++r) used = used || kfab_row_of(j, r, SH, DHe, KH);
+      for (int r = 0; r < R; ++r) used = used || kfab_row_of(j, r, SH, DH, KH);
       const int64_t h = hs + j;
       if (!used || h < 0 || h >= H) continue;
       const float* row = vol + (d * H + h) * W;
@@ -350,51 +338,28 @@ __device__ __forceinline__ void kfab_pool_sep(const float* __restrict__ vol, int
 #pragma unroll
         for (int q = 0; q < NV / 4; ++q) {
           const int64_t c = ws + 4 * q;  // a float4 wholly inside the row or wholly outside
-          const float4 f = c >= 0 && c < W ? __ldg(reinterpret_cast<const float4*>(row + c)) : make_float4(fill, fill, fill, fill);
+          const float4 f = c >= 0 && c < W ? __ldg(reinterpret_cast<const float4*>(row + c))
+                                           : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
           v[4 * q] = f.x, v[4 * q + 1] = f.y, v[4 * q + 2] = f.z, v[4 * q + 3] = f.w;
         }
       } else {
 #pragma unroll
-        for (int i = 0; i < NV; ++i) v[i] = ws + i >= 0 && ws + i < W ? KFAB_LOAD(row + ws + i) : fill;
+        for (int i = 0; i < NV; ++i) v[i] = ws + i >= 0 && ws + i < W ? KFAB_LOAD(row + ws + i) : -INFINITY;
       }
       float m[4];
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        m[k] = v[LEAD + k * SWi];
+        m[k] = v[LEAD + k];
 #pragma unroll
-        for (int i = 1; i < static_cast<int>(KW); ++i) {
-          if constexpr (MAX) {
-            m[k] = kfab_max_nan(m[k], v[LEAD + k * SWi + i * DWe]);
-          } else {
-            m[k] += v[LEAD + k * SWi + i];
-          }
-        }
+        for (int i = 1; i < static_cast<int>(KW); ++i) m[k] = kfab_max_nan(m[k], v[LEAD + k + i * static_cast<int>(DW)]);
       }
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        if (!kfab_row_of(j, r, SH, DHe, KH)) continue;
+        if (!kfab_row_of(j, r, SH, DH, KH)) continue;
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          if constexpr (MAX) {
-            acc[r][k] = kfab_max_nan(acc[r][k], m[k]);
-          } else {
-            acc[r][k] += m[k];
-          }
-        }
+        for (int k = 0; k < 4; ++k) acc[r][k] = kfab_max_nan(acc[r][k], m[k]);
       }
     }
-  }
-  if constexpr (!MAX) {
-    constexpr float div = static_cast<float>(DIVISOR != 0 ? DIVISOR : KD * KH * KW);
-    const bool planes = ds >= 0 && ds + KD <= D;
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int64_t hr = hs + r * SH, wk = ws + LEAD + k * SW;
-        const bool inside = planes && hr >= 0 && hr + KH <= H && wk >= 0 && wk + KW <= W;
-        acc[r][k] = inside ? acc[r][k] / div : oh0 + r < OH && ow0 + k < OW ? kfab_pool_edge(vol, D, H, W, od, oh0 + r, ow0 + k) : 0.0f;
-      }
   }
 }
 #endif
