@@ -4,9 +4,9 @@
 BUILD      ?= build
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
-# Warnings are errors in CI.
+# Warnings are errors in CI, which builds without debug information (a third of its build time).
 ifeq ($(CI),true)
-CMAKE_ARGS += -DKFAB_WERROR=ON
+CMAKE_ARGS += -DKFAB_WERROR=ON -DKFAB_DEBUG_INFO=OFF
 endif
 
 DEB_PACKAGES := cmake g++ make pkg-config nlohmann-json3-dev libcli11-dev libfmt-dev \
