@@ -155,10 +155,15 @@ std::vector<TemplateParams> pool_cuda_grid(const Task& t) {
   // (128 x 4); 46 5.110 and 5.345 against 5.522 ms. First where rows are not reused, last where they are.
   // (sep for these windows too, at any stride along W and for averages, a thread an item of bands x groups of
   // 4 outputs: 43 2.708 ms with 1 row, 46 9.841 ms with 4 rows (204 registers), and level1/42 1.364 ms in that
-  // kernel against 1.262 in kfab_pool_kernel's; session 20, tree 4a78048. Not kept.)
+  // kernel against 1.262 in kfab_pool_kernel's; session 20, tree 4a78048. Not kept.) Third, 512 threads of
+  // one output: 43's packed kernel of 4 outputs a thread is 2,736 SASS instructions, 44 KB (each output's 27
+  // taps unrolled, inside the input and at its edges), and ncu counts 2.55 cycles an issue waiting for
+  // instructions (no_instruction) beside 5.91 on loads; with one output a thread 712 (32 registers, not 40).
+  // Not yet measured.
   if (op_param(t, "nd", 2) >= 2) {
     const std::vector<TemplateParams> packed = {{{"block", "128"}, {"outputs", "4"}, {"pack", "1"}},
-                                                {{"block", "256"}, {"outputs", "4"}, {"pack", "1"}}};
+                                                {{"block", "256"}, {"outputs", "4"}, {"pack", "1"}},
+                                                {{"block", "512"}, {"outputs", "1"}, {"pack", "1"}}};
     g.insert(reuse ? g.end() : g.begin(), packed.begin(), packed.end());
   }
   if (op_param(t, "nd", 2) == 1) {
