@@ -137,7 +137,14 @@ std::vector<TemplateParams> pool_cuda_grid(const Task& t) {
   // 2.213 and 2.444 ms. Each output reads its taps from shared memory; with `slide` 1 (a thread's outputs
   // consecutive, the values they read loaded into registers a float4 at a time: pool.h's kfab_pool_slide;
   // where they fit 64 registers) 41 measured 2.303 ms with 16 outputs a thread and 2.437 ms with 8, 44 1.619 ms
-  // and 1.707 ms (session 18, tree ebfba66): second.
+  // and 1.707 ms (session 18, tree ebfba66): second. Since an average's edge windows are taken from the
+  // tile (pool.h's kfab_pool_tile_out; they had each called kfab_pool, 16 inlined copies of its clipped
+  // loops a thread) 44 measured 1.314 ms staged by 256 threads of 16 outputs (77% of the copy bandwidth,
+  // from 63%; H200, session 21, tree abc5871).
+  // (Tiles piped through two buffers, a grid the SMs hold at once and each block's next tile copied in by
+  // cp.async while it reduced this one, lost everywhere on that tree: 41 1.993 ms against 1.840 staged, 44
+  // 1.456 against 1.314, 42 2.206 against 1.262 (sep), 43 9.525 against 2.613 (pack), 46 9.943 against
+  // 5.110. Not kept.)
   // `sep` 1 (a maximum at stride 1 along W): a thread's 4 consecutive outputs on R rows, each input row's
   // maxima along W taken once and folded into the outputs whose windows hold the row (pool.h's
   // kfab_pool_sep), the stores through shared memory: first for 2-D and 3-D windows that share rows. On an
@@ -158,8 +165,8 @@ std::vector<TemplateParams> pool_cuda_grid(const Task& t) {
   // kernel against 1.262 in kfab_pool_kernel's; session 20, tree 4a78048. Not kept.) Third, 512 threads of
   // one output: 43's packed kernel of 4 outputs a thread is 2,736 SASS instructions, 44 KB (each output's 27
   // taps unrolled, inside the input and at its edges), and ncu counts 2.55 cycles an issue waiting for
-  // instructions (no_instruction) beside 5.91 on loads; with one output a thread 712 (32 registers, not 40).
-  // Not yet measured.
+  // instructions (no_instruction) beside 5.91 on loads; with one output a thread 712 (32 registers, not 40):
+  // 43 2.452 ms against 2.621 (256 x 4), 46 10.503 against 5.111 (128 x 4; H200, session 21, tree 2033952).
   if (op_param(t, "nd", 2) >= 2) {
     const std::vector<TemplateParams> packed = {{{"block", "128"}, {"outputs", "4"}, {"pack", "1"}},
                                                 {{"block", "256"}, {"outputs", "4"}, {"pack", "1"}},
@@ -174,18 +181,6 @@ std::vector<TemplateParams> pool_cuda_grid(const Task& t) {
     }
     g.insert(g.begin(), tiles.begin(), tiles.end());
   }
-  // `pipe` 1: tiles in a loop, the next one's input copied in while the block reduces this one
-  // (kfab_pool_piped; two tiles a block in static shared memory). Not yet measured.
-  std::vector<TemplateParams> piped;
-  const int nd = static_cast<int>(op_param(t, "nd", 2));
-  const std::vector<std::array<int, 3>> pipes = nd == 1 ? std::vector<std::array<int, 3>>{{256, 16, 1}, {256, 8, 1}}
-                                                : reuse   ? std::vector<std::array<int, 3>>{{128, 2, 8}, {128, 4, 8}}
-                                                          : std::vector<std::array<int, 3>>{{128, 1, 2}, {64, 1, 4}, {64, 1, 2}};
-  for (const auto& [b, o, r] : pipes) {
-    if (2 * pool_tile_bytes(t, r, b * o) > 48 * 1024) continue;
-    piped.push_back({{"block", std::to_string(b)}, {"outputs", std::to_string(o)}, {"rows", std::to_string(r)}, {"tile", "1"}, {"pipe", "1"}});
-  }
-  g.insert(g.begin(), piped.begin(), piped.end());
   return g;
 }
 
@@ -197,14 +192,12 @@ constexpr bool TILE = {};  // a block's outputs' input staged through shared mem
 constexpr bool SLIDE = {};  // 1-D tiles: a thread's outputs consecutive, the values they read in registers
 constexpr bool SEP = {};  // a maximum at stride 1 along W: a thread's 4 outputs consecutive, each input row's maxima taken once
 constexpr bool PACK = {};  // short output rows: several whole rows a block
-constexpr bool PIPE = {};  // tiles: a block's next tile copied in (cp.async) while it reduces this one
 #define KFAB_INLINE __device__ __forceinline__
 #define KFAB_LOAD(p) __ldg(p)
 )",
                    p.at("block"), p.count("outputs") ? p.at("outputs") : "1", p.count("rows") ? p.at("rows") : "1",
                    p.count("tile") && p.at("tile") == "1" ? "true" : "false", p.count("slide") && p.at("slide") == "1" ? "true" : "false",
-                   p.count("sep") && p.at("sep") == "1" ? "true" : "false", p.count("pack") && p.at("pack") == "1" ? "true" : "false",
-                   p.count("pipe") && p.at("pipe") == "1" ? "true" : "false");
+                   p.count("sep") && p.at("sep") == "1" ? "true" : "false", p.count("pack") && p.at("pack") == "1" ? "true" : "false");
   s += pool_constants(t);
   s += template_text("pool.h");
   s += R"(
@@ -311,58 +304,6 @@ __global__ void __launch_bounds__(B) kfab_pool_packed(const float* __restrict__ 
   }
 }
 
-// PIPE: tiles of R output rows of TW outputs (those of kfab_pool_kernel's tile path; tile t: band t / tpb,
-// stretch t % tpb) taken by a grid of as many blocks as the SMs hold at once, each block's tiles gridDim.x
-// apart, two buffers: the next tile's input copied in by cp.async while the block reduces this one from
-// shared memory and stores its outputs. kfab_pool_kernel's tiles load, wait at a barrier, then reduce, so
-// a block's loads stop while it computes. PP: a template, so that points without it instantiate nothing.
-template <bool PP>
-__global__ void __launch_bounds__(B) kfab_pool_piped(const float* __restrict__ x, float* __restrict__ y, int64_t bands, int64_t tpb, int64_t D,
-                                                     int64_t H, int64_t W, int64_t OD, int64_t OH, int64_t OW) {
-  constexpr int TW = OPT * B;
-  using T = KfabPoolTile<R, TW>;
-  static_assert(!PP || (TILE && 2 * T::SIZE * 4 <= 48 * 1024), "two tiles fit static shared memory");
-  __shared__ __align__(16) float tile[2][PP ? T::SIZE : 4];
-  const int64_t OHB = (OH + R - 1) / R, tiles = bands * tpb, step = gridDim.x;
-  struct Place {
-    int64_t od, oh0, r2, tw0;  // r2: (volume, od)
-  };
-  const auto place = [&](int64_t t) {
-    const int64_t band = t / tpb, r2 = band / OHB;
-    return Place{r2 % OD, (band - r2 * OHB) * R, r2, (t - band * tpb) * TW};
-  };
-  const auto stage = [&](int64_t t, float* buf) {
-    const Place q = place(t);
-    return kfab_pool_stage<R, TW, B, true>(buf, x + q.r2 / OD * D * H * W, D, H, W, q.od * SD - PD, q.oh0 * SH - PH, q.tw0 * SW - PW);
-  };
-  int64_t t = blockIdx.x;
-  if (t >= tiles) return;
-  int lead = stage(t, tile[0]);
-  kfab_cp_commit();
-  for (int s = 0; t < tiles; t += step, s ^= 1) {
-    const int next = t + step < tiles ? stage(t + step, tile[s ^ 1]) : 0;
-    kfab_cp_commit();
-    kfab_cp_wait<1>();  // this tile's copies done (the next tile's may still be in flight)
-    __syncthreads();
-    const Place q = place(t);
-    const float* v = x + q.r2 / OD * D * H * W;
-    float* yr = y + (q.r2 * OH + q.oh0) * OW;
-#pragma unroll
-    for (int k = 0; k < OPT; ++k) {
-      const int col = static_cast<int>(threadIdx.x) + k * B;
-      const int64_t ow = q.tw0 + col;
-      if (ow >= OW) continue;
-      float o[R];
-      kfab_pool_tile_out<R, TW>(tile[s] + lead, col, v, D, H, W, OH, q.od, q.oh0, ow, o);
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-        if (q.oh0 + r < OH) yr[r * OW + ow] = o[r];
-    }
-    __syncthreads();  // every thread done with tile[s] before the next round copies into it
-    lead = next;
-  }
-}
-
 }  // namespace
 
 KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void* stream_) {
@@ -381,23 +322,6 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, 
           static_cast<uint32_t>(OW));
       return cudaGetLastError() == cudaSuccess ? 0 : 4;
     }
-  }
-  // PIPE: as many blocks as the SMs hold at once (found once a device and thread), each looping over tiles
-  if constexpr (PIPE) {
-    const int64_t tpb = (OW + static_cast<int64_t>(OPT) * B - 1) / (static_cast<int64_t>(OPT) * B);
-    thread_local int dev_seen = -1, resident = 0;
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return 4;
-    if (dev != dev_seen) {
-      int sms = 0, per_sm = 0;
-      if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kfab_pool_piped<PIPE>, B, 0) != cudaSuccess)
-        return 4;
-      dev_seen = dev, resident = sms * (per_sm > 0 ? per_sm : 1);
-    }
-    const int64_t tiles = rows * tpb, blocks = tiles < resident ? tiles : resident;
-    kfab_pool_piped<PIPE><<<static_cast<unsigned>(blocks), B, 0, static_cast<cudaStream_t>(stream_)>>>(xp, yp, rows, tpb, D, H, W, OD, OH, OW);
-    return cudaGetLastError() == cudaSuccess ? 0 : 4;
   }
   const int64_t gx = (OW + static_cast<int64_t>(OPT) * B - 1) / (static_cast<int64_t>(OPT) * B);
   const int64_t gy = rows < 65535 ? rows : 65535, gz = (rows + gy - 1) / gy;

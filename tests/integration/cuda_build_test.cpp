@@ -303,27 +303,23 @@ TEST_F(CudaBuild, EveryPoolingCompiles) {
     if (form >= 4) k.op_params.insert({{"kd", 3}, {"sd", 2}, {"pd", 1}, {"dd", 3}});
     const auto grid = template_named("cuda_pool")->grid(k);
     ASSERT_GE(grid.size(), 3u);
-    size_t tiles = 0, pipes = 0;
-    for (const auto& point : grid) tiles += point.count("tile"), pipes += point.count("pipe");
-    // first the piped tiles where two fit 48 KB (these stride-2 rows: 1-D 256 threads of 8 outputs, not of
-    // 16; 2-D 8 rows of 2 outputs, not of 4; 3-D neither), then for 1-D windows the tiles: 256 threads of 16
-    // outputs B apart, 16 consecutive (slide), 4 B apart
-    EXPECT_EQ(pipes, form < 4 ? 1u : 0u) << form;
-    for (size_t i = 0; i < pipes; ++i) EXPECT_TRUE(grid[i].count("pipe")) << form;
-    EXPECT_EQ(tiles, (form < 2 ? 3u : 0u) + pipes) << form;
-    ASSERT_GE(grid.size(), pipes + 2) << form;
+    size_t tiles = 0;
+    for (const auto& point : grid) tiles += point.count("tile");
+    // 1-D windows only, first: 256 threads of 16 outputs B apart, 16 consecutive (slide), 4 B apart
+    EXPECT_EQ(tiles, form < 2 ? 3u : 0u) << form;
+    EXPECT_EQ(grid[0].count("tile") + grid[1].count("tile"), form < 2 ? 2u : 0u) << form;
     if (form < 2) {
-      EXPECT_EQ(grid[pipes].at("outputs"), "16") << form;
-      EXPECT_TRUE(grid[pipes].count("tile") && !grid[pipes].count("slide")) << form;
-      EXPECT_EQ(grid[pipes + 1].count("slide"), 1u) << form;
+      EXPECT_EQ(grid[0].at("outputs"), "16") << form;
+      EXPECT_EQ(grid[0].count("slide"), 0u) << form;
+      EXPECT_EQ(grid[1].at("slide"), "1") << form;
     } else {  // 2-D and 3-D: rows reused (2 high at stride 1)
-      EXPECT_EQ(grid[pipes].at("rows"), "8") << form;
+      EXPECT_EQ(grid[0].at("rows"), "8") << form;
     }
   };
   build_each_form("cumsum", "cuda_pool", 6, shape);     // the first point of each form
-  build_each_form("cumsum", "cuda_pool", 6, shape, 2);  // and the second: 1-D and 2-D after a piped tile, 3-D 4 rows of 2
+  build_each_form("cumsum", "cuda_pool", 6, shape, 2);  // and the 1-D forms' sliding window, the others' 4 rows of 2
   // level1/41's window (8 taps at stride 1, dilation 3, padding 4: a float4 staging's lead is 0) and one whose
-  // lead is 3 (padding 1): the piped tiles (16 and 8 outputs a thread), the tile and the sliding window build
+  // lead is 3 (padding 1): the sliding window's point builds
   build_each_form("cumsum", "cuda_pool", 2, [](int form, Task& k) {
     k.op_class = "pool";
     k.inputs[0].shape = {"B", "1", "1", "1", "N"};
@@ -331,11 +327,9 @@ TEST_F(CudaBuild, EveryPoolingCompiles) {
     k.op_params = {{"nd", 1}, {"max", 1}, {"kw", 8}, {"sw", 1}, {"pw", form == 0 ? 4 : 1}, {"dw", 3}};
     const auto grid = template_named("cuda_pool")->grid(k);
     ASSERT_GE(grid.size(), 3u);
-    ASSERT_GE(grid.size(), 5u);
     EXPECT_EQ(grid[0].at("outputs"), "16");
-    EXPECT_TRUE(grid[0].count("pipe") && grid[1].count("pipe") && !grid[2].count("pipe"));
-    EXPECT_TRUE(grid[2].count("tile") && !grid[2].count("slide") && grid[3].count("slide") && grid[4].count("tile"));
-  }, 4);
+    EXPECT_TRUE(grid[0].count("tile") && !grid[0].count("slide") && grid[1].count("slide") && grid[2].count("tile"));
+  }, 2);
   // a maximum at stride 1 along W (pool.h's kfab_pool_sep: a thread's 4 consecutive outputs, each input row's
   // maxima taken once): first for level1/42's 4 x 4 window at padding 1 (8 rows, then 4) and a 3-D one of 3
   // x 3 x 3 (its planes looped); not for 1-D windows (level1/41's; measured slower than the tiles), an
@@ -356,24 +350,13 @@ TEST_F(CudaBuild, EveryPoolingCompiles) {
                      {"dd", form == 5 ? 3 : 1}, {"dh", form == 5 ? 3 : 1}, {"dw", form == 5 ? 3 : 1}};
     const auto grid = template_named("cuda_pool")->grid(k);
     ASSERT_GE(grid.size(), 4u);
-    size_t pipes = 0;
-    while (pipes < grid.size() && grid[pipes].count("pipe")) ++pipes;
-    EXPECT_EQ(pipes, form == 0 || form == 2 ? 2u : form >= 5 ? (form == 5 ? 2u : 3u) : pipes) << form;
-    if (pipes > 0) {
-      const std::string src = template_named("cuda_pool")->generate(k, grid[0]);
-      const auto f = scratch() / ("pool_pipe_" + std::to_string(form) + ".cu");
-      ASSERT_TRUE(write_file_atomic(f, src).has_value());
-      auto r = backend_.build(f);
-      ASSERT_TRUE(r.ok()) << form << " (" << format_params(grid[0]) << ")\n" << r.failure().message;
-    }
-    for (size_t i = pipes; i < grid.size(); ++i) {
-      const size_t j = i - pipes;
-      EXPECT_EQ(grid[i].count("sep") > 0, form < 2 && j < 2) << form << " " << format_params(grid[i]);
-      const bool packed = form >= 5 ? j < 3 : form != 2 && i + 3 >= grid.size();
+    for (size_t i = 0; i < grid.size(); ++i) {
+      EXPECT_EQ(grid[i].count("sep") > 0, form < 2 && i < 2) << form << " " << format_params(grid[i]);
+      const bool packed = form >= 5 ? i < 3 : form != 2 && i + 3 >= grid.size();
       EXPECT_EQ(grid[i].count("pack") > 0, packed) << form << " " << format_params(grid[i]);
     }
     if (form >= 5) {
-      for (size_t i : {pipes, pipes + 2}) {
+      for (size_t i : {0u, 2u}) {
         const std::string src = template_named("cuda_pool")->generate(k, grid[i]);
         EXPECT_NE(src.find("constexpr bool PACK = true;"), std::string::npos) << form;
         EXPECT_NE(src.find("kfab_pool_packed<PACK><<<"), std::string::npos) << form;
@@ -384,14 +367,14 @@ TEST_F(CudaBuild, EveryPoolingCompiles) {
       }
     }
     if (form >= 2) return;
-    EXPECT_EQ(grid[pipes].at("rows"), "8");
-    EXPECT_EQ(grid[pipes + 1].at("rows"), "4");
-    const std::string src = template_named("cuda_pool")->generate(k, grid[pipes]);
+    EXPECT_EQ(grid[0].at("rows"), "8");
+    EXPECT_EQ(grid[1].at("rows"), "4");
+    const std::string src = template_named("cuda_pool")->generate(k, grid[0]);
     EXPECT_NE(src.find("constexpr bool SEP = true;"), std::string::npos) << form;
     const auto f = scratch() / ("pool_sep_" + std::to_string(form) + ".cu");
     ASSERT_TRUE(write_file_atomic(f, src).has_value());
     auto r = backend_.build(f);
-    ASSERT_TRUE(r.ok()) << form << " (" << format_params(grid[pipes]) << ")\n" << r.failure().message;
+    ASSERT_TRUE(r.ok()) << form << " (" << format_params(grid[0]) << ")\n" << r.failure().message;
   });
 }
 

@@ -63,11 +63,6 @@ KFAB_INLINE float kfab_pool_max(const float* __restrict__ vol, int64_t D, int64_
   return m;
 }
 
-// The average as torch's CUDA kernels take it: the window clipped to the padded input sets the divisor
-// (count_include_pad), the sum runs over the part inside the input, depth, then rows, then columns.
-// A window wholly inside the input divides by the window's size, a constant (the same division: x / 27.0f
-// whether 27 is known at compile time or not); working it out at run time (64-bit products, a division
-// by a float not known in advance) held level1/44 at half the copy bandwidth.
 // The divisor of the average whose window starts at (ds, hs, ws): its size inside the input (less the
 // padding where !INCLUDE_PAD), the window first clipped to the padded input.
 KFAB_INLINE int64_t kfab_pool_avg_divisor(int64_t D, int64_t H, int64_t W, int64_t ds, int64_t hs, int64_t ws) {
@@ -79,6 +74,11 @@ KFAB_INLINE int64_t kfab_pool_avg_divisor(int64_t D, int64_t H, int64_t W, int64
   return (de - ds) * (he - hs) * (we - ws);
 }
 
+// The average as torch's CUDA kernels take it: the window clipped to the padded input sets the divisor
+// (count_include_pad), the sum runs over the part inside the input, depth, then rows, then columns.
+// A window wholly inside the input divides by the window's size, a constant (the same division: x / 27.0f
+// whether 27 is known at compile time or not); working it out at run time (64-bit products, a division
+// by a float not known in advance) held level1/44 at half the copy bandwidth.
 KFAB_INLINE float kfab_pool_avg(const float* __restrict__ vol, int64_t D, int64_t H, int64_t W, int64_t ds, int64_t hs, int64_t ws) {
   float s = 0.0f;
   if (ds >= 0 && hs >= 0 && ws >= 0 && ds + KD <= D && hs + KH <= H && ws + KW <= W) {
@@ -168,18 +168,6 @@ KFAB_INLINE void kfab_pool_rows(const float* __restrict__ vol, int64_t D, int64_
 // stride 1 read their 8 taps a warp at a time through L1, 2 sectors a load at unaligned starts).
 // A tile row holds SPAN values from `lead` on (0 to 3: the staged columns start at a multiple of 4, where
 // whole float4 are loaded), PITCH floats apart.
-// cp.async of N bytes (4 or 16) from global to shared memory (sm_80 on; .cg: past L1 where 16 bytes), the
-// group's commit, and the wait until at most N groups are still in flight.
-template <int N>
-__device__ __forceinline__ void kfab_cp_async(float* dst, const float* src) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  if constexpr (N == 16) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
-  else asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src) : "memory");
-}
-__device__ __forceinline__ void kfab_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void kfab_cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
-
 template <int R, int TW>
 struct KfabPoolTile {
   static constexpr int64_t DDe = MAX ? DD : 1, DHe = MAX ? DH : 1, DWe = MAX ? DW : 1;  // an average has no dilation
@@ -196,9 +184,7 @@ struct KfabPoolTile {
 // the volume 16-byte aligned), a float4 a load from the multiple of 4 at or before ws (lead floats
 // before it), each float4 wholly inside the row or wholly outside: level1/41 and 44 staged a float a
 // load kept too few bytes in flight (74% and 56% of the copy bandwidth on an H100). Returns the lead.
-// ASYNC: the values inside the input copied by cp.async (kfab_pool_piped's next tile, while the block
-// reduces this one; the caller commits and waits), the fill stored as before.
-template <int R, int TW, int B, bool ASYNC = false>
+template <int R, int TW, int B>
 __device__ __forceinline__ int kfab_pool_stage(float* tile, const float* __restrict__ vol, int64_t D, int64_t H, int64_t W, int64_t ds, int64_t hs,
                                                int64_t ws) {
   using T = KfabPoolTile<R, TW>;
@@ -220,23 +206,11 @@ __device__ __forceinline__ int kfab_pool_stage(float* tile, const float* __restr
 #pragma unroll 4
       for (int q = threadIdx.x; q < static_cast<int>(T::PITCH / 4); q += B) {
         const int64_t c = ws - lead + 4 * q;
-        if constexpr (ASYNC) {
-          if (row_in && c >= 0 && c < W) kfab_cp_async<16>(dst + 4 * q, src + 4 * q);
-          else reinterpret_cast<float4*>(dst)[q] = make_float4(fill, fill, fill, fill);
-        } else {
-          reinterpret_cast<float4*>(dst)[q] = row_in && c >= 0 && c < W ? __ldcs(reinterpret_cast<const float4*>(src) + q) : make_float4(fill, fill, fill, fill);
-        }
+        reinterpret_cast<float4*>(dst)[q] = row_in && c >= 0 && c < W ? __ldcs(reinterpret_cast<const float4*>(src) + q) : make_float4(fill, fill, fill, fill);
       }
     } else {
 #pragma unroll 4
-      for (int c = threadIdx.x; c < static_cast<int>(T::SPAN); c += B) {
-        if constexpr (ASYNC) {
-          if (row_in && ws + c >= 0 && ws + c < W) kfab_cp_async<4>(dst + c, src + c);
-          else dst[c] = fill;
-        } else {
-          dst[c] = row_in && ws + c >= 0 && ws + c < W ? __ldcs(src + c) : fill;
-        }
-      }
+      for (int c = threadIdx.x; c < static_cast<int>(T::SPAN); c += B) dst[c] = row_in && ws + c >= 0 && ws + c < W ? __ldcs(src + c) : fill;
     }
   }
   return lead;
