@@ -8,6 +8,11 @@
 #
 # Example: the test tiers, then the conformance suite's GPU classes alone:
 #   scripts/gpu_bg.sh start "$OUT" 560 bash -c 'KFAB_GPU_STAGES=tests scripts/gpu_machine.sh "$KFAB_BG_DIR"'
+#
+# CMD runs in a snapshot of the repository (/tmp/kfab_bg_tree, build-gpu kept there between starts on one
+# machine), not in the repository: each device call copies the working tree in again, and a `wait` call
+# that came while a background build ran replaced its sources under it (session 21: "No rule to make
+# target src/cli/main.cpp"). `start` itself waits SECONDS as `wait` does: give the call's own limit.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 work=/tmp/kfab_bg
@@ -22,7 +27,10 @@ if [ "$verb" = start ]; then
   [ $# -gt 0 ] || { echo "usage: scripts/gpu_bg.sh start OUTDIR SECONDS CMD..." >&2; exit 2; }
   rm -rf "$work" && mkdir -p "$work/files"
   export KFAB_BG_DIR=$work/files
-  setsid bash -c '"$@"; echo "exit $?" >"'"$work"'/done"' bash "$@" </dev/null >"$work/log.txt" 2>&1 &
+  snap=/tmp/kfab_bg_tree
+  mkdir -p "$snap" && find "$snap" -mindepth 1 -maxdepth 1 ! -name build-gpu -exec rm -rf {} +
+  tar -cf - --exclude=./build-gpu --exclude=./build --exclude=./.venv --exclude=./.deps . | tar -xf - -C "$snap" || { echo "could not copy the tree to $snap" >&2; exit 2; }
+  (cd "$snap" && setsid bash -c '"$@"; echo "exit $?" >"'"$work"'/done"' bash "$@" </dev/null >"$work/log.txt" 2>&1 &)
 elif [ "$verb" = wait ] && [ ! -d "$work" ]; then
   echo "nothing to wait for: no command was started on this machine (a fresh machine after the last one went back?)"
   exit 3
