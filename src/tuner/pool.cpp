@@ -200,6 +200,7 @@ constexpr bool PACK = {};  // short output rows: several whole rows a block
                    p.count("sep") && p.at("sep") == "1" ? "true" : "false", p.count("pack") && p.at("pack") == "1" ? "true" : "false");
   s += pool_constants(t);
   s += template_text("pool.h");
+  s += template_text("fast_div.h");
   s += R"(
 // Block (x, y, z): outputs (x * OPT + k) * B + thread of output rows R * band .. R * band + R - 1, band
 // y + z * gridDim.y, a band being (volume, od, oh / R).
@@ -286,21 +287,23 @@ __global__ void __launch_bounds__(B) kfab_pool_kernel(const float* __restrict__ 
 // kfab_pool_kernel's block holds one band's stretch of OPT * B outputs: level1/43's output rows of 62 used 62
 // of its 512 slots, 46's 128. A band's place is found in 32-bit arithmetic (the host takes this kernel only
 // where that holds). PK: a template, so that points without it instantiate nothing.
+// The divisions by OW, OH / R (OHB) and OD by a multiply and a shift (fast_div.h): each was about 20
+// instructions an output of the ~280 level1/46's took (SASS, session 21).
 template <bool PK>
 __global__ void __launch_bounds__(B) kfab_pool_packed(const float* __restrict__ x, float* __restrict__ y, uint32_t bands, uint32_t pk, int64_t D,
-                                                      int64_t H, int64_t W, uint32_t OD, uint32_t OH, uint32_t OW) {
-  const uint32_t band0 = (blockIdx.y + gridDim.y * blockIdx.z) * pk, OHB = (OH + R - 1) / R;
+                                                      int64_t H, int64_t W, KfabFastDiv OD, uint32_t OH, KfabFastDiv OW, KfabFastDiv OHB) {
+  const uint32_t band0 = (blockIdx.y + gridDim.y * blockIdx.z) * pk;
 #pragma unroll
   for (int k = 0; k < OPT; ++k) {
-    const uint32_t s = threadIdx.x + k * B, bl = s / OW, col = s - bl * OW, band = band0 + bl;
+    const uint32_t s = threadIdx.x + k * B, bl = kfab_div(s, OW), col = s - bl * OW.d, band = band0 + bl;
     if (bl >= pk || band >= bands) continue;
-    const uint32_t q = band / OHB, oh0 = (band - q * OHB) * R, od = q % OD, vol = q / OD;  // q: (volume, od)
+    const uint32_t q = kfab_div(band, OHB), oh0 = (band - q * OHB.d) * R, vol = kfab_div(q, OD), od = q - vol * OD.d;  // q: (volume, od)
     float o[R];
     kfab_pool_rows<R>(x + static_cast<int64_t>(vol) * D * H * W, D, H, W, OH, od, oh0, col, o);
-    float* yr = y + (static_cast<int64_t>(q) * OH + oh0) * OW + col;
+    float* yr = y + (static_cast<int64_t>(q) * OH + oh0) * OW.d + col;
 #pragma unroll
     for (int r = 0; r < R; ++r)
-      if (oh0 + r < OH) yr[static_cast<int64_t>(r) * OW] = o[r];
+      if (oh0 + r < OH) yr[static_cast<int64_t>(r) * OW.d] = o[r];
   }
 }
 
@@ -318,8 +321,8 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, 
       const int64_t by = blocks < 65535 ? blocks : 65535, bz = (blocks + by - 1) / by;
       if (bz > 65535) return 5;
       kfab_pool_packed<PACK><<<dim3(1, static_cast<unsigned>(by), static_cast<unsigned>(bz)), B, 0, static_cast<cudaStream_t>(stream_)>>>(
-          xp, yp, static_cast<uint32_t>(rows), static_cast<uint32_t>(pk), D, H, W, static_cast<uint32_t>(OD), static_cast<uint32_t>(OH),
-          static_cast<uint32_t>(OW));
+          xp, yp, static_cast<uint32_t>(rows), static_cast<uint32_t>(pk), D, H, W, kfab_fast_div(static_cast<uint32_t>(OD)),
+          static_cast<uint32_t>(OH), kfab_fast_div(static_cast<uint32_t>(OW)), kfab_fast_div(static_cast<uint32_t>((OH + R - 1) / R)));
       return cudaGetLastError() == cudaSuccess ? 0 : 4;
     }
   }

@@ -1,0 +1,20 @@
+// include/kfab/templates/fast_div.h compiled on its own by the cpu target's compiler
+// (tests/integration/cuda_build_test.cpp), with what a generated candidate puts before it; the division
+// of the input's first element by its second.
+#include <kfab/candidate.h>
+
+#include <cstdint>
+
+namespace {
+
+#include "kfab/templates/fast_div.h"
+
+}  // namespace
+
+KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void*) {
+  if (n_in != 1 || n_out != 1) return 1;
+  const float* x = static_cast<const float*>(in[0].data);
+  float* y = static_cast<float*>(out[0].data);
+  y[0] = static_cast<float>(kfab_div(static_cast<uint32_t>(x[0]), kfab_fast_div(static_cast<uint32_t>(x[1]))));
+  return 0;
+}
