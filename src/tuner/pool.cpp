@@ -184,6 +184,34 @@ std::vector<TemplateParams> pool_cuda_grid(const Task& t) {
   return g;
 }
 
+// The packed kernel (PACK), after kfab_pool_kernel in the generated file.
+constexpr const char* kPoolPacked = R"(// PACK: a block holds pk whole bands (pk = OPT * B / OW, at least 1), its OPT * B slots taken band by band
+// (slot s: band s / OW, column s % OW, so that neighbouring threads store neighbouring outputs), where
+// kfab_pool_kernel's block holds one band's stretch of OPT * B outputs: level1/43's output rows of 62 used 62
+// of its 512 slots, 46's 128. A band's place is found in 32-bit arithmetic (the host takes this kernel only
+// where that holds). PK: a template, so that points without it instantiate nothing.
+// The divisions by OW, OH / R (OHB) and OD by a multiply and a shift (fast_div.h): each was about 20
+// instructions an output of the ~280 level1/46's took (SASS, session 21).
+template <bool PK>
+__global__ void __launch_bounds__(B) kfab_pool_packed(const float* __restrict__ x, float* __restrict__ y, uint32_t bands, uint32_t pk, int64_t D,
+                                                      int64_t H, int64_t W, KfabFastDiv OD, uint32_t OH, KfabFastDiv OW, KfabFastDiv OHB) {
+  const uint32_t band0 = (blockIdx.y + gridDim.y * blockIdx.z) * pk;
+#pragma unroll
+  for (int k = 0; k < OPT; ++k) {
+    const uint32_t s = threadIdx.x + k * B, bl = kfab_div(s, OW), col = s - bl * OW.d, band = band0 + bl;
+    if (bl >= pk || band >= bands) continue;
+    const uint32_t q = kfab_div(band, OHB), oh0 = (band - q * OHB.d) * R, vol = kfab_div(q, OD), od = q - vol * OD.d;  // q: (volume, od)
+    float o[R];
+    kfab_pool_rows<R>(x + static_cast<int64_t>(vol) * D * H * W, D, H, W, OH, od, oh0, col, o);
+    float* yr = y + (static_cast<int64_t>(q) * OH + oh0) * OW.d + col;
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      if (oh0 + r < OH) yr[static_cast<int64_t>(r) * OW.d] = o[r];
+  }
+}
+
+)";
+
 std::string pool_cuda_generate(const Task& t, const TemplateParams& p) {
   std::string s = opening("a block a stretch of an output row", p, true);
   s += fmt::format(R"(
@@ -282,32 +310,9 @@ __global__ void __launch_bounds__(B) kfab_pool_kernel(const float* __restrict__ 
       if (ow0 + k * B < OW && oh0 + r < OH) yr[r * OW + ow0 + k * B] = o[k][r];
 }
 
-// PACK: a block holds pk whole bands (pk = OPT * B / OW, at least 1), its OPT * B slots taken band by band
-// (slot s: band s / OW, column s % OW, so that neighbouring threads store neighbouring outputs), where
-// kfab_pool_kernel's block holds one band's stretch of OPT * B outputs: level1/43's output rows of 62 used 62
-// of its 512 slots, 46's 128. A band's place is found in 32-bit arithmetic (the host takes this kernel only
-// where that holds). PK: a template, so that points without it instantiate nothing.
-// The divisions by OW, OH / R (OHB) and OD by a multiply and a shift (fast_div.h): each was about 20
-// instructions an output of the ~280 level1/46's took (SASS, session 21).
-template <bool PK>
-__global__ void __launch_bounds__(B) kfab_pool_packed(const float* __restrict__ x, float* __restrict__ y, uint32_t bands, uint32_t pk, int64_t D,
-                                                      int64_t H, int64_t W, KfabFastDiv OD, uint32_t OH, KfabFastDiv OW, KfabFastDiv OHB) {
-  const uint32_t band0 = (blockIdx.y + gridDim.y * blockIdx.z) * pk;
-#pragma unroll
-  for (int k = 0; k < OPT; ++k) {
-    const uint32_t s = threadIdx.x + k * B, bl = kfab_div(s, OW), col = s - bl * OW.d, band = band0 + bl;
-    if (bl >= pk || band >= bands) continue;
-    const uint32_t q = kfab_div(band, OHB), oh0 = (band - q * OHB.d) * R, vol = kfab_div(q, OD), od = q - vol * OD.d;  // q: (volume, od)
-    float o[R];
-    kfab_pool_rows<R>(x + static_cast<int64_t>(vol) * D * H * W, D, H, W, OH, od, oh0, col, o);
-    float* yr = y + (static_cast<int64_t>(q) * OH + oh0) * OW.d + col;
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-      if (oh0 + r < OH) yr[static_cast<int64_t>(r) * OW.d] = o[r];
-  }
-}
-
-}  // namespace
+)";
+  s += kPoolPacked;
+  s += R"(}  // namespace
 
 KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void* stream_) {
 )";
