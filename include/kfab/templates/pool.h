@@ -282,7 +282,7 @@ __device__ __forceinline__ void kfab_pool_tile_out(const float* tile, int64_t co
 // taken from those registers in kfab_pool's order (so the same values). The tile's outputs B apart each
 // read their KW taps from shared memory: level1/41's 8 taps, 8 loads an output, here about 0.6 (faster on
 // level1/44, slower on 41: tuner/pool.cpp).
-// An average's window that reaches outside the input is computed by kfab_pool from global memory.
+// An average's window that reaches outside the input sums the tile's zeros there over its own count.
 template <int OPT, int LEAD>
 __device__ __forceinline__ void kfab_pool_slide(const float* tile, int col0, const float* __restrict__ vol, int64_t W, int64_t ow0, float* o) {
   constexpr int DWe = MAX ? static_cast<int>(DW) : 1;
@@ -310,8 +310,9 @@ __device__ __forceinline__ void kfab_pool_slide(const float* tile, int col0, con
     if constexpr (MAX) {
       o[k] = acc;
     } else {
+      // at the row's ends the tile's zeros add nothing: the window's own divisor (as kfab_pool_tile_out)
       const int64_t ws = (ow0 + k) * SW - PW;
-      o[k] = ws >= 0 && ws + KW <= W ? acc / div : kfab_pool(vol, 1, 1, W, 0, 0, ow0 + k);
+      o[k] = ws >= 0 && ws + KW <= W ? acc / div : acc / static_cast<float>(kfab_pool_avg_divisor(1, 1, W, 0, 0, ws));
     }
   }
 }
