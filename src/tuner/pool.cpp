@@ -168,9 +168,14 @@ std::vector<TemplateParams> pool_cuda_grid(const Task& t) {
   // instructions (no_instruction) beside 5.91 on loads; with one output a thread 712 (32 registers, not 40):
   // 43 2.452 ms against 2.621 (256 x 4), 46 10.503 against 5.111 (128 x 4; H200, session 21, tree 2033952).
   if (op_param(t, "nd", 2) >= 2) {
-    const std::vector<TemplateParams> packed = {{{"block", "128"}, {"outputs", "4"}, {"pack", "1"}},
-                                                {{"block", "256"}, {"outputs", "4"}, {"pack", "1"}},
-                                                {{"block", "512"}, {"outputs", "1"}, {"pack", "1"}}};
+    std::vector<TemplateParams> packed = {{{"block", "128"}, {"outputs", "4"}, {"pack", "1"}},
+                                          {{"block", "256"}, {"outputs", "4"}, {"pack", "1"}},
+                                          {{"block", "512"}, {"outputs", "1"}, {"pack", "1"}}};
+    // `vec` 1 (where rows are not reused, the 4 outputs' row values in at most 32 registers): a slot 4
+    // consecutive outputs, each window row's values for the 4 loaded a float4 at a time (pool.h's
+    // kfab_pool_vec4); third and fourth. Not yet measured.
+    if (!reuse && pool_slide_values(t, 4) <= 32)
+      for (const char* b : {"256", "128"}) packed.insert(packed.begin() + 2, TemplateParams{{"block", b}, {"outputs", "1"}, {"pack", "1"}, {"vec", "1"}});
     g.insert(reuse ? g.end() : g.begin(), packed.begin(), packed.end());
   }
   if (op_param(t, "nd", 2) == 1) {
@@ -190,23 +195,40 @@ constexpr const char* kPoolPacked = R"(// PACK: a block holds pk whole bands (pk
 // kfab_pool_kernel's block holds one band's stretch of OPT * B outputs: level1/43's output rows of 62 used 62
 // of its 512 slots, 46's 128. A band's place is found in 32-bit arithmetic (the host takes this kernel only
 // where that holds). PK: a template, so that points without it instantiate nothing.
-// The divisions by OW, OH / R (OHB) and OD by a multiply and a shift (fast_div.h): each was about 20
-// instructions an output of the ~280 level1/46's took (SASS, session 21).
+// The divisions by a row's slots (OWS), OH / R (OHB) and OD by a multiply and a shift (fast_div.h): each
+// was about 20 instructions an output of the ~280 level1/46's took (SASS, session 21).
+// VEC: a slot is 4 consecutive outputs of a row (OWS = OW / 4 rounded up; pool.h's kfab_pool_vec4), stored a
+// float4 at a time where the output rows are whole float4.
 template <bool PK>
 __global__ void __launch_bounds__(B) kfab_pool_packed(const float* __restrict__ x, float* __restrict__ y, uint32_t bands, uint32_t pk, int64_t D,
-                                                      int64_t H, int64_t W, KfabFastDiv OD, uint32_t OH, KfabFastDiv OW, KfabFastDiv OHB) {
+                                                      int64_t H, int64_t W, KfabFastDiv OD, uint32_t OH, uint32_t OW, KfabFastDiv OWS,
+                                                      KfabFastDiv OHB) {
+  static_assert(!VEC || R == 1, "4 outputs along the row, one row");
   const uint32_t band0 = (blockIdx.y + gridDim.y * blockIdx.z) * pk;
 #pragma unroll
   for (int k = 0; k < OPT; ++k) {
-    const uint32_t s = threadIdx.x + k * B, bl = kfab_div(s, OW), col = s - bl * OW.d, band = band0 + bl;
+    const uint32_t s = threadIdx.x + k * B, bl = kfab_div(s, OWS), col = (s - bl * OWS.d) * (VEC ? 4 : 1), band = band0 + bl;
     if (bl >= pk || band >= bands) continue;
     const uint32_t q = kfab_div(band, OHB), oh0 = (band - q * OHB.d) * R, vol = kfab_div(q, OD), od = q - vol * OD.d;  // q: (volume, od)
-    float o[R];
-    kfab_pool_rows<R>(x + static_cast<int64_t>(vol) * D * H * W, D, H, W, OH, od, oh0, col, o);
-    float* yr = y + (static_cast<int64_t>(q) * OH + oh0) * OW.d + col;
+    const float* v = x + static_cast<int64_t>(vol) * D * H * W;
+    float* yr = y + (static_cast<int64_t>(q) * OH + oh0) * OW + col;
+    if constexpr (VEC) {
+      float o[4];
+      kfab_pool_vec4(v, D, H, W, OW, od, oh0, col, o);
+      if (col + 4 <= OW && OW % 4 == 0 && (reinterpret_cast<uintptr_t>(y) & 15) == 0) {
+        *reinterpret_cast<float4*>(yr) = make_float4(o[0], o[1], o[2], o[3]);
+      } else {
 #pragma unroll
-    for (int r = 0; r < R; ++r)
-      if (oh0 + r < OH) yr[static_cast<int64_t>(r) * OW.d] = o[r];
+        for (int j = 0; j < 4; ++j)
+          if (col + j < OW) yr[j] = o[j];
+      }
+    } else {
+      float o[R];
+      kfab_pool_rows<R>(v, D, H, W, OH, od, oh0, col, o);
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        if (oh0 + r < OH) yr[static_cast<int64_t>(r) * OW] = o[r];
+    }
   }
 }
 
@@ -220,12 +242,14 @@ constexpr bool TILE = {};  // a block's outputs' input staged through shared mem
 constexpr bool SLIDE = {};  // 1-D tiles: a thread's outputs consecutive, the values they read in registers
 constexpr bool SEP = {};  // a maximum at stride 1 along W: a thread's 4 outputs consecutive, each input row's maxima taken once
 constexpr bool PACK = {};  // short output rows: several whole rows a block
+constexpr bool VEC = {};  // packed: 4 consecutive outputs a slot, their rows read a float4 at a time
 #define KFAB_INLINE __device__ __forceinline__
 #define KFAB_LOAD(p) __ldg(p)
 )",
                    p.at("block"), p.count("outputs") ? p.at("outputs") : "1", p.count("rows") ? p.at("rows") : "1",
                    p.count("tile") && p.at("tile") == "1" ? "true" : "false", p.count("slide") && p.at("slide") == "1" ? "true" : "false",
-                   p.count("sep") && p.at("sep") == "1" ? "true" : "false", p.count("pack") && p.at("pack") == "1" ? "true" : "false");
+                   p.count("sep") && p.at("sep") == "1" ? "true" : "false", p.count("pack") && p.at("pack") == "1" ? "true" : "false",
+                   p.count("vec") && p.at("vec") == "1" ? "true" : "false");
   s += pool_constants(t);
   s += template_text("pool.h");
   s += template_text("fast_div.h");
@@ -321,13 +345,15 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, 
   if (rows == 0 || OW == 0) return 0;
   // whole bands a block where an output row is at most a block's outputs (else kfab_pool_kernel below)
   if constexpr (PACK) {
-    if (OW <= static_cast<int64_t>(OPT) * B && rows < 2147483647 && OD * OH < 2147483647) {
-      const int64_t pk = static_cast<int64_t>(OPT) * B / OW, blocks = (rows + pk - 1) / pk;
+    const int64_t ows = VEC ? (OW + 3) / 4 : OW;  // a row's slots
+    if (ows <= static_cast<int64_t>(OPT) * B && rows < 2147483647 && OD * OH < 2147483647 && OW < 2147483647) {
+      const int64_t pk = static_cast<int64_t>(OPT) * B / ows, blocks = (rows + pk - 1) / pk;
       const int64_t by = blocks < 65535 ? blocks : 65535, bz = (blocks + by - 1) / by;
       if (bz > 65535) return 5;
       kfab_pool_packed<PACK><<<dim3(1, static_cast<unsigned>(by), static_cast<unsigned>(bz)), B, 0, static_cast<cudaStream_t>(stream_)>>>(
           xp, yp, static_cast<uint32_t>(rows), static_cast<uint32_t>(pk), D, H, W, kfab_fast_div(static_cast<uint32_t>(OD)),
-          static_cast<uint32_t>(OH), kfab_fast_div(static_cast<uint32_t>(OW)), kfab_fast_div(static_cast<uint32_t>((OH + R - 1) / R)));
+          static_cast<uint32_t>(OH), static_cast<uint32_t>(OW), kfab_fast_div(static_cast<uint32_t>(ows)),
+          kfab_fast_div(static_cast<uint32_t>((OH + R - 1) / R)));
       return cudaGetLastError() == cudaSuccess ? 0 : 4;
     }
   }

@@ -334,8 +334,8 @@ TEST_F(CudaBuild, EveryPoolingCompiles) {
   // maxima taken once): first for level1/42's 4 x 4 window at padding 1 (8 rows, then 4) and a 3-D one of 3
   // x 3 x 3 (its planes looped); not for 1-D windows (level1/41's; measured slower than the tiles), an
   // average, nor a stride of 2 along W. Whole output rows a block (pack, kfab_pool_packed) for 2-D and 3-D
-  // windows: the first three where rows are not reused (level1/43 and 46's windows), the last three where
-  // they are; the third (512 threads of one output) built too.
+  // windows: the first five where rows are not reused (level1/43 and 46's windows; the third and fourth
+  // with 4 consecutive outputs a slot, vec, the third built too), the last three where they are.
   build_each_form("cumsum", "cuda_pool", 7, [this](int form, Task& k) {
     k.op_class = "pool";
     k.inputs[0].shape = {"B", "1", "1", "1", "N"};
@@ -352,13 +352,15 @@ TEST_F(CudaBuild, EveryPoolingCompiles) {
     ASSERT_GE(grid.size(), 4u);
     for (size_t i = 0; i < grid.size(); ++i) {
       EXPECT_EQ(grid[i].count("sep") > 0, form < 2 && i < 2) << form << " " << format_params(grid[i]);
-      const bool packed = form >= 5 ? i < 3 : form != 2 && i + 3 >= grid.size();
+      const bool packed = form >= 5 ? i < 5 : form != 2 && i + 3 >= grid.size();
       EXPECT_EQ(grid[i].count("pack") > 0, packed) << form << " " << format_params(grid[i]);
+      EXPECT_EQ(grid[i].count("vec") > 0, form >= 5 && (i == 2 || i == 3)) << form << " " << format_params(grid[i]);
     }
     if (form >= 5) {
       for (size_t i : {0u, 2u}) {
         const std::string src = template_named("cuda_pool")->generate(k, grid[i]);
         EXPECT_NE(src.find("constexpr bool PACK = true;"), std::string::npos) << form;
+        EXPECT_EQ(src.find("constexpr bool VEC = true;") != std::string::npos, i == 2) << form;
         EXPECT_NE(src.find("kfab_pool_packed<PACK><<<"), std::string::npos) << form;
         const auto f = scratch() / ("pool_pack_" + std::to_string(form) + "_" + std::to_string(i) + ".cu");
         ASSERT_TRUE(write_file_atomic(f, src).has_value());
