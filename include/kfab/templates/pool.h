@@ -349,21 +349,25 @@ __device__ __forceinline__ void kfab_pool_sep(const float* __restrict__ vol, int
       bool used = false;
 #pragma unroll
       for (int r = 0; r < R; ++r) used = used || kfab_row_of(j, r, SH, DH, KH);
+      if (!used) continue;  // known at compile time
+      // a row outside the input reads -infinity through the same predicated loads, with no branch: a
+      // branch around each row kept each row's loads behind the last row's maxima (level1/42: one row's
+      // loads in flight a thread; ncu: waiting on loads)
       const int64_t h = hs + j;
-      if (!used || h < 0 || h >= H) continue;
-      const float* row = vol + (d * H + h) * W;
+      const bool in = h >= 0 && h < H;
+      const float* row = vol + (d * H + (in ? h : 0)) * W;
       float v[NV];
       if constexpr (V4) {
 #pragma unroll
         for (int q = 0; q < NV / 4; ++q) {
           const int64_t c = ws + 4 * q;  // a float4 wholly inside the row or wholly outside
-          const float4 f = c >= 0 && c < W ? __ldg(reinterpret_cast<const float4*>(row + c))
-                                           : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+          const float4 f = in && c >= 0 && c < W ? __ldg(reinterpret_cast<const float4*>(row + c))
+                                                 : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
           v[4 * q] = f.x, v[4 * q + 1] = f.y, v[4 * q + 2] = f.z, v[4 * q + 3] = f.w;
         }
       } else {
 #pragma unroll
-        for (int i = 0; i < NV; ++i) v[i] = ws + i >= 0 && ws + i < W ? KFAB_LOAD(row + ws + i) : -INFINITY;
+        for (int i = 0; i < NV; ++i) v[i] = in && ws + i >= 0 && ws + i < W ? KFAB_LOAD(row + ws + i) : -INFINITY;
       }
       float m[4];
 #pragma unroll
