@@ -318,9 +318,19 @@ __global__ void __launch_bounds__(B) kfab_pool_kernel(const float* __restrict__ 
         o[k][0] = tile[e + e / 32];
       }
     } else {
+      // an average's tile whose windows all lie inside the input takes no window's count (a division by a
+      // number known at run time, after 64-bit arithmetic, an output: each output of level1/44's tiles)
+      const int64_t ds = od * SD - PD, hs = oh0 * SH - PH, ws = tw0 * SW - PW;
+      const int64_t last_h = ((oh0 + R < OH ? oh0 + R : OH) - 1) * SH - PH, last_w = ((tw0 + TW < OW ? tw0 + TW : OW) - 1) * SW - PW;
+      if (!MAX && ds >= 0 && ds + KD <= D && hs >= 0 && last_h + KH <= H && ws >= 0 && last_w + KW <= W) {
 #pragma unroll
-      for (int k = 0; k < OPT; ++k)
-        if (ow0 + k * B < OW) kfab_pool_tile_out<R, TW>(tile + lead, threadIdx.x + k * B, v, D, H, W, OH, od, oh0, ow0 + k * B, o[k]);
+        for (int k = 0; k < OPT; ++k)
+          if (ow0 + k * B < OW) kfab_pool_tile_out<R, TW, false>(tile + lead, threadIdx.x + k * B, v, D, H, W, OH, od, oh0, ow0 + k * B, o[k]);
+      } else {
+#pragma unroll
+        for (int k = 0; k < OPT; ++k)
+          if (ow0 + k * B < OW) kfab_pool_tile_out<R, TW>(tile + lead, threadIdx.x + k * B, v, D, H, W, OH, od, oh0, ow0 + k * B, o[k]);
+      }
     }
   } else {
 #pragma unroll

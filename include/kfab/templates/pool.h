@@ -227,8 +227,9 @@ __device__ __forceinline__ int kfab_pool_stage(float* tile, const float* __restr
 // Outputs (od, oh0 .. oh0 + R - 1, ow) into o[R] from the staged tile (from its lead on), ow being
 // column `col` of the tile: each tile row R windows share read once (as kfab_pool_rows reads them), taps in kfab_pool's
 // order, so the same values. An average's window that reaches outside the input sums the tile's zeros
-// there and divides by its own count (kfab_pool_avg_divisor), as kfab_pool_avg does.
-template <int R, int TW>
+// there and divides by its own count (kfab_pool_avg_divisor), as kfab_pool_avg does. EDGE false: the
+// caller knows every window of the tile lies inside the input (no count worked out, no division by it).
+template <int R, int TW, bool EDGE = true>
 __device__ __forceinline__ void kfab_pool_tile_out(const float* tile, int64_t col, const float* __restrict__ vol, int64_t D, int64_t H, int64_t W,
                                                    int64_t OH, int64_t od, int64_t oh0, int64_t ow, float* o) {
   using T = KfabPoolTile<R, TW>;
@@ -270,7 +271,7 @@ __device__ __forceinline__ void kfab_pool_tile_out(const float* tile, int64_t co
       // at the edges the tile's zeros outside the input add nothing (s + 0.0f is s), so the sum is
       // kfab_pool_avg's; its divisor is the window's own
       const int64_t hr = hs + r * SH;
-      const bool inside = ds >= 0 && ds + KD <= D && hr >= 0 && hr + KH <= H && ws >= 0 && ws + KW <= W;
+      const bool inside = !EDGE || (ds >= 0 && ds + KD <= D && hr >= 0 && hr + KH <= H && ws >= 0 && ws + KW <= W);
       o[r] = inside ? acc[r] / div : acc[r] / static_cast<float>(kfab_pool_avg_divisor(D, H, W, ds, hr, ws));
     }
   }
