@@ -306,7 +306,10 @@ __global__ void __launch_bounds__(B) kfab_pool_kernel(const float* __restrict__ 
       constexpr int LV4 = static_cast<int>((4 - PW % 4) % 4);
       const int col0 = static_cast<int>(threadIdx.x) * OPT;
       float s[OPT];
-      if (lead == LV4) kfab_pool_slide<OPT, LV4>(tile, col0, v, W, tw0 + col0, s);
+      // an average's block whose windows all lie inside the row: no window's own count (as the tiles')
+      const int64_t last_w = ((tw0 + TW < OW ? tw0 + TW : OW) - 1) * SW - PW;
+      if (!MAX && lead == LV4 && tw0 * SW - PW >= 0 && last_w + KW <= W) kfab_pool_slide<OPT, LV4, false>(tile, col0, v, W, tw0 + col0, s);
+      else if (lead == LV4) kfab_pool_slide<OPT, LV4>(tile, col0, v, W, tw0 + col0, s);
       else kfab_pool_slide<OPT, 0>(tile, col0, v, W, tw0 + col0, s);
       __syncthreads();
 #pragma unroll

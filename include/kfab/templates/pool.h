@@ -284,7 +284,8 @@ __device__ __forceinline__ void kfab_pool_tile_out(const float* tile, int64_t co
 // read their KW taps from shared memory: level1/41's 8 taps, 8 loads an output, here about 0.6 (faster on
 // level1/44, slower on 41: tuner/pool.cpp).
 // An average's window that reaches outside the input sums the tile's zeros there over its own count.
-template <int OPT, int LEAD>
+// EDGE false: the caller knows every window lies inside the row (no count worked out).
+template <int OPT, int LEAD, bool EDGE = true>
 __device__ __forceinline__ void kfab_pool_slide(const float* tile, int col0, const float* __restrict__ vol, int64_t W, int64_t ow0, float* o) {
   constexpr int DWe = MAX ? static_cast<int>(DW) : 1;
   constexpr int ST = (OPT - 1) * static_cast<int>(SW) + (static_cast<int>(KW) - 1) * DWe + 1, NV = (LEAD + ST + 3) / 4;
@@ -313,7 +314,7 @@ __device__ __forceinline__ void kfab_pool_slide(const float* tile, int col0, con
     } else {
       // at the row's ends the tile's zeros add nothing: the window's own divisor (as kfab_pool_tile_out)
       const int64_t ws = (ow0 + k) * SW - PW;
-      o[k] = ws >= 0 && ws + KW <= W ? acc / div : acc / static_cast<float>(kfab_pool_avg_divisor(1, 1, W, 0, 0, ws));
+      o[k] = !EDGE || (ws >= 0 && ws + KW <= W) ? acc / div : acc / static_cast<float>(kfab_pool_avg_divisor(1, 1, W, 0, 0, ws));
     }
   }
 }
