@@ -308,9 +308,9 @@ __global__ void __launch_bounds__(B) kfab_pool_kernel(const float* __restrict__ 
       float s[OPT];
       // an average's block whose windows all lie inside the row: no window's own count (as the tiles')
       const int64_t last_w = ((tw0 + TW < OW ? tw0 + TW : OW) - 1) * SW - PW;
-      if (!MAX && lead == LV4 && tw0 * SW - PW >= 0 && last_w + KW <= W) kfab_pool_slide<OPT, LV4, false>(tile, col0, v, W, tw0 + col0, s);
-      else if (lead == LV4) kfab_pool_slide<OPT, LV4>(tile, col0, v, W, tw0 + col0, s);
-      else kfab_pool_slide<OPT, 0>(tile, col0, v, W, tw0 + col0, s);
+      if (!MAX && lead == LV4 && tw0 * SW - PW >= 0 && last_w + KW <= W) kfab_pool_slide<OPT, LV4, false>(tile, col0, W, tw0 + col0, s);
+      else if (lead == LV4) kfab_pool_slide<OPT, LV4>(tile, col0, W, tw0 + col0, s);
+      else kfab_pool_slide<OPT, 0>(tile, col0, W, tw0 + col0, s);
       __syncthreads();
 #pragma unroll
       for (int k = 0; k < OPT; ++k) tile[col0 + k + (col0 + k) / 32] = s[k];
@@ -328,11 +328,11 @@ __global__ void __launch_bounds__(B) kfab_pool_kernel(const float* __restrict__ 
       if (!MAX && ds >= 0 && ds + KD <= D && hs >= 0 && last_h + KH <= H && ws >= 0 && last_w + KW <= W) {
 #pragma unroll
         for (int k = 0; k < OPT; ++k)
-          if (ow0 + k * B < OW) kfab_pool_tile_out<R, TW, false>(tile + lead, threadIdx.x + k * B, v, D, H, W, OH, od, oh0, ow0 + k * B, o[k]);
+          if (ow0 + k * B < OW) kfab_pool_tile_out<R, TW, false>(tile + lead, threadIdx.x + k * B, D, H, W, od, oh0, ow0 + k * B, o[k]);
       } else {
 #pragma unroll
         for (int k = 0; k < OPT; ++k)
-          if (ow0 + k * B < OW) kfab_pool_tile_out<R, TW>(tile + lead, threadIdx.x + k * B, v, D, H, W, OH, od, oh0, ow0 + k * B, o[k]);
+          if (ow0 + k * B < OW) kfab_pool_tile_out<R, TW>(tile + lead, threadIdx.x + k * B, D, H, W, od, oh0, ow0 + k * B, o[k]);
       }
     }
   } else {

@@ -111,7 +111,9 @@ KFAB_INLINE float kfab_pool(const float* __restrict__ vol, int64_t D, int64_t H,
   else return kfab_pool_avg(vol, D, H, W, od * SD - PD, oh * SH - PH, ow * SW - PW);
 }
 
-#if defined(__CUDACC__)
+// The device's helpers; tests/unit/pool_host_check.inc compiles them on the host too (KFAB_POOL_HOST_CHECK,
+// with stand-ins for __ldg, float4 and the rest) and checks them against kfab_pool.
+#if defined(__CUDACC__) || defined(KFAB_POOL_HOST_CHECK)
 // Whether row j of R windows' union (R outputs down one column: windows SH apart, rows DH apart, KH high)
 // is a row of output r's window.
 KFAB_INLINE constexpr bool kfab_row_of(int64_t j, int64_t r, int64_t sh, int64_t dh, int64_t kh) {
@@ -230,8 +232,8 @@ __device__ __forceinline__ int kfab_pool_stage(float* tile, const float* __restr
 // there and divides by its own count (kfab_pool_avg_divisor), as kfab_pool_avg does. EDGE false: the
 // caller knows every window of the tile lies inside the input (no count worked out, no division by it).
 template <int R, int TW, bool EDGE = true>
-__device__ __forceinline__ void kfab_pool_tile_out(const float* tile, int64_t col, const float* __restrict__ vol, int64_t D, int64_t H, int64_t W,
-                                                   int64_t OH, int64_t od, int64_t oh0, int64_t ow, float* o) {
+__device__ __forceinline__ void kfab_pool_tile_out(const float* tile, int64_t col, int64_t D, int64_t H, int64_t W, int64_t od, int64_t oh0, int64_t ow,
+                                                   float* o) {
   using T = KfabPoolTile<R, TW>;
   const int64_t ds = od * SD - PD, hs = oh0 * SH - PH, ws = ow * SW - PW;
   float acc[R];
@@ -286,7 +288,7 @@ __device__ __forceinline__ void kfab_pool_tile_out(const float* tile, int64_t co
 // An average's window that reaches outside the input sums the tile's zeros there over its own count.
 // EDGE false: the caller knows every window lies inside the row (no count worked out).
 template <int OPT, int LEAD, bool EDGE = true>
-__device__ __forceinline__ void kfab_pool_slide(const float* tile, int col0, const float* __restrict__ vol, int64_t W, int64_t ow0, float* o) {
+__device__ __forceinline__ void kfab_pool_slide(const float* tile, int col0, int64_t W, int64_t ow0, float* o) {
   constexpr int DWe = MAX ? static_cast<int>(DW) : 1;
   constexpr int ST = (OPT - 1) * static_cast<int>(SW) + (static_cast<int>(KW) - 1) * DWe + 1, NV = (LEAD + ST + 3) / 4;
   float v[4 * NV];

@@ -1,0 +1,3 @@
+// pool.h's device helpers on the host, level1/42's window (pool_host_check.inc says how).
+#define KFAB_POOL_WIN 42
+#include "pool_host_check.inc"
