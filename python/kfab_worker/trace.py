@@ -1540,4 +1540,8 @@ def trace(t: taskmod.KbTask, overrides: dict) -> dict:
         # a group that long on chip (a hint for the order of the search, never a constant of the kernel)
         groups = a["op_params"]["groups"] or shape[1]
         a["op_params"]["group_len"] = math.prod(shape[1:]) // max(groups, 1)
+    if a.get("kind") == "pool" and shape:
+        # the input's width at the requested shape: the pooling grid sizes its marching blocks' width by it (a
+        # hint for the points it offers, never a number the kernel's correctness rests on)
+        a["op_params"]["in_w"] = int(shape[-1])
     return a

@@ -121,6 +121,42 @@ int64_t pool_slide_values(const Task& t, int opt) {
   return (3 + span + 3) / 4 * 4;
 }
 
+// `march` 1 (3-D windows whose planes follow on or overlap: SD at most the planes a window spans): a block
+// R output rows x `cols` output columns of one volume for every od in turn, each input plane its windows
+// read copied once by cp.async into a ring of planes in shared memory while it reduces the planes already
+// there (pool.h's kfab_pool_march_block). Each value comes from DRAM once (the halo rows of neighbouring
+// bands from L2), where the packed kernels read level1/46's values about 3.4 times through L1. The block's
+// width is the output row's at the requested shape (the trace's in_w, a native task's tuning shape) up to
+// 128; the ring (pool.h's KfabPoolMarch::BYTES) at most 113 KB, two blocks an SM.
+int64_t pool_march_bytes(const Task& t, int R, int TW) {
+  const bool mx = op_param(t, "max", 0) != 0;
+  const int64_t rows = (R - 1) * op_param(t, "sh", 1) + (op_param(t, "kh", 1) - 1) * (mx ? op_param(t, "dh", 1) : 1) + 1;
+  const int64_t span = (TW - 1) * op_param(t, "sw", 1) + (op_param(t, "kw", 1) - 1) * (mx ? op_param(t, "dw", 1) : 1) + 1;
+  const int64_t zspan = (op_param(t, "kd", 1) - 1) * (mx ? op_param(t, "dd", 1) : 1) + 1;
+  return 4 * (zspan + op_param(t, "sd", 1)) * rows * ((span + 6) / 4 * 4);
+}
+
+std::vector<TemplateParams> pool_march_points(const Task& t) {
+  const bool mx = op_param(t, "max", 0) != 0;
+  const int64_t zspan = (op_param(t, "kd", 1) - 1) * (mx ? op_param(t, "dd", 1) : 1) + 1;
+  if (op_param(t, "nd", 2) != 3 || op_param(t, "sd", 1) > zspan) return {};
+  int64_t in_w = op_param(t, "in_w", 0);
+  const auto& shapes = t.tune_for(true);
+  if (in_w <= 0 && !shapes.empty() && !t.inputs.empty()) {
+    const std::vector<int64_t> x = t.dims(t.inputs[0], shapes.front());
+    in_w = x.empty() ? 0 : x.back();
+  }
+  const int64_t kw = op_param(t, "kw", 1), sw = op_param(t, "sw", 1), dw = mx ? op_param(t, "dw", 1) : 1;
+  const int64_t ow = in_w > 0 ? (in_w + 2 * op_param(t, "pw", 0) - dw * (kw - 1) - 1) / sw + 1 : 128;
+  const int tw = static_cast<int>(ow < 1 ? 1 : ow < 128 ? ow : 128);
+  std::vector<TemplateParams> g;
+  for (const int R : {8, 4}) {
+    if (pool_march_bytes(t, R, tw) > 113 * 1024) continue;
+    g.push_back({{"block", R * tw >= 512 ? "256" : "128"}, {"rows", std::to_string(R)}, {"march", "1"}, {"cols", std::to_string(tw)}});
+  }
+  return g;
+}
+
 std::vector<TemplateParams> pool_cuda_grid(const Task& t) {
   std::vector<TemplateParams> g, tiles;
   const bool reuse = pool_row_reuse(t, 4) >= 1.5;
@@ -178,6 +214,9 @@ std::vector<TemplateParams> pool_cuda_grid(const Task& t) {
       for (const char* b : {"256", "128"}) packed.insert(packed.begin() + 2, TemplateParams{{"block", b}, {"outputs", "1"}, {"pack", "1"}, {"vec", "1"}});
     g.insert(reuse ? g.end() : g.begin(), packed.begin(), packed.end());
   }
+  // the march first where rows are not reused (level1/43 and 46), else last. Not yet measured.
+  const auto march = pool_march_points(t);
+  g.insert(reuse ? g.end() : g.begin(), march.begin(), march.end());
   if (op_param(t, "nd", 2) == 1) {
     for (const auto& [b, o, slide] : std::vector<std::array<int, 3>>{{256, 16, 0}, {256, 16, 1}, {256, 4, 0}}) {
       if (pool_tile_bytes(t, 1, b * o) > 40 * 1024 || (slide && pool_slide_values(t, o) > 64)) continue;
@@ -243,13 +282,16 @@ constexpr bool SLIDE = {};  // 1-D tiles: a thread's outputs consecutive, the va
 constexpr bool SEP = {};  // a maximum at stride 1 along W: a thread's 4 outputs consecutive, each input row's maxima taken once
 constexpr bool PACK = {};  // short output rows: several whole rows a block
 constexpr bool VEC = {};  // packed: 4 consecutive outputs a slot, their rows read a float4 at a time
+constexpr bool MARCH = {};  // 3-D windows: a block's R x MTW outputs for every od in turn, each input plane staged once
+constexpr int MTW = {};  // the march's block width (output columns)
 #define KFAB_INLINE __device__ __forceinline__
 #define KFAB_LOAD(p) __ldg(p)
 )",
                    p.at("block"), p.count("outputs") ? p.at("outputs") : "1", p.count("rows") ? p.at("rows") : "1",
                    p.count("tile") && p.at("tile") == "1" ? "true" : "false", p.count("slide") && p.at("slide") == "1" ? "true" : "false",
                    p.count("sep") && p.at("sep") == "1" ? "true" : "false", p.count("pack") && p.at("pack") == "1" ? "true" : "false",
-                   p.count("vec") && p.at("vec") == "1" ? "true" : "false");
+                   p.count("vec") && p.at("vec") == "1" ? "true" : "false", p.count("march") && p.at("march") == "1" ? "true" : "false",
+                   p.count("cols") ? p.at("cols") : "1");
   s += pool_constants(t);
   s += template_text("pool.h");
   s += template_text("fast_div.h");
@@ -349,6 +391,23 @@ __global__ void __launch_bounds__(B) kfab_pool_kernel(const float* __restrict__ 
 
 )";
   s += kPoolPacked;
+  s += R"(// MARCH: block (x, y + z * gridDim.y) takes output columns x * MTW .. of band y + z * gridDim.y (volume,
+// oh / R) for every od (pool.h's kfab_pool_march_block), its ring of planes in dynamic shared memory. MR false:
+// an empty kernel, so that points without the march compile none of it.
+template <bool MR>
+__global__ void __launch_bounds__(B) kfab_pool_march(const float* __restrict__ x, float* __restrict__ y, int64_t bands, int64_t D, int64_t H,
+                                                     int64_t W, int OD, int64_t OH, int64_t OW) {
+  if constexpr (MR) {
+    extern __shared__ float4 kfab_ring4[];
+    const int64_t band = blockIdx.y + static_cast<int64_t>(gridDim.y) * blockIdx.z;
+    if (band >= bands) return;
+    const int64_t OHB = (OH + R - 1) / R, vol = band / OHB, oh0 = band % OHB * R;
+    kfab_pool_march_block<R, MTW, B>(reinterpret_cast<float*>(kfab_ring4), x + vol * D * H * W, y + vol * OD * OH * OW, D, H, W, OD, OH, OW,
+                                     oh0, static_cast<int64_t>(blockIdx.x) * MTW);
+  }
+}
+
+)";
   s += R"(}  // namespace
 
 KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void* stream_) {
@@ -356,6 +415,16 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, 
   s += kChecks;
   s += R"(  const int64_t rows = P * OD * ((OH + R - 1) / R);  // bands of R output rows
   if (rows == 0 || OW == 0) return 0;
+  if constexpr (MARCH) {
+    constexpr int64_t bytes = KfabPoolMarch<R, MTW>::BYTES;
+    const int64_t bands = P * ((OH + R - 1) / R), gx = (OW + MTW - 1) / MTW;
+    const int64_t by = bands < 65535 ? bands : 65535, bz = (bands + by - 1) / by;
+    if (OD > 2147483647 || gx > 2147483647 || bz > 65535) return 5;
+    if (cudaFuncSetAttribute(kfab_pool_march<MARCH>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)) != cudaSuccess) return 4;
+    kfab_pool_march<MARCH><<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(by), static_cast<unsigned>(bz)), B, bytes,
+                             static_cast<cudaStream_t>(stream_)>>>(xp, yp, bands, D, H, W, static_cast<int>(OD), OH, OW);
+    return cudaGetLastError() == cudaSuccess ? 0 : 4;
+  }
   // whole bands a block where an output row is at most a block's outputs (else kfab_pool_kernel below)
   if constexpr (PACK) {
     const int64_t ows = VEC ? (OW + 3) / 4 : OW;  // a row's slots

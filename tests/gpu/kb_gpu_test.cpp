@@ -159,39 +159,21 @@ TEST_F(KbGpu, TheTunerFoldsARowSumOfTheProductAndItPasses) {
 // Issue 25: the pooling template's first points pass on the GPU where each takes another path: 1-D
 // windows a staged tile and a sliding window in registers; maxima at stride 1 along W over 2-D and 3-D
 // windows separably (sep, 8 and 4 rows; its rows' outputs stored through shared memory, rows of 65, 67 and
-// 127 outputs); 3-D windows at stride 2 whole output rows a block (pack, 128 and 256 threads; rows of 11,
-// 14, 15 and 16 outputs), then 4 consecutive outputs a slot (vec: rows read a float4 at a time where they
-// are whole float4, else output by output; stored a float4 at a time where the output rows are whole
-// float4, rows of 16); an average's rows reused down the column. Rows are read a float at a time (odd
-// lengths) or a float4 at a time from a lead of 0 or 3 (the padding); a maximum (dilated), an average (whose
-// windows at the edges divide by their own counts), and maxima over inputs that hold NaN. At these small
-// sizes torch eager is faster (kfab optimize exits 4: correct, not faster), which is not what this checks.
-TEST_F(KbGpu, ThePoolingTemplatesPointsPass) {
-  struct Case {
-    const char* name;
-    const char* module;
-    const char* input;
-    int points;                // the grid's first points run
-    std::array<int, 4> kinds;  // how many of them are sliding windows, sep, pack and vec
-    const char* nans = "";     // where the input holds NaN (torch's max pooling: a NaN wins)
-  };
-  const Case cases[] = {
-      {"max1d_odd", "nn.MaxPool1d(kernel_size=8, stride=1, padding=4, dilation=3)", "4, 8, 4099", 2, {1, 0, 0, 0}},
-      {"max1d_lead3", "nn.MaxPool1d(kernel_size=8, stride=1, padding=1, dilation=3)", "4, 8, 4096", 2, {1, 0, 0, 0}},
-      {"avg1d", "nn.AvgPool1d(kernel_size=8, stride=1, padding=4)", "4, 8, 8192", 2, {1, 0, 0, 0}},
-      {"max2d_lead3", "nn.MaxPool2d(kernel_size=4, stride=1, padding=1)", "2, 4, 64, 68", 2, {0, 2, 0, 0}},
-      {"max2d_odd", "nn.MaxPool2d(kernel_size=4, stride=1, padding=1)", "2, 4, 61, 66", 2, {0, 2, 0, 0}},
-      {"max2d_nan", "nn.MaxPool2d(kernel_size=4, stride=1, padding=1)", "2, 4, 64, 68", 2, {0, 2, 0, 0}, "x[..., ::9, ::7]"},
-      {"max1d_nan", "nn.MaxPool1d(kernel_size=8, stride=1, padding=4, dilation=3)", "4, 8, 4099", 2, {1, 0, 0, 0}, "x[..., ::29]"},
-      {"max3d", "nn.MaxPool3d(kernel_size=3, stride=1, padding=1)", "2, 3, 10, 12, 20", 2, {0, 2, 0, 0}},
-      {"max3d_s2", "nn.MaxPool3d(kernel_size=3, stride=2, padding=1, dilation=3)", "2, 3, 20, 22, 26", 3, {0, 0, 3, 1}},
-      {"avg3d_s2", "nn.AvgPool3d(kernel_size=3, stride=2, padding=1)", "2, 3, 16, 18, 30", 3, {0, 0, 3, 1}},
-      {"avg3d_s2_v4", "nn.AvgPool3d(kernel_size=3, stride=2, padding=1)", "2, 3, 16, 18, 32", 4, {0, 0, 4, 2}},
-      {"max3d_s2_v4", "nn.MaxPool3d(kernel_size=3, stride=2, padding=1, dilation=3)", "2, 3, 20, 22, 32", 4, {0, 0, 4, 2}},
-      {"max2d_g32", "nn.MaxPool2d(kernel_size=4, stride=1, padding=1)", "2, 2, 20, 128", 2, {0, 2, 0, 0}},
-      {"avg2d_odd", "nn.AvgPool2d(kernel_size=4, stride=1, padding=1)", "2, 4, 61, 66", 2, {0, 0, 0, 0}},
-  };
-  for (const Case& c : cases) {
+// 127 outputs); an average's rows reused down the column. Rows are read a float at a time (odd lengths) or a
+// float4 at a time from a lead of 0 or 3 (the padding); a maximum (dilated), an average (whose windows at the
+// edges divide by their own counts), and maxima over inputs that hold NaN. At these small sizes torch eager
+// is faster (kfab optimize exits 4: correct, not faster), which is not what this checks.
+struct PoolCase {
+  const char* name;
+  const char* module;
+  const char* input;
+  int points;                // the grid's first points run
+  std::array<int, 5> kinds;  // how many of them are sliding windows, sep, pack, vec and march
+  const char* nans = "";     // where the input holds NaN (torch's max pooling: a NaN wins)
+};
+
+static void run_pool_cases(const std::vector<PoolCase>& cases) {
+  for (const PoolCase& c : cases) {
     const auto file = scratch() / (std::string("pool_") + c.name + ".py");
     ASSERT_TRUE(write_file_atomic(file, std::string("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
                                                     "    def __init__(self):\n        super().__init__()\n        self.pool = ") +
@@ -207,15 +189,46 @@ TEST_F(KbGpu, ThePoolingTemplatesPointsPass) {
     nlohmann::json j = r.json();
     EXPECT_EQ(j["tuner"].value("template", ""), "cuda_pool") << c.name << "\n" << r.out;
     ASSERT_TRUE(j.contains("points") && j["points"].size() == static_cast<size_t>(c.points)) << c.name << "\n" << r.out << r.err;
-    std::array<int, 4> kinds = {0, 0, 0, 0};
+    std::array<int, 5> kinds = {0, 0, 0, 0, 0};
     for (const auto& point : j["points"]) {
       EXPECT_EQ(point["disposition"], "passed") << c.name << " " << point.dump();
       int k = 0;
-      for (const char* key : {"slide", "sep", "pack", "vec"}) kinds[k++] += point["params"].value(key, "") == "1";
+      for (const char* key : {"slide", "sep", "pack", "vec", "march"}) kinds[k++] += point["params"].value(key, "") == "1";
     }
-    EXPECT_EQ(kinds, c.kinds) << c.name << " (sliding, sep, pack, vec)\n" << j["points"].dump(2);
+    EXPECT_EQ(kinds, c.kinds) << c.name << " (sliding, sep, pack, vec, march)\n" << j["points"].dump(2);
     EXPECT_TRUE(r.status.code == 0 || r.status.code == 4) << c.name << "\n" << r.out << r.err;
   }
+}
+
+TEST_F(KbGpu, ThePoolingTemplatesPointsPass) {
+  run_pool_cases({
+      {"max1d_odd", "nn.MaxPool1d(kernel_size=8, stride=1, padding=4, dilation=3)", "4, 8, 4099", 2, {1, 0, 0, 0, 0}},
+      {"max1d_lead3", "nn.MaxPool1d(kernel_size=8, stride=1, padding=1, dilation=3)", "4, 8, 4096", 2, {1, 0, 0, 0, 0}},
+      {"avg1d", "nn.AvgPool1d(kernel_size=8, stride=1, padding=4)", "4, 8, 8192", 2, {1, 0, 0, 0, 0}},
+      {"max2d_lead3", "nn.MaxPool2d(kernel_size=4, stride=1, padding=1)", "2, 4, 64, 68", 2, {0, 2, 0, 0, 0}},
+      {"max2d_odd", "nn.MaxPool2d(kernel_size=4, stride=1, padding=1)", "2, 4, 61, 66", 2, {0, 2, 0, 0, 0}},
+      {"max2d_nan", "nn.MaxPool2d(kernel_size=4, stride=1, padding=1)", "2, 4, 64, 68", 2, {0, 2, 0, 0, 0}, "x[..., ::9, ::7]"},
+      {"max1d_nan", "nn.MaxPool1d(kernel_size=8, stride=1, padding=4, dilation=3)", "4, 8, 4099", 2, {1, 0, 0, 0, 0}, "x[..., ::29]"},
+      {"max2d_g32", "nn.MaxPool2d(kernel_size=4, stride=1, padding=1)", "2, 2, 20, 128", 2, {0, 2, 0, 0, 0}},
+      {"avg2d_odd", "nn.AvgPool2d(kernel_size=4, stride=1, padding=1)", "2, 4, 61, 66", 2, {0, 0, 0, 0, 0}},
+  });
+}
+
+// 3-D windows: at stride 1 sep first; at stride 2 a block's outputs for every od in turn, each input plane
+// staged once in a ring in shared memory (march, 8 and 4 rows; rows read by cp.async a float4 at a time or
+// a float at a time; a band of rows and a row's second stretch cut short), then whole output rows a block
+// (pack, 128 and 256 threads; rows of 11, 14, 15 and 16 outputs), then 4 consecutive outputs a slot (vec:
+// rows read a float4 at a time where they are whole float4, else output by output; stored a float4 at a
+// time where the output rows are whole float4, rows of 16).
+TEST_F(KbGpu, ThePooling3dTemplatesPointsPass) {
+  run_pool_cases({
+      {"max3d", "nn.MaxPool3d(kernel_size=3, stride=1, padding=1)", "2, 3, 10, 12, 20", 2, {0, 2, 0, 0, 0}},
+      {"max3d_s2", "nn.MaxPool3d(kernel_size=3, stride=2, padding=1, dilation=3)", "2, 3, 20, 22, 26", 5, {0, 0, 3, 1, 2}},
+      {"avg3d_s2", "nn.AvgPool3d(kernel_size=3, stride=2, padding=1)", "2, 3, 16, 18, 30", 5, {0, 0, 3, 1, 2}},
+      {"avg3d_s2_v4", "nn.AvgPool3d(kernel_size=3, stride=2, padding=1)", "2, 3, 16, 18, 32", 6, {0, 0, 4, 2, 2}},
+      {"max3d_s2_v4", "nn.MaxPool3d(kernel_size=3, stride=2, padding=1, dilation=3)", "2, 3, 20, 22, 32", 6, {0, 0, 4, 2, 2}},
+      {"avg3d_s2_wide", "nn.AvgPool3d(kernel_size=3, stride=2, padding=1)", "2, 2, 9, 10, 300", 2, {0, 0, 0, 0, 2}},
+  });
 }
 
 }  // namespace kfab::test

@@ -443,6 +443,154 @@ KFAB_INLINE void kfab_pool_vec4(const float* __restrict__ vol, int64_t D, int64_
 #pragma unroll
   for (int k = 0; k < 4; ++k) o[k] = MAX ? acc[k] : acc[k] / div;
 }
+
+// ---- marching along D: a block's outputs for every od in turn, each input plane staged once -----------
+// kfab_pool_march (tuner/pool.cpp): a block owns R output rows x TW output columns of one volume and takes
+// od = 0, 1, ... in turn. Each input plane its windows read (ROWS rows x SPAN columns) is copied once into a
+// ring of NS planes in shared memory, by cp.async while the block reduces the planes already there: the
+// next od's SD new planes are in flight while this od's outputs are taken. The loads through L1 of the
+// packed kernels read each of level1/46's values about 3.4 times (27 taps an output, 8 values an output)
+// and held 43 and 46 at 48% and 57% of the copy bandwidth (H200, session 22).
+template <int R, int TW>
+struct KfabPoolMarch {
+  static constexpr int64_t DDe = MAX ? DD : 1, DHe = MAX ? DH : 1, DWe = MAX ? DW : 1;  // an average has no dilation
+  static constexpr int ROWS = static_cast<int>((R - 1) * SH + (KH - 1) * DHe + 1), SPAN = static_cast<int>((TW - 1) * SW + (KW - 1) * DWe + 1);
+  static constexpr int PITCH = (SPAN + 3 + 3) / 4 * 4;           // a lead of up to 3, whole float4
+  static constexpr int ZSPAN = static_cast<int>((KD - 1) * DDe + 1);  // the planes one window spans
+  static constexpr int NS = ZSPAN + static_cast<int>(SD);       // one window's planes and the next od's new ones
+  static constexpr int PLANE = ROWS * PITCH;                    // floats a slot
+  static constexpr int64_t BYTES = 4LL * NS * PLANE;
+};
+
+#if !defined(KFAB_POOL_HOST_CHECK)
+__device__ __forceinline__ void kfab_pool_cp16(float* dst, const float* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(dst))), "l"(src) : "memory");
+}
+__device__ __forceinline__ void kfab_pool_cp4(float* dst, const float* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(dst))), "l"(src) : "memory");
+}
+__device__ __forceinline__ void kfab_pool_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void kfab_pool_cp_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+#endif
+
+// Input plane d of one volume (outside the input: the fill, -infinity for a maximum, 0 for an average),
+// rows hs .. hs + ROWS - 1 and columns from ws - lead on, into a ring slot, by B threads. V4 (W a multiple
+// of 4, the volume 16-byte aligned, lead = ws mod 4): whole float4, each wholly inside the row or wholly
+// outside; else a float at a time (lead 0).
+template <int R, int TW, int B, bool V4>
+__device__ __forceinline__ void kfab_march_stage(float* slab, const float* __restrict__ vol, int64_t D, int64_t H, int64_t W, int64_t d,
+                                                 int64_t hs, int64_t ws, int lead) {
+  using M = KfabPoolMarch<R, TW>;
+  constexpr float fill = MAX ? -INFINITY : 0.0f;
+  const bool plane_in = d >= 0 && d < D;
+  const float* base = vol + (plane_in ? d : 0) * H * W;
+  if constexpr (V4) {
+    constexpr int NQ = M::PITCH / 4;
+#pragma unroll 4
+    for (int i = static_cast<int>(threadIdx.x); i < M::ROWS * NQ; i += B) {
+      const int j = i / NQ, q = i - j * NQ;
+      const int64_t h = hs + j, c = ws - lead + 4 * q;
+      float* dst = slab + j * M::PITCH + 4 * q;
+      if (plane_in && h >= 0 && h < H && c >= 0 && c < W) kfab_pool_cp16(dst, base + h * W + c);
+      else *reinterpret_cast<float4*>(dst) = make_float4(fill, fill, fill, fill);
+    }
+  } else {
+#pragma unroll 4
+    for (int i = static_cast<int>(threadIdx.x); i < M::ROWS * M::SPAN; i += B) {
+      const int j = i / M::SPAN, k = i - j * M::SPAN;
+      const int64_t h = hs + j, c = ws + k;
+      float* dst = slab + j * M::PITCH + k;
+      if (plane_in && h >= 0 && h < H && c >= 0 && c < W) kfab_pool_cp4(dst, base + h * W + c);
+      else *dst = fill;
+    }
+  }
+}
+
+// Output (od, oh0 + r, ow0 + c) from the ring: pl[a] the slot of plane od * SD - PD + a * DDe, its row 0
+// input row oh0 * SH - PH, its column lead the input column ow0 * SW - PW. Taps in kfab_pool's order, so
+// the same values: the fill never wins a maximum and adds nothing to a sum (s + 0.0f is s). EDGE false:
+// the caller knows the window lies inside the input (an average divides by the window's size alone).
+template <int R, int TW, bool EDGE>
+__device__ __forceinline__ float kfab_march_out(const float* const* pl, int lead, int r, int c, int64_t D, int64_t H, int64_t W, int64_t od,
+                                                int64_t oh, int64_t ow) {
+  using M = KfabPoolMarch<R, TW>;
+  const int at = r * static_cast<int>(SH) * M::PITCH + lead + c * static_cast<int>(SW);
+  float acc = MAX ? -INFINITY : 0.0f;
+#pragma unroll
+  for (int a = 0; a < static_cast<int>(KD); ++a) {
+    const float* p = pl[a] + at;
+#pragma unroll
+    for (int b = 0; b < static_cast<int>(KH); ++b)
+#pragma unroll
+      for (int k = 0; k < static_cast<int>(KW); ++k) {
+        const float x = p[b * static_cast<int>(M::DHe) * M::PITCH + k * static_cast<int>(M::DWe)];
+        if constexpr (MAX) {
+          acc = kfab_max_nan(acc, x);
+        } else {
+          acc += x;
+        }
+      }
+  }
+  if constexpr (MAX) {
+    return acc;
+  } else {
+    constexpr float div = static_cast<float>(DIVISOR != 0 ? DIVISOR : KD * KH * KW);
+    if (!EDGE) return acc / div;
+    const int64_t ds = od * SD - PD, hs = oh * SH - PH, ws = ow * SW - PW;
+    const bool inside = ds >= 0 && ds + KD <= D && hs >= 0 && hs + KH <= H && ws >= 0 && ws + KW <= W;
+    return inside ? acc / div : acc / static_cast<float>(kfab_pool_avg_divisor(D, H, W, ds, hs, ws));
+  }
+}
+
+// One block's march over one volume (x the volume's input, y its output [OD, OH, OW]): output rows oh0 ..
+// oh0 + R - 1, columns ow0 .. ow0 + TW - 1 (fewer at the ends), od = 0 .. OD - 1. ring: NS * PLANE floats,
+// 16-byte aligned. Plane n of the march (input plane n - PD) goes to slot n % NS: od reads n = od * SD + a * DDe,
+// and while it does, od + 1's new planes (od * SD + ZSPAN .. + SD - 1) are copied into the slots its
+// previous planes held; one barrier an od (every thread past od - 1, od's planes in).
+template <int R, int TW, int B>
+__device__ __forceinline__ void kfab_pool_march_block(float* ring, const float* __restrict__ x, float* __restrict__ y, int64_t D, int64_t H,
+                                                      int64_t W, int OD, int64_t OH, int64_t OW, int64_t oh0, int64_t ow0) {
+  using M = KfabPoolMarch<R, TW>;
+  const int64_t hs = oh0 * SH - PH, ws = ow0 * SW - PW;
+  const bool v4 = W % 4 == 0 && (reinterpret_cast<uintptr_t>(x) & 15) == 0;
+  const int lead = v4 ? static_cast<int>((ws % 4 + 4) % 4) : 0;
+  const int rows = static_cast<int>(OH - oh0 < R ? OH - oh0 : R), cols = static_cast<int>(OW - ow0 < TW ? OW - ow0 : TW);
+  // every window of the block inside the input along H and W (an average's count is then the window's
+  // size wherever od's window is inside along D)
+  const bool hw_inside = hs >= 0 && (oh0 + rows - 1) * SH - PH + KH <= H && ws >= 0 && (ow0 + cols - 1) * SW - PW + KW <= W;
+  const auto stage = [&](int n) {
+    float* slab = ring + (n % M::NS) * M::PLANE;
+    if (v4) kfab_march_stage<R, TW, B, true>(slab, x, D, H, W, n - PD, hs, ws, lead);
+    else kfab_march_stage<R, TW, B, false>(slab, x, D, H, W, n - PD, hs, ws, 0);
+  };
+#pragma unroll 1
+  for (int n = 0; n < M::ZSPAN; ++n) stage(n);
+  kfab_pool_cp_commit();
+#pragma unroll 1
+  for (int od = 0; od < OD; ++od) {
+    kfab_pool_cp_wait();
+    __syncthreads();
+    if (od + 1 < OD) {
+#pragma unroll 1
+      for (int n = od * static_cast<int>(SD) + M::ZSPAN; n < (od + 1) * static_cast<int>(SD) + M::ZSPAN; ++n) stage(n);
+    }
+    kfab_pool_cp_commit();
+    const float* pl[KD];
+#pragma unroll
+    for (int a = 0; a < static_cast<int>(KD); ++a) pl[a] = ring + ((od * static_cast<int>(SD) + a * static_cast<int>(M::DDe)) % M::NS) * M::PLANE;
+    const int64_t ds = static_cast<int64_t>(od) * SD - PD;
+    const bool inside = MAX || (hw_inside && ds >= 0 && ds + KD <= D);
+    float* yo = y + (od * OH + oh0) * OW + ow0;
+#pragma unroll
+    for (int k = 0; k < (R * TW + B - 1) / B; ++k) {
+      const int e = static_cast<int>(threadIdx.x) + k * B;
+      const int r = e / TW, c = e - r * TW;
+      if (e >= R * TW || r >= rows || c >= cols) continue;
+      yo[r * OW + c] = inside ? kfab_march_out<R, TW, false>(pl, lead, r, c, D, H, W, od, oh0 + r, ow0 + c)
+                              : kfab_march_out<R, TW, true>(pl, lead, r, c, D, H, W, od, oh0 + r, ow0 + c);
+    }
+  }
+}
 #endif
 
 #if !defined(__CUDACC__)
