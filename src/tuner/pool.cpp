@@ -8,6 +8,7 @@
 #include <array>
 #include <cmath>
 
+#include "core/expr.h"
 #include "tuner/templates.h"
 
 namespace kfab {
@@ -142,9 +143,9 @@ std::vector<TemplateParams> pool_march_points(const Task& t) {
   if (op_param(t, "nd", 2) != 3 || op_param(t, "sd", 1) > zspan) return {};
   int64_t in_w = op_param(t, "in_w", 0);
   const auto& shapes = t.tune_for(true);
-  if (in_w <= 0 && !shapes.empty() && !t.inputs.empty()) {
-    const std::vector<int64_t> x = t.dims(t.inputs[0], shapes.front());
-    in_w = x.empty() ? 0 : x.back();
+  if (in_w <= 0 && !shapes.empty() && !t.inputs.empty() && !t.inputs[0].shape.empty()) {
+    const auto w = eval_expr(t.inputs[0].shape.back(), shapes.front());  // a task built in code may name a dimension no shape binds
+    in_w = w.has_value() ? static_cast<int64_t>(std::llround(*w)) : 0;
   }
   const int64_t kw = op_param(t, "kw", 1), sw = op_param(t, "sw", 1), dw = mx ? op_param(t, "dw", 1) : 1;
   const int64_t ow = in_w > 0 ? (in_w + 2 * op_param(t, "pw", 0) - dw * (kw - 1) - 1) / sw + 1 : 128;

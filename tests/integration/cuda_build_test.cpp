@@ -334,8 +334,10 @@ TEST_F(CudaBuild, EveryPoolingCompiles) {
   // maxima taken once): first for level1/42's 4 x 4 window at padding 1 (8 rows, then 4) and a 3-D one of 3
   // x 3 x 3 (its planes looped); not for 1-D windows (level1/41's; measured slower than the tiles), an
   // average, nor a stride of 2 along W. Whole output rows a block (pack, kfab_pool_packed) for 2-D and 3-D
-  // windows: the first five where rows are not reused (level1/43 and 46's windows; the third and fourth
-  // with 4 consecutive outputs a slot, vec, the third built too), the last three where they are.
+  // windows: the five after the march where rows are not reused (level1/43 and 46's windows, at their input
+  // width of 128; the third and fourth with 4 consecutive outputs a slot, vec, the third built too), the last
+  // three before it where they are. The march (8 rows, then 4; kfab_pool_march): 3-D windows only, first where
+  // rows are not reused (46's built), last where they are; where its ring would pass 113 KB, not at all.
   build_each_form("cumsum", "cuda_pool", 7, [this](int form, Task& k) {
     k.op_class = "pool";
     k.inputs[0].shape = {"B", "1", "1", "1", "N"};
@@ -347,20 +349,35 @@ TEST_F(CudaBuild, EveryPoolingCompiles) {
     if (form == 4) k.op_params = {{"nd", 2}, {"max", 1}, {"kh", 4}, {"kw", 4}, {"sh", 1}, {"sw", 2}, {"ph", 1}, {"pw", 1}};
     if (form >= 5)  // level1/43 (a maximum, dilation 3) and 46 (an average)
       k.op_params = {{"nd", 3}, {"max", form == 5}, {"kd", 3}, {"kh", 3}, {"kw", 3}, {"sd", 2}, {"sh", 2}, {"sw", 2}, {"pd", 1}, {"ph", 1}, {"pw", 1},
-                     {"dd", form == 5 ? 3 : 1}, {"dh", form == 5 ? 3 : 1}, {"dw", form == 5 ? 3 : 1}};
+                     {"dd", form == 5 ? 3 : 1}, {"dh", form == 5 ? 3 : 1}, {"dw", form == 5 ? 3 : 1}, {"in_w", 128}};
     const auto grid = template_named("cuda_pool")->grid(k);
     ASSERT_GE(grid.size(), 4u);
+    const size_t marches = std::count_if(grid.begin(), grid.end(), [](const TemplateParams& q) { return q.count("march") != 0; });
+    EXPECT_EQ(marches, form == 1 || form >= 5 ? 2u : 0u) << form;
+    const size_t m0 = form >= 5 ? marches : 0, tail = form >= 5 ? 0 : marches;  // march points before the rest, after it
     for (size_t i = 0; i < grid.size(); ++i) {
+      EXPECT_EQ(grid[i].count("march") > 0, i < m0 || i + tail >= grid.size()) << form << " " << format_params(grid[i]);
       EXPECT_EQ(grid[i].count("sep") > 0, form < 2 && i < 2) << form << " " << format_params(grid[i]);
-      const bool packed = form >= 5 ? i < 5 : form != 2 && i + 3 >= grid.size();
+      const bool packed = form >= 5 ? i >= m0 && i < m0 + 5 : form != 2 && i + tail < grid.size() && i + 3 + tail >= grid.size();
       EXPECT_EQ(grid[i].count("pack") > 0, packed) << form << " " << format_params(grid[i]);
-      EXPECT_EQ(grid[i].count("vec") > 0, form >= 5 && (i == 2 || i == 3)) << form << " " << format_params(grid[i]);
+      EXPECT_EQ(grid[i].count("vec") > 0, form >= 5 && (i == m0 + 2 || i == m0 + 3)) << form << " " << format_params(grid[i]);
+    }
+    if (form == 6) {  // 46's march: 64 output columns a block (its input's 128), a ring in dynamic shared memory
+      EXPECT_EQ(grid[0].at("cols"), "64");
+      EXPECT_EQ(grid[0].at("rows"), "8");
+      const std::string src = template_named("cuda_pool")->generate(k, grid[0]);
+      EXPECT_NE(src.find("constexpr bool MARCH = true;"), std::string::npos);
+      EXPECT_NE(src.find("kfab_pool_march<MARCH><<<"), std::string::npos);
+      const auto f = scratch() / "pool_march_6.cu";
+      ASSERT_TRUE(write_file_atomic(f, src).has_value());
+      auto r = backend_.build(f);
+      ASSERT_TRUE(r.ok()) << format_params(grid[0]) << "\n" << r.failure().message;
     }
     if (form >= 5) {
-      for (size_t i : {0u, 2u}) {
+      for (size_t i : {m0, m0 + 2}) {
         const std::string src = template_named("cuda_pool")->generate(k, grid[i]);
         EXPECT_NE(src.find("constexpr bool PACK = true;"), std::string::npos) << form;
-        EXPECT_EQ(src.find("constexpr bool VEC = true;") != std::string::npos, i == 2) << form;
+        EXPECT_EQ(src.find("constexpr bool VEC = true;") != std::string::npos, i == m0 + 2) << form;
         EXPECT_NE(src.find("kfab_pool_packed<PACK><<<"), std::string::npos) << form;
         const auto f = scratch() / ("pool_pack_" + std::to_string(form) + "_" + std::to_string(i) + ".cu");
         ASSERT_TRUE(write_file_atomic(f, src).has_value());
