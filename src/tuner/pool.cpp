@@ -233,74 +233,8 @@ std::vector<TemplateParams> pool_cuda_grid(const Task& t) {
   return g;
 }
 
-// The packed kernel (PACK), after kfab_pool_kernel in the generated file.
-constexpr const char* kPoolPacked = R"(// PACK: a block holds pk whole bands (pk = OPT * B / OW, at least 1), its OPT * B slots taken band by band
-// (slot s: band s / OW, column s % OW, so that neighbouring threads store neighbouring outputs), where
-// kfab_pool_kernel's block holds one band's stretch of OPT * B outputs: level1/43's output rows of 62 used 62
-// of its 512 slots, 46's 128. A band's place is found in 32-bit arithmetic (the host takes this kernel only
-// where that holds). PK: a template, so that points without it instantiate nothing.
-// The divisions by a row's slots (OWS), OH / R (OHB) and OD by a multiply and a shift (fast_div.h): each
-// was about 20 instructions an output of the ~280 level1/46's took (SASS, session 21).
-// VEC: a slot is 4 consecutive outputs of a row (OWS = OW / 4 rounded up; pool.h's kfab_pool_vec4), stored a
-// float4 at a time where the output rows are whole float4.
-template <bool PK>
-__global__ void __launch_bounds__(B) kfab_pool_packed(const float* __restrict__ x, float* __restrict__ y, uint32_t bands, uint32_t pk, int64_t D,
-                                                      int64_t H, int64_t W, KfabFastDiv OD, uint32_t OH, uint32_t OW, KfabFastDiv OWS,
-                                                      KfabFastDiv OHB) {
-  static_assert(!VEC || R == 1, "4 outputs along the row, one row");
-  const uint32_t band0 = (blockIdx.y + gridDim.y * blockIdx.z) * pk;
-#pragma unroll
-  for (int k = 0; k < OPT; ++k) {
-    const uint32_t s = threadIdx.x + k * B, bl = kfab_div(s, OWS), col = (s - bl * OWS.d) * (VEC ? 4 : 1), band = band0 + bl;
-    if (bl >= pk || band >= bands) continue;
-    const uint32_t q = kfab_div(band, OHB), oh0 = (band - q * OHB.d) * R, vol = kfab_div(q, OD), od = q - vol * OD.d;  // q: (volume, od)
-    const float* v = x + static_cast<int64_t>(vol) * D * H * W;
-    float* yr = y + (static_cast<int64_t>(q) * OH + oh0) * OW + col;
-    if constexpr (VEC) {
-      float o[4];
-      kfab_pool_vec4(v, D, H, W, OW, od, oh0, col, o);
-      if (col + 4 <= OW && OW % 4 == 0 && (reinterpret_cast<uintptr_t>(y) & 15) == 0) {
-        *reinterpret_cast<float4*>(yr) = make_float4(o[0], o[1], o[2], o[3]);
-      } else {
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-          if (col + j < OW) yr[j] = o[j];
-      }
-    } else {
-      float o[R];
-      kfab_pool_rows<R>(v, D, H, W, OH, od, oh0, col, o);
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-        if (oh0 + r < OH) yr[static_cast<int64_t>(r) * OW] = o[r];
-    }
-  }
-}
-
-)";
-
-std::string pool_cuda_generate(const Task& t, const TemplateParams& p) {
-  std::string s = opening("a block a stretch of an output row", p, true);
-  s += fmt::format(R"(
-constexpr int B = {}, OPT = {}, R = {};  // threads per block; outputs a thread along the row, times R down the column
-constexpr bool TILE = {};  // a block's outputs' input staged through shared memory
-constexpr bool SLIDE = {};  // 1-D tiles: a thread's outputs consecutive, the values they read in registers
-constexpr bool SEP = {};  // a maximum at stride 1 along W: a thread's 4 outputs consecutive, each input row's maxima taken once
-constexpr bool PACK = {};  // short output rows: several whole rows a block
-constexpr bool VEC = {};  // packed: 4 consecutive outputs a slot, their rows read a float4 at a time
-constexpr bool MARCH = {};  // 3-D windows: a block's R x MTW outputs for every od in turn, each input plane staged once
-constexpr int MTW = {};  // the march's block width (output columns)
-#define KFAB_INLINE __device__ __forceinline__
-#define KFAB_LOAD(p) __ldg(p)
-)",
-                   p.at("block"), p.count("outputs") ? p.at("outputs") : "1", p.count("rows") ? p.at("rows") : "1",
-                   p.count("tile") && p.at("tile") == "1" ? "true" : "false", p.count("slide") && p.at("slide") == "1" ? "true" : "false",
-                   p.count("sep") && p.at("sep") == "1" ? "true" : "false", p.count("pack") && p.at("pack") == "1" ? "true" : "false",
-                   p.count("vec") && p.at("vec") == "1" ? "true" : "false", p.count("march") && p.at("march") == "1" ? "true" : "false",
-                   p.count("cols") ? p.at("cols") : "1");
-  s += pool_constants(t);
-  s += template_text("pool.h");
-  s += template_text("fast_div.h");
-  s += R"(
+// The kernel of a stretch of an output row a block (kfab_pool_kernel), after pool.h in the generated file.
+constexpr const char* kPoolKernel = R"(
 // Block (x, y, z): outputs (x * OPT + k) * B + thread of output rows R * band .. R * band + R - 1, band
 // y + z * gridDim.y, a band being (volume, od, oh / R).
 // TL: through a tile in shared memory (a template, so that points without one instantiate no tile)
@@ -395,8 +329,54 @@ __global__ void __launch_bounds__(B) kfab_pool_kernel(const float* __restrict__ 
 }
 
 )";
-  s += kPoolPacked;
-  s += R"(// MARCH: block (x, y + z * gridDim.y) takes output columns x * MTW .. of band y + z * gridDim.y (volume,
+
+// The packed kernel (PACK), after kfab_pool_kernel in the generated file.
+constexpr const char* kPoolPacked = R"(// PACK: a block holds pk whole bands (pk = OPT * B / OW, at least 1), its OPT * B slots taken band by band
+// (slot s: band s / OW, column s % OW, so that neighbouring threads store neighbouring outputs), where
+// kfab_pool_kernel's block holds one band's stretch of OPT * B outputs: level1/43's output rows of 62 used 62
+// of its 512 slots, 46's 128. A band's place is found in 32-bit arithmetic (the host takes this kernel only
+// where that holds). PK: a template, so that points without it instantiate nothing.
+// The divisions by a row's slots (OWS), OH / R (OHB) and OD by a multiply and a shift (fast_div.h): each
+// was about 20 instructions an output of the ~280 level1/46's took (SASS, session 21).
+// VEC: a slot is 4 consecutive outputs of a row (OWS = OW / 4 rounded up; pool.h's kfab_pool_vec4), stored a
+// float4 at a time where the output rows are whole float4.
+template <bool PK>
+__global__ void __launch_bounds__(B) kfab_pool_packed(const float* __restrict__ x, float* __restrict__ y, uint32_t bands, uint32_t pk, int64_t D,
+                                                      int64_t H, int64_t W, KfabFastDiv OD, uint32_t OH, uint32_t OW, KfabFastDiv OWS,
+                                                      KfabFastDiv OHB) {
+  static_assert(!VEC || R == 1, "4 outputs along the row, one row");
+  const uint32_t band0 = (blockIdx.y + gridDim.y * blockIdx.z) * pk;
+#pragma unroll
+  for (int k = 0; k < OPT; ++k) {
+    const uint32_t s = threadIdx.x + k * B, bl = kfab_div(s, OWS), col = (s - bl * OWS.d) * (VEC ? 4 : 1), band = band0 + bl;
+    if (bl >= pk || band >= bands) continue;
+    const uint32_t q = kfab_div(band, OHB), oh0 = (band - q * OHB.d) * R, vol = kfab_div(q, OD), od = q - vol * OD.d;  // q: (volume, od)
+    const float* v = x + static_cast<int64_t>(vol) * D * H * W;
+    float* yr = y + (static_cast<int64_t>(q) * OH + oh0) * OW + col;
+    if constexpr (VEC) {
+      float o[4];
+      kfab_pool_vec4(v, D, H, W, OW, od, oh0, col, o);
+      if (col + 4 <= OW && OW % 4 == 0 && (reinterpret_cast<uintptr_t>(y) & 15) == 0) {
+        *reinterpret_cast<float4*>(yr) = make_float4(o[0], o[1], o[2], o[3]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          if (col + j < OW) yr[j] = o[j];
+      }
+    } else {
+      float o[R];
+      kfab_pool_rows<R>(v, D, H, W, OH, od, oh0, col, o);
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        if (oh0 + r < OH) yr[static_cast<int64_t>(r) * OW] = o[r];
+    }
+  }
+}
+
+)";
+
+// The march's kernel (MARCH), after the packed one in the generated file.
+constexpr const char* kPoolMarch = R"(// MARCH: block (x, y + z * gridDim.y) takes output columns x * MTW .. of band y + z * gridDim.y (volume,
 // oh / R) for every od (pool.h's kfab_pool_march_block), its ring of planes in dynamic shared memory. MR false:
 // an empty kernel, so that points without the march compile none of it.
 template <bool MR>
@@ -413,6 +393,32 @@ __global__ void __launch_bounds__(B) kfab_pool_march(const float* __restrict__ x
 }
 
 )";
+
+std::string pool_cuda_generate(const Task& t, const TemplateParams& p) {
+  std::string s = opening("a block a stretch of an output row", p, true);
+  s += fmt::format(R"(
+constexpr int B = {}, OPT = {}, R = {};  // threads per block; outputs a thread along the row, times R down the column
+constexpr bool TILE = {};  // a block's outputs' input staged through shared memory
+constexpr bool SLIDE = {};  // 1-D tiles: a thread's outputs consecutive, the values they read in registers
+constexpr bool SEP = {};  // a maximum at stride 1 along W: a thread's 4 outputs consecutive, each input row's maxima taken once
+constexpr bool PACK = {};  // short output rows: several whole rows a block
+constexpr bool VEC = {};  // packed: 4 consecutive outputs a slot, their rows read a float4 at a time
+constexpr bool MARCH = {};  // 3-D windows: a block's R x MTW outputs for every od in turn, each input plane staged once
+constexpr int MTW = {};  // the march's block width (output columns)
+#define KFAB_INLINE __device__ __forceinline__
+#define KFAB_LOAD(p) __ldg(p)
+)",
+                   p.at("block"), p.count("outputs") ? p.at("outputs") : "1", p.count("rows") ? p.at("rows") : "1",
+                   p.count("tile") && p.at("tile") == "1" ? "true" : "false", p.count("slide") && p.at("slide") == "1" ? "true" : "false",
+                   p.count("sep") && p.at("sep") == "1" ? "true" : "false", p.count("pack") && p.at("pack") == "1" ? "true" : "false",
+                   p.count("vec") && p.at("vec") == "1" ? "true" : "false", p.count("march") && p.at("march") == "1" ? "true" : "false",
+                   p.count("cols") ? p.at("cols") : "1");
+  s += pool_constants(t);
+  s += template_text("pool.h");
+  s += template_text("fast_div.h");
+  s += kPoolKernel;
+  s += kPoolPacked;
+  s += kPoolMarch;
   s += R"(}  // namespace
 
 KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, int32_t n_out, void* stream_) {
