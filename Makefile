@@ -66,11 +66,12 @@ test-deps:
 # skips, when torch or chromium is missing.
 # SLOW_TESTS (a ctest regular expression): the slowest tests whose ground others partly cover (the cpu
 # core suite's bench and its HTML page in chromium, the tuner's cache reuse, a traced Model tuned with
-# torch.compile timed, every dedicated CUDA template built at every point, sm90_tf32_gemm.cuh's persistent
-# scheduler built on its own: its stream-K one stays in CI). CI (CI=true), which must stay
+# torch.compile timed, every dedicated CUDA template built at every point, the CUTLASS headers built on their
+# own: sm90_tf32_gemm.cuh's stream-K scheduler stays in CI; the native GEMMs at every SIMT point: their first
+# stays in CI). CI (CI=true), which must stay
 # under 20 minutes on 2 cores, leaves them out; `make test` anywhere else runs them, `make test-slow` runs
 # them alone, and the GPU machine's test stage (scripts/gpu_machine.sh) runs every test.
-SLOW_TESTS := Bench\.TheCoreSuiteOnTheCpuIsScoredAndReportedAndChromiumRendersIt|KbEval\.TheTunerRunsPlansOfSeveralPrograms|Tuner\.SearchesThenReusesItsCachedResult|KbEval\.TheTunerTracesAKernelBenchModelAndTunesItsProgram|CudaBuild\.CudaTemplatesCompileAtEveryPoint|CudaBuild\.TheSm90Tf32GemmHeaderCompilesOnItsOwn
+SLOW_TESTS := Bench\.TheCoreSuiteOnTheCpuIsScoredAndReportedAndChromiumRendersIt|KbEval\.TheTunerRunsPlansOfSeveralPrograms|Tuner\.SearchesThenReusesItsCachedResult|KbEval\.TheTunerTracesAKernelBenchModelAndTunesItsProgram|CudaBuild\.CudaTemplatesCompileAtEveryPoint|CudaBuild\.TheCutlassHeadersCompileOnTheirOwn|CudaBuild\.GemmSimtPointsCompileAtEveryPoint
 ifeq ($(CI),true)
 CTEST_SKIP := -E '$(SLOW_TESTS)'
 endif

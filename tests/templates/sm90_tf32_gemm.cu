@@ -1,6 +1,6 @@
 // include/kfab/templates/sm90_tf32_gemm.cuh compiled on its own (tests/integration/cuda_build_test.cpp),
 // with the headers a generated candidate puts before it, at one tile and the persistent scheduler (the
-// generated files' three products take the stream-K one: CudaBuild.GemmEpiloguesCompileAtEveryPoint):
+// generated files' three products take the stream-K one: CudaBuild.GemmEpiloguesCompile):
 // out = x @ b, b [K, N]: in one TF32 product (b written K-major first) where K is a multiple of 8, else in one
 // TF32 product and one bf16 one (kfab_sm90_mixed, which takes a K short of a slice as three TF32 products).
 #ifndef NDEBUG
