@@ -128,13 +128,14 @@ int64_t pool_slide_values(const Task& t, int opt) {
 // there (pool.h's kfab_pool_march_block). Each value comes from DRAM once (the halo rows of neighbouring
 // bands from L2), where the packed kernels read level1/46's values about 3.4 times through L1. The block's
 // width is the output row's at the requested shape (the trace's in_w, a native task's tuning shape) up to
-// 128; the ring (pool.h's KfabPoolMarch::BYTES) at most 113 KB, two blocks an SM.
-int64_t pool_march_bytes(const Task& t, int R, int TW) {
+// 128; the ring (pool.h's KfabPoolMarch::BYTES) at most 113 KB, two blocks an SM. `ahead` 2: the planes of
+// the next two ods in flight, not one (a ring SD planes longer; third; not yet measured).
+int64_t pool_march_bytes(const Task& t, int R, int TW, int A) {
   const bool mx = op_param(t, "max", 0) != 0;
   const int64_t rows = (R - 1) * op_param(t, "sh", 1) + (op_param(t, "kh", 1) - 1) * (mx ? op_param(t, "dh", 1) : 1) + 1;
   const int64_t span = (TW - 1) * op_param(t, "sw", 1) + (op_param(t, "kw", 1) - 1) * (mx ? op_param(t, "dw", 1) : 1) + 1;
   const int64_t zspan = (op_param(t, "kd", 1) - 1) * (mx ? op_param(t, "dd", 1) : 1) + 1;
-  return 4 * (zspan + op_param(t, "sd", 1)) * rows * ((span + 6) / 4 * 4);
+  return 4 * (zspan + A * op_param(t, "sd", 1)) * rows * ((span + 6) / 4 * 4);
 }
 
 std::vector<TemplateParams> pool_march_points(const Task& t) {
@@ -151,9 +152,10 @@ std::vector<TemplateParams> pool_march_points(const Task& t) {
   const int64_t ow = in_w > 0 ? (in_w + 2 * op_param(t, "pw", 0) - dw * (kw - 1) - 1) / sw + 1 : 128;
   const int tw = static_cast<int>(ow < 1 ? 1 : ow < 128 ? ow : 128);
   std::vector<TemplateParams> g;
-  for (const int R : {8, 4}) {
-    if (pool_march_bytes(t, R, tw) > 113 * 1024) continue;
+  for (const auto& [R, A] : std::vector<std::pair<int, int>>{{8, 1}, {4, 1}, {4, 2}}) {
+    if (pool_march_bytes(t, R, tw, A) > 113 * 1024) continue;
     g.push_back({{"block", R * tw >= 512 ? "256" : "128"}, {"rows", std::to_string(R)}, {"march", "1"}, {"cols", std::to_string(tw)}});
+    if (A > 1) g.back()["ahead"] = std::to_string(A);
   }
   return g;
 }
@@ -387,8 +389,8 @@ __global__ void __launch_bounds__(B) kfab_pool_march(const float* __restrict__ x
     const int64_t band = blockIdx.y + static_cast<int64_t>(gridDim.y) * blockIdx.z;
     if (band >= bands) return;
     const int64_t OHB = (OH + R - 1) / R, vol = band / OHB, oh0 = band % OHB * R;
-    kfab_pool_march_block<R, MTW, B>(reinterpret_cast<float*>(kfab_ring4), x + vol * D * H * W, y + vol * OD * OH * OW, D, H, W, OD, OH, OW,
-                                     oh0, static_cast<int64_t>(blockIdx.x) * MTW);
+    kfab_pool_march_block<R, MTW, B, MA>(reinterpret_cast<float*>(kfab_ring4), x + vol * D * H * W, y + vol * OD * OH * OW, D, H, W, OD, OH, OW,
+                                         oh0, static_cast<int64_t>(blockIdx.x) * MTW);
   }
 }
 
@@ -404,7 +406,7 @@ constexpr bool SEP = {};  // a maximum at stride 1 along W: a thread's 4 outputs
 constexpr bool PACK = {};  // short output rows: several whole rows a block
 constexpr bool VEC = {};  // packed: 4 consecutive outputs a slot, their rows read a float4 at a time
 constexpr bool MARCH = {};  // 3-D windows: a block's R x MTW outputs for every od in turn, each input plane staged once
-constexpr int MTW = {};  // the march's block width (output columns)
+constexpr int MTW = {}, MA = {};  // the march's block width (output columns), and the ods whose planes are in flight
 #define KFAB_INLINE __device__ __forceinline__
 #define KFAB_LOAD(p) __ldg(p)
 )",
@@ -412,7 +414,7 @@ constexpr int MTW = {};  // the march's block width (output columns)
                    p.count("tile") && p.at("tile") == "1" ? "true" : "false", p.count("slide") && p.at("slide") == "1" ? "true" : "false",
                    p.count("sep") && p.at("sep") == "1" ? "true" : "false", p.count("pack") && p.at("pack") == "1" ? "true" : "false",
                    p.count("vec") && p.at("vec") == "1" ? "true" : "false", p.count("march") && p.at("march") == "1" ? "true" : "false",
-                   p.count("cols") ? p.at("cols") : "1");
+                   p.count("cols") ? p.at("cols") : "1", p.count("ahead") ? p.at("ahead") : "1");
   s += pool_constants(t);
   s += template_text("pool.h");
   s += template_text("fast_div.h");
@@ -427,7 +429,7 @@ KFAB_EXPORT int kfab_run(const kfab_tensor* in, int32_t n_in, kfab_tensor* out, 
   s += R"(  const int64_t rows = P * OD * ((OH + R - 1) / R);  // bands of R output rows
   if (rows == 0 || OW == 0) return 0;
   if constexpr (MARCH) {
-    constexpr int64_t bytes = KfabPoolMarch<R, MTW>::BYTES;
+    constexpr int64_t bytes = KfabPoolMarch<R, MTW, MA>::BYTES;
     const int64_t bands = P * ((OH + R - 1) / R), gx = (OW + MTW - 1) / MTW;
     const int64_t by = bands < 65535 ? bands : 65535, bz = (bands + by - 1) / by;
     if (OD > 2147483647 || gx > 2147483647 || bz > 65535) return 5;

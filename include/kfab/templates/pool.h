@@ -451,13 +451,13 @@ KFAB_INLINE void kfab_pool_vec4(const float* __restrict__ vol, int64_t D, int64_
 // next od's SD new planes are in flight while this od's outputs are taken. The loads through L1 of the
 // packed kernels read each of level1/46's values about 3.4 times (27 taps an output, 8 values an output)
 // and held 43 and 46 at 48% and 57% of the copy bandwidth (H200, session 22).
-template <int R, int TW>
+template <int R, int TW, int A = 1>
 struct KfabPoolMarch {
   static constexpr int64_t DDe = MAX ? DD : 1, DHe = MAX ? DH : 1, DWe = MAX ? DW : 1;  // an average has no dilation
   static constexpr int ROWS = static_cast<int>((R - 1) * SH + (KH - 1) * DHe + 1), SPAN = static_cast<int>((TW - 1) * SW + (KW - 1) * DWe + 1);
   static constexpr int PITCH = (SPAN + 3 + 3) / 4 * 4;           // a lead of up to 3, whole float4
   static constexpr int ZSPAN = static_cast<int>((KD - 1) * DDe + 1);  // the planes one window spans
-  static constexpr int NS = ZSPAN + static_cast<int>(SD);       // one window's planes and the next od's new ones
+  static constexpr int NS = ZSPAN + A * static_cast<int>(SD);   // one window's planes and the next A ods' new ones
   static constexpr int PLANE = ROWS * PITCH;                    // floats a slot
   static constexpr int64_t BYTES = 4LL * NS * PLANE;
 };
@@ -470,7 +470,9 @@ __device__ __forceinline__ void kfab_pool_cp4(float* dst, const float* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(dst))), "l"(src) : "memory");
 }
 __device__ __forceinline__ void kfab_pool_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-__device__ __forceinline__ void kfab_pool_cp_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+// every copy but those of the last N commits landed
+template <int N>
+__device__ __forceinline__ void kfab_pool_cp_wait_prior() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 #endif
 
 // Input plane d of one volume (outside the input: the fill, -infinity for a maximum, 0 for an average),
@@ -545,12 +547,14 @@ __device__ __forceinline__ float kfab_march_out(const float* const* pl, int lead
 // One block's march over one volume (x the volume's input, y its output [OD, OH, OW]): output rows oh0 ..
 // oh0 + R - 1, columns ow0 .. ow0 + TW - 1 (fewer at the ends), od = 0 .. OD - 1. ring: NS * PLANE floats,
 // 16-byte aligned. Plane n of the march (input plane n - PD) goes to slot n % NS: od reads n = od * SD + a * DDe,
-// and while it does, od + 1's new planes (od * SD + ZSPAN .. + SD - 1) are copied into the slots its
-// previous planes held; one barrier an od (every thread past od - 1, od's planes in).
-template <int R, int TW, int B>
+// and while it does, the new planes of od + A (ZSPAN + (od + A - 1) * SD .. + SD - 1) are copied into the
+// slots its previous planes held, one commit group an od (the prologue's A groups: the planes od = 0 .. A - 1
+// read first); one barrier an od (every thread past od - 1, od's planes in). A = 2 keeps two ods' planes in
+// flight where one od's reduction is shorter than a plane's copy.
+template <int R, int TW, int B, int A = 1>
 __device__ __forceinline__ void kfab_pool_march_block(float* ring, const float* __restrict__ x, float* __restrict__ y, int64_t D, int64_t H,
                                                       int64_t W, int OD, int64_t OH, int64_t OW, int64_t oh0, int64_t ow0) {
-  using M = KfabPoolMarch<R, TW>;
+  using M = KfabPoolMarch<R, TW, A>;
   const int64_t hs = oh0 * SH - PH, ws = ow0 * SW - PW;
   const bool v4 = W % 4 == 0 && (reinterpret_cast<uintptr_t>(x) & 15) == 0;
   const int lead = v4 ? static_cast<int>((ws % 4 + 4) % 4) : 0;
@@ -563,21 +567,27 @@ __device__ __forceinline__ void kfab_pool_march_block(float* ring, const float* 
     if (v4) kfab_march_stage<R, TW, B, true>(slab, x, D, H, W, n - PD, hs, ws, lead);
     else kfab_march_stage<R, TW, B, false>(slab, x, D, H, W, n - PD, hs, ws, 0);
   };
+  constexpr int sd = static_cast<int>(SD);
+#pragma unroll
+  for (int j = 0; j < A; ++j) {
+    if (j < OD) {
 #pragma unroll 1
-  for (int n = 0; n < M::ZSPAN; ++n) stage(n);
-  kfab_pool_cp_commit();
+      for (int n = j == 0 ? 0 : M::ZSPAN + (j - 1) * sd; n < M::ZSPAN + j * sd; ++n) stage(n);
+    }
+    kfab_pool_cp_commit();
+  }
 #pragma unroll 1
   for (int od = 0; od < OD; ++od) {
-    kfab_pool_cp_wait();
+    kfab_pool_cp_wait_prior<A - 1>();  // groups 0 .. od of the A + od committed
     __syncthreads();
-    if (od + 1 < OD) {
+    if (od + A < OD) {
 #pragma unroll 1
-      for (int n = od * static_cast<int>(SD) + M::ZSPAN; n < (od + 1) * static_cast<int>(SD) + M::ZSPAN; ++n) stage(n);
+      for (int n = M::ZSPAN + (od + A - 1) * sd; n < M::ZSPAN + (od + A) * sd; ++n) stage(n);
     }
     kfab_pool_cp_commit();
     const float* pl[KD];
 #pragma unroll
-    for (int a = 0; a < static_cast<int>(KD); ++a) pl[a] = ring + ((od * static_cast<int>(SD) + a * static_cast<int>(M::DDe)) % M::NS) * M::PLANE;
+    for (int a = 0; a < static_cast<int>(KD); ++a) pl[a] = ring + ((od * sd + a * static_cast<int>(M::DDe)) % M::NS) * M::PLANE;
     const int64_t ds = static_cast<int64_t>(od) * SD - PD;
     const bool inside = MAX || (hw_inside && ds >= 0 && ds + KD <= D);
     float* yo = y + (od * OH + oh0) * OW + ow0;
