@@ -2,7 +2,11 @@
 // candidate: built once per machine and torch, loaded like any extension and shared by every exported
 // ModelNew. It dlopens the candidate's library and hands the tensors' pointers, shapes and strides to
 // kfab_run (include/kfab/candidate.h) with no Python in between.
-#include <torch/extension.h>
+//
+// torch's pybind11 header (the Tensor's type caster and pybind11's STL casters), not torch/extension.h:
+// that one pulls in the whole C++ frontend, and a first end-to-end timing on a machine waited 28 s for
+// g++ where this one takes 8 (this machine's g++ 12, torch 2.11).
+#include <torch/csrc/utils/pybind.h>
 
 #include <dlfcn.h>
 
