@@ -152,6 +152,17 @@ std::vector<TemplateParams> pool_march_points(const Task& t) {
   const int64_t ow = in_w > 0 ? (in_w + 2 * op_param(t, "pw", 0) - dw * (kw - 1) - 1) / sw + 1 : 128;
   const int tw = static_cast<int>(ow < 1 ? 1 : ow < 128 ? ow : 128);
   std::vector<TemplateParams> g;
+  // `trows` x `tcols` (the separable march: pool.h's kfab_march_sep) first. Each thread's columns start on one
+  // lead within a float4: tcols * sw and the block's width * sw are multiples of 4 (the width rounded up,
+  // level1/43's 62 stays 62, a row of 15 outputs takes 16). Its block as many threads as it takes, in whole warps.
+  const int ct = sw % 4 == 0 ? 1 : sw % 2 == 0 ? 2 : 4;
+  const int tws = (tw + ct - 1) / ct * ct;
+  for (const auto& [R, RT] : std::vector<std::pair<int, int>>{{8, 4}, {8, 2}, {4, 2}}) {
+    if (pool_march_bytes(t, R, tws, 1) > 113 * 1024) continue;
+    const int threads = tws / ct * (R / RT);
+    g.push_back({{"block", std::to_string((threads + 31) / 32 * 32)}, {"rows", std::to_string(R)}, {"march", "1"}, {"cols", std::to_string(tws)},
+                 {"trows", std::to_string(RT)}, {"tcols", std::to_string(ct)}});
+  }
   for (const auto& [R, A] : std::vector<std::pair<int, int>>{{8, 1}, {4, 1}, {4, 2}}) {
     if (pool_march_bytes(t, R, tw, A) > 113 * 1024) continue;
     g.push_back({{"block", R * tw >= 512 ? "256" : "128"}, {"rows", std::to_string(R)}, {"march", "1"}, {"cols", std::to_string(tw)}});
@@ -389,8 +400,8 @@ __global__ void __launch_bounds__(B) kfab_pool_march(const float* __restrict__ x
     const int64_t band = blockIdx.y + static_cast<int64_t>(gridDim.y) * blockIdx.z;
     if (band >= bands) return;
     const int64_t OHB = (OH + R - 1) / R, vol = band / OHB, oh0 = band % OHB * R;
-    kfab_pool_march_block<R, MTW, B, MA>(reinterpret_cast<float*>(kfab_ring4), x + vol * D * H * W, y + vol * OD * OH * OW, D, H, W, OD, OH, OW,
-                                         oh0, static_cast<int64_t>(blockIdx.x) * MTW);
+    kfab_pool_march_block<R, MTW, B, MA, MRT, MCT>(reinterpret_cast<float*>(kfab_ring4), x + vol * D * H * W, y + vol * OD * OH * OW, D, H, W, OD, OH, OW,
+                                                   oh0, static_cast<int64_t>(blockIdx.x) * MTW);
   }
 }
 
@@ -407,6 +418,7 @@ constexpr bool PACK = {};  // short output rows: several whole rows a block
 constexpr bool VEC = {};  // packed: 4 consecutive outputs a slot, their rows read a float4 at a time
 constexpr bool MARCH = {};  // 3-D windows: a block's R x MTW outputs for every od in turn, each input plane staged once
 constexpr int MTW = {}, MA = {};  // the march's block width (output columns), and the ods whose planes are in flight
+constexpr int MRT = {}, MCT = {};  // the separable march (MCT > 0): a thread's output rows and columns
 #define KFAB_INLINE __device__ __forceinline__
 #define KFAB_LOAD(p) __ldg(p)
 )",
@@ -414,7 +426,8 @@ constexpr int MTW = {}, MA = {};  // the march's block width (output columns), a
                    p.count("tile") && p.at("tile") == "1" ? "true" : "false", p.count("slide") && p.at("slide") == "1" ? "true" : "false",
                    p.count("sep") && p.at("sep") == "1" ? "true" : "false", p.count("pack") && p.at("pack") == "1" ? "true" : "false",
                    p.count("vec") && p.at("vec") == "1" ? "true" : "false", p.count("march") && p.at("march") == "1" ? "true" : "false",
-                   p.count("cols") ? p.at("cols") : "1", p.count("ahead") ? p.at("ahead") : "1");
+                   p.count("cols") ? p.at("cols") : "1", p.count("ahead") ? p.at("ahead") : "1", p.count("trows") ? p.at("trows") : "1",
+                   p.count("tcols") ? p.at("tcols") : "0");
   s += pool_constants(t);
   s += template_text("pool.h");
   s += template_text("fast_div.h");

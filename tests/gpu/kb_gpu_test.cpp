@@ -168,7 +168,7 @@ struct PoolCase {
   const char* module;
   const char* input;
   int points;                // the grid's first points run
-  std::array<int, 5> kinds;  // how many of them are sliding windows, sep, pack, vec and march
+  std::array<int, 6> kinds;  // how many of them are sliding windows, sep, pack, vec, march and the separable march
   const char* nans = "";     // where the input holds NaN (torch's max pooling: a NaN wins)
 };
 
@@ -189,33 +189,36 @@ static void run_pool_cases(const std::vector<PoolCase>& cases) {
     nlohmann::json j = r.json();
     EXPECT_EQ(j["tuner"].value("template", ""), "cuda_pool") << c.name << "\n" << r.out;
     ASSERT_TRUE(j.contains("points") && j["points"].size() == static_cast<size_t>(c.points)) << c.name << "\n" << r.out << r.err;
-    std::array<int, 5> kinds = {0, 0, 0, 0, 0};
+    std::array<int, 6> kinds = {0, 0, 0, 0, 0, 0};
     for (const auto& point : j["points"]) {
       EXPECT_EQ(point["disposition"], "passed") << c.name << " " << point.dump();
       int k = 0;
       for (const char* key : {"slide", "sep", "pack", "vec", "march"}) kinds[k++] += point["params"].value(key, "") == "1";
+      kinds[5] += point["params"].contains("tcols");
     }
-    EXPECT_EQ(kinds, c.kinds) << c.name << " (sliding, sep, pack, vec, march)\n" << j["points"].dump(2);
+    EXPECT_EQ(kinds, c.kinds) << c.name << " (sliding, sep, pack, vec, march, separable march)\n" << j["points"].dump(2);
     EXPECT_TRUE(r.status.code == 0 || r.status.code == 4) << c.name << "\n" << r.out << r.err;
   }
 }
 
 TEST_F(KbGpu, ThePoolingTemplatesPointsPass) {
   run_pool_cases({
-      {"max1d_odd", "nn.MaxPool1d(kernel_size=8, stride=1, padding=4, dilation=3)", "4, 8, 4099", 2, {1, 0, 0, 0, 0}},
-      {"max1d_lead3", "nn.MaxPool1d(kernel_size=8, stride=1, padding=1, dilation=3)", "4, 8, 4096", 2, {1, 0, 0, 0, 0}},
-      {"avg1d", "nn.AvgPool1d(kernel_size=8, stride=1, padding=4)", "4, 8, 8192", 2, {1, 0, 0, 0, 0}},
-      {"max2d_lead3", "nn.MaxPool2d(kernel_size=4, stride=1, padding=1)", "2, 4, 64, 68", 2, {0, 2, 0, 0, 0}},
-      {"max2d_odd", "nn.MaxPool2d(kernel_size=4, stride=1, padding=1)", "2, 4, 61, 66", 2, {0, 2, 0, 0, 0}},
-      {"max2d_nan", "nn.MaxPool2d(kernel_size=4, stride=1, padding=1)", "2, 4, 64, 68", 2, {0, 2, 0, 0, 0}, "x[..., ::9, ::7]"},
-      {"max1d_nan", "nn.MaxPool1d(kernel_size=8, stride=1, padding=4, dilation=3)", "4, 8, 4099", 2, {1, 0, 0, 0, 0}, "x[..., ::29]"},
-      {"max2d_g32", "nn.MaxPool2d(kernel_size=4, stride=1, padding=1)", "2, 2, 20, 128", 2, {0, 2, 0, 0, 0}},
-      {"avg2d_odd", "nn.AvgPool2d(kernel_size=4, stride=1, padding=1)", "2, 4, 61, 66", 2, {0, 0, 0, 0, 0}},
+      {"max1d_odd", "nn.MaxPool1d(kernel_size=8, stride=1, padding=4, dilation=3)", "4, 8, 4099", 2, {1, 0, 0, 0, 0, 0}},
+      {"max1d_lead3", "nn.MaxPool1d(kernel_size=8, stride=1, padding=1, dilation=3)", "4, 8, 4096", 2, {1, 0, 0, 0, 0, 0}},
+      {"avg1d", "nn.AvgPool1d(kernel_size=8, stride=1, padding=4)", "4, 8, 8192", 2, {1, 0, 0, 0, 0, 0}},
+      {"max2d_lead3", "nn.MaxPool2d(kernel_size=4, stride=1, padding=1)", "2, 4, 64, 68", 2, {0, 2, 0, 0, 0, 0}},
+      {"max2d_odd", "nn.MaxPool2d(kernel_size=4, stride=1, padding=1)", "2, 4, 61, 66", 2, {0, 2, 0, 0, 0, 0}},
+      {"max2d_nan", "nn.MaxPool2d(kernel_size=4, stride=1, padding=1)", "2, 4, 64, 68", 2, {0, 2, 0, 0, 0, 0}, "x[..., ::9, ::7]"},
+      {"max1d_nan", "nn.MaxPool1d(kernel_size=8, stride=1, padding=4, dilation=3)", "4, 8, 4099", 2, {1, 0, 0, 0, 0, 0}, "x[..., ::29]"},
+      {"max2d_g32", "nn.MaxPool2d(kernel_size=4, stride=1, padding=1)", "2, 2, 20, 128", 2, {0, 2, 0, 0, 0, 0}},
+      {"avg2d_odd", "nn.AvgPool2d(kernel_size=4, stride=1, padding=1)", "2, 4, 61, 66", 2, {0, 0, 0, 0, 0, 0}},
   });
 }
 
 // 3-D windows: at stride 1 sep first; at stride 2 a block's outputs for every od in turn, each input plane
-// staged once in a ring in shared memory (march, 8 and 4 rows, then 4 rows with two ods' planes in flight;
+// staged once in a ring in shared memory (march: separable first, 4 x 2 and 2 x 2 outputs a thread, blocks of
+// 16 and 14 columns for rows of 15 and 14 outputs, rows of 10 and 16; then an output a thread, 8 and 4 rows,
+// then 4 rows with two ods' planes in flight;
 // rows read by cp.async a float4 at a time or a float at a time; a band of rows and a row's second stretch
 // cut short), then whole output rows a block
 // (pack, 128 and 256 threads; rows of 11, 14, 15 and 16 outputs), then 4 consecutive outputs a slot (vec:
@@ -223,12 +226,12 @@ TEST_F(KbGpu, ThePoolingTemplatesPointsPass) {
 // time where the output rows are whole float4, rows of 16).
 TEST_F(KbGpu, ThePooling3dTemplatesPointsPass) {
   run_pool_cases({
-      {"max3d", "nn.MaxPool3d(kernel_size=3, stride=1, padding=1)", "2, 3, 10, 12, 20", 2, {0, 2, 0, 0, 0}},
-      {"max3d_s2", "nn.MaxPool3d(kernel_size=3, stride=2, padding=1, dilation=3)", "2, 3, 20, 22, 26", 6, {0, 0, 3, 1, 3}},
-      {"avg3d_s2", "nn.AvgPool3d(kernel_size=3, stride=2, padding=1)", "2, 3, 16, 18, 30", 6, {0, 0, 3, 1, 3}},
-      {"avg3d_s2_v4", "nn.AvgPool3d(kernel_size=3, stride=2, padding=1)", "2, 3, 16, 18, 32", 7, {0, 0, 4, 2, 3}},
-      {"max3d_s2_v4", "nn.MaxPool3d(kernel_size=3, stride=2, padding=1, dilation=3)", "2, 3, 20, 22, 32", 7, {0, 0, 4, 2, 3}},
-      {"avg3d_s2_wide", "nn.AvgPool3d(kernel_size=3, stride=2, padding=1)", "2, 2, 9, 10, 300", 3, {0, 0, 0, 0, 3}},
+      {"max3d", "nn.MaxPool3d(kernel_size=3, stride=1, padding=1)", "2, 3, 10, 12, 20", 2, {0, 2, 0, 0, 0, 0}},
+      {"max3d_s2", "nn.MaxPool3d(kernel_size=3, stride=2, padding=1, dilation=3)", "2, 3, 20, 22, 26", 9, {0, 0, 3, 1, 6, 3}},
+      {"avg3d_s2", "nn.AvgPool3d(kernel_size=3, stride=2, padding=1)", "2, 3, 16, 18, 30", 9, {0, 0, 3, 1, 6, 3}},
+      {"avg3d_s2_v4", "nn.AvgPool3d(kernel_size=3, stride=2, padding=1)", "2, 3, 16, 18, 32", 10, {0, 0, 4, 2, 6, 3}},
+      {"max3d_s2_v4", "nn.MaxPool3d(kernel_size=3, stride=2, padding=1, dilation=3)", "2, 3, 20, 22, 32", 10, {0, 0, 4, 2, 6, 3}},
+      {"avg3d_s2_wide", "nn.AvgPool3d(kernel_size=3, stride=2, padding=1)", "2, 2, 9, 10, 300", 6, {0, 0, 0, 0, 6, 3}},
   });
 }
 
