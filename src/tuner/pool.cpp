@@ -152,10 +152,11 @@ std::vector<TemplateParams> pool_march_points(const Task& t) {
   const int64_t ow = in_w > 0 ? (in_w + 2 * op_param(t, "pw", 0) - dw * (kw - 1) - 1) / sw + 1 : 128;
   const int tw = static_cast<int>(ow < 1 ? 1 : ow < 128 ? ow : 128);
   std::vector<TemplateParams> g;
-  // `trows` x `tcols` (the separable march: pool.h's kfab_march_sep) first: on an H200 (session 23, tree
-  // dcc59ca) level1/46 measured 2.729 ms with 4 rows a block of 2 x 2 a thread (84% of the copy bandwidth,
-  // 3.15x eager), 2.842 ms with 8 of 2 x 2 and 3.120 ms with 8 of 4 x 2, against 3.088 ms an output a thread
-  // (4 rows). (4 rows of 1 x 2 and 2 rows of 1 x 2: not yet measured.) Each thread's columns start on one
+  // `trows` x `tcols` (the separable march: pool.h's kfab_march_sep) first: on an H200 (session 23, trees
+  // dcc59ca and 85353aa) level1/46 measured 2.729 and 2.728 ms with 4 rows a block of 2 x 2 a thread (83-84%
+  // of the copy bandwidth, 3.12-3.15x eager), 2.842 ms with 8 rows of 2 x 2, 2.824 ms with 2 rows of 1 x 2,
+  // 2.976 ms with 4 rows of 1 x 2 and 3.120 ms with 8 rows of 4 x 2 (not kept), against 3.088 ms an output a
+  // thread (4 rows). Each thread's columns start on one
   // lead within a float4: tcols * sw and the block's width * sw are multiples of 4 (the width rounded up,
   // level1/43's 62 stays 62, a row of 15 outputs takes 16). Its block as many threads as it takes, in whole warps.
   // Rows of a dilated window (level1/43's) take theirs last: a thread's rows read 13 input rows a plane of
@@ -163,7 +164,7 @@ std::vector<TemplateParams> pool_march_points(const Task& t) {
   const int ct = sw % 4 == 0 ? 1 : sw % 2 == 0 ? 2 : 4;
   const int tws = (tw + ct - 1) / ct * ct;
   std::vector<TemplateParams> sep;
-  for (const auto& [R, RT] : std::vector<std::pair<int, int>>{{4, 2}, {4, 1}, {2, 1}, {8, 2}}) {
+  for (const auto& [R, RT] : std::vector<std::pair<int, int>>{{4, 2}, {8, 2}, {2, 1}, {4, 1}}) {
     if (pool_march_bytes(t, R, tws, 1) > 113 * 1024) continue;
     const int threads = tws / ct * (R / RT);
     sep.push_back({{"block", std::to_string((threads + 31) / 32 * 32)}, {"rows", std::to_string(R)}, {"march", "1"}, {"cols", std::to_string(tws)},

@@ -216,8 +216,8 @@ TEST_F(KbGpu, ThePoolingTemplatesPointsPass) {
 }
 
 // 3-D windows: at stride 1 sep first; at stride 2 a block's outputs for every od in turn, each input plane
-// staged once in a ring in shared memory (march: separable, 2 x 2, 1 x 2 and 2 x 2 outputs a thread on 4, 2
-// and 8 rows, blocks of 12, 16 and 14 columns for rows of 11, 15 and 14 outputs, after the rest for the
+// staged once in a ring in shared memory (march: separable, 2 x 2, 2 x 2, 1 x 2 and 1 x 2 outputs a thread on
+// 4, 8, 2 and 4 rows, blocks of 12, 16 and 14 columns for rows of 11, 15 and 14 outputs, after the rest for the
 // dilated maxima; an output a thread, 8 and 4 rows, then 4 rows with two ods' planes in flight;
 // rows read by cp.async a float4 at a time or a float at a time; a band of rows and a row's second stretch
 // cut short), then whole output rows a block

@@ -337,7 +337,7 @@ TEST_F(CudaBuild, EveryPoolingCompiles) {
   // windows: the five after the march where rows are not reused (level1/43 and 46's windows, at their input
   // width of 128; the third and fourth with 4 consecutive outputs a slot, vec, the third built too), the last
   // three before it where they are. The march (kfab_pool_march; separable, a thread's rows x columns: 4 rows
-  // 2 x 2, 4 rows 1 x 2, 2 rows 1 x 2, 8 rows 2 x 2; an output a thread: 8 rows, 4, then 4 with two ods'
+  // 2 x 2, 8 rows 2 x 2, 2 rows 1 x 2, 4 rows 1 x 2; an output a thread: 8 rows, 4, then 4 with two ods'
   // planes in flight; the separable ones last where the window is dilated, as 43's): 3-D windows only, first
   // where rows are not reused (46's first built, and 43's), last where they are; where its ring would pass
   // 113 KB, not at all.
