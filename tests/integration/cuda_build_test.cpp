@@ -487,6 +487,38 @@ TEST_F(CudaBuild, GemmSimtPointsCompileAtEveryPoint) {
   EXPECT_EQ(built, 10);
 }
 
+// A Linear with a LayerNorm and a ReLU after it: a row-reducing epilogue.
+static GemmProgram linear_layernorm_relu() {
+  GemmProgram ln;
+  ln.a = 0, ln.b = 1, ln.trans_b = true, ln.tensors = 4, ln.bind = {2, 3, -1};
+  auto p = parse_program("m = rowmean(acc); d = acc - m; y = relu(d * rsqrt(rowmean(d * d) + 1e-5) * g + b)",
+                         {{"g", VClass::C}, {"b", VClass::C}, {"acc", VClass::E}}, {"y"});
+  EXPECT_TRUE(p.has_value()) << p.error().message;
+  if (p) ln.epilogue = *p;
+  return ln;
+}
+
+// The grid's first sm90 3xTF32 point with the stream-K scheduler.
+static std::vector<TemplateParams>::const_iterator stream_k_3xtf32(const std::vector<TemplateParams>& grid) {
+  return std::find_if(grid.begin(), grid.end(), [](const TemplateParams& q) {
+    return q.count("mma") && q.at("mma") == "sm90_3xtf32" && q.count("scheduler") && q.at("scheduler") == "streamk";
+  });
+}
+
+// Slow tier: the row-reducing epilogue after CUTLASS's sm90 3xTF32 product at the stream-K point (CUTLASS's
+// headers, where they are here).
+TEST_F(CudaBuild, TheGemmEpilogueOnCutlassCompiles) {
+  if (cutlass_include_dir().empty() || cuda_candidate_arch() != "sm_90a") GTEST_SKIP() << "no CUTLASS headers, or not Hopper";
+  const GemmProgram ln = linear_layernorm_relu();
+  const auto grid = gemm_cuda_grid(ln);
+  const auto three = stream_k_3xtf32(grid);
+  ASSERT_NE(three, grid.end());
+  const auto f = scratch() / "linear_layernorm_relu_sm90.cu";
+  ASSERT_TRUE(write_file_atomic(f, generate_gemm_cuda(ln, *three, "linear_layernorm_relu")).has_value());
+  auto r = backend_.build(f);
+  ASSERT_TRUE(r.ok()) << format_params(*three) << "\n" << r.failure().message;
+}
+
 TEST_F(CudaBuild, GemmEpiloguesCompile) {
   int built = 0;
   build_gemm_simt_points(backend_, false, built);
@@ -531,12 +563,7 @@ TEST_F(CudaBuild, GemmEpiloguesCompile) {
       if (every) build(std::string(t) + "_3x", src3), ++extra;
     }
   }
-  GemmProgram ln;
-  ln.a = 0, ln.b = 1, ln.trans_b = true, ln.tensors = 4, ln.bind = {2, 3, -1};
-  auto p = parse_program("m = rowmean(acc); d = acc - m; y = relu(d * rsqrt(rowmean(d * d) + 1e-5) * g + b)",
-                         {{"g", VClass::C}, {"b", VClass::C}, {"acc", VClass::E}}, {"y"});
-  ASSERT_TRUE(p.has_value()) << p.error().message;
-  ln.epilogue = *p;
+  const GemmProgram ln = linear_layernorm_relu();
   const auto grid = gemm_cuda_grid(ln);
   // where CUTLASS's headers are here the grid opens with tensor-core points: on Hopper (the default
   // without a GPU) with one TF32 product, the reduced precision, then three
@@ -562,10 +589,10 @@ TEST_F(CudaBuild, GemmEpiloguesCompile) {
     // the same points, in another order, and the split-K one, less the two tf32+bf16 ones
     EXPECT_EQ(fg.size() + 2, mg.size() + 1);
   }
-  // the Linear at the stream-K point (the matmul above took the persistent scheduler)
-  const auto three = std::find_if(grid.begin(), grid.end(), [](const TemplateParams& q) {
-    return q.count("mma") && q.at("mma") == "sm90_3xtf32" && q.count("scheduler") && q.at("scheduler") == "streamk";
-  });
+  // the Linear at the stream-K point (the matmul above took the persistent scheduler): its source here,
+  // its build (CUTLASS's sm90 headers, 46 s of nvcc) in CudaBuild.TheGemmEpilogueOnCutlassCompiles (slow
+  // tier); built here at the first SIMT point, whose row kernel is the same
+  const auto three = stream_k_3xtf32(grid);
   EXPECT_EQ(three != grid.end(), hopper);
   const TemplateParams& point = three != grid.end() ? *three : grid.front();
   const std::string src = generate_gemm_cuda(ln, point, "linear_layernorm_relu");
@@ -575,7 +602,6 @@ TEST_F(CudaBuild, GemmEpiloguesCompile) {
     EXPECT_NE(src.find("const int64_t need = (gm * gn + 3) / 4 * 4 + kfab_3xtf32_scratch_for(a_data, w_data, nullptr, gmb, gn, K, batch);"), std::string::npos) << "the operands' big and small parts after the product";
     EXPECT_NE(src.find("KfabSm90Gemm<128, 128, 32, 1, true, true>"), std::string::npos) << "stream-K";
   }
-  build("linear_layernorm_relu", src);
   // a product read only through a row sum of a linear function of it (KernelBench's Gemm_Divide_Sum_Scaling,
   // with a bias): its row sums alone, B given as W [N, K] and as [K, N]; the grid opens with that point
   for (const bool trans : {true, false}) {
@@ -599,6 +625,10 @@ TEST_F(CudaBuild, GemmEpiloguesCompile) {
     const auto at = std::find_if(grid.begin(), grid.end(), [](const TemplateParams& q) { return q.count("mma") == 0 && q.count("fold") == 0; });
     return at == grid.end() ? std::string() : generate_gemm_cuda(gp, *at, name);
   };
+  const std::string ln_simt = simt_source(ln, "linear_layernorm_relu");
+  ASSERT_FALSE(ln_simt.empty()) << "linear_layernorm_relu has a SIMT point";
+  EXPECT_NE(ln_simt.find("kfab_rows_cached"), std::string::npos);
+  build("linear_layernorm_relu", ln_simt);
   // A given as [K, M] (A.T @ B): transposed into a buffer first, at the first SIMT point
   GemmProgram ta;
   ta.a = 0, ta.b = 1, ta.trans_a = true, ta.tensors = 2, ta.bind = {-1};
