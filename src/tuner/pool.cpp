@@ -241,7 +241,9 @@ std::vector<TemplateParams> pool_cuda_grid(const Task& t) {
   // The march first where rows are not reused (level1/43 and 46), else last. On an H200 (session 22, tree
   // a7430a4) 46 measured 3.274 ms with 8 rows and 3.212 ms with 4 (71% of the copy bandwidth, 2.65x eager)
   // against 3.979 ms (vec); 43, dilated along D (a ring of 9 planes, 100 KB with 8 rows: two blocks of 128
-  // threads an SM), 2.488 and 2.645 ms against 2.368 ms (vec). Every point is run at the default budget.
+  // threads an SM), 2.488 and 2.645 ms against 2.368 ms (vec). Session 23 (tree 9620ced): 43's march of 8
+  // rows 2.309 ms, now ahead of vec (run-to-run spread), and 46's separable march (pool_march_points) 2.729 ms.
+  // Every point is run at the default budget.
   const auto march = pool_march_points(t);
   g.insert(reuse ? g.end() : g.begin(), march.begin(), march.end());
   if (op_param(t, "nd", 2) == 1) {
