@@ -156,11 +156,11 @@ std::vector<TemplateParams> pool_march_points(const Task& t) {
   // dcc59ca and 85353aa) level1/46 measured 2.729 and 2.728 ms with 4 rows a block of 2 x 2 a thread (83-84%
   // of the copy bandwidth, 3.12-3.15x eager), 2.842 ms with 8 rows of 2 x 2, 2.824 ms with 2 rows of 1 x 2,
   // 2.976 ms with 4 rows of 1 x 2 and 3.120 ms with 8 rows of 4 x 2 (not kept), against 3.088 ms an output a
-  // thread (4 rows). Each thread's columns start on one
-  // lead within a float4: tcols * sw and the block's width * sw are multiples of 4 (the width rounded up,
-  // level1/43's 62 stays 62, a row of 15 outputs takes 16). Its block as many threads as it takes, in whole warps.
-  // Rows of a dilated window (level1/43's) take theirs last: a thread's rows read 13 input rows a plane of
-  // which it keeps 11, in 3 float4 each (43: 2.795 ms at best against 2.314 an output a thread).
+  // thread (4 rows). Each thread's columns start on one lead within a float4: tcols * sw and the block's
+  // width * sw are multiples of 4 (the width rounded up: level1/43's 62 stays 62, a row of 15 outputs takes
+  // 16). Its block as many threads as it takes, in whole warps. A dilated window (level1/43's) takes these
+  // points last: a thread's 4 rows read 13 input rows a plane, in 3 float4 each (43: 2.795 ms at best
+  // against 2.314 an output a thread).
   const int ct = sw % 4 == 0 ? 1 : sw % 2 == 0 ? 2 : 4;
   const int tws = (tw + ct - 1) / ct * ct;
   std::vector<TemplateParams> sep;
