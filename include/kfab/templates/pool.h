@@ -65,6 +65,12 @@ KFAB_INLINE float kfab_pool_max(const float* __restrict__ vol, int64_t D, int64_
   return m;
 }
 
+// Whether the window that starts at (ds, hs, ws) lies wholly inside the input (an average then divides by the
+// window's size; an average has no dilation).
+KFAB_INLINE bool kfab_pool_inside(int64_t D, int64_t H, int64_t W, int64_t ds, int64_t hs, int64_t ws) {
+  return ds >= 0 && hs >= 0 && ws >= 0 && ds + KD <= D && hs + KH <= H && ws + KW <= W;
+}
+
 // The divisor of the average whose window starts at (ds, hs, ws): its size inside the input (less the
 // padding where !INCLUDE_PAD), the window first clipped to the padded input.
 KFAB_INLINE int64_t kfab_pool_avg_divisor(int64_t D, int64_t H, int64_t W, int64_t ds, int64_t hs, int64_t ws) {
@@ -83,7 +89,7 @@ KFAB_INLINE int64_t kfab_pool_avg_divisor(int64_t D, int64_t H, int64_t W, int64
 // by a float not known in advance) held level1/44 at half the copy bandwidth.
 KFAB_INLINE float kfab_pool_avg(const float* __restrict__ vol, int64_t D, int64_t H, int64_t W, int64_t ds, int64_t hs, int64_t ws) {
   float s = 0.0f;
-  if (ds >= 0 && hs >= 0 && ws >= 0 && ds + KD <= D && hs + KH <= H && ws + KW <= W) {
+  if (kfab_pool_inside(D, H, W, ds, hs, ws)) {
     const int64_t plane = H * W;  // stepped, as kfab_pool_max's
     const float* pa = vol + (ds * H + hs) * W + ws;
 #pragma unroll
@@ -273,7 +279,7 @@ __device__ __forceinline__ void kfab_pool_tile_out(const float* tile, int64_t co
       // at the edges the tile's zeros outside the input add nothing (s + 0.0f is s), so the sum is
       // kfab_pool_avg's; its divisor is the window's own
       const int64_t hr = hs + r * SH;
-      const bool inside = !EDGE || (ds >= 0 && ds + KD <= D && hr >= 0 && hr + KH <= H && ws >= 0 && ws + KW <= W);
+      const bool inside = !EDGE || kfab_pool_inside(D, H, W, ds, hr, ws);
       o[r] = inside ? acc[r] / div : acc[r] / static_cast<float>(kfab_pool_avg_divisor(D, H, W, ds, hr, ws));
     }
   }
@@ -539,8 +545,7 @@ __device__ __forceinline__ float kfab_march_out(const float* const* pl, int lead
     constexpr float div = static_cast<float>(DIVISOR != 0 ? DIVISOR : KD * KH * KW);
     if (!EDGE) return acc / div;
     const int64_t ds = od * SD - PD, hs = oh * SH - PH, ws = ow * SW - PW;
-    const bool inside = ds >= 0 && ds + KD <= D && hs >= 0 && hs + KH <= H && ws >= 0 && ws + KW <= W;
-    return inside ? acc / div : acc / static_cast<float>(kfab_pool_avg_divisor(D, H, W, ds, hs, ws));
+    return kfab_pool_inside(D, H, W, ds, hs, ws) ? acc / div : acc / static_cast<float>(kfab_pool_avg_divisor(D, H, W, ds, hs, ws));
   }
 }
 
@@ -637,8 +642,8 @@ __device__ __forceinline__ void kfab_march_sep_store(const float* const* pl, flo
         if constexpr (!MAX) {
           constexpr float div = static_cast<float>(DIVISOR != 0 ? DIVISOR : KD * KH * KW);
           const int64_t ds = od * SD - PD, hs = (oh0 + r0 + i) * SH - PH, ws = (ow0 + c0 + j) * SW - PW;
-          const bool in = inside || (ds >= 0 && ds + KD <= D && hs >= 0 && hs + KH <= H && ws >= 0 && ws + KW <= W);
-          v = in ? v * (1.0f / div) : v / static_cast<float>(kfab_pool_avg_divisor(D, H, W, ds, hs, ws));
+          v = inside || kfab_pool_inside(D, H, W, ds, hs, ws) ? v * (1.0f / div)
+                                                               : v / static_cast<float>(kfab_pool_avg_divisor(D, H, W, ds, hs, ws));
         }
         yo[(r0 + i) * OW + c0 + j] = v;
       }
