@@ -57,6 +57,12 @@ __device__ __forceinline__ float kfab_gelu_tanh(float x) {
 
 )";
 
+// The length of a block's part of its row, whose elements a thread's `it`-th vector starts at
+// (it * G + lane) * V: an int (a part is held in registers), so that each vector's test against it is one
+// 32-bit compare, where `c0 < hi` took a 64-bit add and compare an element (level1/38's rows of 65535, read
+// a float at a time).
+constexpr const char* kPartLength = "const int kfab_len = static_cast<int>(hi - lo);";
+
 // The loads of a thread's vectors of each per-element input `ins` into registers x<i>[slot * V ..]:
 // float4 when V is 4, streaming past L1 (the row is read once more at most, from registers).
 void load_vectors(const std::vector<int>& ins, const std::string& slot, const std::string& at, Emitter& e) {
@@ -69,10 +75,12 @@ void load_vectors(const std::vector<int>& ins, const std::string& slot, const st
 }
 
 // Stores of the per-element outputs o<j>[V] at `at`, a vector at a time, streaming.
+// `at` empty: at kfab_o<j> + it * G * V (a row kernel's thread's part, RowKernel::outputs).
 void store_vectors(const std::vector<int>& outs, const std::string& at, Emitter& e) {
   for (int j : outs) {
-    e.linef("if constexpr (V == 4) __stcs(reinterpret_cast<float4*>(a.out{0} + {1}), make_float4(o{0}[0], o{0}[1], o{0}[2], o{0}[3]));", j, at);
-    e.linef("else __stcs(a.out{} + {}, o{}[0]);", j, at, j);
+    const std::string to = at.empty() ? fmt::format("kfab_o{} + it * G * V", j) : fmt::format("a.out{} + {}", j, at);
+    e.linef("if constexpr (V == 4) __stcs(reinterpret_cast<float4*>({}), make_float4(o{}[0], o{}[1], o{}[2], o{}[3]));", to, j, j, j, j);
+    e.linef("else __stcs({}, o{}[0]);", to, j);
   }
 }
 
@@ -201,12 +209,14 @@ class RowKernel final : public RowSteps {
     e_.line("const int64_t chunks = (rows + B / G - 1) / (B / G);");
     if (split_) {  // a group of s.S blocks a row (G is B: a chunk is a row), the group's rows in turn
       e_.line("int64_t lo = 0, hi = n;  // the block's part of its row").line("kfab_split_part<V>(n, s.S, static_cast<int>(blockIdx.x % s.S), &lo, &hi);");
+      e_.line(kPartLength);
       e_.line("const int64_t group = blockIdx.x / s.S;").line("unsigned arrivals = 0;  // the group's arrivals expected at its counter so far");
       if (kept_ >= 0) keep_column();
       e_.open("for (int64_t chunk = group, turn = 0; chunk < chunks; chunk += gridDim.x / s.S, ++turn)");
       e_.line("float* shares = s.shares + (group * 2 + turn % 2) * NRED * s.S;  // this row's, by the parity of the group's turn");
     } else if (cached_) {  // a cluster of CL blocks a chunk
       e_.line("int64_t lo = 0, hi = n;  // the block's part of its row").line("kfab_cluster_part<CL, V>(n, static_cast<int>(blockIdx.x % CL), &lo, &hi);");
+      e_.line(kPartLength);
       e_.open("for (int64_t chunk = blockIdx.x / CL; chunk < chunks; chunk += gridDim.x / CL)");
     } else {
       e_.open("for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x)");
@@ -219,7 +229,7 @@ class RowKernel final : public RowSteps {
       for (int i : ein) e_.linef("float x{}[IT * V];", i);
       if (prefetch_) staged_loads(ein);
       e_.line("#pragma unroll").open("for (int it = 0; it < IT; ++it)").line("const int64_t c0 = lo + (static_cast<int64_t>(it) * G + lane) * V;");
-      e_.open("if (c0 < hi)");
+      e_.open("if ((it * G + lane) * V < kfab_len)");
       load_vectors(ein, "it", "roff + c0", e_);
       e_.close().close();
       if (prefetch_) e_.close();
@@ -303,7 +313,7 @@ class RowKernel final : public RowSteps {
     e_.line("bool staged = false;  // this row's part came with the previous turn's copies");
     e_.open("if constexpr (V == 4)").open("if (turn > 0)").line("staged = true;").line("kfab_cp_wait();");
     e_.line("#pragma unroll").open("for (int it = 0; it < IT; ++it)").line("const int64_t c0 = lo + (static_cast<int64_t>(it) * G + lane) * V;");
-    e_.open("if (c0 < hi)");
+    e_.open("if ((it * G + lane) * V < kfab_len)");
     for (size_t k = 0; k < ein.size(); ++k) {
       e_.linef("const float4 q = kfab_pre[({} * IT + it) * B + threadIdx.x];", k);
       e_.linef("x{0}[it * 4] = q.x, x{0}[it * 4 + 1] = q.y, x{0}[it * 4 + 2] = q.z, x{0}[it * 4 + 3] = q.w;", ein[k]);
@@ -318,7 +328,7 @@ class RowKernel final : public RowSteps {
   void keep_column() {
     e_.open("if constexpr (V == 4)").line("#pragma unroll").open("for (int it = 0; it < IT; ++it)");
     e_.line("const int64_t c0 = lo + (static_cast<int64_t>(it) * G + lane) * V;");
-    e_.linef("if (c0 < hi) kfab_col[it * B + threadIdx.x] = __ldg(reinterpret_cast<const float4*>(a.in{} + c0));", p_.nodes[kept_].input);
+    e_.linef("if ((it * G + lane) * V < kfab_len) kfab_col[it * B + threadIdx.x] = __ldg(reinterpret_cast<const float4*>(a.in{} + c0));", p_.nodes[kept_].input);
     e_.close().close();
   }
 
@@ -333,7 +343,7 @@ class RowKernel final : public RowSteps {
     e_.open("if (next < chunks)").line("#pragma unroll").open("for (int it = 0; it < IT; ++it)");
     e_.line("const int64_t c0 = lo + (static_cast<int64_t>(it) * G + lane) * V;");
     for (size_t k = 0; k < ein.size(); ++k)
-      e_.linef("if (c0 < hi) kfab_cp16(kfab_pre + ({} * IT + it) * B + threadIdx.x, a.in{} + next * n + c0);", k, ein[k]);
+      e_.linef("if ((it * G + lane) * V < kfab_len) kfab_cp16(kfab_pre + ({} * IT + it) * B + threadIdx.x, a.in{} + next * n + c0);", k, ein[k]);
     e_.close().close().line("kfab_cp_commit();").close();
   }
 
@@ -350,10 +360,10 @@ class RowKernel final : public RowSteps {
       e_.open("for (int64_t c0 = static_cast<int64_t>(lane) * V; c0 < n; c0 += static_cast<int64_t>(G) * V)");
     }
     if (outputs) {
-      if (cached_) e_.line("if (c0 >= hi) continue;");
+      if (cached_) e_.line("if (!((it * G + lane) * V < kfab_len)) continue;");
       inner();
     } else {
-      if (cached_) e_.open("if (c0 < hi)");
+      if (cached_) e_.open("if ((it * G + lane) * V < kfab_len)");
       e_.line("#pragma unroll").open("for (int v = 0; v < V; ++v)").line("const int64_t c = c0 + v;");
       inner();
       e_.close();
@@ -375,15 +385,29 @@ class RowKernel final : public RowSteps {
         if (g_.live[k] && p_.nodes[k].op == "in" && p_.nodes[k].cls == VClass::C)
           e_.linef("asm volatile(\"\" : \"+l\"(a.in{}));  // loaded after the meeting", p_.nodes[k].input);
     }
+    // A thread's outputs at fixed offsets from one pointer an output: nvcc had sunk the 64-bit address
+    // arithmetic of `roff + c0` into each vector's guarded store (level1/38: 12 instructions a store where
+    // the loads took one); the empty asm keeps the pointer computed once.
+    if (cached_) {
+      for (int j : eouts) {
+        e_.linef("float* kfab_o{0} = a.out{0} + roff + lo + lane * V;  // the thread's first output of the part", j);
+        e_.linef("asm volatile(\"\" : \"+l\"(kfab_o{}));", j);
+      }
+    }
+    std::map<int, std::string> recips;
+    for (int d : g_.shared_divisors(output_ids(p_, eouts))) {
+      recips[d] = fmt::format("kfab_q{}", d);
+      e_.linef("const KfabRecip kfab_q{} = kfab_recip({});  // the row's divisor, once", d, g_.value(d));
+    }
     over_row(
         [&] {
           e_.line("if (!live) continue;");
           for (int j : eouts) e_.linef("float o{}[V];", j);
           e_.line("#pragma unroll").open("for (int v = 0; v < V; ++v)").line("const int64_t c = c0 + v;");
-          g_.element(output_ids(p_, eouts), access(), "c", e_, false, &over_);
+          g_.element(output_ids(p_, eouts), access(), "c", e_, false, &over_, &recips);
           for (int j : eouts) e_.linef("o{}[v] = {};", j, g_.value(p_.outputs[j].second));
           e_.close();
-          store_vectors(eouts, "roff + c0", e_);
+          store_vectors(eouts, cached_ ? "" : "roff + c0", e_);
         },
         true);
   }
@@ -571,7 +595,7 @@ Parts rows_parts(const Gen& g, const TemplateParams& tp) {
   args_struct(p, e);
   e.line("__device__ double kfab_ws[NALL * NSPREAD];  // all-reduction sums; zero between calls");
   e.line("__device__ unsigned int kfab_blocks_done;          // blocks of the current launch that have added theirs; zero between calls");
-  e.blank().raw(template_text("row_reduce.cuh")).raw(template_text("resident.cuh"));
+  e.blank().raw(template_text("row_reduce.cuh")).raw(template_text("resident.cuh")).raw(template_text("row_div.h"));
   if (any_k_out) finish_scalars(g, e);
   e.blank().line("// A row kernel whose threads keep IT vectors of V floats of their row in registers (rows of up to");
   e.line("// G * IT * V elements, or CL times that over a cluster), G threads a row, B a block.").line("template <int B, int G, int V, int IT, int CL>");

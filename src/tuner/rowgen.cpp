@@ -175,8 +175,29 @@ std::string Gen::scalar_expr(int k) const {
   return pointwise(p, n, args, lang);
 }
 
+// a per-element (or per-column) quotient whose divisor is the same along the row, not a constant
+static bool divides_by_shared(const Program& p, const PNode& n) {
+  if (n.op != "div" || (n.cls != VClass::E && n.cls != VClass::C)) return false;
+  const PNode& d = p.nodes[n.args[1]];
+  return (d.cls == VClass::R || d.cls == VClass::K) && d.op != "const";
+}
+
+std::vector<int> Gen::shared_divisors(const std::vector<int>& targets) const {
+  std::vector<bool> seen(p.nodes.size());
+  std::vector<int> out;
+  std::function<void(int)> walk = [&](int k) {
+    const PNode& n = p.nodes[k];
+    if (seen[k] || (n.cls != VClass::E && n.cls != VClass::C) || is_col_reduction(n.op)) return;
+    seen[k] = true;
+    if (divides_by_shared(p, n) && std::find(out.begin(), out.end(), n.args[1]) == out.end()) out.push_back(n.args[1]);
+    for (int a : n.args) walk(a);
+  };
+  for (int t : targets) walk(t);
+  return out;
+}
+
 void Gen::element(const std::vector<int>& targets, const Access& access, const std::string& col, Emitter& e, bool hoisted,
-                  const std::map<int, std::string>* over) const {
+                  const std::map<int, std::string>* over, const std::map<int, std::string>* recips) const {
   std::vector<bool> need(p.nodes.size());
   std::function<void(int)> mark = [&](int k) {
     const PNode& n = p.nodes[k];
@@ -203,6 +224,8 @@ void Gen::element(const std::vector<int>& targets, const Access& access, const s
       v = fmt::format("static_cast<float>({})", col);
     } else if (is_col_reduction(n.op)) {
       v = fmt::format("static_cast<float>(a.cs[{} * n + {}]{})", colslot[k], col, n.op == "colmean" ? " / static_cast<double>(rows)" : "");
+    } else if (recips != nullptr && divides_by_shared(p, n) && recips->count(n.args[1])) {
+      v = fmt::format("kfab_div_row({}, {})", value(n.args[0]), recips->at(n.args[1]));
     } else {
       std::vector<std::string> args;
       for (int x : n.args) args.push_back(value(x));

@@ -75,8 +75,13 @@ struct Gen {
   /// from the column workspace a.cs, which the passes before the rows filled).
   /// `hoisted`: the values with a cvslot are read from a.cv, not computed.
   /// `over`: nodes whose value is the expression given (their arguments not computed for them).
+  /// `recips`: per divisor node, the name of its reciprocal (the CUDA prelude's KfabRecip, taken before
+  /// the loop over the row): a division by it is kfab_div_row, a multiply, not a division an element.
   void element(const std::vector<int>& targets, const Access& access, const std::string& col, Emitter& e, bool hoisted = false,
-               const std::map<int, std::string>* over = nullptr) const;
+               const std::map<int, std::string>* over = nullptr, const std::map<int, std::string>* recips = nullptr) const;
+  /// The divisors that `targets`' per-element values share along a row (a row reduction or a scalar that
+  /// is not a constant: level1/38's x / mean(|x|), a softmax's e / sum), each once.
+  std::vector<int> shared_divisors(const std::vector<int>& targets) const;
   /// Statements that compute the scalar outputs once the row work is done and store them: `sum(k,
   /// slot, e)` leaves all-reduction k's total (of slot `slot`) in double w<k>; `in_scope(k)` says
   /// whether scalar k is already declared there; `store` prefixes each output's store.
