@@ -234,6 +234,33 @@ TEST(Printers, EachLanguageSpellsItsOwnLoadsAndFunctions) {
   EXPECT_EQ(cuda.find("kfab_exp("), std::string::npos);
 }
 
+// Issue 25 (level1/38, 39): an element over its row's divisor is a multiply by the divisor's reciprocal,
+// taken once a row before the loop over the row (row_div.h), not a division an element; a divisor per
+// element (x / w) stays a division. A cluster's or a lone block's thread tests its vectors against its
+// part's length, an int, and stores at fixed offsets from one pointer; split rows keep the 64-bit test.
+TEST(Printers, ADivisionByTheRowsDivisorIsAMultiplyByItsReciprocal) {
+  auto p = parse_program("y = x / rowmean(abs(x)) + x / w + x / s", {{"x", VClass::E}, {"w", VClass::E}, {"s", VClass::K}}, {"y"});
+  ASSERT_TRUE(p.has_value()) << p.error().message;
+  const auto grid = fused_grid(*p, 65535);
+  const auto cluster = std::find_if(grid.begin(), grid.end(), [](const TemplateParams& q) { return q.count("cluster") > 0; });
+  ASSERT_NE(cluster, grid.end());
+  const std::string cuda = generate_fused_cuda(*p, *cluster, "t");
+  const std::string cached = cuda.substr(cuda.find("kfab_rows_cached(Args a"), cuda.find("kfab_rows_stream(Args a") - cuda.find("kfab_rows_cached(Args a"));
+  EXPECT_NE(cuda.find("struct KfabRecip"), std::string::npos) << "row_div.h is not in the file";
+  for (const char* want : {"const KfabRecip kfab_q", "= kfab_recip(r", "= kfab_recip(k", "kfab_div_row(e0, kfab_q", "(e0 / e1)",
+                           "const int kfab_len = static_cast<int>(hi - lo);", "if ((it * G + lane) * V < kfab_len)", "float* kfab_o0 = a.out0 + roff + lo + lane * V;",
+                           "__stcs(kfab_o0 + it * G * V, o0[0]);"})
+    EXPECT_NE(cached.find(want), std::string::npos) << want << "\n" << cached;
+  EXPECT_EQ(cached.find("c0 < hi"), std::string::npos) << cached;
+  EXPECT_EQ(cached.find("/ r"), std::string::npos) << "a division by the row's divisor an element\n" << cached;
+  const auto split = std::find_if(grid.begin(), grid.end(), [](const TemplateParams& q) { return q.count("split") > 0; });
+  ASSERT_NE(split, grid.end());
+  const std::string s = generate_fused_cuda(*p, *split, "t");
+  const std::string kernel = s.substr(s.find("kfab_rows_split(Args a"));
+  EXPECT_NE(kernel.find("if (c0 < hi)"), std::string::npos) << kernel;
+  EXPECT_NE(kernel.find("kfab_div_row(e0, kfab_q"), std::string::npos) << kernel;
+}
+
 // The host's transcendentals and max/min are spelled so that an `omp simd` loop vectorises (issue 25: the C
 // library's tanhf, log1pf, erff and fmaxf are calls, which kept l1_mish, l1_gelu_tanh and l1_relu scalar):
 // poly_exp.h's functions, and selects that give NaN where torch does; the device keeps its own.
