@@ -295,21 +295,71 @@ TEST_F(KbEval, TasksCheckFlagsADegenerateTaskAndPassesTheSuite) {
   EXPECT_EQ(good.status.code, 0) << good.out << good.err;
 }
 
+// The KernelBench tasks that trace to a GEMM (aten.mm / addmm) followed by a program over its product.
+static const std::set<std::string>& traced_gemm_tasks() {
+  static const std::set<std::string> gemms = {"l1_matmul",           "l2_linear_gelu_scale",         "l2_linear_layernorm_relu",
+                                              "l2_linear_residual_rmsnorm", "l2_linear_scale_clamp_logsumexp", "l2_linear_swish_sum",
+                                              "l2_linear_batchnorm_gelu", "l2_linear_groupnorm_hardtanh", "l2_linear_divide_sum_scale",
+                                              "l1_matmul_transposed_a", "l1_matmul_triu", "l1_einsum_4d", "l1_bmm",
+                                              "l2_linear_avgpool_gelu_max", "l2_linear_maxpool_sum_scale"};
+  return gemms;
+}
+
+// Task `stem`'s trace `tr` as a GEMM and the program over its product, into *gp, checked: the operands'
+// layouts, the batch, the pooling over the product and the epilogue's formula.
+static void check_traced_gemm(const std::string& stem, const nlohmann::json& tr, GemmProgram* gp) {
+  ASSERT_TRUE(tr.value("supported", false)) << stem << ": " << tr.value("reason", std::string());
+  ASSERT_TRUE(tr.contains("gemm")) << stem << ": " << tr.dump();
+  std::vector<PInput> ins;
+  for (const auto& i : tr["inputs"]) {
+    const std::string c = i["cls"];
+    ins.push_back({i["name"], c == "E" ? VClass::E : c == "C" ? VClass::C : c == "R" ? VClass::R : VClass::K, i["integer"], i["i32"]});
+    ins.back().pool = i.value("pool", 1);
+    gp->bind.push_back(i["tensor"]);
+  }
+  gp->a = tr["gemm"]["a"], gp->b = tr["gemm"]["b"], gp->trans_b = tr["gemm"]["trans_b"], gp->tensors = tr["tensors"];
+  const bool plain = stem == "l1_matmul" || stem == "l1_matmul_transposed_a" || stem == "l1_matmul_triu" || stem == "l1_einsum_4d" ||
+                     stem == "l1_bmm";
+  gp->batched = tr["gemm"].value("batched", false);
+  EXPECT_EQ(gp->batched, stem == "l1_bmm") << stem << ": torch.bmm of several batches";
+  EXPECT_EQ(gp->trans_b, !plain) << stem << ": a Linear's weight is [N, K]";
+  gp->trans_a = tr["gemm"].value("trans_a", false);
+  EXPECT_EQ(gp->trans_a, stem == "l1_matmul_transposed_a") << stem << ": A.T @ B reads A as given, [K, M]";
+  if (stem == "l2_linear_batchnorm_gelu") {  // the Model as constructed (training): the batch's statistics
+    EXPECT_NE(tr["formula"].get<std::string>().find("colmean("), std::string::npos) << tr["formula"];
+  }
+  EXPECT_EQ(tr["gemm"].value("pool", 1), stem == "l2_linear_avgpool_gelu_max" ? 16 : stem == "l2_linear_maxpool_sum_scale" ? 2 : 1)
+      << stem << ": an AvgPool1d or a MaxPool1d over the product";
+  EXPECT_EQ(tr["gemm"].value("pool_max", false), stem == "l2_linear_maxpool_sum_scale") << stem;
+  gp->pool = tr["gemm"].value("pool", 1), gp->pool_max = tr["gemm"].value("pool_max", false);
+  if (stem == "l1_matmul_triu") {  // torch.triu: a mask over the column and row indices
+    EXPECT_NE(tr["formula"].get<std::string>().find("ge("), std::string::npos) << tr["formula"];
+    EXPECT_NE(tr["formula"].get<std::string>().find("colidx"), std::string::npos) << tr["formula"];
+    EXPECT_NE(tr["formula"].get<std::string>().find("rowidx"), std::string::npos) << tr["formula"];
+  }
+  if (stem == "l2_linear_groupnorm_hardtanh") {  // the program's rows are the GroupNorm's groups
+    EXPECT_EQ(tr.value("groups", 1), 32) << tr.dump();
+    EXPECT_NE(tr["formula"].get<std::string>().find("rowmean("), std::string::npos) << tr["formula"];
+    gp->epilogue.groups = 32;
+  }
+  auto p = parse_program(tr["formula"], ins, tr["outputs"].get<std::vector<std::string>>());
+  ASSERT_TRUE(p.has_value()) << stem << ": " << p.error().message << "\n" << tr["formula"];
+  gp->epilogue = *p;
+  // only the product's row sums are read: the grid opens with the point that never forms the product
+  EXPECT_EQ(gemm_cuda_grid(*gp).front().count("fold"), stem == "l2_linear_divide_sum_scale" ? 1u : 0u) << stem;
+}
+
 // Op-class detection: every bundled KernelBench task is traced; the fusible ones become programs
-// that parse and whose generated CUDA compiles (nvcc is here even without a GPU), the others say
-// which node did not fit.
+// that parse and whose generated CUDA compiles (nvcc is here even without a GPU; a GEMM's program is
+// checked here and built in TracedGemmProgramsCompileAtTheirSimtPoint), the others say which node did
+// not fit.
 TEST_F(KbEval, TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest) {
   const std::set<std::string> fusible = {"rms_norm",      "l1_relu",         "l1_gelu_tanh",  "l1_mish",
                                          "l1_softmax",    "l1_log_softmax",  "l1_layer_norm", "l1_amax_dim",
                                          "l1_cross_entropy", "l1_mse_loss",  "l1_huber_loss", "l1_kl_div",
                                          "l1_layer_norm_chw", "l1_l2_norm", "l1_diag_scale", "l1_matvec",
                                          "l1_scalar_multiply"};
-  // a GEMM (aten.mm / addmm) followed by a program over its product
-  const std::set<std::string> gemms = {"l1_matmul",           "l2_linear_gelu_scale",         "l2_linear_layernorm_relu",
-                                       "l2_linear_residual_rmsnorm", "l2_linear_scale_clamp_logsumexp", "l2_linear_swish_sum",
-                                       "l2_linear_batchnorm_gelu", "l2_linear_groupnorm_hardtanh", "l2_linear_divide_sum_scale",
-                                       "l1_matmul_transposed_a", "l1_matmul_triu", "l1_einsum_4d", "l1_bmm",
-                                       "l2_linear_avgpool_gelu_max", "l2_linear_maxpool_sum_scale"};
+  const std::set<std::string>& gemms = traced_gemm_tasks();
   // single-op Models that go to a dedicated template rather than a program
   const std::map<std::string, std::pair<std::string, std::string>> kinds = {
       {"l1_cumsum", {"scan", "cuda_row_scan"}}, {"l1_sum_dim", {"dim_reduce", "cuda_dim_reduce"}},
@@ -395,57 +445,9 @@ TEST_F(KbEval, TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest) {
       ++compiled;
       continue;
     }
-    if (gemms.count(stem)) {
-      ASSERT_TRUE(tr->value("supported", false)) << stem << ": " << tr->value("reason", std::string());
-      ASSERT_TRUE(tr->contains("gemm")) << stem << ": " << tr->dump();
+    if (gemms.count(stem)) {  // its SIMT point's build: KbEval.TracedGemmProgramsCompileAtTheirSimtPoint (slow tier)
       GemmProgram gp;
-      std::vector<PInput> ins;
-      for (const auto& i : (*tr)["inputs"]) {
-        const std::string c = i["cls"];
-        ins.push_back({i["name"], c == "E" ? VClass::E : c == "C" ? VClass::C : c == "R" ? VClass::R : VClass::K, i["integer"], i["i32"]});
-        ins.back().pool = i.value("pool", 1);
-        gp.bind.push_back(i["tensor"]);
-      }
-      gp.a = (*tr)["gemm"]["a"], gp.b = (*tr)["gemm"]["b"], gp.trans_b = (*tr)["gemm"]["trans_b"], gp.tensors = (*tr)["tensors"];
-      const bool plain = stem == "l1_matmul" || stem == "l1_matmul_transposed_a" || stem == "l1_matmul_triu" || stem == "l1_einsum_4d" ||
-                         stem == "l1_bmm";
-      gp.batched = (*tr)["gemm"].value("batched", false);
-      EXPECT_EQ(gp.batched, stem == "l1_bmm") << stem << ": torch.bmm of several batches";
-      EXPECT_EQ(gp.trans_b, !plain) << stem << ": a Linear's weight is [N, K]";
-      gp.trans_a = (*tr)["gemm"].value("trans_a", false);
-      EXPECT_EQ(gp.trans_a, stem == "l1_matmul_transposed_a") << stem << ": A.T @ B reads A as given, [K, M]";
-      if (stem == "l2_linear_batchnorm_gelu") {  // the Model as constructed (training): the batch's statistics
-        EXPECT_NE((*tr)["formula"].get<std::string>().find("colmean("), std::string::npos) << (*tr)["formula"];
-      }
-      EXPECT_EQ((*tr)["gemm"].value("pool", 1), stem == "l2_linear_avgpool_gelu_max" ? 16 : stem == "l2_linear_maxpool_sum_scale" ? 2 : 1)
-          << stem << ": an AvgPool1d or a MaxPool1d over the product";
-      EXPECT_EQ((*tr)["gemm"].value("pool_max", false), stem == "l2_linear_maxpool_sum_scale") << stem;
-      gp.pool = (*tr)["gemm"].value("pool", 1), gp.pool_max = (*tr)["gemm"].value("pool_max", false);
-      if (stem == "l1_matmul_triu") {  // torch.triu: a mask over the column and row indices
-        EXPECT_NE((*tr)["formula"].get<std::string>().find("ge("), std::string::npos) << (*tr)["formula"];
-        EXPECT_NE((*tr)["formula"].get<std::string>().find("colidx"), std::string::npos) << (*tr)["formula"];
-        EXPECT_NE((*tr)["formula"].get<std::string>().find("rowidx"), std::string::npos) << (*tr)["formula"];
-      }
-      if (stem == "l2_linear_groupnorm_hardtanh") {  // the program's rows are the GroupNorm's groups
-        EXPECT_EQ(tr->value("groups", 1), 32) << tr->dump();
-        EXPECT_NE((*tr)["formula"].get<std::string>().find("rowmean("), std::string::npos) << (*tr)["formula"];
-        gp.epilogue.groups = 32;
-      }
-      auto p = parse_program((*tr)["formula"], ins, (*tr)["outputs"].get<std::vector<std::string>>());
-      ASSERT_TRUE(p.has_value()) << stem << ": " << p.error().message << "\n" << (*tr)["formula"];
-      gp.epilogue = *p;
-      // only the product's row sums are read: the grid opens with the point that never forms the product
-      EXPECT_EQ(gemm_cuda_grid(gp).front().count("fold"), stem == "l2_linear_divide_sum_scale" ? 1u : 0u) << stem;
-      if (!nvcc.has_compiler()) continue;
-      const auto f = scratch() / (stem + ".cu");
-      // the SIMT point: the CUTLASS ones (each tens of seconds of nvcc) are built by CudaBuild.GemmEpilogues*
-      const auto grid = gemm_cuda_grid(gp);
-      const auto simt = std::find_if(grid.begin(), grid.end(), [](const TemplateParams& p) { return p.count("mma") == 0; });
-      ASSERT_NE(simt, grid.end());
-      ASSERT_TRUE(write_file_atomic(f, generate_gemm_cuda(gp, *simt, stem)).has_value());
-      auto b = nvcc.build(f);
-      ASSERT_TRUE(b.ok()) << stem << "\n" << b.failure().message;
-      ++compiled;
+      check_traced_gemm(stem, *tr, &gp);
       continue;
     }
     if (const std::map<std::string, size_t> plans = {{"l2_two_linears_logsumexp", 2}, {"l2_linear_groupnorm_min_bias", 3}};
@@ -516,8 +518,36 @@ TEST_F(KbEval, TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest) {
   }
   EXPECT_GE(seen, 27);
   if (nvcc.has_compiler()) {
-    EXPECT_EQ(compiled, static_cast<int>(fusible.size() + kinds.size() + gemms.size()));
+    EXPECT_EQ(compiled, static_cast<int>(fusible.size() + kinds.size()));
   }
+}
+
+// The traced GEMM programs' generated CUDA at the first SIMT point builds (about 6 s of nvcc each: in the
+// slow tier, the Makefile's SLOW_TESTS; CI builds SIMT epilogues in CudaBuild.GemmEpiloguesCompile and
+// traces these tasks in TracingFindsTheFusibleTasksAndSaysWhyNotForTheRest).
+TEST_F(KbEval, TracedGemmProgramsCompileAtTheirSimtPoint) {
+  CudaBackend nvcc;
+  if (!nvcc.has_compiler()) GTEST_SKIP() << "no nvcc";
+  TorchInspector ev("cuda", EvalOptions{});
+  int compiled = 0;
+  for (const std::string& stem : traced_gemm_tasks()) {
+    const auto task = std::filesystem::path(KFAB_SOURCE_DIR) / "tasks/kb" / (stem + ".py");
+    auto tr = ev.trace(task);
+    ASSERT_TRUE(tr.has_value()) << stem << ": " << tr.error().message;
+    GemmProgram gp;
+    check_traced_gemm(stem, *tr, &gp);
+    ASSERT_FALSE(HasFatalFailure()) << stem;
+    // the SIMT point: the CUTLASS ones (each tens of seconds of nvcc) are built by CudaBuild.GemmEpilogues*
+    const auto grid = gemm_cuda_grid(gp);
+    const auto simt = std::find_if(grid.begin(), grid.end(), [](const TemplateParams& p) { return p.count("mma") == 0; });
+    ASSERT_NE(simt, grid.end()) << stem;
+    const auto f = scratch() / (stem + "_simt.cu");
+    ASSERT_TRUE(write_file_atomic(f, generate_gemm_cuda(gp, *simt, stem)).has_value());
+    auto b = nvcc.build(f);
+    ASSERT_TRUE(b.ok()) << stem << "\n" << b.failure().message;
+    ++compiled;
+  }
+  EXPECT_EQ(compiled, static_cast<int>(traced_gemm_tasks().size()));
 }
 
 // The built-in tuner on a KernelBench task: the Model is traced, the program's kernels are searched
