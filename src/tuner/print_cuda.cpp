@@ -65,12 +65,14 @@ constexpr const char* kPartLength = "const int kfab_len = static_cast<int>(hi - 
 
 // The loads of a thread's vectors of each per-element input `ins` into registers x<i>[slot * V ..]:
 // float4 when V is 4, streaming past L1 (the row is read once more at most, from registers).
+// `at` empty: at kfab_x<i> + slot * G * V (a row kernel's thread's part, RowKernel::part_loads).
 void load_vectors(const std::vector<int>& ins, const std::string& slot, const std::string& at, Emitter& e) {
   for (int i : ins) {
+    const std::string from = at.empty() ? fmt::format("kfab_x{} + {} * G * V", i, slot) : fmt::format("a.in{} + {}", i, at);
     e.open("if constexpr (V == 4)");
-    e.linef("const float4 q = __ldcs(reinterpret_cast<const float4*>(a.in{} + {}));", i, at);
+    e.linef("const float4 q = __ldcs(reinterpret_cast<const float4*>({}));", from);
     e.linef("x{0}[{1} * 4] = q.x, x{0}[{1} * 4 + 1] = q.y, x{0}[{1} * 4 + 2] = q.z, x{0}[{1} * 4 + 3] = q.w;", i, slot);
-    e.reopen("} else {").linef("x{}[{}] = __ldcs(a.in{} + {});", i, slot, i, at).close();
+    e.reopen("} else {").linef("x{}[{}] = __ldcs({});", i, slot, from).close();
   }
 }
 
@@ -227,10 +229,14 @@ class RowKernel final : public RowSteps {
       const auto ein = g_.e_inputs();
       for (int i : ein) e_.linef("float x{}[IT * V];", i);
       if (prefetch_) staged_loads(ein);
-      e_.line("#pragma unroll").open("for (int it = 0; it < IT; ++it)").line("const int64_t c0 = lo + (static_cast<int64_t>(it) * G + lane) * V;");
-      e_.open(fmt::format("if ({})", in_part()));
-      load_vectors(ein, "it", "roff + c0", e_);
-      e_.close().close();
+      if (split_) {
+        e_.line("#pragma unroll").open("for (int it = 0; it < IT; ++it)").line("const int64_t c0 = lo + (static_cast<int64_t>(it) * G + lane) * V;");
+        e_.open(fmt::format("if ({})", in_part()));
+        load_vectors(ein, "it", "roff + c0", e_);
+        e_.close().close();
+      } else {
+        part_loads(ein);
+      }
       if (prefetch_) e_.close();
     }
     walk_rows(g_, *this);
@@ -344,6 +350,30 @@ class RowKernel final : public RowSteps {
     for (size_t k = 0; k < ein.size(); ++k)
       e_.linef("if (c0 < hi) kfab_cp16(kfab_pre + ({} * IT + it) * B + threadIdx.x, a.in{} + next * n + c0);", k, ein[k]);
     e_.close().close().line("kfab_cp_commit();").close();
+  }
+
+  // A cluster's or a lone block's loads of its part. Where every vector of the thread but its last lies in
+  // the part (a block-uniform test), those loads are at fixed offsets from one pointer an input and behind
+  // no test, and only the last vector's is guarded; elsewhere each is. With a guarded load a vector, nvcc
+  // had interleaved level1/38's 32 loads a thread with the sums of the loads before (the guards' predicates
+  // outnumber the 7 predicate registers): a few loads in flight at a time, where level1/39's kernel, the
+  // same but for |x| against x * x, issued all 32 first (ncu on an H200: 38 waited on its loads twice as
+  // long, 5.9 ms against 5.1). A clamped index a vector instead took a 64-bit address each and 99
+  // registers, against 62.
+  void part_loads(const std::vector<int>& ein) {
+    for (int i : ein) {
+      e_.linef("const float* kfab_x{0} = a.in{0} + roff + lo + lane * V;  // the thread's first value of the part", i);
+      e_.linef("asm volatile(\"\" : \"+l\"(kfab_x{}));", i);
+    }
+    e_.open("if (kfab_len >= (IT - 1) * G * V)").line("#pragma unroll").open("for (int it = 0; it < IT - 1; ++it)");
+    load_vectors(ein, "it", "", e_);
+    e_.close().open("if (((IT - 1) * G + lane) * V < kfab_len)").line("constexpr int it = IT - 1;");
+    load_vectors(ein, "it", "", e_);
+    e_.close().reopen("} else {");
+    e_.line("#pragma unroll").open("for (int it = 0; it < IT; ++it)");
+    e_.open(fmt::format("if ({})", in_part()));
+    load_vectors(ein, "it", "", e_);
+    e_.close().close().close();
   }
 
   // Whether the thread's `it`-th vector lies in the block's part of its row. A cluster's or a lone block's
@@ -604,7 +634,11 @@ Parts rows_parts(const Gen& g, const TemplateParams& tp) {
   if (any_k_out) finish_scalars(g, e);
   e.blank().line("// A row kernel whose threads keep IT vectors of V floats of their row in registers (rows of up to");
   e.line("// G * IT * V elements, or CL times that over a cluster), G threads a row, B a block.").line("template <int B, int G, int V, int IT, int CL>");
-  e.open("__global__ void __launch_bounds__(B) kfab_rows_cached(Args a, int64_t rows, int64_t n)");
+  // A thread keeping at most 32 floats is held to 64 registers, two blocks of 512 threads an SM: with its
+  // loads made unguarded (RowKernel::part_loads) ptxas took level1/39's cluster kernel to 84 registers, one
+  // block an SM, where 64 had sufficed.
+  e.openf("__global__ void __launch_bounds__(B, IT * V * {} <= 32 ? 1024 / B : 1) kfab_rows_cached(Args a, int64_t rows, int64_t n)",
+          std::max<size_t>(1, g.e_inputs().size()));
   RowKernel(g, Hold::kCached, any_k_out, e).emit();
   e.close().blank().line("// The same for longer rows: every pass over the row reads it from global memory (L2 for the later ones).");
   e.line("template <int B, int G, int V>").open("__global__ void __launch_bounds__(B) kfab_rows_stream(Args a, int64_t rows, int64_t n)");

@@ -261,6 +261,43 @@ TEST(Printers, ADivisionByTheRowsDivisorIsAMultiplyByItsReciprocal) {
   EXPECT_NE(kernel.find("kfab_div_row(e0, kfab_q"), std::string::npos) << kernel;
 }
 
+// Issue 25 (level1/38): a cluster's or a lone block's thread loads its part from one pointer an input, all
+// but its last vector behind no test where the part reaches that far (a block-uniform test), each behind
+// its own elsewhere; a thread keeping at most 32 floats is held to 64 registers. The clusters of rows read
+// a float at a time: 512 threads (4 blocks for 65535), then 256 (8 blocks), then 1024.
+TEST(Printers, ARowPartsLoadsAreUnguardedWhereThePartReachesItsLastVector) {
+  auto p = parse_program("y = x / rowmean(abs(x)) + x * w", {{"x", VClass::E}, {"w", VClass::E}}, {"y"});
+  ASSERT_TRUE(p.has_value()) << p.error().message;
+  const auto grid = fused_grid(*p, 65535);
+  std::vector<std::string> clusters;
+  for (const auto& q : grid)
+    if (q.count("cluster")) clusters.push_back(q.at("block") + "x" + q.at("cluster"));
+  EXPECT_EQ(clusters, (std::vector<std::string>{"512x4", "256x8", "1024x4"}));
+  const auto cluster = std::find_if(grid.begin(), grid.end(), [](const TemplateParams& q) { return q.count("cluster") > 0; });
+  ASSERT_NE(cluster, grid.end());
+  const std::string cuda = generate_fused_cuda(*p, *cluster, "t");
+  const size_t at = cuda.find("kfab_rows_cached(Args a");
+  const std::string cached = cuda.substr(at, cuda.find("kfab_rows_stream(Args a") - at);
+  EXPECT_NE(cuda.find("__launch_bounds__(B, IT * V * 2 <= 32 ? 1024 / B : 1) kfab_rows_cached("), std::string::npos);
+  const size_t fast = cached.find("if (kfab_len >= (IT - 1) * G * V) {");
+  const size_t slow = cached.find("} else {\n#pragma unroll", fast);  // the guarded loads
+  ASSERT_NE(fast, std::string::npos) << cached;
+  ASSERT_NE(slow, std::string::npos) << cached;
+  for (const char* want : {"const float* kfab_x0 = a.in0 + roff + lo + lane * V;", "const float* kfab_x1 = a.in1 + roff + lo + lane * V;"})
+    EXPECT_LT(cached.find(want), fast) << want << "\n" << cached;
+  const std::string unguarded = cached.substr(fast, slow - fast);
+  // every vector but the last: no test; the last: its own
+  const size_t loop = unguarded.find("for (int it = 0; it < IT - 1; ++it) {");
+  const size_t last = unguarded.find("if (((IT - 1) * G + lane) * V < kfab_len) {");
+  ASSERT_NE(loop, std::string::npos) << unguarded;
+  ASSERT_NE(last, std::string::npos) << unguarded;
+  EXPECT_EQ(unguarded.substr(loop, last - loop).find("if ("), std::string::npos) << unguarded;
+  for (const char* load : {"x0[it] = __ldcs(kfab_x0 + it * G * V);", "x1[it] = __ldcs(kfab_x1 + it * G * V);"})
+    EXPECT_NE(unguarded.find(load, loop), std::string::npos) << load << "\n" << unguarded;
+  const size_t end = cached.find("float s", slow);
+  EXPECT_NE(cached.substr(slow, end - slow).find("if ((it * G + lane) * V < kfab_len) {"), std::string::npos) << cached;
+}
+
 // The host's transcendentals and max/min are spelled so that an `omp simd` loop vectorises (issue 25: the C
 // library's tanhf, log1pf, erff and fmaxf are calls, which kept l1_mish, l1_gelu_tanh and l1_relu scalar):
 // poly_exp.h's functions, and selects that give NaN where torch does; the device keeps its own.
