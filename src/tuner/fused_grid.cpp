@@ -115,15 +115,6 @@ std::vector<TemplateParams> fused_grid(const Program& p, int64_t n) {
       reuse["reuse"] = "1";
       g.insert(g.begin(), reuse);
     }
-    // The first point again with blocks of 128 threads, four an SM (each at its own step of load, meeting and
-    // store, where two of 256 left the SM's loads idle while both met; 256 threads had beaten 512 likewise,
-    // see above): second, where the row reductions meet at once (a softmax, a layer norm: the split points
-    // win there, and lose to the clusters on level1/38 and 39).
-    if (g.front().count("defer")) {
-      TemplateParams small = g.front();
-      small["block"] = small["group"] = "128";
-      g.insert(g.begin() + 1, small);
-    }
     // (The measured winner with 8 float4 a thread, three blocks an SM at most 80 registers, lost on an H200
     // (session 19, tree 2464c39): level1/23 4.599 ms against reuse's 4.285, level1/24 4.450 against the
     // prefetching point's 4.297. Not offered.)

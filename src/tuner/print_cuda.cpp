@@ -651,8 +651,7 @@ Parts rows_parts(const Gen& g, const TemplateParams& tp) {
     e.line("// (blocks of 256 threads two an SM, at most 128 registers a thread: left to itself the compiler takes 221 for");
     e.line("// 16 float4 a thread, and a row of 4M floats then finds half the 256 blocks it needs resident)");
     e.line("template <int B, int G, int V, int IT>");
-    e.line("// (blocks of 128 threads four an SM, likewise)");
-    e.open("__global__ void __launch_bounds__(B, B <= 128 ? 4 : B <= 256 ? 2 : 1) kfab_rows_split(Args a, int64_t rows, int64_t n, KfabSplit s)");
+    e.open("__global__ void __launch_bounds__(B, B <= 256 ? 2 : 1) kfab_rows_split(Args a, int64_t rows, int64_t n, KfabSplit s)");
     RowKernel(g, Hold::kSplit, false, e, param(tp, "defer", 0) != 0, param(tp, "prefetch", 0) != 0, param(tp, "reuse", 0) != 0,
               param(tp, "colsm", 0) != 0)
         .emit();

@@ -162,8 +162,7 @@ TEST_F(CudaEval, ARowSplitOverAClusterPasses) {
 // at once (defer); a softmax and a layer norm (mean and squared deviations at once) with each block's part
 // of its next row copied into shared memory during the meeting (prefetch; 5 rows: 4 turns take theirs); a
 // softmax whose outputs read exp(x - the block's maximum) kept in x's registers, rescaled (reuse); a layer
-// norm whose weight's part each block keeps in shared memory for the whole run (colsm); the softmax's reuse
-// point with blocks of 128 threads.
+// norm whose weight's part each block keeps in shared memory for the whole run (colsm).
 TEST_F(CudaEval, ARowSplitOverTheGridPasses) {
   const std::string shapes =
       "tune = [ { M = 5, N = 4194304 } ]\n"
@@ -173,8 +172,6 @@ TEST_F(CudaEval, ARowSplitOverTheGridPasses) {
   row_task_passes_at("softmax", "softmax_very_long_defer", shapes, 4194304, [](const TemplateParams& q) { return q.count("defer") > 0; });
   row_task_passes_at("softmax", "softmax_very_long_prefetch", shapes, 4194304, prefetching);
   row_task_passes_at("softmax", "softmax_very_long_reuse", shapes, 4194304, [](const TemplateParams& q) { return q.count("reuse") > 0; });
-  row_task_passes_at("softmax", "softmax_very_long_reuse_128", shapes, 4194304,
-                     [](const TemplateParams& q) { return q.count("reuse") > 0 && q.at("block") == "128"; });
   row_task_passes_at("layer_norm", "layer_norm_very_long_prefetch", shapes + "\n[op_params]\neps = 1e-5\n", 4194304, prefetching);
   row_task_passes_at("layer_norm", "layer_norm_very_long_colsm", shapes + "\n[op_params]\neps = 1e-5\n", 4194304,
                      [](const TemplateParams& q) { return q.count("colsm") > 0; });
