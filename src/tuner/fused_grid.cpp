@@ -65,10 +65,10 @@ std::vector<TemplateParams> fused_grid(const Program& p, int64_t n) {
   if (n > 1024 * 4 * 8 && !all) {
     for (const char* b : {"256", "512"})
       g.push_back({{"kernel", "rows"}, {"block", b}, {"group", b}, {"items", "16"}, {"split", "1"}});
-    // Then blocks of 256 threads keeping as much a thread (clusters twice as large): four blocks an SM, each
-    // at its own step of load, meeting and store. Before 1024 threads keeping 8 float4, which lost on
-    // level1/38 and 39 (H200, session 24: 7.81 and 7.06 ms against 5.96 and 5.16 at 512).
-    for (const auto& [b, items] : std::vector<std::pair<int, int>>{{512, 16}, {256, 16}, {1024, 8}}) {
+    // Then blocks of 256 and 128 threads keeping as much a thread (clusters twice and four times as large):
+    // four and eight blocks an SM, each at its own step of load, meeting and store. Before 1024 threads keeping
+    // 8 float4, which lost on level1/38 and 39 (H200, session 24: 7.81 and 7.06 ms against 5.96 and 5.16 at 512).
+    for (const auto& [b, items] : std::vector<std::pair<int, int>>{{512, 16}, {256, 16}, {128, 16}, {1024, 8}}) {
       const int64_t holds = static_cast<int64_t>(b) * items * (n % 4 == 0 ? 4 : 2);
       int cl = 2;
       while (cl < 16 && cl * holds < n) cl *= 2;
@@ -115,6 +115,14 @@ std::vector<TemplateParams> fused_grid(const Program& p, int64_t n) {
       reuse["reuse"] = "1";
       g.insert(g.begin(), reuse);
     }
+    // Where no two row reductions meet at once (the points above), the clusters lead: on an H200 (session 25,
+    // tree a3309c5) level1/38 and 39 measured 5.07 and 5.06 ms over clusters of 8 blocks of 256 threads,
+    // against 8.22 and 6.25 ms split over the grid's blocks of 256.
+    if (softmax_pairs(p).empty() && moment_pairs(p).empty())
+      std::stable_partition(g.begin(), g.end(), [](const TemplateParams& q) { return q.count("cluster") > 0; });
+    // (The first point again with blocks of 128 threads, four an SM, measured no better on an H200 (session 25,
+    // tree be9fcb1): level1/23 4.335 ms against 4.401 and 4.336 at 256, level1/24 4.493 against 4.543, level1/40
+    // 0.310 against 0.313. Not offered.)
     // (The measured winner with 8 float4 a thread, three blocks an SM at most 80 registers, lost on an H200
     // (session 19, tree 2464c39): level1/23 4.599 ms against reuse's 4.285, level1/24 4.450 against the
     // prefetching point's 4.297. Not offered.)
