@@ -634,10 +634,11 @@ Parts rows_parts(const Gen& g, const TemplateParams& tp) {
   if (any_k_out) finish_scalars(g, e);
   e.blank().line("// A row kernel whose threads keep IT vectors of V floats of their row in registers (rows of up to");
   e.line("// G * IT * V elements, or CL times that over a cluster), G threads a row, B a block.").line("template <int B, int G, int V, int IT, int CL>");
-  // A thread keeping at most 32 floats is held to 64 registers, two blocks of 512 threads an SM: with its
-  // loads made unguarded (RowKernel::part_loads) ptxas took level1/39's cluster kernel to 84 registers, one
-  // block an SM, where 64 had sufficed.
-  e.openf("__global__ void __launch_bounds__(B, IT * V * {} <= 32 ? 1024 / B : 1) kfab_rows_cached(Args a, int64_t rows, int64_t n)",
+  // A cluster's thread keeping at most 32 floats is held to 64 registers, two blocks of 512 threads an SM:
+  // with its loads made unguarded (RowKernel::part_loads) ptxas took level1/39's cluster kernel to 84
+  // registers, one block an SM, where 64 had sufficed. (Not a lone block's: level2/22's and 45's row
+  // epilogues, a float at a time, spilled 68 and 40 bytes a thread under that bound.)
+  e.openf("__global__ void __launch_bounds__(B, CL > 1 && IT * V * {} <= 32 ? 1024 / B : 1) kfab_rows_cached(Args a, int64_t rows, int64_t n)",
           std::max<size_t>(1, g.e_inputs().size()));
   RowKernel(g, Hold::kCached, any_k_out, e).emit();
   e.close().blank().line("// The same for longer rows: every pass over the row reads it from global memory (L2 for the later ones).");
