@@ -61,27 +61,35 @@ __device__ __forceinline__ float kfab_gelu_tanh(float x) {
 // (it * G + lane) * V: an int (a part is held in registers), so that each vector's test against it is one
 // 32-bit compare, where `c0 < hi` took a 64-bit add and compare an element (level1/38's rows of 65535, read
 // a float at a time).
-constexpr const char* kPartLength = "const int kfab_len = static_cast<int>(hi - lo);";
+constexpr const char* kPartLength = "int kfab_len = static_cast<int>(hi - lo);";
 
 // The loads of a thread's vectors of each per-element input `ins` into registers x<i>[slot * V ..]:
 // float4 when V is 4, streaming past L1 (the row is read once more at most, from registers).
-// `at` empty: at kfab_x<i> + slot * G * V (a row kernel's thread's part, RowKernel::part_loads).
-void load_vectors(const std::vector<int>& ins, const std::string& slot, const std::string& at, Emitter& e) {
+// `at` empty: at kfab_x<i> + slot * G * V (a row kernel's thread's part, RowKernel::part_loads); with
+// `edge`, a vector that may reach past the part (a cluster kernel's row read from the 16-byte boundary
+// before it, U: row_reduce.cuh's kfab_ld4 reads only the part's floats).
+void load_vectors(const std::vector<int>& ins, const std::string& slot, const std::string& at, Emitter& e, bool edge = false) {
   for (int i : ins) {
     const std::string from = at.empty() ? fmt::format("kfab_x{} + {} * G * V", i, slot) : fmt::format("a.in{} + {}", i, at);
     e.open("if constexpr (V == 4)");
-    e.linef("const float4 q = __ldcs(reinterpret_cast<const float4*>({}));", from);
+    if (edge) e.linef("const float4 q = kfab_ld4<U>({}, kfab_len - ({} * G + lane) * V);", from, slot);
+    else e.linef("const float4 q = __ldcs(reinterpret_cast<const float4*>({}));", from);
     e.linef("x{0}[{1} * 4] = q.x, x{0}[{1} * 4 + 1] = q.y, x{0}[{1} * 4 + 2] = q.z, x{0}[{1} * 4 + 3] = q.w;", i, slot);
     e.reopen("} else {").linef("x{}[{}] = __ldcs({});", i, slot, from).close();
   }
 }
 
 // Stores of the per-element outputs o<j>[V] at `at`, a vector at a time, streaming.
-// `at` empty: at kfab_o<j> + it * G * V (a row kernel's thread's part, RowKernel::outputs).
-void store_vectors(const std::vector<int>& outs, const std::string& at, Emitter& e) {
+// `at` empty: at kfab_o<j> + it * G * V (a row kernel's thread's part, RowKernel::outputs); with `edge`, of
+// a cluster kernel, whose rows may be read from the 16-byte boundary before them (U: row_reduce.cuh's
+// kfab_st4 writes only the row's columns).
+void store_vectors(const std::vector<int>& outs, const std::string& at, Emitter& e, bool edge = false) {
   for (int j : outs) {
     const std::string to = at.empty() ? fmt::format("kfab_o{} + it * G * V", j) : fmt::format("a.out{} + {}", j, at);
-    e.linef("if constexpr (V == 4) __stcs(reinterpret_cast<float4*>({}), make_float4(o{}[0], o{}[1], o{}[2], o{}[3]));", to, j, j, j, j);
+    if (edge)
+      e.linef("if constexpr (V == 4) kfab_st4<U>({}, make_float4(o{}[0], o{}[1], o{}[2], o{}[3]), kfab_c + (it * G + lane) * V, static_cast<int>(n));", to, j, j, j, j);
+    else
+      e.linef("if constexpr (V == 4) __stcs(reinterpret_cast<float4*>({}), make_float4(o{}[0], o{}[1], o{}[2], o{}[3]));", to, j, j, j, j);
     e.linef("else __stcs({}, o{}[0]);", to, j);
   }
 }
@@ -180,7 +188,7 @@ class RowKernel final : public RowSteps {
   /// every row, where L2 kept level1/40's 32 MB of weight and bias only in part (ncu: 192 MB read again).
   RowKernel(const Gen& g, Hold hold, bool any_k_out, Emitter& e, bool defer = false, bool prefetch = false, bool reuse = false,
             bool colsm = false)
-      : g_(g), p_(g.p), cached_(hold != Hold::kStream), split_(hold == Hold::kSplit), any_k_out_(any_k_out), e_(e) {
+      : g_(g), p_(g.p), cached_(hold != Hold::kStream), split_(hold == Hold::kSplit), any_k_out_(any_k_out), cluster_(hold == Hold::kCached), e_(e) {
     prefetch_ = split_ && split_prefetches(g, prefetch);
     kept_ = split_ && !prefetch_ ? split_kept_column(g, colsm) : -1;
     if (kept_ >= 0)
@@ -196,9 +204,14 @@ class RowKernel final : public RowSteps {
 
   void emit() {
     e_.line("const int lane = threadIdx.x % G;");
+    if (cluster_) e_.line("constexpr int NV = U ? IT + 1 : IT;  // the vectors a thread keeps (U: its part may reach into one more)");
     e_.line("__shared__ float red_s[NRED][G > 32 ? G / 32 : 1];").line("float* red[NRED];").line("#pragma unroll");
     e_.line("for (int k = 0; k < NRED; ++k) red[k] = red_s[k];").line("(void)red;");
-    if (cached_ && !split_) e_.line("__shared__ float kfab_cl[NRED][CL];  // the cluster's blocks' shares of each row reduction").line("(void)kfab_cl;");
+    if (cached_ && !split_) {  // row_reduce.cuh's kfab_cluster_combine: two sets, used row by row in turn
+      e_.line("__shared__ float kfab_cl[2][NRED][CL];  // the cluster's blocks' shares of each row reduction").line("(void)kfab_cl;");
+      e_.line("__shared__ unsigned long long kfab_clbar[2][NRED];  // their arrivals").line("(void)kfab_clbar;");
+      e_.line("if constexpr (CL > 1) kfab_cluster_begin<2 * NRED>(&kfab_clbar[0][0]);");
+    }
     if (prefetch_) e_.line("extern __shared__ float4 kfab_pre[];  // [per-element inputs][IT][B]: the block's part of its next row, a thread's own slots");
     if (kept_ >= 0) e_.line("extern __shared__ float4 kfab_col[];  // [IT][B]: the block's part of a per-column input, a thread's own slots");
     if (any_k_out_) {
@@ -218,16 +231,23 @@ class RowKernel final : public RowSteps {
     } else if (cached_) {  // a cluster of CL blocks a chunk
       e_.line("int64_t lo = 0, hi = n;  // the block's part of its row").line("kfab_cluster_part<CL, V>(n, static_cast<int>(blockIdx.x % CL), &lo, &hi);");
       e_.line(kPartLength);
-      e_.open("for (int64_t chunk = blockIdx.x / CL; chunk < chunks; chunk += gridDim.x / CL)");
+      e_.open("for (int64_t chunk = blockIdx.x / CL, turn = 0; chunk < chunks; chunk += gridDim.x / CL, ++turn)").line("(void)turn;");
     } else {
       e_.open("for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x)");
     }
     e_.line("const int64_t row = chunk * (B / G) + threadIdx.x / G;");
-    e_.line("const bool live = row < rows;").line("const int64_t roff = (live ? row : 0) * n;");
     combines_ = 0;
+    e_.line("const bool live = row < rows;").line("const int64_t roff = (live ? row : 0) * n;");
+    if (cluster_) {  // U: the row read from the 16-byte boundary at or before its start, its parts cut from there
+      e_.line("const int kfab_m = U ? static_cast<int>(roff % 4) : 0;  // the floats before the row's start from that boundary");
+      e_.open("if constexpr (U)").line("kfab_cluster_part<CL, V>(n + kfab_m, static_cast<int>(blockIdx.x % CL), &lo, &hi);");
+      e_.line("kfab_len = static_cast<int>(hi - lo);").close();
+      e_.line("const int kfab_c = static_cast<int>(lo) - kfab_m;  // (U) the column of the part's first float (an int: U's rows fit a cluster)");
+      e_.line("(void)kfab_c;");
+    }
     if (cached_) {
       const auto ein = g_.e_inputs();
-      for (int i : ein) e_.linef("float x{}[IT * V];", i);
+      for (int i : ein) e_.linef("float x{}[{} * V];", i, its());
       if (prefetch_) staged_loads(ein);
       if (split_) {
         e_.line("#pragma unroll").open("for (int it = 0; it < IT; ++it)").line("const int64_t c0 = lo + (static_cast<int64_t>(it) * G + lane) * V;");
@@ -244,7 +264,7 @@ class RowKernel final : public RowSteps {
     issue_prefetch();  // where no meeting came before (every value has been used)
     // the next chunk's reductions reuse the shared slots this one's may still be reading
     if (split_) e_.line("__syncthreads();");
-    else e_.open("if constexpr (G > 32)").line("if (chunk + gridDim.x < chunks) __syncthreads();").close();
+    else e_.open("if constexpr (G > 32)").linef("if (chunk + gridDim.x{} < chunks) __syncthreads();", cached_ ? " / CL" : "").close();
     e_.close("}  // chunks");
     if (any_k_out_) finish_block();
   }
@@ -295,8 +315,9 @@ class RowKernel final : public RowSteps {
       issue_prefetch();
       e_.linef("{0} = kfab_split_combine<B, {1}>({0}, shares + {2} * s.S, s.bar + group, arrivals += s.S, s.S, red[{2}]);", acc, op, g_.redslot[k]);
     } else if (cached_ && is_row_reduction(p_.nodes[k].op))
-      e_.linef("if constexpr (CL > 1) {0} = kfab_cluster_combine<CL, {1}>({0}, kfab_cl[{2}], {3});", acc, op, g_.redslot[k],
-               combines_++ == 0 ? "true" : "false");
+      e_.linef("if constexpr (CL > 1) {0} = kfab_cluster_combine<CL, {1}>({0}, kfab_cl[turn % 2][{2}], &kfab_clbar[turn % 2][{2}], "
+               "static_cast<unsigned>(turn / 2 % 2), {3});",
+               acc, op, g_.redslot[k], combines_++ == 0 ? "turn == 0" : "false");
     if (is_row_reduction(p_.nodes[k].op))
       e_.linef("const float r{} = {};", k, p_.nodes[k].op == "rowmean" ? acc + " / static_cast<float>(n)" : acc);
     else
@@ -362,17 +383,18 @@ class RowKernel final : public RowSteps {
   // registers, against 62.
   void part_loads(const std::vector<int>& ein) {
     for (int i : ein) {
-      e_.linef("const float* kfab_x{0} = a.in{0} + roff + lo + lane * V;  // the thread's first value of the part", i);
+      e_.linef("const float* kfab_x{0} = a.in{0} + roff - kfab_m + lo + lane * V;  // the thread's first value of the part", i);
       e_.linef("asm volatile(\"\" : \"+l\"(kfab_x{}));", i);
     }
     e_.open("if (kfab_len >= (IT - 1) * G * V)").line("#pragma unroll").open("for (int it = 0; it < IT - 1; ++it)");
     load_vectors(ein, "it", "", e_);
-    e_.close().open("if (((IT - 1) * G + lane) * V < kfab_len)").line("constexpr int it = IT - 1;");
-    load_vectors(ein, "it", "", e_);
-    e_.close().reopen("} else {");
-    e_.line("#pragma unroll").open("for (int it = 0; it < IT; ++it)");
+    e_.close().line("// the last vector (and U's one more), guarded").line("#pragma unroll").open("for (int it = IT - 1; it < NV; ++it)");
+    e_.open("if ((it * G + lane) * V < kfab_len)");
+    load_vectors(ein, "it", "", e_, true);
+    e_.close().close().reopen("} else {");
+    e_.line("#pragma unroll").open("for (int it = 0; it < NV; ++it)");
     e_.open(fmt::format("if ({})", in_part()));
-    load_vectors(ein, "it", "", e_);
+    load_vectors(ein, "it", "", e_, true);
     e_.close().close().close();
   }
 
@@ -387,10 +409,17 @@ class RowKernel final : public RowSteps {
     return [](int i) { return fmt::format("__ldg(a.in{} + roff + c)", i); };
   }
 
+  // The vectors a thread keeps: IT, or in a cluster's or lone block's kernel NV (one more with U: a part cut
+  // from kfab_m floats before the row may be up to 3 floats longer than IT vectors a thread hold).
+  std::string its() const { return cluster_ ? "NV" : "IT"; }
+
+  // The column of the element at c0 + v: in a cluster's or lone block's kernel, kfab_m before it (U).
+  std::string column() const { return cluster_ ? "const int64_t c = c0 + v - kfab_m;" : "const int64_t c = c0 + v;"; }
+
   // `inner` for each element c of the thread's part of the row.
   void over_row(const std::function<void()>& inner, bool outputs = false) {
     if (cached_) {
-      e_.line("#pragma unroll").open("for (int it = 0; it < IT; ++it)").line("const int64_t c0 = lo + (static_cast<int64_t>(it) * G + lane) * V;");
+      e_.line("#pragma unroll").openf("for (int it = 0; it < {}; ++it)", its()).line("const int64_t c0 = lo + (static_cast<int64_t>(it) * G + lane) * V;");
     } else {
       e_.open("for (int64_t c0 = static_cast<int64_t>(lane) * V; c0 < n; c0 += static_cast<int64_t>(G) * V)");
     }
@@ -399,7 +428,8 @@ class RowKernel final : public RowSteps {
       inner();
     } else {
       if (cached_) e_.open(fmt::format("if ({})", in_part()));
-      e_.line("#pragma unroll").open("for (int v = 0; v < V; ++v)").line("const int64_t c = c0 + v;");
+      e_.line("#pragma unroll").open("for (int v = 0; v < V; ++v)").line(column());
+      if (cluster_) e_.line("if (U && static_cast<unsigned>(kfab_c + (it * G + lane) * V + v) >= static_cast<unsigned>(n)) continue;  // before the row or past it");
       inner();
       e_.close();
       if (cached_) e_.close();
@@ -425,7 +455,7 @@ class RowKernel final : public RowSteps {
     // the loads took one); the empty asm keeps the pointer computed once.
     if (cached_) {
       for (int j : eouts) {
-        e_.linef("float* kfab_o{0} = a.out{0} + roff + lo + lane * V;  // the thread's first output of the part", j);
+        e_.linef("float* kfab_o{0} = a.out{0} + roff{1} + lo + lane * V;  // the thread's first output of the part", j, cluster_ ? " - kfab_m" : "");
         e_.linef("asm volatile(\"\" : \"+l\"(kfab_o{}));", j);
       }
     }
@@ -438,11 +468,11 @@ class RowKernel final : public RowSteps {
         [&] {
           e_.line("if (!live) continue;");
           for (int j : eouts) e_.linef("float o{}[V];", j);
-          e_.line("#pragma unroll").open("for (int v = 0; v < V; ++v)").line("const int64_t c = c0 + v;");
+          e_.line("#pragma unroll").open("for (int v = 0; v < V; ++v)").line(column());
           g_.element(output_ids(p_, eouts), access(), "c", e_, false, &over_, &recips);
           for (int j : eouts) e_.linef("o{}[v] = {};", j, g_.value(p_.outputs[j].second));
           e_.close();
-          store_vectors(eouts, cached_ ? "" : "roff + c0", e_);
+          store_vectors(eouts, cached_ ? "" : "roff + c0", e_, cluster_);
         },
         true);
   }
@@ -464,12 +494,13 @@ class RowKernel final : public RowSteps {
   const Gen& g_;
   const Program& p_;
   bool cached_, split_, any_k_out_;
+  bool cluster_;  // kfab_rows_cached, a cluster's (CL > 1) or a lone block's kernel: its template's U and kfab_m
   bool prefetch_ = false, issued_ = false;  // the next row's part copied into shared memory; its copies emitted
   int kept_ = -1;                            // the node of the per-column input kept in shared memory (colsm)
   std::map<int, int> deferred_;  // a softmax's row maximum (a layer norm's mean) <-> the reduction after it, combined together
   std::optional<SoftmaxReuse> reuse_;  // the softmax whose exp takes x's place in the registers
   std::map<int, std::string> over_;     // values read from the registers rather than computed (Gen::element)
-  int combines_ = 0;  // the row's cluster combines so far (the first waits for the whole cluster)
+  int combines_ = 0;  // the row's cluster combines so far (the block's first waits for the cluster's start)
   Emitter& e_;
 };
 
@@ -573,11 +604,24 @@ Parts column_passes(const Gen& g) {
 // Rows longer than a block's registers hold, each split over the CL blocks of a cluster that keep its
 // parts in registers (the smallest footprint that holds a part): false, nothing launched, where the
 // parts are too long for them or the device cannot run such clusters (the caller streams the rows).
-void cluster_launch(int I, Emitter& e) {
+void cluster_launch(const Gen& g, int I, Emitter& e) {
   e.blank().line("// Rows longer than a block holds, each split over a cluster of CL blocks keeping its parts in registers;");
   e.line("// false (nothing launched) where the parts are too long or the device cannot run such clusters.");
   e.open("bool kfab_rows_cluster(const Args& a, int64_t rows, int64_t n, bool vec, cudaStream_t stream)");
-  e.open("if constexpr (CL > 1)").line("const int64_t part = (n + CL * 4 - 1) / (CL * 4) * 4;  // a block's part, float4-aligned");
+  e.open("if constexpr (CL > 1)");
+  // SH: rows whose length is not a multiple of 4 read a float4 at a time from the 16-byte boundary at or
+  // before each row's start (every per-element tensor 16-byte aligned: a row's floats start at the same
+  // place in their float4 in each), parts cut from there: up to 3 floats more a row
+  std::string aligned = "!vec";
+  for (int i : g.e_inputs()) aligned += fmt::format(" && kfab_aligned16(a.in{})", i);
+  for (int j : g.outputs_of(VClass::E)) aligned += fmt::format(" && kfab_aligned16(a.out{})", j);
+  e.line("const int64_t part = (n + CL * 4 - 1) / (CL * 4) * 4;  // a block's part, float4-aligned");
+  e.open("if constexpr (SH)").open(fmt::format("if ({})", aligned));
+  e.line("// (a part cut from the boundary holds up to 3 floats more: a thread's one more vector, NV)");
+  for (int it = 1; it <= I; it *= 2)
+    e.linef("if (part <= static_cast<int64_t>(G) * {0} * 4) return kfab_go_cluster<CL>(kfab_rows_cached<B, G, 4, {0}, CL, true>, B, stream, a, rows, n);",
+            it);
+  e.close().close();
   for (int it = 1; it <= I; it *= 2) {
     e.linef("if (part <= static_cast<int64_t>(G) * {} * 4)", it).indent();
     e.linef("return vec ? kfab_go_cluster<CL>(kfab_rows_cached<B, G, 4, {0}, CL>, B, stream, a, rows, n)", it);
@@ -605,6 +649,17 @@ void split_launch(const Gen& g, bool prefetch, bool colsm, Emitter& e) {
   e.line("           : kfab_go_split(kfab_rows_split<B, G, 1, I * 2>, B, holds / 2, NRED, stream, a, rows, n);").close();
 }
 
+// Whether a program's cluster kernel may read its rows from the 16-byte boundary before them (`shift`): it
+// reads nothing by column but its per-element inputs (no per-column input or value, no column index, no
+// pick), whose floats before and past the row it leaves out of its reductions and outputs.
+bool can_shift(const Gen& g) {
+  for (size_t k = 0; k < g.p.nodes.size(); ++k) {
+    const PNode& n = g.p.nodes[k];
+    if (g.live[k] && (n.cls == VClass::C || n.op == "colidx" || n.op == "pick")) return false;
+  }
+  return g.p.groups <= 1;
+}
+
 Parts rows_parts(const Gen& g, const TemplateParams& tp) {
   const Program& p = g.p;
   const int B = param(tp, "block", 256), I = param(tp, "items", 4), P = param(tp, "persist", 0);
@@ -624,6 +679,8 @@ Parts rows_parts(const Gen& g, const TemplateParams& tp) {
   e.linef("constexpr int B = {}, G = {}, I = {}, CL = {};  // threads per block, threads per row{}, at most I float4 a thread keeps, "
           "blocks a row (a cluster) where a block cannot hold it",
           B, G, I, CL, autog ? " (or a warp per row of 256-thread blocks, for short rows)" : "");
+  e.linef("constexpr bool SH = {};  // rows not a multiple of 4 over a cluster read a float4 at a time (kfab_rows_cluster)",
+          CL > 1 && param(tp, "shift", 0) != 0 && can_shift(g) ? "true" : "false");
   e.linef("constexpr int NRED = {}, NALL = {};", std::max(1, g.n_red), std::max(1, g.n_all));
   e.linef("constexpr int P = {};  // 0: a block a chunk of rows; P > 0: at most P blocks an SM can hold at once, each taking chunks in turn", P);
   e.line("constexpr int NSPREAD = 64;  // all-reduction sums are spread over this many slots (less atomic contention)").blank();
@@ -633,7 +690,10 @@ Parts rows_parts(const Gen& g, const TemplateParams& tp) {
   e.blank().raw(template_text("row_reduce.cuh")).raw(template_text("resident.cuh")).raw(template_text("row_div.h"));
   if (any_k_out) finish_scalars(g, e);
   e.blank().line("// A row kernel whose threads keep IT vectors of V floats of their row in registers (rows of up to");
-  e.line("// G * IT * V elements, or CL times that over a cluster), G threads a row, B a block.").line("template <int B, int G, int V, int IT, int CL>");
+  e.line("// G * IT * V elements, or CL times that over a cluster), G threads a row, B a block. U (V 4, CL > 1): the row");
+  e.line("// is read from the 16-byte boundary at or before its start, kfab_m floats of the row before it, and cut into");
+  e.line("// parts from there (rows whose length is not a multiple of 4: a float4 at a time, not a float).");
+  e.line("template <int B, int G, int V, int IT, int CL, bool U = false>");
   // A cluster's thread keeping at most 32 floats is held to 64 registers, two blocks of 512 threads an SM:
   // with its loads made unguarded (RowKernel::part_loads) ptxas took level1/39's cluster kernel to 84
   // registers, one block an SM, where 64 had sufficed. (Not a lone block's: level2/22's and 45's row
@@ -645,7 +705,7 @@ Parts rows_parts(const Gen& g, const TemplateParams& tp) {
   e.line("template <int B, int G, int V>").open("__global__ void __launch_bounds__(B) kfab_rows_stream(Args a, int64_t rows, int64_t n)");
   RowKernel(g, Hold::kStream, any_k_out, e).emit();
   e.close();
-  cluster_launch(I, e);
+  cluster_launch(g, I, e);
   if (split) {
     e.blank().line("// The cached kernel for rows longer than a cluster holds: each row split over a group of s.S blocks of the grid,");
     e.line("// every block resident at once (a cooperative launch), their row reductions combined through global memory.");

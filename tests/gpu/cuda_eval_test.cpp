@@ -148,12 +148,16 @@ static void row_task_passes_at(const std::string& task_name, const std::string& 
 
 // Issue 25: the tuner's row kernel with each row split over a cluster of blocks (rows longer than a
 // block holds) passes on rows of 393216 (float4, 16 blocks a row), 65535 and 100001 (a float at a time),
-// and on short rows, which the same candidate takes a block or a warp a row.
+// and on short rows, which the same candidate takes a block or a warp a row. Again with the rows whose
+// length is not a multiple of 4 read a float4 at a time from the 16-byte boundary before them (shift):
+// 40 rows of 65535 start at each of the 4 places in a float4; the last row's last float4 would reach past
+// the tensor; a part may hold one vector more than IT.
 TEST_F(CudaEval, ARowSplitOverAClusterPasses) {
-  row_task_passes_at("softmax", "softmax_long",
-                     "tune = [ { M = 64, N = 393216 }, { M = 40, N = 65535 } ]\n"
-                     "heldout = [ { M = 3, N = 100001 }, { M = 100, N = 1000 } ]\n",
-                     393216, [](const TemplateParams& q) { return q.count("cluster") > 0; });
+  const std::string shapes =
+      "tune = [ { M = 64, N = 393216 }, { M = 40, N = 65535 } ]\n"
+      "heldout = [ { M = 3, N = 100001 }, { M = 100, N = 1000 } ]\n";
+  row_task_passes_at("softmax", "softmax_long", shapes, 393216, [](const TemplateParams& q) { return q.count("cluster") > 0; });
+  row_task_passes_at("softmax", "softmax_long_shift", shapes, 65535, [](const TemplateParams& q) { return q.count("shift") > 0; });
 }
 
 // Issue 25: rows longer than a cluster holds (4M floats, level1/40's layer norm's length) split over a

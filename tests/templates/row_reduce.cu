@@ -22,10 +22,12 @@ __global__ void row_max(const float* x, float* y) {
 __global__ void row_sum_cluster(const float* x, float* y, int64_t n) {
   __shared__ float slot[256 / 32];
   __shared__ float part[2];
+  __shared__ unsigned long long bar[1];
+  kfab_cluster_begin<1>(bar);
   const int64_t lo = blockIdx.x % 2 == 0 ? 0 : n / 2, hi = blockIdx.x % 2 == 0 ? n / 2 : n;
   float s = 0.0f;
   for (int64_t c = lo + threadIdx.x; c < hi; c += 256) s += x[c];
-  s = kfab_cluster_combine<2, 0>(kfab_group<256, 0>(s, slot), part, true);
+  s = kfab_cluster_combine<2, 0>(kfab_group<256, 0>(s, slot), part, bar, 0u, true);
   if (threadIdx.x == 0 && blockIdx.x == 0) *y = s;
 }
 

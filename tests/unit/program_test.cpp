@@ -248,7 +248,7 @@ TEST(Printers, ADivisionByTheRowsDivisorIsAMultiplyByItsReciprocal) {
   const std::string cached = cuda.substr(cuda.find("kfab_rows_cached(Args a"), cuda.find("kfab_rows_stream(Args a") - cuda.find("kfab_rows_cached(Args a"));
   EXPECT_NE(cuda.find("struct KfabRecip"), std::string::npos) << "row_div.h is not in the file";
   for (const char* want : {"const KfabRecip kfab_q", "= kfab_recip(r", "= kfab_recip(k", "kfab_div_row(e0, kfab_q", "(e0 / e1)",
-                           "const int kfab_len = static_cast<int>(hi - lo);", "if ((it * G + lane) * V < kfab_len)", "float* kfab_o0 = a.out0 + roff + lo + lane * V;",
+                           "int kfab_len = static_cast<int>(hi - lo);", "if ((it * G + lane) * V < kfab_len)", "float* kfab_o0 = a.out0 + roff - kfab_m + lo + lane * V;",
                            "__stcs(kfab_o0 + it * G * V, o0[0]);"})
     EXPECT_NE(cached.find(want), std::string::npos) << want << "\n" << cached;
   EXPECT_EQ(cached.find("c0 < hi"), std::string::npos) << cached;
@@ -264,8 +264,11 @@ TEST(Printers, ADivisionByTheRowsDivisorIsAMultiplyByItsReciprocal) {
 // Issue 25 (level1/38): a cluster's or a lone block's thread loads its part from one pointer an input, all
 // but its last vector behind no test where the part reaches that far (a block-uniform test), each behind
 // its own elsewhere; a cluster's thread keeping at most 32 floats is held to 64 registers. The clusters of
-// rows read a float at a time, first (one row reduction): 512 threads (4 blocks for 65535), 256 (8), 128
-// (16), 1024.
+// rows whose length is not a multiple of 4, first (one row reduction): 512 threads (4 blocks for 65535),
+// 256 (8), 128 (16), 1024, each reading them a float4 at a time from the 16-byte boundary before the row
+// where every per-element tensor is 16-byte aligned (shift; U): the floats before and past the row left
+// out of the sums (an unsigned compare of the column) and not written (kfab_st4), the vectors that may
+// reach past the part read through kfab_ld4.
 TEST(Printers, ARowPartsLoadsAreUnguardedWhereThePartReachesItsLastVector) {
   auto p = parse_program("y = x / rowmean(abs(x)) + x * w", {{"x", VClass::E}, {"w", VClass::E}}, {"y"});
   ASSERT_TRUE(p.has_value()) << p.error().message;
@@ -274,7 +277,10 @@ TEST(Printers, ARowPartsLoadsAreUnguardedWhereThePartReachesItsLastVector) {
   for (const auto& q : grid)
     if (q.count("cluster")) clusters.push_back(q.at("block") + "x" + q.at("cluster"));
   EXPECT_EQ(clusters, (std::vector<std::string>{"512x4", "256x8", "128x16", "1024x4"}));
-  for (size_t i = 0; i < clusters.size(); ++i) EXPECT_TRUE(grid[i].count("cluster")) << format_params(grid[i]);  // one row reduction: they lead
+  for (size_t i = 0; i < clusters.size(); ++i) {
+    EXPECT_TRUE(grid[i].count("cluster")) << format_params(grid[i]);  // one row reduction: they lead
+    EXPECT_EQ(grid[i].count("shift"), 1u) << format_params(grid[i]);
+  }
   const auto cluster = std::find_if(grid.begin(), grid.end(), [](const TemplateParams& q) { return q.count("cluster") > 0; });
   ASSERT_NE(cluster, grid.end());
   const std::string cuda = generate_fused_cuda(*p, *cluster, "t");
@@ -285,19 +291,37 @@ TEST(Printers, ARowPartsLoadsAreUnguardedWhereThePartReachesItsLastVector) {
   const size_t slow = cached.find("} else {\n#pragma unroll", fast);  // the guarded loads
   ASSERT_NE(fast, std::string::npos) << cached;
   ASSERT_NE(slow, std::string::npos) << cached;
-  for (const char* want : {"const float* kfab_x0 = a.in0 + roff + lo + lane * V;", "const float* kfab_x1 = a.in1 + roff + lo + lane * V;"})
+  for (const char* want : {"const float* kfab_x0 = a.in0 + roff - kfab_m + lo + lane * V;", "const float* kfab_x1 = a.in1 + roff - kfab_m + lo + lane * V;"})
     EXPECT_LT(cached.find(want), fast) << want << "\n" << cached;
   const std::string unguarded = cached.substr(fast, slow - fast);
   // every vector but the last: no test; the last: its own
   const size_t loop = unguarded.find("for (int it = 0; it < IT - 1; ++it) {");
-  const size_t last = unguarded.find("if (((IT - 1) * G + lane) * V < kfab_len) {");
+  const size_t last = unguarded.find("for (int it = IT - 1; it < NV; ++it) {\n        if ((it * G + lane) * V < kfab_len) {");
   ASSERT_NE(loop, std::string::npos) << unguarded;
   ASSERT_NE(last, std::string::npos) << unguarded;
   EXPECT_EQ(unguarded.substr(loop, last - loop).find("if ("), std::string::npos) << unguarded;
   for (const char* load : {"x0[it] = __ldcs(kfab_x0 + it * G * V);", "x1[it] = __ldcs(kfab_x1 + it * G * V);"})
     EXPECT_NE(unguarded.find(load, loop), std::string::npos) << load << "\n" << unguarded;
+  EXPECT_NE(unguarded.find("const float4 q = kfab_ld4<U>(kfab_x0 + it * G * V, kfab_len - (it * G + lane) * V);", last), std::string::npos)
+      << unguarded;
   const size_t end = cached.find("float s", slow);
   EXPECT_NE(cached.substr(slow, end - slow).find("if ((it * G + lane) * V < kfab_len) {"), std::string::npos) << cached;
+  // U: the row's parts cut from kfab_m floats before it; its floats outside the row neither summed nor written
+  EXPECT_NE(cuda.find("constexpr bool SH = true;"), std::string::npos);
+  EXPECT_NE(cached.find("const int kfab_m = U ? static_cast<int>(roff % 4) : 0;"), std::string::npos) << cached;
+  EXPECT_NE(cached.find("kfab_cluster_part<CL, V>(n + kfab_m, "), std::string::npos) << cached;
+  EXPECT_NE(cached.find("if (U && static_cast<unsigned>(kfab_c + (it * G + lane) * V + v) >= static_cast<unsigned>(n)) continue;", end),
+            std::string::npos)
+      << cached;
+  EXPECT_NE(cached.find("kfab_st4<U>(kfab_o0 + it * G * V, make_float4("), std::string::npos) << cached;
+  EXPECT_NE(cuda.find("if (!vec && kfab_aligned16(a.in0) && kfab_aligned16(a.in1) && kfab_aligned16(a.out0)) {"), std::string::npos) << cuda;
+  EXPECT_NE(cuda.find("return kfab_go_cluster<CL>(kfab_rows_cached<B, G, 4, 8, CL, true>, "), std::string::npos) << cuda;
+  // a per-column input (read by column, past the row's ends) keeps its rows a float at a time
+  auto q = parse_program("y = x / rowmean(abs(x)) + w", {{"x", VClass::E}, {"w", VClass::C}}, {"y"});
+  ASSERT_TRUE(q.has_value()) << q.error().message;
+  const auto qgrid = fused_grid(*q, 65535);
+  ASSERT_TRUE(qgrid.front().count("shift")) << format_params(qgrid.front());
+  EXPECT_NE(generate_fused_cuda(*q, qgrid.front(), "t").find("constexpr bool SH = false;"), std::string::npos);
 }
 
 // The host's transcendentals and max/min are spelled so that an `omp simd` loop vectorises (issue 25: the C

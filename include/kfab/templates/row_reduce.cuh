@@ -27,24 +27,86 @@ __device__ __forceinline__ float kfab_group(float v, float* slot) {
   return v;
 }
 // A row split over the CL blocks of a cluster (rows longer than one block's registers hold): v, the
-// block's share of a reduction, combined over the cluster. Each block writes its share into every
-// block's `part` (CL slots, used by no other reduction), and after one cluster barrier adds them up
-// locally in rank order, so every block has the same total and none reads another's memory after the
-// barrier. `first`, the row's first such combine, waits before writing for every block of the cluster
-// to have started (and to have read the previous row's slots). Hopper and later; elsewhere never launched.
+// block's share of a reduction, combined over the cluster. Threads r < CL send the share to block r's
+// slot `part[rank]` with st.async, which counts its 4 bytes on block r's mbarrier `bar`; every block
+// waits there for the CL shares of this use (`parity`: the use's count modulo 2 on that mbarrier) and adds
+// them up locally in rank order, so every block has the same total. `start`, the block's first combine,
+// first waits for the cluster barrier kfab_cluster_begin arrived at (every block's mbarriers set up).
+// No cluster barrier a row: the barrier-based exchange had two (cluster.sync before the shares and
+// after), each with a MEMBAR.ALL.GPU before its arrival, which waits for the block's global stores. The
+// caller keeps two sets of slots and mbarriers and uses them turn about, row by row: a block sends into a
+// set only after every block's shares of the row between arrived, each sent after its sender had read
+// that set's last shares. Hopper and later; elsewhere never launched.
 template <int CL, int OP>
-__device__ __forceinline__ float kfab_cluster_combine(float v, float* part, bool first) {
+__device__ __forceinline__ float kfab_cluster_combine(float v, float* part, unsigned long long* bar, unsigned parity, bool start) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-  if (first) cluster.sync();
-  const unsigned rank = cluster.block_rank();
-  if (threadIdx.x < CL) *cluster.map_shared_rank(&part[rank], static_cast<int>(threadIdx.x)) = v;
-  cluster.sync();
+  if (start) asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+  unsigned rank = 0;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  const unsigned slot = static_cast<unsigned>(__cvta_generic_to_shared(part + rank));
+  const unsigned mb = static_cast<unsigned>(__cvta_generic_to_shared(bar));
+  if (threadIdx.x < CL) {
+    unsigned to = 0, to_bar = 0;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(to) : "r"(slot), "r"(threadIdx.x));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(to_bar) : "r"(mb), "r"(threadIdx.x));
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(to), "r"(__float_as_uint(v)), "r"(to_bar)
+                 : "memory");
+  }
+  if (threadIdx.x == 0) asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(mb), "r"(CL * 4) : "memory");
+  unsigned done = 0;
+  do {
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+                 : "=r"(done)
+                 : "r"(mb), "r"(parity)
+                 : "memory");
+  } while (done == 0);
   v = part[0];
 #pragma unroll
   for (int r = 1; r < CL; ++r) v = kfab_combine<OP>(v, part[r]);
 #endif
   return v;
+}
+// The N mbarriers of kfab_cluster_combine, each expecting one arrival a use, set up and made visible to
+// the cluster's other blocks, and this block's arrival at a cluster barrier, whose wait comes with the
+// block's first combine (its loads are in flight by then, where a barrier here held them back).
+template <int N>
+__device__ __forceinline__ void kfab_cluster_begin(unsigned long long* bars) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (threadIdx.x < N) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(bars + threadIdx.x))) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();  // the block's mbarriers, before any thread's arrival stands for them
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+#endif
+}
+// A cluster's row read a float4 at a time from the 16-byte boundary at or before its start (U: rows whose
+// length is not a multiple of 4): the float4 at p, of which `left` floats lie in the block's part (the
+// others, past the row, are not read: the last row's would lie past the tensor).
+template <bool U>
+__device__ __forceinline__ float4 kfab_ld4(const float* p, int left) {
+  if (U && left < 4) {
+    float4 q = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (left > 0) q.x = __ldcs(p);
+    if (left > 1) q.y = __ldcs(p + 1);
+    if (left > 2) q.z = __ldcs(p + 2);
+    return q;
+  }
+  return __ldcs(reinterpret_cast<const float4*>(p));
+}
+// The float4 of outputs q at p, whose first is column c of a row of n (U: n < 2^31, a cluster holds the
+// row): with U, only the columns that lie in the row are written (the others belong to the rows before
+// and after it).
+template <bool U>
+__device__ __forceinline__ void kfab_st4(float* p, float4 q, int c, int n) {
+  if (U && static_cast<unsigned>(c) > static_cast<unsigned>(n - 4)) {  // c < 0 too
+    if (static_cast<unsigned>(c) < static_cast<unsigned>(n)) __stcs(p, q.x);
+    if (static_cast<unsigned>(c + 1) < static_cast<unsigned>(n)) __stcs(p + 1, q.y);
+    if (static_cast<unsigned>(c + 2) < static_cast<unsigned>(n)) __stcs(p + 2, q.z);
+    if (static_cast<unsigned>(c + 3) < static_cast<unsigned>(n)) __stcs(p + 3, q.w);
+    return;
+  }
+  __stcs(reinterpret_cast<float4*>(p), q);
 }
 // A row split over blocks of the grid fetching its next row's part while its row's blocks meet: a 16-byte
 // copy from global into this thread's own slot of shared memory (past L1), the copies issued so far made
