@@ -210,7 +210,10 @@ class RowKernel final : public RowSteps {
     if (cached_ && !split_) {  // row_reduce.cuh's kfab_cluster_combine: two sets, used row by row in turn
       e_.line("__shared__ float kfab_cl[2][NRED][CL];  // the cluster's blocks' shares of each row reduction").line("(void)kfab_cl;");
       e_.line("__shared__ unsigned long long kfab_clbar[2][NRED];  // their arrivals").line("(void)kfab_clbar;");
-      e_.line("if constexpr (CL > 1) kfab_cluster_begin<2 * NRED>(&kfab_clbar[0][0]);");
+      // (a cluster barrier arrived at here is waited at by the first combine: none without row reductions)
+      bool combines = false;
+      for (size_t k = 0; k < p_.nodes.size(); ++k) combines = combines || (g_.live[k] && is_row_reduction(p_.nodes[k].op));
+      if (combines) e_.line("if constexpr (CL > 1) kfab_cluster_begin<2 * NRED>(&kfab_clbar[0][0]);");
     }
     if (prefetch_) e_.line("extern __shared__ float4 kfab_pre[];  // [per-element inputs][IT][B]: the block's part of its next row, a thread's own slots");
     if (kept_ >= 0) e_.line("extern __shared__ float4 kfab_col[];  // [IT][B]: the block's part of a per-column input, a thread's own slots");
