@@ -207,7 +207,7 @@ class RowKernel final : public RowSteps {
     if (cluster_) e_.line("constexpr int NV = U ? IT + 1 : IT;  // the vectors a thread keeps (U: its part may reach into one more)");
     e_.line("__shared__ float red_s[NRED][G > 32 ? G / 32 : 1];").line("float* red[NRED];").line("#pragma unroll");
     e_.line("for (int k = 0; k < NRED; ++k) red[k] = red_s[k];").line("(void)red;");
-    if (cached_ && !split_) {  // row_reduce.cuh's kfab_cluster_combine: two sets, used row by row in turn
+    if (cluster_) {  // row_reduce.cuh's kfab_cluster_combine: two sets, used row by row in turn
       e_.line("__shared__ float kfab_cl[2][NRED][CL];  // the cluster's blocks' shares of each row reduction").line("(void)kfab_cl;");
       e_.line("__shared__ unsigned long long kfab_clbar[2][NRED];  // their arrivals").line("(void)kfab_clbar;");
       // (a cluster barrier arrived at here is waited at by the first combine: none without row reductions)
