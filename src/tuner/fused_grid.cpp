@@ -130,6 +130,16 @@ std::vector<TemplateParams> fused_grid(const Program& p, int64_t n) {
     // against 8.22 and 6.25 ms split over the grid's blocks of 256.
     if (softmax_pairs(p).empty() && moment_pairs(p).empty())
       std::stable_partition(g.begin(), g.end(), [](const TemplateParams& q) { return q.count("cluster") > 0; });
+    // Where every row reduction meets at once (a softmax, a layer norm): rows in tiles read twice, the second
+    // time from L2 (l2=1: print_cuda.cpp's Hold::kL2), no block ever waiting for a row's other blocks but
+    // where its row's shares are not all in: first. (Tiles of 16 and 8 float4 a thread.)
+    if (!softmax_pairs(p).empty() || !moment_pairs(p).empty()) {
+      const std::vector<TemplateParams> l2 = {
+          {{"kernel", "rows"}, {"block", "256"}, {"group", "256"}, {"items", "16"}, {"split", "1"}, {"l2", "1"}},
+          {{"kernel", "rows"}, {"block", "256"}, {"group", "256"}, {"items", "8"}, {"split", "1"}, {"l2", "1"}},
+          {{"kernel", "rows"}, {"block", "512"}, {"group", "512"}, {"items", "8"}, {"split", "1"}, {"l2", "1"}}};
+      g.insert(g.begin(), l2.begin(), l2.end());
+    }
     // (The first point again with blocks of 128 threads, four an SM, measured no better on an H200 (session 25,
     // tree be9fcb1): level1/23 4.335 ms against 4.401 and 4.336 at 256, level1/24 4.493 against 4.543, level1/40
     // 0.310 against 0.313. Not offered.)

@@ -160,9 +160,11 @@ struct Parts {
 // How a row kernel holds its row: in registers (IT vectors a thread; with CL > 1 a row split over the
 // CL blocks of a cluster, each keeping its part [lo, hi), their reductions combined through distributed
 // shared memory), in registers split over S blocks of the grid (kSplit: their reductions combined
-// through global memory, the blocks of a row meeting at a counter), or streamed (every pass over the
-// row reads it from global memory, L2 for the later ones).
-enum class Hold { kCached, kSplit, kStream };
+// through global memory, the blocks of a row meeting at a counter), in tiles of a row read twice (kL2: a
+// tile's first pass makes its shares of the row reductions, its second, from L2, the outputs once all the
+// row's tiles' shares are in; resident.cuh's kfab_go_l2), or streamed (every pass over the row reads it
+// from global memory, L2 for the later ones).
+enum class Hold { kCached, kSplit, kL2, kStream };
 
 // Whether a split row kernel asked to prefetch (`prefetch`) does: rows of one per-element input that have a
 // row reduction (whose first meeting comes after every value of the row was read: RowKernel's issue_prefetch).
@@ -171,6 +173,45 @@ bool split_prefetches(const Gen& g, bool asked) { return asked && g.e_inputs().s
 // The node of the per-column input a split row kernel asked to keep in shared memory (`colsm`) keeps
 // there (program.h's first_column_input); -1 where none or not asked.
 int split_kept_column(const Gen& g, bool asked) { return asked ? first_column_input(g.p) : -1; }
+
+// A softmax's row maximum (a layer norm's row mean) <-> the reduction after it (program.h's softmax_pairs
+// and moment_pairs, both live): what a split row kernel combines over its blocks at one meeting.
+std::map<int, int> deferred_pairs(const Gen& g) {
+  std::map<int, int> d;
+  for (const auto& [m, sum] : softmax_pairs(g.p))
+    if (g.live[m] && g.live[sum]) d[m] = sum, d[sum] = m;
+  for (const auto& [m, sq] : moment_pairs(g.p))
+    if (g.live[m] && g.live[sq] && !d.count(m) && !d.count(sq)) d[m] = sq, d[sq] = m;
+  return d;
+}
+
+// Whether every row reduction of the program can be made from its parts' shares at once (Hold::kL2): none
+// reads another's row value but the second of a deferred pair its first's, and no pick (what it picks by
+// a row's value is read once).
+bool meets_once(const Gen& g) {
+  const Program& p = g.p;
+  const std::map<int, int> pairs = deferred_pairs(g);
+  for (size_t k = 0; k < p.nodes.size(); ++k) {
+    if (!g.live[k]) continue;
+    if (p.nodes[k].op == "pick" || is_all_reduction(p.nodes[k].op)) return false;
+    if (!is_row_reduction(p.nodes[k].op)) continue;
+    std::vector<bool> seen(p.nodes.size());
+    std::vector<int> todo(p.nodes[k].args.begin(), p.nodes[k].args.end());
+    while (!todo.empty()) {
+      const int j = todo.back();
+      todo.pop_back();
+      if (seen[j]) continue;
+      seen[j] = true;
+      if (is_row_reduction(p.nodes[j].op)) {
+        const auto pair = pairs.find(static_cast<int>(k));
+        if (pair == pairs.end() || pair->second != j) return false;
+        continue;
+      }
+      for (int a : p.nodes[j].args) todo.push_back(a);
+    }
+  }
+  return true;
+}
 
 // A row kernel's body.
 class RowKernel final : public RowSteps {
@@ -186,20 +227,25 @@ class RowKernel final : public RowSteps {
   /// not with `prefetch`): the block's part of a per-column input (split_kept_column) is copied into shared
   /// memory once, before the first row, and read from there by every row: a block's columns are the same on
   /// every row, where L2 kept level1/40's 32 MB of weight and bias only in part (ncu: 192 MB read again).
+  /// Hold::kL2 (programs that meets_once) defers every pair, and takes none of prefetch, reuse and colsm.
   RowKernel(const Gen& g, Hold hold, bool any_k_out, Emitter& e, bool defer = false, bool prefetch = false, bool reuse = false,
             bool colsm = false)
-      : g_(g), p_(g.p), cached_(hold != Hold::kStream), split_(hold == Hold::kSplit), any_k_out_(any_k_out), cluster_(hold == Hold::kCached), e_(e) {
-    prefetch_ = split_ && split_prefetches(g, prefetch);
-    kept_ = split_ && !prefetch_ ? split_kept_column(g, colsm) : -1;
+      : g_(g),
+        p_(g.p),
+        cached_(hold != Hold::kStream),
+        split_(hold == Hold::kSplit || hold == Hold::kL2),
+        any_k_out_(any_k_out),
+        cluster_(hold == Hold::kCached),
+        l2_(hold == Hold::kL2),
+        e_(e) {
+    prefetch_ = split_ && !l2_ && split_prefetches(g, prefetch);
+    kept_ = split_ && !l2_ && !prefetch_ ? split_kept_column(g, colsm) : -1;
     if (kept_ >= 0)
       over_[kept_] = fmt::format("(V == 4 ? reinterpret_cast<const float*>(kfab_col + it * B + threadIdx.x)[v] : kfab_ld(a.in{} + c))",
                                  p_.nodes[kept_].input);
-    if (!split_ || !defer) return;
-    for (const auto& [m, sum] : softmax_pairs(p_))
-      if (g_.live[m] && g_.live[sum]) deferred_[m] = sum, deferred_[sum] = m;
-    if (const auto r = softmax_exp_reuse(p_); reuse && r && deferred_.count(r->max) && deferred_.at(r->max) == r->sum) reuse_ = r;
-    for (const auto& [m, sq] : moment_pairs(p_))
-      if (g_.live[m] && g_.live[sq] && !deferred_.count(m) && !deferred_.count(sq)) deferred_[m] = sq, deferred_[sq] = m;
+    if (!split_ || !(defer || l2_)) return;
+    deferred_ = deferred_pairs(g);
+    if (const auto r = softmax_exp_reuse(p_); reuse && !l2_ && r && deferred_.count(r->max) && deferred_.at(r->max) == r->sum) reuse_ = r;
   }
 
   void emit() {
@@ -225,7 +271,18 @@ class RowKernel final : public RowSteps {
     // chunk a block when the grid has a block a chunk; with a grid of resident blocks (persist) a
     // block goes on to its next rows at once, and pays its all-reductions' atomics and counter once.
     e_.line("const int64_t chunks = (rows + B / G - 1) / (B / G);");
-    if (split_) {  // a group of s.S blocks a row (G is B: a chunk is a row), the group's rows in turn
+    if (l2_) {  // tickets in turn: a tile's first pass or its second (row_reduce.cuh's kfab_l2_ticket)
+      e_.line("(void)chunks;").line("const int64_t T = rows * s.S;  // the tiles, s.S parts a row");
+      e_.open("for (int64_t t = blockIdx.x; t < 2 * T; t += gridDim.x)");
+      e_.line("int64_t tile = 0;").line("bool second = false;  // the tile's pass: its shares of the row reductions, or its outputs");
+      e_.line("kfab_l2_ticket(t, T, s.D, &tile, &second);");
+      e_.line("const int64_t chunk = tile / s.S;  // its row (G is B: a chunk is a row)").line("const int part = static_cast<int>(tile % s.S);");
+      e_.line("int64_t lo = 0, hi = n;  // the tile: the block's part of its row").line("kfab_split_part<V>(n, s.S, part, &lo, &hi);");
+      e_.line("float* shares = s.shares + chunk * NRED * s.S;  // the row's parts' shares, s.S a reduction");
+      e_.line("float* kfab_fin = s.shares + (rows * s.S + chunk) * NRED;  // the row's reductions");
+      e_.line("unsigned* kfab_bar = s.bar + chunk;  // the row's first passes counted, then one more when kfab_fin is written");
+      e_.line("(void)shares, (void)kfab_fin;");
+    } else if (split_) {  // a group of s.S blocks a row (G is B: a chunk is a row), the group's rows in turn
       e_.line("int64_t lo = 0, hi = n;  // the block's part of its row").line("kfab_split_part<V>(n, s.S, static_cast<int>(blockIdx.x % s.S), &lo, &hi);");
       e_.line("const int64_t group = blockIdx.x / s.S;").line("unsigned arrivals = 0;  // the group's arrivals expected at its counter so far");
       if (kept_ >= 0) keep_column();
@@ -262,8 +319,12 @@ class RowKernel final : public RowSteps {
       }
       if (prefetch_) e_.close();
     }
-    walk_rows(g_, *this);
-    outputs();
+    if (l2_) {
+      two_passes();
+    } else {
+      walk_rows(g_, *this);
+      outputs();
+    }
     issue_prefetch();  // where no meeting came before (every value has been used)
     // the next chunk's reductions reuse the shared slots this one's may still be reading
     if (split_) e_.line("__syncthreads();");
@@ -285,6 +346,16 @@ class RowKernel final : public RowSteps {
   void reduce(int k, int op) override {
     const int arg = p_.nodes[k].args[0];
     const std::string acc = fmt::format("s{}", k);
+    const auto paired = deferred_.find(k);
+    if (l2_ && second_) {  // the row's reductions, made by its last first pass
+      if (paired != deferred_.end() && paired->second > k) {
+        e_.linef("float r{} = __ldcg(kfab_fin + {});  // the row's maximum or mean", k, g_.redslot[k]);
+        return;
+      }
+      e_.linef("const float {} = __ldcg(kfab_fin + {});", acc, g_.redslot[k]);
+      e_.linef("const float r{} = {};", k, p_.nodes[k].op == "rowmean" ? acc + " / static_cast<float>(n)" : acc);
+      return;
+    }
     e_.linef("float {} = {};", acc, op == 1 ? "-INFINITY" : op == 2 ? "INFINITY" : "0.0f");
     over_row([&] {
       g_.element({arg}, access(), "c", e_, false, &over_);
@@ -292,13 +363,15 @@ class RowKernel final : public RowSteps {
       if (reuse_ && k == reuse_->sum) e_.linef("x{}[it * V + v] = e{};  // exp(x - the block's maximum), for the outputs", reuse_->input, reuse_->exp);
     });
     e_.linef("{0} = kfab_group<G, {1}>({0}, red[{2}]);", acc, op, g_.redslot[k]);
-    const auto paired = deferred_.find(k);
     if (paired != deferred_.end() && paired->second > k) {  // the block's maximum or mean, made the row's with the reduction after it
       if (op == 1) e_.linef("float r{} = {};  // the block's part's maximum until the sum's meeting", k, acc);
       else e_.linef("float r{0} = hi > lo ? {1} / static_cast<float>(hi - lo) : 0.0f;  // the block's part's mean until the meeting", k, acc);
       return;
     }
-    if (paired != deferred_.end()) {  // the reduction after it: both made the row's at one meeting
+    if (l2_) {  // the tile's shares (a pair's both), made the row's by its last first pass (gather)
+      if (paired != deferred_.end()) e_.linef("if (threadIdx.x == 0) __stcg(shares + {} * s.S + part, r{});", g_.redslot[paired->second], paired->second);
+      e_.linef("if (threadIdx.x == 0) __stcg(shares + {} * s.S + part, {});", g_.redslot[k], acc);
+    } else if (paired != deferred_.end()) {  // the reduction after it: both made the row's at one meeting
       const int m = paired->second;
       issue_prefetch();
       if (reuse_ && k == reuse_->sum) e_.linef("const float kfab_mb = r{};  // the block's part's maximum", m);
@@ -335,6 +408,47 @@ class RowKernel final : public RowSteps {
   void row_value(int k, const std::string& expr) override { e_.linef("const float r{} = {};", k, expr); }
 
  private:
+  // Hold::kL2: a tile's first pass makes its shares of the row reductions, and the row's last makes the row's
+  // reductions from them; a tile's second pass waits for those, then writes its outputs.
+  void two_passes() {
+    e_.open("if (!second)");
+    second_ = false;
+    walk_rows(g_, *this);
+    e_.open("if (kfab_l2_arrive(kfab_bar, static_cast<unsigned>(s.S)))").line("// the row's last first pass: its reductions from every part's shares");
+    gather();
+    e_.line("kfab_l2_publish(kfab_bar);").close();
+    e_.reopen("} else {").line("kfab_l2_wait(kfab_bar, static_cast<unsigned>(s.S) + 1u);");
+    second_ = true;
+    walk_rows(g_, *this);
+    outputs();
+    e_.close();
+  }
+
+  // The row's reductions from its parts' shares into kfab_fin (a pair's at once), by thread 0.
+  void gather() {
+    for (size_t k = 0; k < p_.nodes.size(); ++k) {
+      if (!g_.live[k] || !is_row_reduction(p_.nodes[k].op)) continue;
+      const int slot = g_.redslot[k];
+      const auto paired = deferred_.find(static_cast<int>(k));
+      if (paired != deferred_.end() && paired->second > static_cast<int>(k)) continue;  // with the reduction after it
+      e_.open("");
+      if (paired != deferred_.end()) {
+        const int ms = g_.redslot[paired->second];
+        e_.line("float gm = 0.0f, gt = 0.0f;");
+        if (p_.nodes[paired->second].op == "rowmax")
+          e_.linef("kfab_softmax_gather<B>(&gm, &gt, shares + {0} * s.S, shares + {1} * s.S, s.S, red[{0}], red[{1}]);", ms, slot);
+        else
+          e_.linef("kfab_moments_gather<B, V>(&gm, &gt, n, shares + {0} * s.S, shares + {1} * s.S, s.S, red[{0}], red[{1}]);", ms, slot);
+        e_.linef("if (threadIdx.x == 0) __stcg(kfab_fin + {}, gm), __stcg(kfab_fin + {}, gt);", ms, slot);
+      } else {
+        const int op = p_.nodes[k].op == "rowmax" ? 1 : p_.nodes[k].op == "rowmin" ? 2 : 0;
+        e_.linef("const float gt = kfab_split_gather<B, {}>(shares + {} * s.S, s.S, red[{}]);", op, slot, slot);
+        e_.linef("if (threadIdx.x == 0) __stcg(kfab_fin + {}, gt);", slot);
+      }
+      e_.close();
+    }
+  }
+
   // With `prefetch`, a turn after the first takes its row's part from the copies the turn before issued;
   // the loads from global memory after it (the first turn's, and every turn's of rows read a float at a
   // time) are left in an open `if (!staged)` for the caller to close.
@@ -498,6 +612,8 @@ class RowKernel final : public RowSteps {
   const Program& p_;
   bool cached_, split_, any_k_out_;
   bool cluster_;  // kfab_rows_cached, a cluster's (CL > 1) or a lone block's kernel: its template's U and kfab_m
+  bool l2_;       // Hold::kL2: tiles read twice
+  bool second_ = false;  // (l2_) the pass being emitted is the tiles' second
   bool prefetch_ = false, issued_ = false;  // the next row's part copied into shared memory; its copies emitted
   int kept_ = -1;                            // the node of the per-column input kept in shared memory (colsm)
   std::map<int, int> deferred_;  // a softmax's row maximum (a layer norm's mean) <-> the reduction after it, combined together
@@ -636,12 +752,17 @@ void cluster_launch(const Gen& g, int I, Emitter& e) {
 // Rows longer than a cluster holds, each split over the fewest blocks of the grid that keep its parts
 // in registers (I float4 a thread), all resident at once: false, nothing launched, where the device
 // cannot hold them (the caller streams the rows).
-void split_launch(const Gen& g, bool prefetch, bool colsm, Emitter& e) {
+void split_launch(const Gen& g, bool prefetch, bool colsm, bool l2, Emitter& e) {
   e.blank().line("// Rows longer than a cluster holds, each split over a group of the grid's blocks keeping its parts in registers;");
   e.line("// false (nothing launched) where the device cannot hold a row's group at once.");
   e.open("bool kfab_rows_split_go(const Args& a, int64_t rows, int64_t n, bool vec, cudaStream_t stream)");
   e.line("// a block's values: I float4 a thread, or 2 * I floats read one at a time (4 * I of them spill under their index arithmetic)");
   e.line("constexpr int64_t holds = static_cast<int64_t>(B) * I * 4;");
+  if (l2) {  // tiles of `holds` read twice, by a grid of resident blocks taking tickets
+    e.line("return vec ? kfab_go_l2(kfab_rows_split<B, G, 4, I>, B, holds, NRED, stream, a, rows, n)");
+    e.line("           : kfab_go_l2(kfab_rows_split<B, G, 1, I * 2>, B, holds / 2, NRED, stream, a, rows, n);").close();
+    return;
+  }
   // the next row's part of each per-element input, I float4 a thread, with `prefetch` (float4 rows only)
   e.linef("constexpr int pre = {} * B * I * 16;  // bytes of shared memory a block, the next row's part (prefetch)",
           split_prefetches(g, prefetch) ? g.e_inputs().size() : 0);
@@ -709,7 +830,19 @@ Parts rows_parts(const Gen& g, const TemplateParams& tp) {
   RowKernel(g, Hold::kStream, any_k_out, e).emit();
   e.close();
   cluster_launch(g, I, e);
-  if (split) {
+  // (l2: tiles of each row read twice, the second time from L2, where every row reduction meets at once)
+  const bool l2 = split && param(tp, "l2", 0) != 0 && meets_once(g);
+  if (l2) {
+    e.blank().line("// The cached kernel for rows longer than a cluster holds, in tiles of s.S parts a row, each read twice: a first pass");
+    e.line("// makes a tile's shares of its row's reductions, the row's last makes the row's from them; a second pass, from L2,");
+    e.line("// waits for those and writes the tile's outputs. A grid of resident blocks (a cooperative launch) taking tickets in");
+    e.line("// turn, first passes s.D tiles ahead of second ones (row_reduce.cuh's kfab_l2_ticket).");
+    e.line("template <int B, int G, int V, int IT>");
+    e.open("__global__ void __launch_bounds__(B, B <= 256 ? 2 : 1) kfab_rows_split(Args a, int64_t rows, int64_t n, KfabSplit s)");
+    RowKernel(g, Hold::kL2, false, e).emit();
+    e.close();
+    split_launch(g, false, false, true, e);
+  } else if (split) {
     e.blank().line("// The cached kernel for rows longer than a cluster holds: each row split over a group of s.S blocks of the grid,");
     e.line("// every block resident at once (a cooperative launch), their row reductions combined through global memory.");
     e.line("// (blocks of 256 threads two an SM, at most 128 registers a thread: left to itself the compiler takes 221 for");
@@ -720,7 +853,7 @@ Parts rows_parts(const Gen& g, const TemplateParams& tp) {
               param(tp, "colsm", 0) != 0)
         .emit();
     e.close();
-    split_launch(g, param(tp, "prefetch", 0) != 0, param(tp, "colsm", 0) != 0, e);
+    split_launch(g, param(tp, "prefetch", 0) != 0, param(tp, "colsm", 0) != 0, false, e);
   }
   const Parts cols = column_passes(g);
   e.raw(cols.code);

@@ -120,9 +120,9 @@ TEST_F(CudaEval, BundledSoftmaxPasses) {
 
 // A bundled row task (tasks/core/<task>) at other shapes (`shapes`: its [shapes] table, and what else
 // stood between it and [reference]), evaluated with its fused row program generated at the first point
-// of the grid for rows of n that `wanted` accepts: it passes.
+// of the grid for rows of n that `wanted` accepts (with `extra`'s parameters set on it): it passes.
 static void row_task_passes_at(const std::string& task_name, const std::string& name, const std::string& shapes, int64_t n,
-                               const std::function<bool(const TemplateParams&)>& wanted) {
+                               const std::function<bool(const TemplateParams&)>& wanted, const TemplateParams& extra = {}) {
   namespace fs = std::filesystem;
   const fs::path task = scratch() / name;
   fs::remove_all(task);
@@ -139,11 +139,13 @@ static void row_task_passes_at(const std::string& task_name, const std::string& 
   const auto grid = fused_grid(*p, n);
   const auto point = std::find_if(grid.begin(), grid.end(), wanted);
   ASSERT_NE(point, grid.end()) << name;
+  TemplateParams q = *point;
+  for (const auto& [k, v] : extra) q[k] = v;
   const auto f = scratch() / (name + ".cu");
-  ASSERT_TRUE(write_file_atomic(f, generate_fused_cuda(*p, *point, task_name)).has_value());
+  ASSERT_TRUE(write_file_atomic(f, generate_fused_cuda(*p, q, task_name)).has_value());
   CliResult r = kfab_cli({"eval", task.string(), f.string(), "--json"});
-  EXPECT_EQ(r.status.code, 0) << format_params(*point) << "\n" << r.out << r.err;
-  EXPECT_EQ(r.json().value("disposition", ""), "passed") << format_params(*point) << "\n" << r.out;
+  EXPECT_EQ(r.status.code, 0) << format_params(q) << "\n" << r.out << r.err;
+  EXPECT_EQ(r.json().value("disposition", ""), "passed") << format_params(q) << "\n" << r.out;
 }
 
 // Issue 25: the tuner's row kernel with each row split over a cluster of blocks (rows longer than a
@@ -179,6 +181,23 @@ TEST_F(CudaEval, ARowSplitOverTheGridPasses) {
   row_task_passes_at("layer_norm", "layer_norm_very_long_prefetch", shapes + "\n[op_params]\neps = 1e-5\n", 4194304, prefetching);
   row_task_passes_at("layer_norm", "layer_norm_very_long_colsm", shapes + "\n[op_params]\neps = 1e-5\n", 4194304,
                      [](const TemplateParams& q) { return q.count("colsm") > 0; });
+}
+
+// Issue 25: rows in tiles read twice, the second time from L2 (l2: a grid of resident blocks taking tickets,
+// a tile's second pass waiting for its row's first passes) pass: a softmax (maximum and sum made at once) and a
+// layer norm (mean and squared deviations) over rows of 4M floats (256 tiles a row), 393216 and 40000 (2000
+// rows of 3 tiles: tiles of many rows in flight at once), a float at a time (4194303) and short rows with the
+// same file; an RMS norm's one row reduction (made from its tiles' shares alone) likewise.
+TEST_F(CudaEval, RowsReadTwiceInTilesPass) {
+  const std::string shapes =
+      "tune = [ { M = 5, N = 4194304 }, { M = 2000, N = 40000 } ]\n"
+      "heldout = [ { M = 2, N = 4194303 }, { M = 64, N = 393216 }, { M = 100, N = 1000 } ]\n";
+  const auto l2 = [](const char* items) { return [items](const TemplateParams& q) { return q.count("l2") && q.at("items") == items; }; };
+  row_task_passes_at("softmax", "softmax_l2", shapes, 4194304, l2("16"));
+  row_task_passes_at("softmax", "softmax_l2_8", shapes, 4194304, l2("8"));
+  const std::string eps = "\n[op_params]\neps = 1e-5\n";
+  row_task_passes_at("layer_norm", "layer_norm_l2", shapes + eps, 4194304, l2("16"));
+  row_task_passes_at("rms_norm", "rms_norm_l2", shapes + "\n[op_params]\neps = 1e-6\n", 4194304, [](const TemplateParams& q) { return q.count("split") > 0; }, {{"l2", "1"}});
 }
 
 TEST_F(CudaEval, WrongResultOnTheGpuIsIncorrect) {

@@ -139,6 +139,13 @@ TEST_F(CudaBuild, FusedRowProgramsCompileAcrossTheirGrid) {
   EXPECT_EQ(built, 28);
 }
 
+// A grid without its points that read rows in tiles twice (l2; RowsReadTwiceInTilesGetPointsThatCompile
+// tests those): the order of the others.
+static std::vector<TemplateParams> without_l2(std::vector<TemplateParams> grid) {
+  grid.erase(std::remove_if(grid.begin(), grid.end(), [](const TemplateParams& q) { return q.count("l2") > 0; }), grid.end());
+  return grid;
+}
+
 // Issue 25: rows longer than a block holds (level1/23's softmax over 393216, level1/38's L1 norm over
 // 65535) get points that split each row over a cluster (after those that split it over the grid's
 // blocks); those compile, with the cluster's combine of each row reduction, and a program with a scalar
@@ -151,7 +158,7 @@ TEST_F(CudaBuild, LongRowsGetClusterPointsThatCompile) {
     auto p = task_program(*task);
     ASSERT_TRUE(p.has_value()) << t << ": " << p.error().message;
     for (int64_t n : {393216, 65535}) {
-      const auto grid = fused_grid(*p, n);
+      const auto grid = without_l2(fused_grid(*p, n));
       const auto point = std::find_if(grid.begin(), grid.end(), [](const TemplateParams& q) { return q.count("cluster") > 0; });
       ASSERT_NE(point, grid.end()) << t << " " << n;
       // a softmax's: after the two split points (and before them the split points whose row reductions meet
@@ -196,7 +203,7 @@ TEST_F(CudaBuild, RowsLongerThanAClusterGetSplitPointsThatCompile) {
   ASSERT_TRUE(ln.has_value()) << ln.error().message;
   int built = 0;
   for (int64_t n : {4194304, 4194303}) {
-    const auto grid = fused_grid(*ln, n);
+    const auto grid = without_l2(fused_grid(*ln, n));
     ASSERT_GE(grid.size(), 3u);
     for (size_t i = 0; i < 3; ++i) {
       EXPECT_TRUE(grid[i].count("split")) << n << ": " << format_params(grid[i]);  // none of them a cluster
@@ -219,14 +226,14 @@ TEST_F(CudaBuild, RowsLongerThanAClusterGetSplitPointsThatCompile) {
   EXPECT_EQ(built, 2);
   auto sm = parse_program("e = exp(x - rowmax(x)); y = e / rowsum(e)", {{"x", VClass::E}}, {"y"});
   ASSERT_TRUE(sm.has_value()) << sm.error().message;
-  const auto grid = fused_grid(*sm, 393216);
+  const auto grid = without_l2(fused_grid(*sm, 393216));
   ASSERT_GE(grid.size(), 3u);
   EXPECT_TRUE(grid[3].count("split") && grid[4].count("split") && grid[5].count("cluster")) << format_params(grid[5]);
   // the softmax's maximum and sum met at once, the layer norm's mean and squared deviations too: the first
   // points, which compile: the softmax's first keeping exp(x - the block's maximum) in x's registers for its
   // outputs (reuse), then for both a plain one and one copying each block's part of its next row into shared
   // memory while the row's blocks meet; not for an RMS norm (one reduction)
-  const auto lgrid = fused_grid(*ln, 4194304);
+  const auto lgrid = without_l2(fused_grid(*ln, 4194304));
   for (const auto& [name, prog, g, call] : std::vector<std::tuple<std::string, const Program*, std::vector<TemplateParams>, std::string>>{
            {"softmax", &*sm, grid, "kfab_split_softmax<B>(&r"}, {"layer_norm", &*ln, lgrid, "kfab_split_moments<B, V>(&r"}}) {
     ASSERT_GE(g.size(), 4u) << name;
@@ -273,6 +280,65 @@ TEST_F(CudaBuild, RowsLongerThanAClusterGetSplitPointsThatCompile) {
   auto total = parse_program("y = x / rowsum(x); s = allsum(x)", {{"x", VClass::E}}, {"y", "s"});
   ASSERT_TRUE(total.has_value()) << total.error().message;
   for (const auto& point : fused_grid(*total, 4194304)) EXPECT_FALSE(point.count("split")) << format_params(point);
+}
+
+// Issue 25: rows longer than a cluster holds whose row reductions all meet at once (a softmax's maximum and
+// sum, a layer norm's mean and squared deviations) lead the grid with points that read them in tiles twice,
+// the second time from L2 (l2), which compile: each tile's shares written, the row's made by its last first
+// pass (a pair's at once), the second pass waiting for them; an RMS norm (one row reduction) gets none, and a
+// program whose second reduction reads the first's row value apart from a pair's is generated without them.
+TEST_F(CudaBuild, RowsReadTwiceInTilesGetPointsThatCompile) {
+  auto sm = parse_program("e = exp(x - rowmax(x)); y = e / rowsum(e)", {{"x", VClass::E}}, {"y"});
+  auto ln = parse_program("m = rowmean(x); d = x - m; r = rsqrt(rowmean(d * d) + 1e-05); y = d * r * w + b",
+                          {{"x", VClass::E}, {"w", VClass::C}, {"b", VClass::C}}, {"y"});
+  ASSERT_TRUE(sm.has_value() && ln.has_value());
+  int built = 0;
+  for (const auto& [name, prog, gather] : std::vector<std::tuple<std::string, const Program*, std::string>>{
+           {"softmax", &*sm, "kfab_softmax_gather<B>(&gm, &gt, shares + 0 * s.S, shares + 1 * s.S"},
+           {"layer_norm", &*ln, "kfab_moments_gather<B, V>(&gm, &gt, n, shares + 0 * s.S, shares + 1 * s.S"}}) {
+    for (int64_t n : {4194304, 393216}) {
+      const auto grid = fused_grid(*prog, n);
+      ASSERT_GE(grid.size(), 4u);
+      for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(grid[i].count("l2") && grid[i].count("split")) << name << " " << n << ": " << format_params(grid[i]);
+      EXPECT_FALSE(grid[3].count("l2")) << name << " " << n;
+      if (n != 4194304) continue;
+      for (size_t i = 0; i < 3; ++i) {
+        const std::string src = generate_fused_cuda(*prog, grid[i], name);
+        EXPECT_NE(src.find("kfab_go_l2(kfab_rows_split<B, G, 4, I>"), std::string::npos) << name;
+        EXPECT_NE(src.find("kfab_l2_ticket(t, T, s.D, &tile, &second);"), std::string::npos) << name;
+        EXPECT_NE(src.find("if (threadIdx.x == 0) __stcg(shares + 1 * s.S + part, s"), std::string::npos) << name;
+        EXPECT_NE(src.find(gather), std::string::npos) << name;
+        EXPECT_NE(src.find("kfab_l2_wait(kfab_bar, static_cast<unsigned>(s.S) + 1u);"), std::string::npos) << name;
+        EXPECT_NE(src.find("= __ldcg(kfab_fin + 1);"), std::string::npos) << name;
+        // no meeting of a row's blocks
+        for (const char* meet : {"kfab_split_combine<B, ", "kfab_split_softmax<B>(&r", "kfab_split_moments<B, V>(&r"})
+          EXPECT_EQ(src.find(meet), std::string::npos) << name << " " << meet;
+        const auto f = scratch() / (name + "_l2_" + std::to_string(i) + ".cu");
+        ASSERT_TRUE(write_file_atomic(f, src).has_value());
+        auto r = backend_.build(f);
+        ASSERT_TRUE(r.ok()) << name << " " << format_params(grid[i]) << "\n" << r.failure().message;
+        ++built;
+      }
+    }
+  }
+  EXPECT_EQ(built, 6);
+  auto rms = parse_program("y = x * rsqrt(rowmean(x * x) + 1e-05)", {{"x", VClass::E}}, {"y"});
+  ASSERT_TRUE(rms.has_value()) << rms.error().message;
+  const auto rgrid = fused_grid(*rms, 4194304);
+  for (const auto& point : rgrid) EXPECT_FALSE(point.count("l2")) << format_params(point);
+  // asked for, an RMS norm's one reduction is made from its tiles' shares alone
+  TemplateParams q = rgrid.front();
+  q["l2"] = "1";
+  const std::string rsrc = generate_fused_cuda(*rms, q, "rms_norm");
+  EXPECT_NE(rsrc.find("const float gt = kfab_split_gather<B, 0>(shares + 0 * s.S, s.S, red[0]);"), std::string::npos);
+  // a variance about a mean that is not the pair's (x - rowmean(x) * 2): two meetings, so the plain split kernel
+  auto two = parse_program("m = rowmean(x); d = x - m * 2; y = d * rsqrt(rowmean(d * d) + 1e-05)", {{"x", VClass::E}}, {"y"});
+  ASSERT_TRUE(two.has_value()) << two.error().message;
+  q = rgrid.front();
+  q["l2"] = "1";
+  const std::string tsrc = generate_fused_cuda(*two, q, "two");
+  EXPECT_EQ(tsrc.find("kfab_l2_ticket(t"), std::string::npos);
+  EXPECT_NE(tsrc.find("kfab_split_combine<B, 0>"), std::string::npos);
 }
 
 // The cuda templates for cumsum, transpose, the middle-dimension sum (dim_reduce) and group norm compile at every point.

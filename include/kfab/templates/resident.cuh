@@ -110,12 +110,52 @@ bool kfab_go_cluster(K kernel, int threads, cudaStream_t stream, const Args& a, 
 // blocks of the grid: the grid's blocks form groups of S, a group taking rows in turn; `shares` holds
 // each block's share of each row reduction ([groups][2][nred][S]: two rows' worth, by the parity of the
 // group's row count, so a block a row ahead never overwrites shares another still reads), `bar` a
-// counter of arrivals a group, zero at launch (row_reduce.cuh's kfab_split_combine).
+// counter of arrivals a group, zero at launch (row_reduce.cuh's kfab_split_combine). Read twice (kfab_go_l2):
+// S parts a row, `shares` [rows][nred][S] then the rows' reductions [rows][nred], `bar` a counter a row,
+// D the tiles first passes run ahead of second ones.
 struct KfabSplit {
   int S, nred;
   float* shares;
   unsigned* bar;
+  int64_t D;
 };
+
+// Device memory of at least `need` T's at *p, kept between calls (*have: how many), grown when a shape needs
+// more; false where CUDA cannot give it.
+template <class T>
+bool kfab_scratch(T** p, int64_t* have, int64_t need) {
+  if (need <= *have) return true;
+  if (*p != nullptr) cudaFree(*p);
+  *p = nullptr, *have = 0;
+  if (cudaMalloc(reinterpret_cast<void**>(p), sizeof(T) * static_cast<size_t>(need)) != cudaSuccess) return (void)cudaGetLastError(), false;
+  *have = need;
+  return true;
+}
+
+// Whether the device has cooperative launches (every block of a grid resident at once), and a kernel with
+// `smem` bytes of dynamic shared memory may have them.
+template <class K>
+bool kfab_coop_ok(K kernel, int smem) {
+  int dev = 0, coop = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev) != cudaSuccess || coop == 0)
+    return (void)cudaGetLastError(), false;
+  if (smem > 48 * 1024 && cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess)
+    return (void)cudaGetLastError(), false;
+  return true;
+}
+
+// The cooperative launch of `kernel` (a row kernel taking a KfabSplit after rows and n) over `blocks` blocks.
+template <class K, class Args>
+bool kfab_go_coop(K kernel, int64_t blocks, int threads, int smem, cudaStream_t stream, const Args& a, int64_t rows, int64_t n, KfabSplit s) {
+  Args args = a;
+  void* argv[] = {&args, &rows, &n, &s};
+  if (cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), dim3(static_cast<unsigned>(blocks)), dim3(static_cast<unsigned>(threads)), argv,
+                                  static_cast<size_t>(smem), stream) != cudaSuccess) {
+    (void)cudaGetLastError();  // not the caller's error: it streams the rows instead
+    return false;
+  }
+  return true;
+}
 
 // Launches `kernel` (a row kernel taking a KfabSplit after rows and n) over `rows` rows of n, each
 // split over the fewest blocks of `threads` threads that hold `holds` values each, as a cooperative
@@ -127,39 +167,36 @@ bool kfab_go_split(K kernel, int threads, int64_t holds, int nred, cudaStream_t 
   static float* shares = nullptr;  // kept between calls, grown when a shape needs more
   static unsigned* bar = nullptr;
   static int64_t have_shares = 0, have_bar = 0;
-  int dev = 0, coop = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev) != cudaSuccess || coop == 0) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  if (smem > 48 * 1024 && cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess)
-    return (void)cudaGetLastError(), false;
+  if (!kfab_coop_ok(kernel, smem)) return false;
   int64_t S = (n + holds - 1) / holds;
   const int64_t resident = kfab_resident(reinterpret_cast<const void*>(kernel), threads, smem);
   if (rows <= 0 || S < 2 || resident < S) return false;
   const int64_t groups = resident / S < rows ? resident / S : rows;
-  const int64_t need = groups * 2 * nred * S;
-  if (need > have_shares) {
-    if (shares != nullptr) cudaFree(shares);
-    shares = nullptr, have_shares = 0;
-    if (cudaMalloc(reinterpret_cast<void**>(&shares), sizeof(float) * static_cast<size_t>(need)) != cudaSuccess) return (void)cudaGetLastError(), false;
-    have_shares = need;
-  }
-  if (groups > have_bar) {
-    if (bar != nullptr) cudaFree(bar);
-    bar = nullptr, have_bar = 0;
-    if (cudaMalloc(reinterpret_cast<void**>(&bar), sizeof(unsigned) * static_cast<size_t>(groups)) != cudaSuccess) return (void)cudaGetLastError(), false;
-    have_bar = groups;
-  }
+  if (!kfab_scratch(&shares, &have_shares, groups * 2 * nred * S) || !kfab_scratch(&bar, &have_bar, groups)) return false;
   if (cudaMemsetAsync(bar, 0, sizeof(unsigned) * static_cast<size_t>(groups), stream) != cudaSuccess) return (void)cudaGetLastError(), false;
-  KfabSplit s{static_cast<int>(S), nred, shares, bar};
-  Args args = a;
-  void* argv[] = {&args, &rows, &n, &s};
-  if (cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), dim3(static_cast<unsigned>(groups * S)), dim3(static_cast<unsigned>(threads)),
-                                  argv, static_cast<size_t>(smem), stream) != cudaSuccess) {
-    (void)cudaGetLastError();  // not the caller's error: it streams the rows instead
-    return false;
-  }
-  return true;
+  return kfab_go_coop(kernel, groups * S, threads, smem, stream, a, rows, n, KfabSplit{static_cast<int>(S), nred, shares, bar, 0});
+}
+
+// Launches `kernel` (a row kernel taking a KfabSplit after rows and n, that reads its rows twice) over `rows`
+// rows of n, each cut into S parts of at most `holds` values, a block's tile: a grid of as many blocks as the
+// device holds at once (a cooperative launch), each taking tickets (row_reduce.cuh's kfab_l2_ticket) in turn,
+// a tile's first pass (its share of each row reduction) or its second (the outputs, from L2, after its row's
+// first passes). First passes run D = S + the grid's blocks tiles ahead of second ones: a row's last first
+// passes have finished by the time its first second pass is taken, and L2 holds those D tiles (level1/23's
+// softmax: 1.5 MB a row, 16 MB of tiles in flight). False (nothing launched) where the device cannot.
+template <class K, class Args>
+bool kfab_go_l2(K kernel, int threads, int64_t holds, int nred, cudaStream_t stream, const Args& a, int64_t rows, int64_t n) {
+  static float* shares = nullptr;  // kept between calls, grown when a shape needs more
+  static unsigned* bar = nullptr;
+  static int64_t have_shares = 0, have_bar = 0;
+  if (!kfab_coop_ok(kernel, 0)) return false;
+  const int64_t S = (n + holds - 1) / holds, T = rows * S;
+  const int64_t resident = kfab_resident(reinterpret_cast<const void*>(kernel), threads);
+  if (rows <= 0 || n <= 0 || S > 2147483647 || resident <= 0) return false;
+  const int64_t blocks = resident < 2 * T ? resident : 2 * T;
+  const int64_t D = S + blocks < T ? S + blocks : T;
+  if (!kfab_scratch(&shares, &have_shares, rows * nred * (S + 1)) || !kfab_scratch(&bar, &have_bar, rows)) return false;
+  if (cudaMemsetAsync(bar, 0, sizeof(unsigned) * static_cast<size_t>(rows), stream) != cudaSuccess) return (void)cudaGetLastError(), false;
+  return kfab_go_coop(kernel, blocks, threads, 0, stream, a, rows, n, KfabSplit{static_cast<int>(S), nred, shares, bar, D});
 }
 // kfab:end

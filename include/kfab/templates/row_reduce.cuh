@@ -138,24 +138,31 @@ __device__ __forceinline__ void kfab_split_meet(unsigned* bar, unsigned target) 
 // (the S slots of this reduction); after the meeting each block combines the S shares in the same order
 // (thread r of B takes shares r, r + B, ..; then kfab_group), so every block has the same total. `slot`
 // is the shared slot of this reduction, whose earlier reads the meeting orders before the writes here.
+// The row's total of a reduction from the S blocks' shares `sh` (thread r of B takes shares r, r + B, ..;
+// then kfab_group over `slot`), in the same order in every block, so every block has the same total.
 template <int B, int OP>
-__device__ __forceinline__ float kfab_split_combine(float v, float* sh, unsigned* bar, unsigned target, int S, float* slot) {
-  if (threadIdx.x == 0) __stcg(sh + blockIdx.x % S, v);
-  kfab_split_meet(bar, target);
+__device__ __forceinline__ float kfab_split_gather(const float* sh, int S, float* slot) {
   float t = OP == 0 ? 0.0f : OP == 1 ? -INFINITY : INFINITY;
   for (int r = threadIdx.x; r < S; r += B) t = kfab_combine<OP>(t, __ldcg(sh + r));
   return kfab_group<B, OP>(t, slot);
 }
 
-// A softmax's row maximum and sum over S blocks of the grid at one meeting (program.h's softmax_pairs):
-// each block brings its part's maximum *m and the sum *s of exp(x - *m) over its part; the row's maximum
-// M is the largest, its sum that of s_b exp(m_b - M) (s_b alone where m_b is M: a row of -infinity keeps
-// its NaN, as exp(x - M) gives it). Both are left in *m and *s, the same in every block.
-template <int B>
-__device__ __forceinline__ void kfab_split_softmax(float* m, float* s, float* shm, float* shs, unsigned* bar, unsigned target, int S, float* slot_m,
-                                                   float* slot_s) {
-  if (threadIdx.x == 0) __stcg(shm + blockIdx.x % S, *m), __stcg(shs + blockIdx.x % S, *s);
+// A row split over S blocks of the grid: v, the block's share of a reduction, goes to its slot of `sh`
+// (the S slots of this reduction); after the meeting each block gathers the S shares. `slot` is the shared
+// slot of this reduction, whose earlier reads the meeting orders before the writes here.
+template <int B, int OP>
+__device__ __forceinline__ float kfab_split_combine(float v, float* sh, unsigned* bar, unsigned target, int S, float* slot) {
+  if (threadIdx.x == 0) __stcg(sh + blockIdx.x % S, v);
   kfab_split_meet(bar, target);
+  return kfab_split_gather<B, OP>(sh, S, slot);
+}
+
+// A softmax's row maximum and sum from S parts' maxima `shm` and sums `shs` of exp(x - the part's maximum)
+// (program.h's softmax_pairs): the row's maximum M is the largest, its sum that of s_b exp(m_b - M) (s_b
+// alone where m_b is M: a row of -infinity keeps its NaN, as exp(x - M) gives it); left in *m and *s, the
+// same in every block.
+template <int B>
+__device__ __forceinline__ void kfab_softmax_gather(float* m, float* s, const float* shm, const float* shs, int S, float* slot_m, float* slot_s) {
   float M = -INFINITY;
   for (int r = threadIdx.x; r < S; r += B) M = fmaxf(M, __ldcg(shm + r));
   M = kfab_group<B, 1>(M, slot_m);
@@ -167,16 +174,24 @@ __device__ __forceinline__ void kfab_split_softmax(float* m, float* s, float* sh
   *s = kfab_group<B, 0>(t, slot_s);
   *m = M;
 }
-// A layer norm's row mean and its sum of squared deviations over S blocks of the grid at one meeting
-// (program.h's moment_pairs): each block brings its part's mean *m and the sum *q of (x - *m)^2 over its
-// part (parts as resident.cuh's kfab_split_part<V> cuts a row of n); the row's mean is that of the parts'
-// means weighted by their lengths, its sum of squares theirs plus n_b (m_b - mean)^2 each (Chan et al.).
-// Both are left in *m and *q, the same in every block.
-template <int B, int V>
-__device__ __forceinline__ void kfab_split_moments(float* m, float* q, int64_t n, float* shm, float* shq, unsigned* bar, unsigned target, int S,
-                                                   float* slot_m, float* slot_q) {
-  if (threadIdx.x == 0) __stcg(shm + blockIdx.x % S, *m), __stcg(shq + blockIdx.x % S, *q);
+
+// The same over S blocks of the grid at one meeting: each block brings its part's maximum *m and the sum
+// *s of exp(x - *m) over its part.
+template <int B>
+__device__ __forceinline__ void kfab_split_softmax(float* m, float* s, float* shm, float* shs, unsigned* bar, unsigned target, int S, float* slot_m,
+                                                   float* slot_s) {
+  if (threadIdx.x == 0) __stcg(shm + blockIdx.x % S, *m), __stcg(shs + blockIdx.x % S, *s);
   kfab_split_meet(bar, target);
+  kfab_softmax_gather<B>(m, s, shm, shs, S, slot_m, slot_s);
+}
+
+// A layer norm's row mean and its sum of squared deviations from S parts' means `shm` and sums `shq` of
+// (x - the part's mean)^2 (program.h's moment_pairs; parts as resident.cuh's kfab_split_part<V> cuts a row
+// of n): the row's mean is that of the parts' means weighted by their lengths, its sum of squares theirs
+// plus n_b (m_b - mean)^2 each (Chan et al.); left in *m and *q, the same in every block.
+template <int B, int V>
+__device__ __forceinline__ void kfab_moments_gather(float* m, float* q, int64_t n, const float* shm, const float* shq, int S, float* slot_m,
+                                                    float* slot_q) {
   const int64_t chunk = (n + static_cast<int64_t>(S) * V - 1) / (static_cast<int64_t>(S) * V) * V;
   auto part = [&](int r) {  // the length of block r's part
     const int64_t left = n - r * chunk;
@@ -192,5 +207,64 @@ __device__ __forceinline__ void kfab_split_moments(float* m, float* q, int64_t n
   }
   *q = kfab_group<B, 0>(u, slot_q);
   *m = mean;
+}
+
+// The same over S blocks of the grid at one meeting: each block brings its part's mean *m and the sum *q
+// of (x - *m)^2 over its part.
+template <int B, int V>
+__device__ __forceinline__ void kfab_split_moments(float* m, float* q, int64_t n, float* shm, float* shq, unsigned* bar, unsigned target, int S,
+                                                   float* slot_m, float* slot_q) {
+  if (threadIdx.x == 0) __stcg(shm + blockIdx.x % S, *m), __stcg(shq + blockIdx.x % S, *q);
+  kfab_split_meet(bar, target);
+  kfab_moments_gather<B, V>(m, q, n, shm, shq, S, slot_m, slot_q);
+}
+
+// Rows split into parts (tiles) read twice, the second time from L2 (resident.cuh's kfab_go_l2): ticket t of
+// 2T (T tiles) is the tile's first pass (its row reductions' shares: *second false) or its second (the
+// outputs), first passes running D tiles ahead of second ones: D first passes, then one of each in turn,
+// then the last second passes. A row's second passes come after all its first passes where D is at least
+// a row's parts: every block takes its tickets in increasing order, so none waits on a later ticket.
+__device__ __forceinline__ void kfab_l2_ticket(int64_t t, int64_t T, int64_t D, int64_t* tile, bool* second) {
+  const int64_t u = t - D, L = T - D;
+  if (t < D) *tile = t, *second = false;
+  else if (u < 2 * L) *tile = u / 2 + (u % 2 == 0 ? D : 0), *second = u % 2 != 0;
+  else *tile = u - L, *second = true;
+}
+
+// A tile's first pass, its shares written (by thread 0): it is counted at its row's counter `bar`; true in
+// every thread of the block whose tile is its row's last to be counted (`parts` of them), which then makes
+// the row's reductions from the shares and calls kfab_l2_publish.
+__device__ __forceinline__ bool kfab_l2_arrive(unsigned* bar, unsigned parts) {
+  __shared__ unsigned kfab_last;
+  __syncthreads();  // (kfab_last's last reads)
+  if (threadIdx.x == 0) {
+    __threadfence();  // the shares, before the tile is counted
+    kfab_last = atomicAdd(bar, 1u) == parts - 1 ? 1u : 0u;
+    if (kfab_last) __threadfence();  // every part's shares, before they are read
+  }
+  __syncthreads();
+  return kfab_last != 0;
+}
+
+// The row's reductions written (by thread 0): its counter goes one past its parts, which second passes wait for.
+__device__ __forceinline__ void kfab_l2_publish(unsigned* bar) {
+  if (threadIdx.x == 0) {
+    __threadfence();
+    atomicAdd(bar, 1u);
+  }
+}
+
+// A tile's second pass waits (thread 0, then the block) until its row's counter reaches `target`; the row's
+// reductions are read from L2 (__ldcg) after it.
+__device__ __forceinline__ void kfab_l2_wait(const unsigned* bar, unsigned target) {
+  if (threadIdx.x == 0) {
+    unsigned v = 0;
+    for (;;) {
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(bar) : "memory");
+      if (v >= target) break;
+      __nanosleep(100);
+    }
+  }
+  __syncthreads();
 }
 // kfab:end
