@@ -34,6 +34,7 @@ python3 bench/points_table.py "$out/bench/bench.json" >"$out/points.md"
 # under ncu, its second call's kernels whose names start kfab_: duration, DRAM, SM, L1 and L2 throughput,
 # occupancy, registers and the stall reasons (cycles a warp waits per instruction issued), in profile.txt.
 # (kfab eval --profile takes native tasks only.) Clocks are not set (--clock-control none).
+# KFAB_SPOT_PROFILE_POINTS="00 02": the candidates of those points too (bench/runs/NAME/*_00.cu, ..), after the winner.
 if [ "${KFAB_SPOT_PROFILE:-0}" = 1 ]; then
   metrics=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,dram__bytes_write.sum
   metrics+=,sm__throughput.avg.pct_of_peak_sustained_elapsed,l1tex__throughput.avg.pct_of_peak_sustained_elapsed
@@ -44,9 +45,11 @@ if [ "${KFAB_SPOT_PROFILE:-0}" = 1 ]; then
   done
   for f in "$suite"/*.py; do
     name=$(basename "$f" .py)
-    for best in "$out/bench/runs/$name"*/best.cu; do
+    picks=("$out/bench/runs/$name"*/best.cu)
+    for pt in ${KFAB_SPOT_PROFILE_POINTS:-}; do picks+=("$out/bench/runs/$name"*/*_"$pt".cu); done
+    for best in "${picks[@]}"; do
       [ -f "$best" ] || continue
-      echo "== $name" >>"$out/profile.txt"
+      echo "== $name $(basename "$best"): $(head -1 "$best" | grep -o '([^)]*)' | head -1)" >>"$out/profile.txt"
       build-gpu/kfab export "$best" --task "$f" --modelnew "$out/modelnew_$name.py" >>"$out/profile.txt" 2>&1 || continue
       ncu --clock-control none -k regex:kfab_ --launch-skip 1 --launch-count 2 --metrics "$metrics" \
         python3 scripts/kb_ncu.py "$f" "$out/modelnew_$name.py" 2 >>"$out/profile.txt" 2>&1

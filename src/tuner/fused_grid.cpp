@@ -132,12 +132,13 @@ std::vector<TemplateParams> fused_grid(const Program& p, int64_t n) {
       std::stable_partition(g.begin(), g.end(), [](const TemplateParams& q) { return q.count("cluster") > 0; });
     // Where every row reduction meets at once (a softmax, a layer norm): rows in tiles read twice, the second
     // time from L2 (l2=1: print_cuda.cpp's Hold::kL2), no block ever waiting for a row's other blocks but
-    // where its row's shares are not all in: first. (Tiles of 16 and 8 float4 a thread.)
+    // where its row's shares are not all in: first. (Tiles of 16 and 8 float4 a thread; first passes half the
+    // grid's blocks ahead, or all of them: `lag` quarters.)
     if (!softmax_pairs(p).empty() || !moment_pairs(p).empty()) {
       const std::vector<TemplateParams> l2 = {
-          {{"kernel", "rows"}, {"block", "256"}, {"group", "256"}, {"items", "16"}, {"split", "1"}, {"l2", "1"}},
-          {{"kernel", "rows"}, {"block", "256"}, {"group", "256"}, {"items", "8"}, {"split", "1"}, {"l2", "1"}},
-          {{"kernel", "rows"}, {"block", "512"}, {"group", "512"}, {"items", "8"}, {"split", "1"}, {"l2", "1"}}};
+          {{"kernel", "rows"}, {"block", "256"}, {"group", "256"}, {"items", "16"}, {"split", "1"}, {"l2", "1"}, {"lag", "2"}},
+          {{"kernel", "rows"}, {"block", "256"}, {"group", "256"}, {"items", "8"}, {"split", "1"}, {"l2", "1"}, {"lag", "2"}},
+          {{"kernel", "rows"}, {"block", "256"}, {"group", "256"}, {"items", "16"}, {"split", "1"}, {"l2", "1"}, {"lag", "4"}}};
       g.insert(g.begin(), l2.begin(), l2.end());
     }
     // (The first point again with blocks of 128 threads, four an SM, measured no better on an H200 (session 25,

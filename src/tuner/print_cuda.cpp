@@ -752,15 +752,16 @@ void cluster_launch(const Gen& g, int I, Emitter& e) {
 // Rows longer than a cluster holds, each split over the fewest blocks of the grid that keep its parts
 // in registers (I float4 a thread), all resident at once: false, nothing launched, where the device
 // cannot hold them (the caller streams the rows).
-void split_launch(const Gen& g, bool prefetch, bool colsm, bool l2, Emitter& e) {
+void split_launch(const Gen& g, bool prefetch, bool colsm, int l2, Emitter& e) {
   e.blank().line("// Rows longer than a cluster holds, each split over a group of the grid's blocks keeping its parts in registers;");
   e.line("// false (nothing launched) where the device cannot hold a row's group at once.");
   e.open("bool kfab_rows_split_go(const Args& a, int64_t rows, int64_t n, bool vec, cudaStream_t stream)");
   e.line("// a block's values: I float4 a thread, or 2 * I floats read one at a time (4 * I of them spill under their index arithmetic)");
   e.line("constexpr int64_t holds = static_cast<int64_t>(B) * I * 4;");
-  if (l2) {  // tiles of `holds` read twice, by a grid of resident blocks taking tickets
-    e.line("return vec ? kfab_go_l2(kfab_rows_split<B, G, 4, I>, B, holds, NRED, stream, a, rows, n)");
-    e.line("           : kfab_go_l2(kfab_rows_split<B, G, 1, I * 2>, B, holds / 2, NRED, stream, a, rows, n);").close();
+  if (l2 > 0) {  // tiles of `holds` read twice, by a grid of resident blocks taking tickets, first passes `l2` quarters of it ahead
+    e.linef("constexpr int LAG = {};  // first passes run a row and LAG / 4 of the grid's blocks tiles ahead", l2);
+    e.line("return vec ? kfab_go_l2(kfab_rows_split<B, G, 4, I>, B, holds, NRED, LAG, stream, a, rows, n)");
+    e.line("           : kfab_go_l2(kfab_rows_split<B, G, 1, I * 2>, B, holds / 2, NRED, LAG, stream, a, rows, n);").close();
     return;
   }
   // the next row's part of each per-element input, I float4 a thread, with `prefetch` (float4 rows only)
@@ -837,11 +838,13 @@ Parts rows_parts(const Gen& g, const TemplateParams& tp) {
     e.line("// makes a tile's shares of its row's reductions, the row's last makes the row's from them; a second pass, from L2,");
     e.line("// waits for those and writes the tile's outputs. A grid of resident blocks (a cooperative launch) taking tickets in");
     e.line("// turn, first passes s.D tiles ahead of second ones (row_reduce.cuh's kfab_l2_ticket).");
+    e.line("// (blocks of 256 threads keeping at most 8 float4 a thread four an SM, at most 64 registers: at different steps of");
+    e.line("// their tiles, where two keeping 16 float4 wait for their loads and meetings at the same time)");
     e.line("template <int B, int G, int V, int IT>");
-    e.open("__global__ void __launch_bounds__(B, B <= 256 ? 2 : 1) kfab_rows_split(Args a, int64_t rows, int64_t n, KfabSplit s)");
+    e.open("__global__ void __launch_bounds__(B, B <= 256 ? (V == 4 && IT * V <= 32 ? 4 : 2) : 1) kfab_rows_split(Args a, int64_t rows, int64_t n, KfabSplit s)");
     RowKernel(g, Hold::kL2, false, e).emit();
     e.close();
-    split_launch(g, false, false, true, e);
+    split_launch(g, false, false, std::clamp(param(tp, "lag", 4), 2, 16), e);
   } else if (split) {
     e.blank().line("// The cached kernel for rows longer than a cluster holds: each row split over a group of s.S blocks of the grid,");
     e.line("// every block resident at once (a cooperative launch), their row reductions combined through global memory.");
@@ -853,7 +856,7 @@ Parts rows_parts(const Gen& g, const TemplateParams& tp) {
               param(tp, "colsm", 0) != 0)
         .emit();
     e.close();
-    split_launch(g, param(tp, "prefetch", 0) != 0, param(tp, "colsm", 0) != 0, false, e);
+    split_launch(g, param(tp, "prefetch", 0) != 0, param(tp, "colsm", 0) != 0, 0, e);
   }
   const Parts cols = column_passes(g);
   e.raw(cols.code);

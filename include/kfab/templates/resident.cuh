@@ -181,11 +181,12 @@ bool kfab_go_split(K kernel, int threads, int64_t holds, int nred, cudaStream_t 
 // rows of n, each cut into S parts of at most `holds` values, a block's tile: a grid of as many blocks as the
 // device holds at once (a cooperative launch), each taking tickets (row_reduce.cuh's kfab_l2_ticket) in turn,
 // a tile's first pass (its share of each row reduction) or its second (the outputs, from L2, after its row's
-// first passes). First passes run D = S + the grid's blocks tiles ahead of second ones: a row's last first
-// passes have finished by the time its first second pass is taken, and L2 holds those D tiles (level1/23's
-// softmax: 1.5 MB a row, 16 MB of tiles in flight). False (nothing launched) where the device cannot.
+// first passes). First passes run D = S + lag / 4 of the grid's blocks tiles ahead of second ones (lag 2 or
+// more: a row's last first passes were taken a round of the grid's tickets before its first second pass),
+// which L2 must hold (level1/23's softmax: 1.5 MB a row, 8 MB of tiles at lag 2, 64 KB a tile). False
+// (nothing launched) where the device cannot.
 template <class K, class Args>
-bool kfab_go_l2(K kernel, int threads, int64_t holds, int nred, cudaStream_t stream, const Args& a, int64_t rows, int64_t n) {
+bool kfab_go_l2(K kernel, int threads, int64_t holds, int nred, int lag, cudaStream_t stream, const Args& a, int64_t rows, int64_t n) {
   static float* shares = nullptr;  // kept between calls, grown when a shape needs more
   static unsigned* bar = nullptr;
   static int64_t have_shares = 0, have_bar = 0;
@@ -194,7 +195,7 @@ bool kfab_go_l2(K kernel, int threads, int64_t holds, int nred, cudaStream_t str
   const int64_t resident = kfab_resident(reinterpret_cast<const void*>(kernel), threads);
   if (rows <= 0 || n <= 0 || S > 2147483647 || resident <= 0) return false;
   const int64_t blocks = resident < 2 * T ? resident : 2 * T;
-  const int64_t D = S + blocks < T ? S + blocks : T;
+  const int64_t ahead = S + blocks * lag / 4, D = ahead < T ? ahead : T;
   if (!kfab_scratch(&shares, &have_shares, rows * nred * (S + 1)) || !kfab_scratch(&bar, &have_bar, rows)) return false;
   if (cudaMemsetAsync(bar, 0, sizeof(unsigned) * static_cast<size_t>(rows), stream) != cudaSuccess) return (void)cudaGetLastError(), false;
   return kfab_go_coop(kernel, blocks, threads, 0, stream, a, rows, n, KfabSplit{static_cast<int>(S), nred, shares, bar, D});
