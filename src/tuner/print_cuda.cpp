@@ -67,15 +67,17 @@ constexpr const char* kPartLength = "int kfab_len = static_cast<int>(hi - lo);";
 // float4 when V is 4, streaming past L1 (the row is read once more at most, from registers).
 // `at` empty: at kfab_x<i> + slot * G * V (a row kernel's thread's part, RowKernel::part_loads); with
 // `edge`, a vector that may reach past the part (a cluster kernel's row read from the 16-byte boundary
-// before it, U: row_reduce.cuh's kfab_ld4 reads only the part's floats).
-void load_vectors(const std::vector<int>& ins, const std::string& slot, const std::string& at, Emitter& e, bool edge = false) {
+// before it, U: row_reduce.cuh's kfab_ld4 reads only the part's floats). `ld`: the load, __ldcs (evict
+// first: a line so marked lasts in L2 only until its set's next miss) or __ldcg for a first of two reads.
+void load_vectors(const std::vector<int>& ins, const std::string& slot, const std::string& at, Emitter& e, bool edge = false,
+                  const char* ld = "__ldcs") {
   for (int i : ins) {
     const std::string from = at.empty() ? fmt::format("kfab_x{} + {} * G * V", i, slot) : fmt::format("a.in{} + {}", i, at);
     e.open("if constexpr (V == 4)");
     if (edge) e.linef("const float4 q = kfab_ld4<U>({}, kfab_len - ({} * G + lane) * V);", from, slot);
-    else e.linef("const float4 q = __ldcs(reinterpret_cast<const float4*>({}));", from);
+    else e.linef("const float4 q = {}(reinterpret_cast<const float4*>({}));", ld, from);
     e.linef("x{0}[{1} * 4] = q.x, x{0}[{1} * 4 + 1] = q.y, x{0}[{1} * 4 + 2] = q.z, x{0}[{1} * 4 + 3] = q.w;", i, slot);
-    e.reopen("} else {").linef("x{}[{}] = __ldcs({});", i, slot, from).close();
+    e.reopen("} else {").linef("x{}[{}] = {}({});", i, slot, ld, from).close();
   }
 }
 
@@ -309,11 +311,10 @@ class RowKernel final : public RowSteps {
       const auto ein = g_.e_inputs();
       for (int i : ein) e_.linef("float x{}[{} * V];", i, its());
       if (prefetch_) staged_loads(ein);
-      if (split_) {
-        e_.line("#pragma unroll").open("for (int it = 0; it < IT; ++it)").line("const int64_t c0 = lo + (static_cast<int64_t>(it) * G + lane) * V;");
-        e_.open(fmt::format("if ({})", in_part()));
-        load_vectors(ein, "it", "roff + c0", e_);
-        e_.close().close();
+      if (l2_) {
+        // (each pass loads the tile: two_passes)
+      } else if (split_) {
+        split_loads("__ldcs");
       } else {
         part_loads(ein);
       }
@@ -410,18 +411,32 @@ class RowKernel final : public RowSteps {
  private:
   // Hold::kL2: a tile's first pass makes its shares of the row reductions, and the row's last makes the row's
   // reductions from them; a tile's second pass waits for those, then writes its outputs.
+  // The first pass reads the tile to leave it in L2 (__ldcg: evict_first, which the rows' other loads and
+  // stores take, lasted only to the next miss of a line's set: level1/23's second passes read 6.4 GB again
+  // from DRAM), the second for the last time (__ldcs), before it waits for the row's reductions.
   void two_passes() {
     e_.open("if (!second)");
+    split_loads("__ldcg");
     second_ = false;
     walk_rows(g_, *this);
     e_.open("if (kfab_l2_arrive(kfab_bar, static_cast<unsigned>(s.S)))").line("// the row's last first pass: its reductions from every part's shares");
     gather();
     e_.line("kfab_l2_publish(kfab_bar);").close();
-    e_.reopen("} else {").line("kfab_l2_wait(kfab_bar, static_cast<unsigned>(s.S) + 1u);");
+    e_.reopen("} else {");
+    split_loads("__ldcs");
+    e_.line("kfab_l2_wait(kfab_bar, static_cast<unsigned>(s.S) + 1u);");
     second_ = true;
     walk_rows(g_, *this);
     outputs();
     e_.close();
+  }
+
+  // A split kernel's loads of its part of the row, each vector guarded, by `ld`.
+  void split_loads(const char* ld) {
+    e_.line("#pragma unroll").open("for (int it = 0; it < IT; ++it)").line("const int64_t c0 = lo + (static_cast<int64_t>(it) * G + lane) * V;");
+    e_.open(fmt::format("if ({})", in_part()));
+    load_vectors(g_.e_inputs(), "it", "roff + c0", e_, false, ld);
+    e_.close().close();
   }
 
   // The row's reductions from its parts' shares into kfab_fin (a pair's at once), by thread 0.
