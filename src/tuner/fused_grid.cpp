@@ -130,23 +130,23 @@ std::vector<TemplateParams> fused_grid(const Program& p, int64_t n) {
     // against 8.22 and 6.25 ms split over the grid's blocks of 256.
     if (softmax_pairs(p).empty() && moment_pairs(p).empty())
       std::stable_partition(g.begin(), g.end(), [](const TemplateParams& q) { return q.count("cluster") > 0; });
-    // Where every row reduction meets at once (a softmax, a layer norm): rows in tiles read twice, the second
-    // time from L2 (l2=1: print_cuda.cpp's Hold::kL2), no block ever waiting for a row's other blocks but
-    // where its row's shares are not all in: first. (Tiles of 16 and 8 float4 a thread; first passes half the
-    // grid's blocks ahead, or all of them: `lag` quarters.)
-    if (!softmax_pairs(p).empty() || !moment_pairs(p).empty()) {
-      const std::vector<TemplateParams> l2 = {
-          {{"kernel", "rows"}, {"block", "256"}, {"group", "256"}, {"items", "16"}, {"split", "1"}, {"l2", "1"}, {"lag", "2"}},
-          {{"kernel", "rows"}, {"block", "256"}, {"group", "256"}, {"items", "8"}, {"split", "1"}, {"l2", "1"}, {"lag", "2"}},
-          {{"kernel", "rows"}, {"block", "256"}, {"group", "256"}, {"items", "16"}, {"split", "1"}, {"l2", "1"}, {"lag", "4"}}};
-      g.insert(g.begin(), l2.begin(), l2.end());
-    }
     // (The first point again with blocks of 128 threads, four an SM, measured no better on an H200 (session 25,
     // tree be9fcb1): level1/23 4.335 ms against 4.401 and 4.336 at 256, level1/24 4.493 against 4.543, level1/40
     // 0.310 against 0.313. Not offered.)
     // (The measured winner with 8 float4 a thread, three blocks an SM at most 80 registers, lost on an H200
     // (session 19, tree 2464c39): level1/23 4.599 ms against reuse's 4.285, level1/24 4.450 against the
     // prefetching point's 4.297. Not offered.)
+    // Where every row reduction meets at once (a softmax, a layer norm): rows in tiles read twice, the second
+    // time from L2 (l2=1: print_cuda.cpp's Hold::kL2), no block waiting for a row's other blocks but where its
+    // row's shares are not all in (tiles of 16 and 8 float4 a thread; first passes half the grid's blocks
+    // ahead, or all of them: `lag` quarters). Last: on an H200 (session 27) they lost to the points above on
+    // level1/23 (5.45 ms against 4.35), 24 (5.55 against 4.31) and 40 (0.326 against 0.239), their second
+    // passes reading every tile from DRAM again (12.7 GB for 23's 6.4): tickets dealt round the grid left
+    // the first passes running ahead without bound. Taken from a counter since; not yet measured.
+    if (!softmax_pairs(p).empty() || !moment_pairs(p).empty()) {
+      for (const auto& [items, lag] : std::vector<std::pair<const char*, const char*>>{{"16", "2"}, {"8", "2"}, {"16", "4"}})
+        g.push_back({{"kernel", "rows"}, {"block", "256"}, {"group", "256"}, {"items", items}, {"split", "1"}, {"l2", "1"}, {"lag", lag}});
+    }
   }
   // then a point that takes a warp per row for short rows and a block per row for long ones
   g.push_back({{"kernel", "rows"}, {"block", n > 8192 ? "512" : "256"}, {"group", "auto"}, {"items", "8"}});

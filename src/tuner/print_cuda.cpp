@@ -275,7 +275,11 @@ class RowKernel final : public RowSteps {
     e_.line("const int64_t chunks = (rows + B / G - 1) / (B / G);");
     if (l2_) {  // tickets in turn: a tile's first pass or its second (row_reduce.cuh's kfab_l2_ticket)
       e_.line("(void)chunks;").line("const int64_t T = rows * s.S;  // the tiles, s.S parts a row");
-      e_.open("for (int64_t t = blockIdx.x; t < 2 * T; t += gridDim.x)");
+      e_.line("__shared__ long long kfab_t;  // the block's ticket, taken from the grid's counter");
+      e_.line("if (threadIdx.x == 0) kfab_t = static_cast<long long>(atomicAdd(s.ticket, 1ull));").line("__syncthreads();");
+      e_.open("for (int64_t t = kfab_t; t < 2 * T; t = kfab_t)");
+      e_.line("// the block's next ticket, taken now and read after the tile (each pass has a barrier before its end)");
+      e_.line("const unsigned long long kfab_next = threadIdx.x == 0 ? atomicAdd(s.ticket, 1ull) : 0ull;");
       e_.line("int64_t tile = 0;").line("bool second = false;  // the tile's pass: its shares of the row reductions, or its outputs");
       e_.line("kfab_l2_ticket(t, T, s.D, &tile, &second);");
       e_.line("const int64_t chunk = tile / s.S;  // its row (G is B: a chunk is a row)").line("const int part = static_cast<int>(tile % s.S);");
@@ -328,6 +332,7 @@ class RowKernel final : public RowSteps {
     }
     issue_prefetch();  // where no meeting came before (every value has been used)
     // the next chunk's reductions reuse the shared slots this one's may still be reading
+    if (l2_) e_.line("if (threadIdx.x == 0) kfab_t = static_cast<long long>(kfab_next);");
     if (split_) e_.line("__syncthreads();");
     else e_.open("if constexpr (G > 32)").linef("if (chunk + gridDim.x{} < chunks) __syncthreads();", cached_ ? " / CL" : "").close();
     e_.close("}  // chunks");
@@ -851,8 +856,8 @@ Parts rows_parts(const Gen& g, const TemplateParams& tp) {
   if (l2) {
     e.blank().line("// The cached kernel for rows longer than a cluster holds, in tiles of s.S parts a row, each read twice: a first pass");
     e.line("// makes a tile's shares of its row's reductions, the row's last makes the row's from them; a second pass, from L2,");
-    e.line("// waits for those and writes the tile's outputs. A grid of resident blocks (a cooperative launch) taking tickets in");
-    e.line("// turn, first passes s.D tiles ahead of second ones (row_reduce.cuh's kfab_l2_ticket).");
+    e.line("// waits for those and writes the tile's outputs. A grid of resident blocks (a cooperative launch) taking tickets from");
+    e.line("// a counter, first passes s.D tiles ahead of second ones (row_reduce.cuh's kfab_l2_ticket).");
     e.line("// (blocks of 256 threads keeping at most 8 float4 a thread four an SM, at most 64 registers: at different steps of");
     e.line("// their tiles, where two keeping 16 float4 wait for their loads and meetings at the same time)");
     e.line("template <int B, int G, int V, int IT>");

@@ -112,12 +112,13 @@ bool kfab_go_cluster(K kernel, int threads, cudaStream_t stream, const Args& a, 
 // group's row count, so a block a row ahead never overwrites shares another still reads), `bar` a
 // counter of arrivals a group, zero at launch (row_reduce.cuh's kfab_split_combine). Read twice (kfab_go_l2):
 // S parts a row, `shares` [rows][nred][S] then the rows' reductions [rows][nred], `bar` a counter a row,
-// D the tiles first passes run ahead of second ones.
+// D the tiles first passes run ahead of second ones, `ticket` the grid's count of tickets taken; zero at launch.
 struct KfabSplit {
   int S, nred;
   float* shares;
   unsigned* bar;
   int64_t D;
+  unsigned long long* ticket;
 };
 
 // Device memory of at least `need` T's at *p, kept between calls (*have: how many), grown when a shape needs
@@ -174,12 +175,12 @@ bool kfab_go_split(K kernel, int threads, int64_t holds, int nred, cudaStream_t 
   const int64_t groups = resident / S < rows ? resident / S : rows;
   if (!kfab_scratch(&shares, &have_shares, groups * 2 * nred * S) || !kfab_scratch(&bar, &have_bar, groups)) return false;
   if (cudaMemsetAsync(bar, 0, sizeof(unsigned) * static_cast<size_t>(groups), stream) != cudaSuccess) return (void)cudaGetLastError(), false;
-  return kfab_go_coop(kernel, groups * S, threads, smem, stream, a, rows, n, KfabSplit{static_cast<int>(S), nred, shares, bar, 0});
+  return kfab_go_coop(kernel, groups * S, threads, smem, stream, a, rows, n, KfabSplit{static_cast<int>(S), nred, shares, bar, 0, nullptr});
 }
 
 // Launches `kernel` (a row kernel taking a KfabSplit after rows and n, that reads its rows twice) over `rows`
 // rows of n, each cut into S parts of at most `holds` values, a block's tile: a grid of as many blocks as the
-// device holds at once (a cooperative launch), each taking tickets (row_reduce.cuh's kfab_l2_ticket) in turn,
+// device holds at once (a cooperative launch), each taking tickets (row_reduce.cuh's kfab_l2_ticket) from a counter,
 // a tile's first pass (its share of each row reduction) or its second (the outputs, from L2, after its row's
 // first passes). First passes run D = S + lag / 4 of the grid's blocks tiles ahead of second ones (lag 2 or
 // more: a row's last first passes were taken a round of the grid's tickets before its first second pass),
@@ -196,8 +197,11 @@ bool kfab_go_l2(K kernel, int threads, int64_t holds, int nred, int lag, cudaStr
   if (rows <= 0 || n <= 0 || S > 2147483647 || resident <= 0) return false;
   const int64_t blocks = resident < 2 * T ? resident : 2 * T;
   const int64_t ahead = S + blocks * lag / 4, D = ahead < T ? ahead : T;
-  if (!kfab_scratch(&shares, &have_shares, rows * nred * (S + 1)) || !kfab_scratch(&bar, &have_bar, rows)) return false;
-  if (cudaMemsetAsync(bar, 0, sizeof(unsigned) * static_cast<size_t>(rows), stream) != cudaSuccess) return (void)cudaGetLastError(), false;
-  return kfab_go_coop(kernel, blocks, threads, 0, stream, a, rows, n, KfabSplit{static_cast<int>(S), nred, shares, bar, D});
+  // a counter a row, then (8-byte aligned) the tickets' counter
+  const int64_t counters = (rows + 1) / 2 * 2 + 2;
+  if (!kfab_scratch(&shares, &have_shares, rows * nred * (S + 1)) || !kfab_scratch(&bar, &have_bar, counters)) return false;
+  if (cudaMemsetAsync(bar, 0, sizeof(unsigned) * static_cast<size_t>(counters), stream) != cudaSuccess) return (void)cudaGetLastError(), false;
+  auto* ticket = reinterpret_cast<unsigned long long*>(bar + (rows + 1) / 2 * 2);
+  return kfab_go_coop(kernel, blocks, threads, 0, stream, a, rows, n, KfabSplit{static_cast<int>(S), nred, shares, bar, D, ticket});
 }
 // kfab:end
