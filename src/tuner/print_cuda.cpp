@@ -68,7 +68,7 @@ constexpr const char* kPartLength = "int kfab_len = static_cast<int>(hi - lo);";
 // `at` empty: at kfab_x<i> + slot * G * V (a row kernel's thread's part, RowKernel::part_loads); with
 // `edge`, a vector that may reach past the part (a cluster kernel's row read from the 16-byte boundary
 // before it, U: row_reduce.cuh's kfab_ld4 reads only the part's floats). `ld`: the load, __ldcs (evict
-// first: a line so marked lasts in L2 only until its set's next miss) or __ldcg for a first of two reads.
+// first: the last read) or __ldcg (evict normal: the first of two reads, the second from L2).
 void load_vectors(const std::vector<int>& ins, const std::string& slot, const std::string& at, Emitter& e, bool edge = false,
                   const char* ld = "__ldcs") {
   for (int i : ins) {
@@ -416,9 +416,10 @@ class RowKernel final : public RowSteps {
  private:
   // Hold::kL2: a tile's first pass makes its shares of the row reductions, and the row's last makes the row's
   // reductions from them; a tile's second pass waits for those, then writes its outputs.
-  // The first pass reads the tile to leave it in L2 (__ldcg: evict_first, which the rows' other loads and
-  // stores take, lasted only to the next miss of a line's set: level1/23's second passes read 6.4 GB again
-  // from DRAM), the second for the last time (__ldcs), before it waits for the row's reductions.
+  // The first pass reads the tile for L2 to keep (__ldcg, evict_normal: not first to go among the rows'
+  // streaming loads and stores), the second for the last time (__ldcs, evict_first), before it waits for the
+  // row's reductions. (With tickets dealt round the grid both measured the same on level1/23: 12.7 GB read
+  // from DRAM either way, row_reduce.cuh's kfab_l2_ticket says why.)
   void two_passes() {
     e_.open("if (!second)");
     split_loads("__ldcg");
