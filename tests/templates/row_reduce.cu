@@ -12,6 +12,40 @@ namespace {
 
 #include "kfab/templates/row_reduce.cuh"
 
+// kfab_l2_ticket's schedule over `rows` rows of S tiles with first passes D tiles ahead: each tile's first and
+// second pass come once each; every second pass comes after all its row's first passes (no block waits on a
+// later ticket); a tile's two passes lie at most 2D + 1 tickets apart (what L2 must hold).
+constexpr bool l2_schedule_holds(int64_t rows, int64_t S, int64_t D) {
+  constexpr int kMax = 64;
+  const int64_t T = rows * S;
+  if (T > kMax || D > T) return false;
+  int64_t first[kMax] = {}, second[kMax] = {};  // each tile's passes' tickets, plus one
+  for (int64_t t = 0; t < 2 * T; ++t) {
+    int64_t tile = -1;
+    bool is_second = false;
+    kfab_l2_ticket(t, T, D, &tile, &is_second);
+    if (tile < 0 || tile >= T) return false;
+    int64_t& at = is_second ? second[tile] : first[tile];
+    if (at != 0) return false;
+    at = t + 1;
+  }
+  for (int64_t tile = 0; tile < T; ++tile) {
+    if (first[tile] == 0 || second[tile] == 0 || second[tile] - first[tile] > 2 * D + 1) return false;
+    for (int64_t p = tile / S * S; p < tile / S * S + S; ++p)
+      if (first[p] > second[tile]) return false;
+  }
+  return true;
+}
+constexpr bool l2_schedules_hold(int64_t rows, int64_t S) {
+  for (int64_t D = S; D <= rows * S; ++D)
+    if (!l2_schedule_holds(rows, S, D)) return false;
+  return true;
+}
+static_assert(l2_schedules_hold(1, 1) && l2_schedules_hold(1, 7) && l2_schedules_hold(3, 4) && l2_schedules_hold(5, 7) && l2_schedules_hold(8, 8),
+              "a second pass before its row's first passes");
+// fewer than a row's tiles ahead: a row's first second pass comes before its last first pass
+static_assert(!l2_schedule_holds(2, 4, 2) && !l2_schedule_holds(4, 8, 6), "the check cannot fail");
+
 __global__ void row_max(const float* x, float* y) {
   __shared__ float slot[256 / 32];
   const float v = kfab_group<256, 1>(x[threadIdx.x], slot);

@@ -229,7 +229,8 @@ __device__ __forceinline__ void kfab_split_moments(float* m, float* q, int64_t n
 // (Tickets dealt round the grid, t, t + the grid's blocks, ..: with an even grid half the blocks took first
 // passes only, which wait for nothing, and ran ahead of the others' second passes without bound: level1/23's
 // second passes found none of their tiles in L2, 12.7 GB read for 6.4.)
-__device__ __forceinline__ void kfab_l2_ticket(int64_t t, int64_t T, int64_t D, int64_t* tile, bool* second) {
+// (constexpr: tests/templates/row_reduce.cu checks the schedule at compile time.)
+__host__ __device__ constexpr void kfab_l2_ticket(int64_t t, int64_t T, int64_t D, int64_t* tile, bool* second) {
   const int64_t u = t - D, L = T - D;
   if (t < D) *tile = t, *second = false;
   else if (u < 2 * L) *tile = u / 2 + (u % 2 == 0 ? D : 0), *second = u % 2 != 0;
