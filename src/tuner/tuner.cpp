@@ -526,6 +526,24 @@ json runoff(Evaluations& evals, const TuneOptions& opt, const SearchSpace& sp, s
   return {{"rounds", rounds}, {"chosen", ranked.front().second.params}};
 }
 
+/// KFAB_TUNER_ONLY="key=value[,key=value..]": the parameters every searched point must have (a probe of one
+/// kernel family on a device whose time is short); empty where unset. A malformed entry is an error.
+Expected<TemplateParams> tuner_only() {
+  const char* env = std::getenv("KFAB_TUNER_ONLY");
+  TemplateParams only;
+  if (env == nullptr) return only;
+  std::string rest = env;
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    const std::string item = rest.substr(0, comma);
+    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0) return make_error("KFAB_TUNER_ONLY: '" + item + "' is not key=value", "e.g. KFAB_TUNER_ONLY=l2=1,items=8");
+    only[item.substr(0, eq)] = item.substr(eq + 1);
+  }
+  return only;
+}
+
 }  // namespace
 
 Expected<json> tune(const TuneOptions& in) {
@@ -547,6 +565,16 @@ Expected<json> tune(const TuneOptions& in) {
   if (auto ok = kb ? traced_space(sp, opt, *loaded, *backend, say) : native_space(sp, opt, *loaded, *backend); !ok)
     return Unexpected{ok.error()};
   const std::string ext(target.suffix());
+  // a probe of some points only (KFAB_TUNER_ONLY): no cached winner read, none written
+  const auto only = tuner_only();
+  if (!only) return Unexpected{only.error()};
+  if (!only->empty()) {
+    std::erase_if(sp.points, [&](const Point& pt) {
+      return std::any_of(only->begin(), only->end(), [&](const auto& kv) { return !pt.params.count(kv.first) || pt.params.at(kv.first) != kv.second; });
+    });
+    if (sp.points.empty()) return make_error("KFAB_TUNER_ONLY=" + format_params(*only) + ": no parameter point of this task has these", "unset it");
+    say("KFAB_TUNER_ONLY: only the points with " + format_params(*only));
+  }
 
   // One evaluator per device for the whole search (its workers kept: the candidates are kfab's own);
   // the first runs the winner's final check.
@@ -576,7 +604,7 @@ Expected<json> tune(const TuneOptions& in) {
   // The search: short protocol (2 seeds, tuning shapes, brief timing); the winner gets the full one.
   // A cached winner of an earlier search here skips it.
   std::optional<std::pair<double, Point>> hit;
-  if (!opt.fresh && !run.resumed()) hit = cached_winner(cache_file, sp.points, say);
+  if (!opt.fresh && !run.resumed() && only->empty()) hit = cached_winner(cache_file, sp.points, say);
   TemplateTuner tuner(opt, sp, *backend, ext, say);
   std::vector<std::pair<double, Point>> ranked;
   if (hit) {
@@ -612,7 +640,7 @@ Expected<json> tune(const TuneOptions& in) {
   auto fc = final_check(run, evals, opt, sp, ranked, ext, say);
   if (!fc) return Unexpected{fc.error()};
   const Verdict& v = *fc->verdict;
-  if (fc->kept && !hit) {
+  if (fc->kept && !hit && only->empty()) {
     json entry = {{"template", fc->chosen.tmpl}, {"params", fc->chosen.params}, {"speedup", fc->searched_speedup},
                   {"measured_at", stamp}, {"device", backend->describe()}};
     if (kb) entry["program"] = sp.program_json;
@@ -627,6 +655,7 @@ Expected<json> tune(const TuneOptions& in) {
   result["best"]["precision"] = prec != fc->chosen.params.end() ? prec->second : "fp32";
   if (const double w = worst_tolerance_used(v); v.passed() && std::isfinite(w)) result["best"]["tolerance_used"] = w;
   result["tuner"] = {{"template", fc->chosen.tmpl}, {"params", fc->chosen.params}, {"cached", hit.has_value()}};
+  if (!only->empty()) result["tuner"]["only"] = *only;  // the points searched were these (KFAB_TUNER_ONLY)
   if (kb) result["tuner"]["program"] = sp.program_json.value("kind", sp.program_json.value("formula", std::string()));
   result["steps"] = run.seq();
   result["final_attempts"] = fc->attempts;

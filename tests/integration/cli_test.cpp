@@ -364,6 +364,41 @@ TEST(Tasks, ABrokenManifestIsShownAndExitsTwo) {
 // class, GPU shape and held-out shapes, read from its text); doctor probes the Python the worker runs
 // (the .venv's, with torch where `make test` installed it); optimize's help speaks of the built-in tuner;
 // with stderr not a terminal, progress comes as plain lines with the elapsed time (finding 10).
+// KFAB_TUNER_ONLY keeps the built-in tuner to the points that have those parameters (a probe of one kernel
+// family on a short device lease): only they are searched, the result says so, and no cached winner is
+// written (a later plain run searches); a value no point has, or an entry that is not key=value, is an error.
+TEST(Cli, TheTunerSearchesOnlyThePointsAskedFor) {
+  const std::string task = std::string(KFAB_SOURCE_DIR) + "/tasks/core/gelu";
+  const auto dir = scratch() / "tuner-only";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const auto run = [&](const char* only, const std::vector<std::string>& extra) {
+    if (only != nullptr) setenv("KFAB_TUNER_ONLY", only, 1);
+    std::vector<std::string> args = {"optimize", task, "--target", "cpu", "--json", "--quiet"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    static int n = 0;
+    CliResult r = kfab_with(dir / "data", dir / "cache", dir / ("io" + std::to_string(++n)), args);
+    unsetenv("KFAB_TUNER_ONLY");
+    return r;
+  };
+  CliResult r = run("schedule=dynamic", {"--points", "30", "--fresh"});
+  ASSERT_TRUE(found_correct(r)) << r.out << r.err;
+  const nlohmann::json j = r.json();
+  ASSERT_FALSE(j["points"].empty()) << j.dump();
+  for (const auto& pt : j["points"]) EXPECT_EQ(pt["params"].value("schedule", ""), "dynamic") << pt.dump();
+  EXPECT_EQ(j["tuner"]["only"].value("schedule", ""), "dynamic") << j["tuner"].dump();
+  CliResult plain = run(nullptr, {"--points", "1"});
+  ASSERT_TRUE(found_correct(plain)) << plain.out << plain.err;
+  EXPECT_FALSE(plain.json()["tuner"].value("cached", true)) << "the probe's winner was cached: " << plain.out;
+  EXPECT_FALSE(plain.json()["tuner"].contains("only"));
+  CliResult none = run("schedule=none", {"--points", "30", "--fresh"});
+  EXPECT_EQ(none.status.code, 2);
+  EXPECT_NE(none.out.find("no parameter point of this task has these"), std::string::npos) << none.out << none.err;
+  CliResult bad = run("schedule", {"--points", "30", "--fresh"});
+  EXPECT_EQ(bad.status.code, 2);
+  EXPECT_NE((bad.out + bad.err).find("is not key=value"), std::string::npos) << bad.out << bad.err;
+}
+
 TEST(Cli, TheNewUsersLooseEndsAreTied) {
   const auto db = scratch() / "optimize-db" / "runs.db";
   CliResult r = kfab_cli({"optimize", std::string(KFAB_SOURCE_DIR) + "/tasks/core/gelu", "--target", "cpu", "--points", "1", "--fresh", "--json", "--db",
