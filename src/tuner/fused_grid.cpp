@@ -146,6 +146,18 @@ std::vector<TemplateParams> fused_grid(const Program& p, int64_t n) {
     if (!softmax_pairs(p).empty() || !moment_pairs(p).empty()) {
       for (const auto& [items, lag] : std::vector<std::pair<const char*, const char*>>{{"16", "2"}, {"8", "2"}, {"16", "4"}})
         g.push_back({{"kernel", "rows"}, {"block", "256"}, {"group", "256"}, {"items", items}, {"split", "1"}, {"l2", "1"}, {"lag", lag}});
+      // The same two passes with each tile read once, by the bulk copy, into a ring of shared-memory slots (ring=1:
+      // print_cuda.cpp's Hold::kRing; rows of whole float4 of one per-element input): first. A probe of it
+      // (bench/probes/softmax_ring.cu) took level1/23's softmax at 94% of cudaMemcpy's bandwidth on an H200.
+      // Tiles of 16 float4 a thread (64 KB, three slots) where a row has fewer tiles than an SM count holds
+      // (a tile's outputs then one of the block's tiles after its shares), then of 8 (32 KB, six slots).
+      if (n % 4 == 0 && per_element == 1) {
+        std::vector<TemplateParams> ring;
+        for (const char* items : {"16", "8"})
+          if (std::string(items) == "8" || (n + 16383) / 16384 <= 64)
+            ring.push_back({{"kernel", "rows"}, {"block", "256"}, {"group", "256"}, {"items", items}, {"split", "1"}, {"l2", "1"}, {"ring", "1"}});
+        g.insert(g.begin(), ring.begin(), ring.end());
+      }
     }
   }
   // then a point that takes a warp per row for short rows and a block per row for long ones

@@ -164,9 +164,10 @@ struct Parts {
 // shared memory), in registers split over S blocks of the grid (kSplit: their reductions combined
 // through global memory, the blocks of a row meeting at a counter), in tiles of a row read twice (kL2: a
 // tile's first pass makes its shares of the row reductions, its second, from L2, the outputs once all the
-// row's tiles' shares are in; resident.cuh's kfab_go_l2), or streamed (every pass over the row reads it
-// from global memory, L2 for the later ones).
-enum class Hold { kCached, kSplit, kL2, kStream };
+// row's tiles' shares are in; resident.cuh's kfab_go_l2), in tiles of a row read once into a ring of
+// shared-memory slots by the bulk copy (kRing: the same two passes, both from the tile's slot; resident.cuh's
+// kfab_go_ring), or streamed (every pass over the row reads it from global memory, L2 for the later ones).
+enum class Hold { kCached, kSplit, kL2, kRing, kStream };
 
 // Whether a split row kernel asked to prefetch (`prefetch`) does: rows of one per-element input that have a
 // row reduction (whose first meeting comes after every value of the row was read: RowKernel's issue_prefetch).
@@ -229,16 +230,18 @@ class RowKernel final : public RowSteps {
   /// not with `prefetch`): the block's part of a per-column input (split_kept_column) is copied into shared
   /// memory once, before the first row, and read from there by every row: a block's columns are the same on
   /// every row, where L2 kept level1/40's 32 MB of weight and bias only in part (ncu: 192 MB read again).
-  /// Hold::kL2 (programs that meets_once) defers every pair, and takes none of prefetch, reuse and colsm.
+  /// Hold::kL2 and kRing (programs that meets_once; kRing one per-element input) defer every pair, and take
+  /// none of prefetch, reuse and colsm.
   RowKernel(const Gen& g, Hold hold, bool any_k_out, Emitter& e, bool defer = false, bool prefetch = false, bool reuse = false,
             bool colsm = false)
       : g_(g),
         p_(g.p),
         cached_(hold != Hold::kStream),
-        split_(hold == Hold::kSplit || hold == Hold::kL2),
+        split_(hold == Hold::kSplit || hold == Hold::kL2 || hold == Hold::kRing),
         any_k_out_(any_k_out),
         cluster_(hold == Hold::kCached),
-        l2_(hold == Hold::kL2),
+        l2_(hold == Hold::kL2 || hold == Hold::kRing),
+        ring_(hold == Hold::kRing),
         e_(e) {
     prefetch_ = split_ && !l2_ && split_prefetches(g, prefetch);
     kept_ = split_ && !l2_ && !prefetch_ ? split_kept_column(g, colsm) : -1;
@@ -273,7 +276,9 @@ class RowKernel final : public RowSteps {
     // chunk a block when the grid has a block a chunk; with a grid of resident blocks (persist) a
     // block goes on to its next rows at once, and pays its all-reductions' atomics and counter once.
     e_.line("const int64_t chunks = (rows + B / G - 1) / (B / G);");
-    if (l2_) {  // tickets in turn: a tile's first pass or its second (row_reduce.cuh's kfab_l2_ticket)
+    if (ring_) {
+      ring_schedule();
+    } else if (l2_) {  // tickets in turn: a tile's first pass or its second (row_reduce.cuh's kfab_l2_ticket)
       e_.line("(void)chunks;").line("const int64_t T = rows * s.S;  // the tiles, s.S parts a row");
       e_.line("__shared__ long long kfab_t;  // the block's ticket, taken from the grid's counter");
       e_.line("if (threadIdx.x == 0) kfab_t = static_cast<long long>(atomicAdd(s.ticket, 1ull));").line("__syncthreads();");
@@ -332,7 +337,7 @@ class RowKernel final : public RowSteps {
     }
     issue_prefetch();  // where no meeting came before (every value has been used)
     // the next chunk's reductions reuse the shared slots this one's may still be reading
-    if (l2_) e_.line("if (threadIdx.x == 0) kfab_t = static_cast<long long>(kfab_next);");
+    if (l2_ && !ring_) e_.line("if (threadIdx.x == 0) kfab_t = static_cast<long long>(kfab_next);");
     if (split_) e_.line("__syncthreads();");
     else e_.open("if constexpr (G > 32)").linef("if (chunk + gridDim.x{} < chunks) __syncthreads();", cached_ ? " / CL" : "").close();
     e_.close("}  // chunks");
@@ -353,12 +358,13 @@ class RowKernel final : public RowSteps {
     const int arg = p_.nodes[k].args[0];
     const std::string acc = fmt::format("s{}", k);
     const auto paired = deferred_.find(k);
-    if (l2_ && second_) {  // the row's reductions, made by its last first pass
+    if (l2_ && second_) {  // the row's reductions, made by its last first pass (kRing: by this block, in shared memory)
+      const std::string fin = ring_ ? fmt::format("kfab_fin[{}]", g_.redslot[k]) : fmt::format("__ldcg(kfab_fin + {})", g_.redslot[k]);
       if (paired != deferred_.end() && paired->second > k) {
-        e_.linef("float r{} = __ldcg(kfab_fin + {});  // the row's maximum or mean", k, g_.redslot[k]);
+        e_.linef("float r{} = {};  // the row's maximum or mean", k, fin);
         return;
       }
-      e_.linef("const float {} = __ldcg(kfab_fin + {});", acc, g_.redslot[k]);
+      e_.linef("const float {} = {};", acc, fin);
       e_.linef("const float r{} = {};", k, p_.nodes[k].op == "rowmean" ? acc + " / static_cast<float>(n)" : acc);
       return;
     }
@@ -374,7 +380,11 @@ class RowKernel final : public RowSteps {
       else e_.linef("float r{0} = hi > lo ? {1} / static_cast<float>(hi - lo) : 0.0f;  // the block's part's mean until the meeting", k, acc);
       return;
     }
-    if (l2_) {  // the tile's shares (a pair's both), made the row's by its last first pass (gather)
+    if (ring_) {  // the tile's shares (a pair's both), each a word stamped with the launch's epoch
+      if (paired != deferred_.end())
+        e_.linef("if (threadIdx.x == 0) kfab_ring_put(kfab_tags + {} * s.S + part, r{}, s.epoch);", g_.redslot[paired->second], paired->second);
+      e_.linef("if (threadIdx.x == 0) kfab_ring_put(kfab_tags + {} * s.S + part, {}, s.epoch);", g_.redslot[k], acc);
+    } else if (l2_) {  // the tile's shares (a pair's both), made the row's by its last first pass (gather)
       if (paired != deferred_.end()) e_.linef("if (threadIdx.x == 0) __stcg(shares + {} * s.S + part, r{});", g_.redslot[paired->second], paired->second);
       e_.linef("if (threadIdx.x == 0) __stcg(shares + {} * s.S + part, {});", g_.redslot[k], acc);
     } else if (paired != deferred_.end()) {  // the reduction after it: both made the row's at one meeting
@@ -421,6 +431,7 @@ class RowKernel final : public RowSteps {
   // row's reductions. (With tickets dealt round the grid both measured the same on level1/23: 12.7 GB read
   // from DRAM either way, row_reduce.cuh's kfab_l2_ticket says why.)
   void two_passes() {
+    if (ring_) return ring_passes();
     e_.open("if (!second)");
     split_loads("__ldcg");
     second_ = false;
@@ -437,6 +448,62 @@ class RowKernel final : public RowSteps {
     e_.close();
   }
 
+  // Hold::kRing: block b of the grid takes tiles b, b + gridDim.x, ..; pass u of the loop is its tile u / 2's
+  // first pass (u even) or tile u / 2 - s.L's second (resident.cuh's kfab_go_ring says why no block waits forever).
+  void ring_schedule() {
+    const int in = g_.e_inputs().at(0);
+    e_.line("static_assert(V == 4, \"tiles in shared memory are float4 rows\");").line("(void)chunks;");
+    e_.line("const int64_t T = rows * s.S;  // the tiles, s.S parts a row");
+    e_.line("const int64_t mine = (T - blockIdx.x + gridDim.x - 1) / gridDim.x;  // the block's tiles");
+    e_.line("constexpr int64_t kfab_holds = static_cast<int64_t>(B) * IT * V;  // a slot's floats");
+    e_.line("extern __shared__ float4 kfab_ring4[];  // s.R slots, each a tile of the block's").line("float* kfab_ring = reinterpret_cast<float*>(kfab_ring4);");
+    e_.line("__shared__ unsigned long long kfab_mbar[8];  // a slot's copy completes at its own");
+    e_.line("__shared__ float kfab_sh[4 * B];  // the row's shares, for the gathers").line("__shared__ float kfab_fin[NRED];  // the row's reductions");
+    e_.line("kfab_ring_init(kfab_mbar, s.R);");
+    e_.linef("for (int64_t k = 0; k < s.R && k < mine; ++k) kfab_ring_fetch(kfab_ring, kfab_mbar, static_cast<int>(k), kfab_holds, a.in{}, n, s.S, blockIdx.x + k * gridDim.x);", in);
+    e_.line("unsigned long long kfab_q[4];  // the share words of the next second pass's row, loaded before the first pass before it");
+    e_.open("for (int64_t u = 0; u < 2 * (mine + s.L); ++u)");
+    e_.line("const bool second = u % 2 != 0;  // the pass: the tile's shares of its row's reductions, or its outputs");
+    e_.line("const int64_t j = u / 2 - (second ? s.L : 0);  // the block's tile it takes");
+    e_.line("if (!second && j >= s.L) kfab_ring_peek<B>(kfab_q, s.tags + (blockIdx.x + (j - s.L) * gridDim.x) / s.S * NRED * s.S, NRED * s.S);");
+    e_.line("if (j < 0 || j >= mine) continue;");
+    e_.line("const int64_t tile = blockIdx.x + j * gridDim.x;");
+    e_.line("const int64_t chunk = tile / s.S;  // its row (G is B: a chunk is a row)").line("const int part = static_cast<int>(tile % s.S);");
+    e_.line("int64_t lo = 0, hi = n;  // the tile: the block's part of its row").line("kfab_split_part<V>(n, s.S, part, &lo, &hi);");
+    e_.line("unsigned long long* kfab_tags = s.tags + chunk * NRED * s.S;  // the row's share words, s.S a reduction");
+    e_.line("const int kfab_slot = static_cast<int>(j % s.R);");
+  }
+
+  // Hold::kRing's passes: the first waits for its tile's copy and makes its shares; the second waits for its
+  // row's shares, takes its values from the slot, refills the slot with the block's tile s.R further on, and
+  // writes its outputs.
+  void ring_passes() {
+    e_.open("if (!second)").line("kfab_ring_wait(kfab_mbar + kfab_slot, j / s.R);");
+    ring_loads();
+    second_ = false;
+    walk_rows(g_, *this);
+    e_.reopen("} else {").line("kfab_ring_take<B>(kfab_q, kfab_tags, NRED * s.S, s.epoch, kfab_sh);");
+    gather();
+    ring_loads();
+    e_.line("__syncthreads();  // the row's reductions in kfab_fin; the slot's values read by every thread");
+    e_.linef("if (j + s.R < mine) kfab_ring_fetch(kfab_ring, kfab_mbar, kfab_slot, kfab_holds, a.in{}, n, s.S, tile + s.R * gridDim.x);",
+             g_.e_inputs().at(0));
+    second_ = true;
+    walk_rows(g_, *this);
+    outputs();
+    e_.close();
+  }
+
+  // Hold::kRing: the thread's values of the tile, from its slot.
+  void ring_loads() {
+    const int in = g_.e_inputs().at(0);
+    e_.open("").line("const float4* kfab_s4 = kfab_ring4 + kfab_slot * (kfab_holds / 4);");
+    e_.line("#pragma unroll").open("for (int it = 0; it < IT; ++it)").line("const int64_t c0 = lo + (static_cast<int64_t>(it) * G + lane) * V;");
+    e_.open("if (c0 < hi)").line("const float4 q = kfab_s4[it * G + lane];");
+    e_.linef("x{0}[it * 4] = q.x, x{0}[it * 4 + 1] = q.y, x{0}[it * 4 + 2] = q.z, x{0}[it * 4 + 3] = q.w;", in);
+    e_.close().close().close();
+  }
+
   // A split kernel's loads of its part of the row, each vector guarded, by `ld`.
   void split_loads(const char* ld) {
     e_.line("#pragma unroll").open("for (int it = 0; it < IT; ++it)").line("const int64_t c0 = lo + (static_cast<int64_t>(it) * G + lane) * V;");
@@ -445,8 +512,11 @@ class RowKernel final : public RowSteps {
     e_.close().close();
   }
 
-  // The row's reductions from its parts' shares into kfab_fin (a pair's at once), by thread 0.
+  // The row's reductions from its parts' shares into kfab_fin (a pair's at once), by thread 0. (kRing: from
+  // the shares kfab_ring_take left in shared memory, into the block's own kfab_fin there.)
   void gather() {
+    const char* sh = ring_ ? "kfab_sh" : "shares";
+    const char* from = ring_ ? ", true" : "";
     for (size_t k = 0; k < p_.nodes.size(); ++k) {
       if (!g_.live[k] || !is_row_reduction(p_.nodes[k].op)) continue;
       const int slot = g_.redslot[k];
@@ -457,14 +527,16 @@ class RowKernel final : public RowSteps {
         const int ms = g_.redslot[paired->second];
         e_.line("float gm = 0.0f, gt = 0.0f;");
         if (p_.nodes[paired->second].op == "rowmax")
-          e_.linef("kfab_softmax_gather<B>(&gm, &gt, shares + {0} * s.S, shares + {1} * s.S, s.S, red[{0}], red[{1}]);", ms, slot);
+          e_.linef("kfab_softmax_gather<B{3}>(&gm, &gt, {2} + {0} * s.S, {2} + {1} * s.S, s.S, red[{0}], red[{1}]);", ms, slot, sh, from);
         else
-          e_.linef("kfab_moments_gather<B, V>(&gm, &gt, n, shares + {0} * s.S, shares + {1} * s.S, s.S, red[{0}], red[{1}]);", ms, slot);
-        e_.linef("if (threadIdx.x == 0) __stcg(kfab_fin + {}, gm), __stcg(kfab_fin + {}, gt);", ms, slot);
+          e_.linef("kfab_moments_gather<B, V{3}>(&gm, &gt, n, {2} + {0} * s.S, {2} + {1} * s.S, s.S, red[{0}], red[{1}]);", ms, slot, sh, from);
+        if (ring_) e_.linef("if (threadIdx.x == 0) kfab_fin[{}] = gm, kfab_fin[{}] = gt;", ms, slot);
+        else e_.linef("if (threadIdx.x == 0) __stcg(kfab_fin + {}, gm), __stcg(kfab_fin + {}, gt);", ms, slot);
       } else {
         const int op = p_.nodes[k].op == "rowmax" ? 1 : p_.nodes[k].op == "rowmin" ? 2 : 0;
-        e_.linef("const float gt = kfab_split_gather<B, {}>(shares + {} * s.S, s.S, red[{}]);", op, slot, slot);
-        e_.linef("if (threadIdx.x == 0) __stcg(kfab_fin + {}, gt);", slot);
+        e_.linef("const float gt = kfab_split_gather<B, {}{}>({} + {} * s.S, s.S, red[{}]);", op, from, sh, slot, slot);
+        if (ring_) e_.linef("if (threadIdx.x == 0) kfab_fin[{}] = gt;", slot);
+        else e_.linef("if (threadIdx.x == 0) __stcg(kfab_fin + {}, gt);", slot);
       }
       e_.close();
     }
@@ -633,7 +705,8 @@ class RowKernel final : public RowSteps {
   const Program& p_;
   bool cached_, split_, any_k_out_;
   bool cluster_;  // kfab_rows_cached, a cluster's (CL > 1) or a lone block's kernel: its template's U and kfab_m
-  bool l2_;       // Hold::kL2: tiles read twice
+  bool l2_;       // Hold::kL2 or kRing: a tile's two passes
+  bool ring_;     // Hold::kRing: the tiles in shared memory, read once
   bool second_ = false;  // (l2_) the pass being emitted is the tiles' second
   bool prefetch_ = false, issued_ = false;  // the next row's part copied into shared memory; its copies emitted
   int kept_ = -1;                            // the node of the per-column input kept in shared memory (colsm)
@@ -772,13 +845,19 @@ void cluster_launch(const Gen& g, int I, Emitter& e) {
 
 // Rows longer than a cluster holds, each split over the fewest blocks of the grid that keep its parts
 // in registers (I float4 a thread), all resident at once: false, nothing launched, where the device
-// cannot hold them (the caller streams the rows).
+// cannot hold them (the caller streams the rows). `l2` > 0: tiles read twice (kfab_go_l2, its lag);
+// < 0: tiles kept in shared memory (kfab_go_ring, its lag -l2).
 void split_launch(const Gen& g, bool prefetch, bool colsm, int l2, Emitter& e) {
   e.blank().line("// Rows longer than a cluster holds, each split over a group of the grid's blocks keeping its parts in registers;");
   e.line("// false (nothing launched) where the device cannot hold a row's group at once.");
   e.open("bool kfab_rows_split_go(const Args& a, int64_t rows, int64_t n, bool vec, cudaStream_t stream)");
   e.line("// a block's values: I float4 a thread, or 2 * I floats read one at a time (4 * I of them spill under their index arithmetic)");
   e.line("constexpr int64_t holds = static_cast<int64_t>(B) * I * 4;");
+  if (l2 < 0) {  // tiles of `holds` in shared memory, a tile's second pass -l2 (or more) of the block's tiles after its first
+    e.linef("constexpr int LAG = {};  // a tile's outputs at least LAG of the block's tiles after its shares", -l2);
+    e.line("return vec && kfab_go_ring(kfab_rows_split<B, G, 4, I>, B, holds, NRED, LAG, stream, a, rows, n);").close();
+    return;
+  }
   if (l2 > 0) {  // tiles of `holds` read twice, by a grid of resident blocks taking tickets, first passes `l2` quarters of it ahead
     e.linef("constexpr int LAG = {};  // first passes run a row and LAG / 4 of the grid's blocks tiles ahead", l2);
     e.line("return vec ? kfab_go_l2(kfab_rows_split<B, G, 4, I>, B, holds, NRED, LAG, stream, a, rows, n)");
@@ -854,7 +933,19 @@ Parts rows_parts(const Gen& g, const TemplateParams& tp) {
   cluster_launch(g, I, e);
   // (l2: tiles of each row read twice, the second time from L2, where every row reduction meets at once)
   const bool l2 = split && param(tp, "l2", 0) != 0 && meets_once(g);
-  if (l2) {
+  // (ring: the tiles read once, into a ring of shared-memory slots; rows of one per-element input)
+  const bool ring = l2 && param(tp, "ring", 0) != 0 && g.e_inputs().size() == 1;
+  if (ring) {
+    e.blank().line("// The cached kernel for rows longer than a cluster holds, in tiles of s.S parts a row, each read once by the bulk");
+    e.line("// copy into a ring of s.R slots of shared memory: a first pass makes a tile's shares of its row's reductions, a");
+    e.line("// second, s.L of the block's tiles later, gathers its row's and writes the tile's outputs, both from the slot. A");
+    e.line("// grid of resident blocks (a cooperative launch), one an SM (the slots fill its shared memory); resident.cuh's");
+    e.line("// kfab_go_ring.").line("template <int B, int G, int V, int IT>");
+    e.open("__global__ void __launch_bounds__(B, 1) kfab_rows_split(Args a, int64_t rows, int64_t n, KfabSplit s)");
+    RowKernel(g, Hold::kRing, false, e).emit();
+    e.close();
+    split_launch(g, false, false, -std::clamp(param(tp, "lag", 1), 1, 6), e);
+  } else if (l2) {
     e.blank().line("// The cached kernel for rows longer than a cluster holds, in tiles of s.S parts a row, each read twice: a first pass");
     e.line("// makes a tile's shares of its row's reductions, the row's last makes the row's from them; a second pass, from L2,");
     e.line("// waits for those and writes the tile's outputs. A grid of resident blocks (a cooperative launch) taking tickets from");

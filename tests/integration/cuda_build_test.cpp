@@ -284,10 +284,11 @@ TEST_F(CudaBuild, RowsLongerThanAClusterGetSplitPointsThatCompile) {
 
 // Issue 25: rows longer than a cluster holds whose row reductions all meet at once (a softmax's maximum and
 // sum, a layer norm's mean and squared deviations) get points that read them in tiles twice, the second
-// time from L2 (l2), after the others for long rows (measured slower so far), which compile: tickets from the
-// grid's counter, each tile's shares written, the row's made by its last first pass (a pair's at once), the
-// second pass waiting for them; an RMS norm (one row reduction) gets none, and a program whose second
-// reduction reads the first's row value apart from a pair's is generated without them.
+// time from L2 (l2), after the others for long rows, which compile: tickets from the grid's counter, each
+// tile's shares written, the row's made by its last first pass (a pair's at once), the second pass waiting
+// for them; an RMS norm (one row reduction) gets none, and a program whose second reduction reads the
+// first's row value apart from a pair's is generated without them. (The points that keep the tiles in
+// shared memory, ring, first: RowsInTilesInSharedMemoryGetPointsThatCompile.)
 TEST_F(CudaBuild, RowsReadTwiceInTilesGetPointsThatCompile) {
   auto sm = parse_program("e = exp(x - rowmax(x)); y = e / rowsum(e)", {{"x", VClass::E}}, {"y"});
   auto ln = parse_program("m = rowmean(x); d = x - m; r = rsqrt(rowmean(d * d) + 1e-05); y = d * r * w + b",
@@ -299,12 +300,12 @@ TEST_F(CudaBuild, RowsReadTwiceInTilesGetPointsThatCompile) {
            {"layer_norm", &*ln, "kfab_moments_gather<B, V>(&gm, &gt, n, shares + 0 * s.S, shares + 1 * s.S"}}) {
     for (int64_t n : {4194304, 393216}) {
       const auto all = fused_grid(*prog, n);
-      const auto first = std::find_if(all.begin(), all.end(), [](const TemplateParams& q) { return q.count("l2") > 0; });
+      const auto first = std::find_if(all.begin(), all.end(), [](const TemplateParams& q) { return q.count("l2") > 0 && !q.count("ring"); });
       ASSERT_NE(first, all.end()) << name << " " << n;
       const std::vector<TemplateParams> grid(first, all.end());
       ASSERT_GE(grid.size(), 4u);
-      // the last of the split points, before the general row points
-      EXPECT_TRUE(all.front().count("split") && !all.front().count("l2")) << name << " " << n;
+      // after the split and cluster points, before the general row points
+      EXPECT_TRUE((first[-1].count("split") || first[-1].count("cluster")) && !first[-1].count("l2")) << name << " " << n;
       for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(grid[i].count("l2") && grid[i].count("split")) << name << " " << n << ": " << format_params(grid[i]);
       EXPECT_FALSE(grid[3].count("l2") || grid[3].count("split")) << name << " " << n;
       if (n != 4194304) continue;
@@ -346,6 +347,56 @@ TEST_F(CudaBuild, RowsReadTwiceInTilesGetPointsThatCompile) {
   const std::string tsrc = generate_fused_cuda(*two, q, "two");
   EXPECT_EQ(tsrc.find("kfab_l2_ticket(t"), std::string::npos);
   EXPECT_NE(tsrc.find("kfab_split_combine<B, 0>"), std::string::npos);
+}
+
+// Issue 25: the same rows of one per-element input, of whole float4, get points that keep each tile in a ring
+// of shared-memory slots (ring: read once, by the bulk copy), first; tiles of 16 float4 a thread only where a
+// row has at most 64 of them. They compile: tiles dealt round the grid, shares stamped with the launch's
+// epoch, the row's taken into shared memory and gathered from there, no meeting, no ticket. Rows whose length
+// is not a multiple of 4, and a softmax of two per-element inputs, get none.
+TEST_F(CudaBuild, RowsInTilesInSharedMemoryGetPointsThatCompile) {
+  auto sm = parse_program("e = exp(x - rowmax(x)); y = e / rowsum(e)", {{"x", VClass::E}}, {"y"});
+  auto ln = parse_program("m = rowmean(x); d = x - m; r = rsqrt(rowmean(d * d) + 1e-05); y = d * r * w + b",
+                          {{"x", VClass::E}, {"w", VClass::C}, {"b", VClass::C}}, {"y"});
+  auto two = parse_program("t = x + z; e = exp(t - rowmax(t)); y = e / rowsum(e)", {{"x", VClass::E}, {"z", VClass::E}}, {"y"});
+  ASSERT_TRUE(sm.has_value() && ln.has_value() && two.has_value());
+  const auto is_ring = [](const TemplateParams& q) { return q.count("ring") > 0; };
+  int built = 0;
+  for (const auto& [name, prog, gather] : std::vector<std::tuple<std::string, const Program*, std::string>>{
+           {"softmax", &*sm, "kfab_softmax_gather<B, true>(&gm, &gt, kfab_sh + 0 * s.S, kfab_sh + 1 * s.S"},
+           {"layer_norm", &*ln, "kfab_moments_gather<B, V, true>(&gm, &gt, n, kfab_sh + 0 * s.S, kfab_sh + 1 * s.S"}}) {
+    for (const auto& [n, items] : std::vector<std::pair<int64_t, std::vector<std::string>>>{{393216, {"16", "8"}}, {4194304, {"8"}}}) {
+      const auto grid = fused_grid(*prog, n);
+      ASSERT_GE(grid.size(), items.size() + 1) << name << " " << n;
+      for (size_t i = 0; i < items.size(); ++i) {
+        ASSERT_TRUE(is_ring(grid[i]) && grid[i].count("l2") && grid[i].count("split")) << name << " " << n << ": " << format_params(grid[i]);
+        EXPECT_EQ(grid[i].at("items"), items[i]) << name << " " << n;
+      }
+      EXPECT_FALSE(is_ring(grid[items.size()])) << name << " " << n;
+      if (n != 393216) continue;
+      for (size_t i = 0; i < items.size(); ++i) {
+        const std::string src = generate_fused_cuda(*prog, grid[i], name);
+        EXPECT_NE(src.find("return vec && kfab_go_ring(kfab_rows_split<B, G, 4, I>, B, holds, NRED, LAG, stream, a, rows, n);"), std::string::npos) << name;
+        EXPECT_NE(src.find("const int64_t tile = blockIdx.x + j * gridDim.x;"), std::string::npos) << name;
+        EXPECT_NE(src.find("if (threadIdx.x == 0) kfab_ring_put(kfab_tags + 1 * s.S + part, s"), std::string::npos) << name;
+        EXPECT_NE(src.find("kfab_ring_take<B>(kfab_q, kfab_tags, NRED * s.S, s.epoch, kfab_sh);"), std::string::npos) << name;
+        EXPECT_NE(src.find("kfab_ring_wait(kfab_mbar + kfab_slot, j / s.R);"), std::string::npos) << name;
+        EXPECT_NE(src.find(gather), std::string::npos) << name;
+        EXPECT_NE(src.find("= kfab_fin[1];"), std::string::npos) << name;
+        for (const char* other : {"kfab_split_combine<B, ", "kfab_split_softmax<B>(&r", "kfab_split_moments<B, V>(&r", "kfab_l2_ticket(t, T", "kfab_l2_wait(kfab_bar",
+                                  "__ldcg(kfab_fin"})
+          EXPECT_EQ(src.find(other), std::string::npos) << name << " " << other;
+        const auto f = scratch() / (name + "_ring_" + std::to_string(i) + ".cu");
+        ASSERT_TRUE(write_file_atomic(f, src).has_value());
+        auto r = backend_.build(f);
+        ASSERT_TRUE(r.ok()) << name << " " << format_params(grid[i]) << "\n" << r.failure().message;
+        ++built;
+      }
+    }
+    for (const auto& q : fused_grid(*prog, 393215)) EXPECT_FALSE(is_ring(q)) << name << ": " << format_params(q);
+  }
+  EXPECT_EQ(built, 4);
+  for (const auto& q : fused_grid(*two, 393216)) EXPECT_FALSE(is_ring(q)) << format_params(q);
 }
 
 // The cuda templates for cumsum, transpose, the middle-dimension sum (dim_reduce) and group norm compile at every point.

@@ -30,6 +30,30 @@ __global__ void fill_split(Args a, int64_t rows, int64_t n, KfabSplit s) {
     for (int64_t c = lo + threadIdx.x; c < hi; c += blockDim.x) a.y[r * n + c] = 1.0f;
 }
 
+// the same in tiles through a ring of shared-memory slots (each block's tiles b, b + gridDim.x, .. of 512
+// floats: copied in, a share stamped a tile, the row's shares taken back, the tile written out as 1s)
+__global__ void fill_ring(Args a, int64_t rows, int64_t n, KfabSplit s) {
+  extern __shared__ float4 ring4[];
+  float* ring = reinterpret_cast<float*>(ring4);
+  __shared__ unsigned long long mbar[8];
+  __shared__ float sh[4 * 128];
+  const int64_t T = rows * s.S, mine = (T - blockIdx.x + gridDim.x - 1) / gridDim.x;
+  kfab_ring_init(mbar, s.R);
+  for (int64_t j = 0; j < mine; ++j) {
+    const int64_t tile = blockIdx.x + j * gridDim.x;
+    kfab_ring_fetch(ring, mbar, 0, 512, a.y, n, s.S, tile);
+    kfab_ring_wait(mbar, j);
+    if (threadIdx.x == 0) kfab_ring_put(s.tags + tile, ring[0], s.epoch);
+    unsigned long long q[4];
+    kfab_ring_peek<128>(q, s.tags + tile, 1);
+    kfab_ring_take<128>(q, s.tags + tile, 1, s.epoch, sh);
+    int64_t lo = 0, hi = n;
+    kfab_split_part<4>(n, s.S, static_cast<int>(tile % s.S), &lo, &hi);
+    for (int64_t c = lo + threadIdx.x; c < hi; c += blockDim.x) a.y[tile / s.S * n + c] = sh[0] * 0.0f + 1.0f;
+    __syncthreads();
+  }
+}
+
 }  // namespace
 
 KFAB_EXPORT int kfab_run(const kfab_tensor*, int32_t, kfab_tensor* out, int32_t, void* stream) {
@@ -39,5 +63,7 @@ KFAB_EXPORT int kfab_run(const kfab_tensor*, int32_t, kfab_tensor* out, int32_t,
   (void)kfab_go_cluster<2>(fill, 128, static_cast<cudaStream_t>(stream), a, out[0].shape[0], out[0].shape[1]);
   // and with each row split over 2 or more blocks of 32 values, where the device holds them at once
   (void)kfab_go_split(fill_split, 128, 32, 1, static_cast<cudaStream_t>(stream), a, out[0].shape[0], out[0].shape[1]);
+  // and in tiles of 512 floats through shared memory, where the rows are of whole float4 and the device has the bulk copy
+  (void)kfab_go_ring(fill_ring, 128, 512, 1, 1, static_cast<cudaStream_t>(stream), a, out[0].shape[0], out[0].shape[1]);
   return cudaGetLastError() == cudaSuccess ? 0 : 5;
 }

@@ -113,12 +113,18 @@ bool kfab_go_cluster(K kernel, int threads, cudaStream_t stream, const Args& a, 
 // counter of arrivals a group, zero at launch (row_reduce.cuh's kfab_split_combine). Read twice (kfab_go_l2):
 // S parts a row, `shares` [rows][nred][S] then the rows' reductions [rows][nred], `bar` a counter a row,
 // D the tiles first passes run ahead of second ones, `ticket` the grid's count of tickets taken; zero at launch.
+// Tiles kept in shared memory (kfab_go_ring): `tags` a word a share ([rows][nred][S]: the launch's `epoch` in
+// its high half, the share's bits in its low), R slots of a tile, a tile's second pass L of the block's tiles
+// after its first.
 struct KfabSplit {
   int S, nred;
   float* shares;
   unsigned* bar;
   int64_t D;
   unsigned long long* ticket;
+  unsigned long long* tags = nullptr;
+  unsigned epoch = 0;
+  int R = 0, L = 0;
 };
 
 // Device memory of at least `need` T's at *p, kept between calls (*have: how many), grown when a shape needs
@@ -203,5 +209,143 @@ bool kfab_go_l2(K kernel, int threads, int64_t holds, int nred, int lag, cudaStr
   if (cudaMemsetAsync(bar, 0, sizeof(unsigned) * static_cast<size_t>(counters), stream) != cudaSuccess) return (void)cudaGetLastError(), false;
   auto* ticket = reinterpret_cast<unsigned long long*>(bar + (rows + 1) / 2 * 2);
   return kfab_go_coop(kernel, blocks, threads, 0, stream, a, rows, n, KfabSplit{static_cast<int>(S), nred, shares, bar, D, ticket});
+}
+
+// Rows in tiles each read once, into a ring of shared-memory slots by the bulk copy (cp.async.bulk, Hopper):
+// block b of G takes tiles b, b + G, ..; at its step j it makes tile j's shares of its row's reductions from
+// slot j % R, and writes tile j - L's outputs from its slot once that row's shares are all in, then refills
+// the slot with tile j - L + R. A share is one 8-byte word stamped with the launch (kfab_ring_put): no fence,
+// no counter; a second pass loads its row's words before the first pass before it and checks them after
+// (kfab_ring_peek, kfab_ring_take), so the wait costs no round trip to L2 when the row is done.
+// (bench/probes/softmax_ring.cu: on an H200 level1/23's softmax took 3.19 ms this way, 94% of cudaMemcpy's
+// bandwidth, against 4.02 ms with a counter a row and a fence an arrival.) Hopper and later (the bulk copy,
+// mbarrier waits); elsewhere never launched (kfab_go_ring).
+__device__ __forceinline__ void kfab_ring_init(unsigned long long* mbar, int R) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (threadIdx.x == 0) {
+    for (int k = 0; k < R; ++k)
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(mbar + k))));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+#endif
+  __syncthreads();
+}
+
+// Thread 0: the bulk copy of tile t of a rows x n input `in` (its row's part t % S, kfab_split_part<4>) into
+// slot `slot` of `ring` (`holds` floats a slot), completing on mbar[slot]. The source is 16-byte aligned and
+// its length a multiple of 16 where n is a multiple of 4 and `in` 16-byte aligned (vec: kfab_run's checks).
+__device__ __forceinline__ void kfab_ring_fetch(float* ring, unsigned long long* mbar, int slot, int64_t holds, const float* in, int64_t n, int S,
+                                                int64_t t) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (threadIdx.x != 0) return;
+  int64_t lo = 0, hi = 0;
+  kfab_split_part<4>(n, S, static_cast<int>(t % S), &lo, &hi);
+  const unsigned bytes = static_cast<unsigned>(hi > lo ? (hi - lo) * 4 : 0);
+  const unsigned b = static_cast<unsigned>(__cvta_generic_to_shared(mbar + slot));
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the block's reads of the slot, before the copy writes it
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes) : "memory");
+  if (bytes > 0)
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     static_cast<unsigned>(__cvta_generic_to_shared(ring + slot * holds))),
+                 "l"(in + t / S * n + lo), "r"(bytes), "r"(b)
+                 : "memory");
+#endif
+}
+
+// Every thread waits for the copy into a slot, the `use`-th use of its mbarrier (its phase's parity).
+__device__ __forceinline__ void kfab_ring_wait(unsigned long long* mbar, int64_t use) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const unsigned b = static_cast<unsigned>(__cvta_generic_to_shared(mbar)), parity = static_cast<unsigned>(use & 1);
+  asm volatile("{\n .reg .pred p;\n kfab_w: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra kfab_w;\n}\n" ::"r"(b), "r"(parity)
+               : "memory");
+#endif
+}
+
+// A share: its bits and the launch's epoch in one 8-byte word (a single store, seen whole or not at all).
+__device__ __forceinline__ void kfab_ring_put(unsigned long long* w, float v, unsigned epoch) {
+  const unsigned long long q = static_cast<unsigned long long>(epoch) << 32 | __float_as_uint(v);
+  asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(w), "l"(q) : "memory");
+}
+__device__ __forceinline__ unsigned long long kfab_ring_ld(const unsigned long long* w) {
+  unsigned long long q;
+  asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(q) : "l"(w) : "memory");
+  return q;
+}
+
+// A row's `count` share words (at most 4 a thread of B), loaded into q: thread r takes r, r + B, ..
+template <int B>
+__device__ __forceinline__ void kfab_ring_peek(unsigned long long (&q)[4], const unsigned long long* w, int count) {
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int i = static_cast<int>(threadIdx.x) + k * B;
+    q[k] = i < count ? kfab_ring_ld(w + i) : 0ull;
+  }
+}
+
+// The block waits until every word kfab_ring_peek loaded carries `epoch` (loading again those that did not),
+// then leaves their shares in sh[0, count) for the gathers (row_reduce.cuh's, SH: from shared memory).
+template <int B>
+__device__ __forceinline__ void kfab_ring_take(unsigned long long (&q)[4], const unsigned long long* w, int count, unsigned epoch, float* sh) {
+  for (;;) {
+    bool missing = false;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int i = static_cast<int>(threadIdx.x) + k * B;
+      missing = missing || (i < count && static_cast<unsigned>(q[k] >> 32) != epoch);
+    }
+    if (!__syncthreads_or(missing)) break;
+    __nanosleep(64);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int i = static_cast<int>(threadIdx.x) + k * B;
+      if (i < count && static_cast<unsigned>(q[k] >> 32) != epoch) q[k] = kfab_ring_ld(w + i);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int i = static_cast<int>(threadIdx.x) + k * B;
+    if (i < count) sh[i] = __uint_as_float(static_cast<unsigned>(q[k]));
+  }
+  __syncthreads();
+}
+
+// Launches `kernel` (a row kernel taking a KfabSplit after rows and n; one per-element input `in`, float4
+// rows) over rows of n in tiles of `holds` floats kept in shared memory, a cooperative launch of as many
+// blocks as the device holds at once (most slots a block first). The least lag that cannot deadlock: tile
+// j - L's row ends at most (S - 2) / G + 1 steps after it, and the block at the least step has made every
+// share up to it. False (nothing launched) where a row's shares do not fit 4 words a thread, the slots
+// fewer than L + 2, or the device cannot launch it.
+template <class K, class Args>
+bool kfab_go_ring(K kernel, int threads, int64_t holds, int nred, int lag, cudaStream_t stream, const Args& a, int64_t rows, int64_t n) {
+  static unsigned long long* tags = nullptr;  // kept between calls, grown (and zeroed) when a shape needs more
+  static int64_t have = 0;
+  static unsigned epoch = 0;
+  const int64_t S = (n + holds - 1) / holds, T = rows * S;
+  int dev = 0, optin = 0, major = 0;
+  cudaFuncAttributes fa = {};
+  if (rows <= 0 || n <= 0 || n % 4 != 0 || S * nred > 4 * threads || cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major < 9 ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+      cudaFuncGetAttributes(&fa, reinterpret_cast<const void*>(kernel)) != cudaSuccess)
+    return (void)cudaGetLastError(), false;
+  const int64_t tile = holds * 4, room = static_cast<int64_t>(optin) - static_cast<int64_t>(fa.sharedSizeBytes);
+  const int R = static_cast<int>(room / tile < 8 ? room / tile : 8);
+  const int smem = static_cast<int>(R * tile);
+  if (R < 3 || !kfab_coop_ok(kernel, smem)) return false;
+  const int64_t resident = kfab_resident(reinterpret_cast<const void*>(kernel), threads, smem);
+  const int64_t G = resident < T ? resident : T;
+  if (G <= 0) return false;
+  const int64_t least = S >= 2 ? (S - 2) / G + 1 : 1;
+  const int L = static_cast<int>(least > lag ? least : lag);
+  if (R < L + 2) return false;
+  const int64_t before = have;
+  if (!kfab_scratch(&tags, &have, T * nred)) return false;
+  if (have != before || ++epoch == 0) {  // new words, or the epochs wrapped: none may look written
+    if (cudaMemsetAsync(tags, 0, sizeof(unsigned long long) * static_cast<size_t>(have), stream) != cudaSuccess) return (void)cudaGetLastError(), false;
+    epoch = 1;
+  }
+  KfabSplit s{static_cast<int>(S), nred, nullptr, nullptr, 0, nullptr};
+  s.tags = tags, s.epoch = epoch, s.R = R, s.L = L;
+  return kfab_go_coop(kernel, G, threads, smem, stream, a, rows, n, s);
 }
 // kfab:end

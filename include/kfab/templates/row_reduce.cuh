@@ -134,16 +134,20 @@ __device__ __forceinline__ void kfab_split_meet(unsigned* bar, unsigned target) 
   __syncthreads();
 }
 
-// A row split over S blocks of the grid: v, the block's share of a reduction, goes to its slot of `sh`
-// (the S slots of this reduction); after the meeting each block combines the S shares in the same order
-// (thread r of B takes shares r, r + B, ..; then kfab_group), so every block has the same total. `slot`
-// is the shared slot of this reduction, whose earlier reads the meeting orders before the writes here.
+// A share of a row reduction, from shared memory (SH: resident.cuh's kfab_ring_take left it there) or from
+// global memory, read from L2 (other SMs wrote it).
+template <bool SH>
+__device__ __forceinline__ float kfab_share(const float* p) {
+  if constexpr (SH) return *p;
+  else return __ldcg(p);
+}
+
 // The row's total of a reduction from the S blocks' shares `sh` (thread r of B takes shares r, r + B, ..;
 // then kfab_group over `slot`), in the same order in every block, so every block has the same total.
-template <int B, int OP>
+template <int B, int OP, bool SH = false>
 __device__ __forceinline__ float kfab_split_gather(const float* sh, int S, float* slot) {
   float t = OP == 0 ? 0.0f : OP == 1 ? -INFINITY : INFINITY;
-  for (int r = threadIdx.x; r < S; r += B) t = kfab_combine<OP>(t, __ldcg(sh + r));
+  for (int r = threadIdx.x; r < S; r += B) t = kfab_combine<OP>(t, kfab_share<SH>(sh + r));
   return kfab_group<B, OP>(t, slot);
 }
 
@@ -161,14 +165,14 @@ __device__ __forceinline__ float kfab_split_combine(float v, float* sh, unsigned
 // (program.h's softmax_pairs): the row's maximum M is the largest, its sum that of s_b exp(m_b - M) (s_b
 // alone where m_b is M: a row of -infinity keeps its NaN, as exp(x - M) gives it); left in *m and *s, the
 // same in every block.
-template <int B>
+template <int B, bool SH = false>
 __device__ __forceinline__ void kfab_softmax_gather(float* m, float* s, const float* shm, const float* shs, int S, float* slot_m, float* slot_s) {
   float M = -INFINITY;
-  for (int r = threadIdx.x; r < S; r += B) M = fmaxf(M, __ldcg(shm + r));
+  for (int r = threadIdx.x; r < S; r += B) M = fmaxf(M, kfab_share<SH>(shm + r));
   M = kfab_group<B, 1>(M, slot_m);
   float t = 0.0f;
   for (int r = threadIdx.x; r < S; r += B) {
-    const float mb = __ldcg(shm + r), sb = __ldcg(shs + r);
+    const float mb = kfab_share<SH>(shm + r), sb = kfab_share<SH>(shs + r);
     t += mb == M ? sb : sb * expf(mb - M);
   }
   *s = kfab_group<B, 0>(t, slot_s);
@@ -189,7 +193,7 @@ __device__ __forceinline__ void kfab_split_softmax(float* m, float* s, float* sh
 // (x - the part's mean)^2 (program.h's moment_pairs; parts as resident.cuh's kfab_split_part<V> cuts a row
 // of n): the row's mean is that of the parts' means weighted by their lengths, its sum of squares theirs
 // plus n_b (m_b - mean)^2 each (Chan et al.); left in *m and *q, the same in every block.
-template <int B, int V>
+template <int B, int V, bool SH = false>
 __device__ __forceinline__ void kfab_moments_gather(float* m, float* q, int64_t n, const float* shm, const float* shq, int S, float* slot_m,
                                                     float* slot_q) {
   const int64_t chunk = (n + static_cast<int64_t>(S) * V - 1) / (static_cast<int64_t>(S) * V) * V;
@@ -198,12 +202,12 @@ __device__ __forceinline__ void kfab_moments_gather(float* m, float* q, int64_t 
     return static_cast<float>(left < 0 ? 0 : left < chunk ? left : chunk);
   };
   float t = 0.0f;
-  for (int r = threadIdx.x; r < S; r += B) t += part(r) * __ldcg(shm + r);
+  for (int r = threadIdx.x; r < S; r += B) t += part(r) * kfab_share<SH>(shm + r);
   const float mean = kfab_group<B, 0>(t, slot_m) / static_cast<float>(n);
   float u = 0.0f;
   for (int r = threadIdx.x; r < S; r += B) {
-    const float d = __ldcg(shm + r) - mean;
-    u += __ldcg(shq + r) + part(r) * d * d;
+    const float d = kfab_share<SH>(shm + r) - mean;
+    u += kfab_share<SH>(shq + r) + part(r) * d * d;
   }
   *q = kfab_group<B, 0>(u, slot_q);
   *m = mean;
