@@ -33,6 +33,44 @@ Expected<void> fused_supported(const Program& p) {
   return {};
 }
 
+// The long-row points (fused_grid's) that read rows in tiles, where every row reduction meets at once (a
+// softmax, a layer norm); `per_element`: the program's per-element float inputs.
+static void tile_points(const Program& p, int64_t n, int per_element, std::vector<TemplateParams>& g) {
+  // Where every row reduction meets at once (a softmax, a layer norm): rows in tiles read twice, the second
+  // time from L2 (l2=1: print_cuda.cpp's Hold::kL2), no block waiting for a row's other blocks but where its
+  // row's shares are not all in (tiles of 16 and 8 float4 a thread; first passes half the grid's blocks
+  // ahead, or all of them: `lag` quarters), a grid of resident blocks taking tickets from a counter. And the
+  // same two passes with each tile read once, by the bulk copy, into a ring of shared-memory slots (ring=1:
+  // Hold::kRing; rows of whole float4 of one per-element input; tiles of 8 float4 a thread, then of 16 where a
+  // row has at most 64 of them, so that a tile's outputs come one of the block's tiles after its shares).
+  // On an H200 (session 28, trees a25fee6 and 052c42b) the l2 point with lag 4 won on level1/23 (3.894 ms,
+  // 78% of the copy bandwidth, against the reuse point's 4.3) and 24 (3.903 against the prefetching
+  // point's 4.3), ncu reading 7.6 GB from DRAM for 6.4 (lag 2: 6.5 GB, slower, 4.5 ms: its second passes
+  // wait); the ring point with 16 float4 took 4.158 and 3.956 ms, reading 6.44 GB, with 8 float4 (six
+  // slots, one block an SM then) 5.85 and 5.43. Rows of at most 1M floats: the l2 point with lag 4 first,
+  // then the ring points (8 float4 a thread now with three slots, two blocks an SM, as the probe's 101% of
+  // a float4 copy had it: not yet measured in this form). Longer rows (level1/40's 4M, 16 MB a row, which
+  // L2 cannot hold between a tile's passes): these points last among the long-row points; there l2 took
+  // 0.327 ms and ring 0.569 against colsm's 0.239.
+  if (softmax_pairs(p).empty() && moment_pairs(p).empty()) return;
+  std::vector<TemplateParams> l2, ring;
+  for (const auto& [items, lag] : std::vector<std::pair<const char*, const char*>>{{"16", "4"}, {"16", "2"}, {"8", "2"}})
+    l2.push_back({{"kernel", "rows"}, {"block", "256"}, {"group", "256"}, {"items", items}, {"split", "1"}, {"l2", "1"}, {"lag", lag}});
+  if (n % 4 == 0 && per_element == 1) {
+    for (const char* items : {"8", "16"})
+      if (std::string(items) == "8" || (n + 16383) / 16384 <= 64)
+        ring.push_back({{"kernel", "rows"}, {"block", "256"}, {"group", "256"}, {"items", items}, {"split", "1"}, {"l2", "1"}, {"ring", "1"}});
+  }
+  if (n <= (int64_t{1} << 20)) {
+    ring.insert(ring.begin(), l2.front());
+    g.insert(g.begin(), ring.begin(), ring.end());
+    g.insert(g.end(), l2.begin() + 1, l2.end());
+  } else {
+    g.insert(g.end(), l2.begin(), l2.end());
+    g.insert(g.end(), ring.begin(), ring.end());
+  }
+}
+
 std::vector<TemplateParams> fused_grid(const Program& p, int64_t n) {
   std::vector<TemplateParams> g;
   if (!p.needs_rows()) {
@@ -136,29 +174,7 @@ std::vector<TemplateParams> fused_grid(const Program& p, int64_t n) {
     // (The measured winner with 8 float4 a thread, three blocks an SM at most 80 registers, lost on an H200
     // (session 19, tree 2464c39): level1/23 4.599 ms against reuse's 4.285, level1/24 4.450 against the
     // prefetching point's 4.297. Not offered.)
-    // Where every row reduction meets at once (a softmax, a layer norm): rows in tiles read twice, the second
-    // time from L2 (l2=1: print_cuda.cpp's Hold::kL2), no block waiting for a row's other blocks but where its
-    // row's shares are not all in (tiles of 16 and 8 float4 a thread; first passes half the grid's blocks
-    // ahead, or all of them: `lag` quarters). Last: on an H200 (session 27) they lost to the points above on
-    // level1/23 (5.45 ms against 4.35), 24 (5.55 against 4.31) and 40 (0.326 against 0.239), their second
-    // passes reading every tile from DRAM again (12.7 GB for 23's 6.4): tickets dealt round the grid left
-    // the first passes running ahead without bound. Taken from a counter since; not yet measured.
-    if (!softmax_pairs(p).empty() || !moment_pairs(p).empty()) {
-      for (const auto& [items, lag] : std::vector<std::pair<const char*, const char*>>{{"16", "2"}, {"8", "2"}, {"16", "4"}})
-        g.push_back({{"kernel", "rows"}, {"block", "256"}, {"group", "256"}, {"items", items}, {"split", "1"}, {"l2", "1"}, {"lag", lag}});
-      // The same two passes with each tile read once, by the bulk copy, into a ring of shared-memory slots (ring=1:
-      // print_cuda.cpp's Hold::kRing; rows of whole float4 of one per-element input): first. A probe of it
-      // (bench/probes/softmax_ring.cu) took level1/23's softmax at 94% of cudaMemcpy's bandwidth on an H200.
-      // Tiles of 16 float4 a thread (64 KB, three slots) where a row has fewer tiles than an SM count holds
-      // (a tile's outputs then one of the block's tiles after its shares), then of 8 (32 KB, six slots).
-      if (n % 4 == 0 && per_element == 1) {
-        std::vector<TemplateParams> ring;
-        for (const char* items : {"16", "8"})
-          if (std::string(items) == "8" || (n + 16383) / 16384 <= 64)
-            ring.push_back({{"kernel", "rows"}, {"block", "256"}, {"group", "256"}, {"items", items}, {"split", "1"}, {"l2", "1"}, {"ring", "1"}});
-        g.insert(g.begin(), ring.begin(), ring.end());
-      }
-    }
+    tile_points(p, n, per_element, g);
   }
   // then a point that takes a warp per row for short rows and a block per row for long ones
   g.push_back({{"kernel", "rows"}, {"block", n > 8192 ? "512" : "256"}, {"group", "auto"}, {"items", "8"}});

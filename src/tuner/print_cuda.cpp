@@ -442,6 +442,11 @@ class RowKernel final : public RowSteps {
     e_.reopen("} else {");
     split_loads("__ldcs");
     e_.line("kfab_l2_wait(kfab_bar, static_cast<unsigned>(s.S) + 1u);");
+    outputs_pass();
+  }
+
+  // A tile's second pass once its row's reductions are in: the row values from them, then the outputs.
+  void outputs_pass() {
     second_ = true;
     walk_rows(g_, *this);
     outputs();
@@ -488,10 +493,7 @@ class RowKernel final : public RowSteps {
     e_.line("__syncthreads();  // the row's reductions in kfab_fin; the slot's values read by every thread");
     e_.linef("if (j + s.R < mine) kfab_ring_fetch(kfab_ring, kfab_mbar, kfab_slot, kfab_holds, a.in{}, n, s.S, tile + s.R * gridDim.x);",
              g_.e_inputs().at(0));
-    second_ = true;
-    walk_rows(g_, *this);
-    outputs();
-    e_.close();
+    outputs_pass();
   }
 
   // Hold::kRing: the thread's values of the tile, from its slot.
@@ -939,9 +941,9 @@ Parts rows_parts(const Gen& g, const TemplateParams& tp) {
     e.blank().line("// The cached kernel for rows longer than a cluster holds, in tiles of s.S parts a row, each read once by the bulk");
     e.line("// copy into a ring of s.R slots of shared memory: a first pass makes a tile's shares of its row's reductions, a");
     e.line("// second, s.L of the block's tiles later, gathers its row's and writes the tile's outputs, both from the slot. A");
-    e.line("// grid of resident blocks (a cooperative launch), one an SM (the slots fill its shared memory); resident.cuh's");
-    e.line("// kfab_go_ring.").line("template <int B, int G, int V, int IT>");
-    e.open("__global__ void __launch_bounds__(B, 1) kfab_rows_split(Args a, int64_t rows, int64_t n, KfabSplit s)");
+    e.line("// grid of resident blocks (a cooperative launch): two an SM with tiles of 8 float4 a thread (three slots of 32 KB");
+    e.line("// each), one with 16 (64 KB); resident.cuh's kfab_go_ring.").line("template <int B, int G, int V, int IT>");
+    e.open("__global__ void __launch_bounds__(B, IT * V <= 32 ? 2 : 1) kfab_rows_split(Args a, int64_t rows, int64_t n, KfabSplit s)");
     RowKernel(g, Hold::kRing, false, e).emit();
     e.close();
     split_launch(g, false, false, -std::clamp(param(tp, "lag", 1), 1, 6), e);

@@ -202,9 +202,10 @@ TEST_F(CudaEval, RowsReadTwiceInTilesPass) {
 
 // Issue 25: rows in tiles kept in a ring of shared-memory slots (ring: each read once by the bulk copy; a
 // tile's outputs written L of the block's tiles after its shares) pass: a softmax with tiles of 16 float4 a
-// thread (64 rows of 393216: 24 tiles a row; 2000 of 40000: 3 tiles, the last shorter) and of 8 (also 5 rows
-// of 4M floats: 512 tiles a row, a lag of 4 on 132 SMs), a layer norm with tiles of 8; rows a float at a time
-// (4194303: not float4, streamed) and short rows with the same file.
+// thread (64 rows of 393216: 24 tiles a row; 2000 of 40000: 3 tiles, the last shorter; one block an SM) and
+// of 8 (three slots, two blocks an SM; 5 rows of 4M floats: 512 tiles a row, a lag of 4 and six slots, one
+// block an SM, on 132 SMs), a layer norm with tiles of 8; rows a float at a time (4194303: not float4,
+// streamed) and short rows with the same file.
 TEST_F(CudaEval, RowsInTilesInSharedMemoryPass) {
   const std::string shapes =
       "tune = [ { M = 64, N = 393216 }, { M = 2000, N = 40000 } ]\n"
