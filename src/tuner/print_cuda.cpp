@@ -287,8 +287,7 @@ class RowKernel final : public RowSteps {
       e_.line("const unsigned long long kfab_next = threadIdx.x == 0 ? atomicAdd(s.ticket, 1ull) : 0ull;");
       e_.line("int64_t tile = 0;").line("bool second = false;  // the tile's pass: its shares of the row reductions, or its outputs");
       e_.line("kfab_l2_ticket(t, T, s.D, &tile, &second);");
-      e_.line("const int64_t chunk = tile / s.S;  // its row (G is B: a chunk is a row)").line("const int part = static_cast<int>(tile % s.S);");
-      e_.line("int64_t lo = 0, hi = n;  // the tile: the block's part of its row").line("kfab_split_part<V>(n, s.S, part, &lo, &hi);");
+      tile_part();
       e_.line("float* shares = s.shares + chunk * NRED * s.S;  // the row's parts' shares, s.S a reduction");
       e_.line("float* kfab_fin = s.shares + (rows * s.S + chunk) * NRED;  // the row's reductions");
       e_.line("unsigned* kfab_bar = s.bar + chunk;  // the row's first passes counted, then one more when kfab_fin is written");
@@ -453,6 +452,12 @@ class RowKernel final : public RowSteps {
     e_.close();
   }
 
+  // A tile's row (a chunk: G is B) and its part [lo, hi) of it (Hold::kL2, kRing).
+  void tile_part() {
+    e_.line("const int64_t chunk = tile / s.S;  // its row (G is B: a chunk is a row)").line("const int part = static_cast<int>(tile % s.S);");
+    e_.line("int64_t lo = 0, hi = n;  // the tile: the block's part of its row").line("kfab_split_part<V>(n, s.S, part, &lo, &hi);");
+  }
+
   // Hold::kRing: block b of the grid takes tiles b, b + gridDim.x, ..; pass u of the loop is its tile u / 2's
   // first pass (u even) or tile u / 2 - s.L's second (resident.cuh's kfab_go_ring says why no block waits forever).
   void ring_schedule() {
@@ -473,8 +478,7 @@ class RowKernel final : public RowSteps {
     e_.line("if (!second && j >= s.L) kfab_ring_peek<B>(kfab_q, s.tags + (blockIdx.x + (j - s.L) * gridDim.x) / s.S * NRED * s.S, NRED * s.S);");
     e_.line("if (j < 0 || j >= mine) continue;");
     e_.line("const int64_t tile = blockIdx.x + j * gridDim.x;");
-    e_.line("const int64_t chunk = tile / s.S;  // its row (G is B: a chunk is a row)").line("const int part = static_cast<int>(tile % s.S);");
-    e_.line("int64_t lo = 0, hi = n;  // the tile: the block's part of its row").line("kfab_split_part<V>(n, s.S, part, &lo, &hi);");
+    tile_part();
     e_.line("unsigned long long* kfab_tags = s.tags + chunk * NRED * s.S;  // the row's share words, s.S a reduction");
     e_.line("const int kfab_slot = static_cast<int>(j % s.R);");
   }
