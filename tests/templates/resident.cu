@@ -13,6 +13,26 @@ namespace {
 
 #include "kfab/templates/resident.cuh"
 
+// kfab_ring_lag: with G blocks taking tiles b, b + G, .. of rows of S tiles (T in all), every tile's row has
+// all its tiles' first passes (a tile's step: tile / G) by the step of the tile's second pass, L steps after
+// its first; and one step less fails somewhere, so the check can fail.
+constexpr bool ring_lag_holds(int64_t G, int64_t S, int64_t T, int64_t L) {
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t last = (t / S * S + S - 1 < T ? t / S * S + S - 1 : T - 1);  // the last tile of t's row
+    if (last / G > t / G + L) return false;
+  }
+  return true;
+}
+constexpr bool ring_lags_hold() {
+  for (int64_t G = 1; G <= 12; ++G)
+    for (int64_t S = 1; S <= 40; ++S)
+      if (!ring_lag_holds(G, S, 3 * S + 1, kfab_ring_lag(S, G))) return false;
+  return true;
+}
+static_assert(ring_lags_hold(), "a ring block would wait on a later step");
+static_assert(!ring_lag_holds(3, 5, 15, kfab_ring_lag(5, 3) - 1) && !ring_lag_holds(132, 512, 2560, kfab_ring_lag(512, 132) - 1),
+              "the check cannot fail");
+
 struct Args {
   float* y;
 };

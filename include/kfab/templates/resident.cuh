@@ -309,12 +309,18 @@ __device__ __forceinline__ void kfab_ring_take(unsigned long long (&q)[4], const
   __syncthreads();
 }
 
+// The least lag (of a block's tiles, between a tile's first pass and its second) at which a grid of G blocks
+// taking tiles b, b + G, .. of rows of S tiles never waits on a later step: the last tile of tile t's row is
+// at most S - 1 tiles on, (b + S - 1) / G <= (S - 2) / G + 1 of the block's steps later; the block at the
+// least step has then made every share its second pass needs. (constexpr: tests/templates/resident.cu checks
+// it at compile time against the schedule itself.)
+__host__ __device__ constexpr int64_t kfab_ring_lag(int64_t S, int64_t G) { return S >= 2 ? (S - 2) / G + 1 : 1; }
+
 // Launches `kernel` (a row kernel taking a KfabSplit after rows and n; one per-element input `in`, float4
 // rows) over rows of n in tiles of `holds` floats kept in shared memory, a cooperative launch of as many
-// blocks as the device holds at once (most slots a block first). The least lag that cannot deadlock: tile
-// j - L's row ends at most (S - 2) / G + 1 steps after it, and the block at the least step has made every
-// share up to it. False (nothing launched) where a row's shares do not fit 4 words a thread, the slots
-// fewer than L + 2, or the device cannot launch it.
+// blocks as the device holds at once, a tile's second pass at least `lag` and kfab_ring_lag of the block's
+// tiles after its first. False (nothing launched) where a row's shares do not fit 4 words a thread, shared
+// memory holds fewer than L + 2 slots, the device is older than Hopper or cannot launch it.
 template <class K, class Args>
 bool kfab_go_ring(K kernel, int threads, int64_t holds, int nred, int lag, cudaStream_t stream, const Args& a, int64_t rows, int64_t n) {
   static unsigned long long* tags = nullptr;  // kept between calls, grown (and zeroed) when a shape needs more
@@ -339,11 +345,11 @@ bool kfab_go_ring(K kernel, int threads, int64_t holds, int nred, int lag, cudaS
     if (!kfab_coop_ok(kernel, static_cast<int>(want * tile))) return false;
     const int64_t resident = kfab_resident(reinterpret_cast<const void*>(kernel), threads, static_cast<int>(want * tile));
     G = resident < T ? resident : T;
-    const int64_t least = S >= 2 ? (S - 2) / (G > 0 ? G : 1) + 1 : 1;
+    const int64_t least = kfab_ring_lag(S, G > 0 ? G : 1);
     if (G > 0 && want >= (least > lag ? least : lag) + 2) R = want;
   }
   if (R == 0) return false;
-  const int64_t least = S >= 2 ? (S - 2) / G + 1 : 1;
+  const int64_t least = kfab_ring_lag(S, G);
   const int L = static_cast<int>(least > lag ? least : lag);
   const int smem = static_cast<int>(R * tile);
   const int64_t before = have;
