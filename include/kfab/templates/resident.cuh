@@ -282,29 +282,21 @@ __device__ __forceinline__ void kfab_ring_peek(unsigned long long (&q)[4], const
   }
 }
 
-// The block waits until every word kfab_ring_peek loaded carries `epoch` (loading again those that did not),
-// then leaves their shares in sh[0, count) for the gathers (row_reduce.cuh's, SH: from shared memory).
+// Each thread waits until the words kfab_ring_peek loaded for it carry `epoch` (loading again those that did
+// not) and leaves their shares in sh[0, count); then the block meets once, and the gathers (row_reduce.cuh's,
+// SH: from shared memory) read them there. (A thread waits on its own words alone: a block-wide vote on
+// whether any was missing cost a second barrier a tile.)
 template <int B>
 __device__ __forceinline__ void kfab_ring_take(unsigned long long (&q)[4], const unsigned long long* w, int count, unsigned epoch, float* sh) {
-  for (;;) {
-    bool missing = false;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const int i = static_cast<int>(threadIdx.x) + k * B;
-      missing = missing || (i < count && static_cast<unsigned>(q[k] >> 32) != epoch);
-    }
-    if (!__syncthreads_or(missing)) break;
-    __nanosleep(64);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const int i = static_cast<int>(threadIdx.x) + k * B;
-      if (i < count && static_cast<unsigned>(q[k] >> 32) != epoch) q[k] = kfab_ring_ld(w + i);
-    }
-  }
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     const int i = static_cast<int>(threadIdx.x) + k * B;
-    if (i < count) sh[i] = __uint_as_float(static_cast<unsigned>(q[k]));
+    if (i >= count) continue;
+    while (static_cast<unsigned>(q[k] >> 32) != epoch) {
+      __nanosleep(64);
+      q[k] = kfab_ring_ld(w + i);
+    }
+    sh[i] = __uint_as_float(static_cast<unsigned>(q[k]));
   }
   __syncthreads();
 }
