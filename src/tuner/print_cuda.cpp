@@ -338,9 +338,6 @@ class RowKernel final : public RowSteps {
     // the next chunk's reductions reuse the shared slots this one's may still be reading
     if (l2_ && !ring_) e_.line("if (threadIdx.x == 0) kfab_t = static_cast<long long>(kfab_next);");
     if (split_) e_.line("__syncthreads();");
-    if (ring_)  // every thread has read the slot: refilled with the block's tile s.R further on
-      e_.linef("if (second && j + s.R < mine) kfab_ring_fetch(kfab_ring, kfab_mbar, kfab_slot, kfab_holds, a.in{}, n, s.S, tile + s.R * gridDim.x);",
-               g_.e_inputs().at(0));
     else e_.open("if constexpr (G > 32)").linef("if (chunk + gridDim.x{} < chunks) __syncthreads();", cached_ ? " / CL" : "").close();
     e_.close("}  // chunks");
     if (any_k_out_) finish_block();
@@ -361,7 +358,7 @@ class RowKernel final : public RowSteps {
     const std::string acc = fmt::format("s{}", k);
     const auto paired = deferred_.find(k);
     if (l2_ && second_) {  // the row's reductions, made by its last first pass (kRing: by this block, in shared memory)
-      const std::string fin = ring_ ? fmt::format("kfab_f{}", g_.redslot[k]) : fmt::format("__ldcg(kfab_fin + {})", g_.redslot[k]);
+      const std::string fin = ring_ ? fmt::format("kfab_fin[{}]", g_.redslot[k]) : fmt::format("__ldcg(kfab_fin + {})", g_.redslot[k]);
       if (paired != deferred_.end() && paired->second > k) {
         e_.linef("float r{} = {};  // the row's maximum or mean", k, fin);
         return;
@@ -370,7 +367,6 @@ class RowKernel final : public RowSteps {
       e_.linef("const float r{} = {};", k, p_.nodes[k].op == "rowmean" ? acc + " / static_cast<float>(n)" : acc);
       return;
     }
-    if (ring_) return ring_reduce(k, op);
     e_.linef("float {} = {};", acc, op == 1 ? "-INFINITY" : op == 2 ? "INFINITY" : "0.0f");
     over_row([&] {
       g_.element({arg}, access(), "c", e_, false, &over_);
@@ -383,7 +379,11 @@ class RowKernel final : public RowSteps {
       else e_.linef("float r{0} = hi > lo ? {1} / static_cast<float>(hi - lo) : 0.0f;  // the block's part's mean until the meeting", k, acc);
       return;
     }
-    if (l2_) {  // the tile's shares (a pair's both), made the row's by its last first pass (gather)
+    if (ring_) {  // the tile's shares (a pair's both), each a word stamped with the launch's epoch
+      if (paired != deferred_.end())
+        e_.linef("if (threadIdx.x == 0) kfab_ring_put(kfab_tags + {} * s.S + part, r{}, s.epoch);", g_.redslot[paired->second], paired->second);
+      e_.linef("if (threadIdx.x == 0) kfab_ring_put(kfab_tags + {} * s.S + part, {}, s.epoch);", g_.redslot[k], acc);
+    } else if (l2_) {  // the tile's shares (a pair's both), made the row's by its last first pass (gather)
       if (paired != deferred_.end()) e_.linef("if (threadIdx.x == 0) __stcg(shares + {} * s.S + part, r{});", g_.redslot[paired->second], paired->second);
       e_.linef("if (threadIdx.x == 0) __stcg(shares + {} * s.S + part, {});", g_.redslot[k], acc);
     } else if (paired != deferred_.end()) {  // the reduction after it: both made the row's at one meeting
@@ -458,41 +458,6 @@ class RowKernel final : public RowSteps {
     e_.line("int64_t lo = 0, hi = n;  // the tile: the block's part of its row").line("kfab_split_part<V>(n, s.S, part, &lo, &hi);");
   }
 
-  // Hold::kRing's first pass: the tile's shares of row reduction k (op), stamped into the row's words. A thread
-  // keeps V partial results (one a float of its vectors: V chains of dependent adds, not one, for a block of
-  // only 8 or 16 warps an SM to hide). A softmax's maximum is made the warp's only, its sum of exp(x - that)
-  // the thread's, and the pair the block's at one barrier (row_reduce.cuh's kfab_group_softmax).
-  void ring_reduce(int k, int op) {
-    const int arg = p_.nodes[k].args[0];
-    const std::string acc = fmt::format("s{}", k);
-    const auto paired = deferred_.find(k);
-    const bool softmax = paired != deferred_.end() && p_.nodes[std::min(k, paired->second)].op == "rowmax";
-    e_.linef("float {}v[V];", acc).line("#pragma unroll");
-    e_.linef("for (int v = 0; v < V; ++v) {}v[v] = {};", acc, op == 1 ? "-INFINITY" : op == 2 ? "INFINITY" : "0.0f");
-    over_row([&] {
-      g_.element({arg}, access(), "c", e_, false, &over_);
-      e_.linef("{0}v[v] = kfab_combine<{1}>({0}v[v], {2});", acc, op, g_.value(arg));
-    });
-    e_.linef("float {0} = {0}v[0];", acc).line("#pragma unroll").linef("for (int v = 1; v < V; ++v) {0} = kfab_combine<{1}>({0}, {0}v[v]);", acc, op);
-    if (paired != deferred_.end() && paired->second > k) {  // the pair's first: made the block's with the reduction after it
-      if (softmax) {
-        e_.linef("{0} = kfab_group<(G < 32 ? G : 32), 1>({0}, red[{1}]);", acc, g_.redslot[k]);
-        e_.linef("float r{} = {};  // the warp's maximum until the pair's meeting", k, acc);
-      } else {
-        e_.linef("{0} = kfab_group<G, {1}>({0}, red[{2}]);", acc, op, g_.redslot[k]);
-        e_.linef("float r{0} = hi > lo ? {1} / static_cast<float>(hi - lo) : 0.0f;  // the block's part's mean", k, acc);
-      }
-      return;
-    }
-    if (softmax) e_.linef("kfab_group_softmax<G>(&r{0}, &{1}, red[{2}], red[{3}]);", paired->second, acc, g_.redslot[paired->second], g_.redslot[k]);
-    else e_.linef("{0} = kfab_group<G, {1}>({0}, red[{2}]);", acc, op, g_.redslot[k]);
-    if (paired != deferred_.end())
-      e_.linef("if (threadIdx.x == 0) kfab_ring_put(kfab_tags + {} * s.S + part, r{}, s.epoch);", g_.redslot[paired->second], paired->second);
-    e_.linef("if (threadIdx.x == 0) kfab_ring_put(kfab_tags + {} * s.S + part, {}, s.epoch);", g_.redslot[k], acc);
-    // (the row values after it are walked in this pass too, from the tile's: unused)
-    e_.linef("const float r{} = {};", k, p_.nodes[k].op == "rowmean" ? acc + " / static_cast<float>(n)" : acc);
-  }
-
   // Hold::kRing: block b of the grid takes tiles b, b + gridDim.x, ..; pass u of the loop is its tile u / 2's
   // first pass (u even) or tile u / 2 - s.L's second (resident.cuh's kfab_go_ring says why no block waits forever).
   void ring_schedule() {
@@ -503,7 +468,7 @@ class RowKernel final : public RowSteps {
     e_.line("constexpr int64_t kfab_holds = static_cast<int64_t>(B) * IT * V;  // a slot's floats");
     e_.line("extern __shared__ float4 kfab_ring4[];  // s.R slots, each a tile of the block's").line("float* kfab_ring = reinterpret_cast<float*>(kfab_ring4);");
     e_.line("__shared__ unsigned long long kfab_mbar[8];  // a slot's copy completes at its own");
-    e_.line("__shared__ float kfab_sh[4 * B];  // the row's shares, for the gathers");
+    e_.line("__shared__ float kfab_sh[4 * B];  // the row's shares, for the gathers").line("__shared__ float kfab_fin[NRED];  // the row's reductions");
     e_.line("kfab_ring_init(kfab_mbar, s.R);");
     e_.linef("for (int64_t k = 0; k < s.R && k < mine; ++k) kfab_ring_fetch(kfab_ring, kfab_mbar, static_cast<int>(k), kfab_holds, a.in{}, n, s.S, blockIdx.x + k * gridDim.x);", in);
     e_.line("unsigned long long kfab_q[4];  // the share words of the next second pass's row, loaded before the first pass before it");
@@ -519,8 +484,8 @@ class RowKernel final : public RowSteps {
   }
 
   // Hold::kRing's passes: the first waits for its tile's copy and makes its shares; the second waits for its
-  // row's shares, gathers them in each warp, takes its values from the slot and writes its outputs (the slot
-  // is refilled after the pass's barrier, emit()).
+  // row's shares, takes its values from the slot, refills the slot with the block's tile s.R further on, and
+  // writes its outputs.
   void ring_passes() {
     e_.open("if (!second)").line("kfab_ring_wait(kfab_mbar + kfab_slot, j / s.R);");
     ring_loads();
@@ -529,6 +494,9 @@ class RowKernel final : public RowSteps {
     e_.reopen("} else {").line("kfab_ring_take<B>(kfab_q, kfab_tags, NRED * s.S, s.epoch, kfab_sh);");
     gather();
     ring_loads();
+    e_.line("__syncthreads();  // the row's reductions in kfab_fin; the slot's values read by every thread");
+    e_.linef("if (j + s.R < mine) kfab_ring_fetch(kfab_ring, kfab_mbar, kfab_slot, kfab_holds, a.in{}, n, s.S, tile + s.R * gridDim.x);",
+             g_.e_inputs().at(0));
     outputs_pass();
   }
 
@@ -550,37 +518,33 @@ class RowKernel final : public RowSteps {
     e_.close().close();
   }
 
-  // The row's reductions from its parts' shares (a pair's at once): into kfab_fin by thread 0 (kL2), or
-  // (kRing) from the shares kfab_ring_take left in shared memory into kfab_f<slot>, made by each warp on its
-  // own in the same order (no barrier; every thread then holds the same values).
+  // The row's reductions from its parts' shares into kfab_fin (a pair's at once), by thread 0. (kRing: from
+  // the shares kfab_ring_take left in shared memory, into the block's own kfab_fin there.)
   void gather() {
     const char* sh = ring_ ? "kfab_sh" : "shares";
     const char* from = ring_ ? ", true" : "";
-    const char* b = ring_ ? "32" : "B";
     for (size_t k = 0; k < p_.nodes.size(); ++k) {
       if (!g_.live[k] || !is_row_reduction(p_.nodes[k].op)) continue;
       const int slot = g_.redslot[k];
       const auto paired = deferred_.find(static_cast<int>(k));
       if (paired != deferred_.end() && paired->second > static_cast<int>(k)) continue;  // with the reduction after it
-      const int ms = paired != deferred_.end() ? g_.redslot[paired->second] : -1;
-      if (ring_ && ms >= 0) e_.linef("float kfab_f{} = 0.0f, kfab_f{} = 0.0f;", ms, slot);
-      if (ring_ && ms < 0) e_.linef("float kfab_f{} = 0.0f;", slot);
-      const std::string gm = ring_ ? fmt::format("kfab_f{}", ms) : "gm", gt = ring_ ? fmt::format("kfab_f{}", slot) : "gt";
-      if (!ring_) e_.open("");
-      if (ms >= 0) {
-        if (!ring_) e_.line("float gm = 0.0f, gt = 0.0f;");
+      e_.open("");
+      if (paired != deferred_.end()) {
+        const int ms = g_.redslot[paired->second];
+        e_.line("float gm = 0.0f, gt = 0.0f;");
         if (p_.nodes[paired->second].op == "rowmax")
-          e_.linef("kfab_softmax_gather<{4}{3}>(&{5}, &{6}, {2} + {0} * s.S, {2} + {1} * s.S, s.S, red[{0}], red[{1}]);", ms, slot, sh, from, b, gm, gt);
+          e_.linef("kfab_softmax_gather<B{3}>(&gm, &gt, {2} + {0} * s.S, {2} + {1} * s.S, s.S, red[{0}], red[{1}]);", ms, slot, sh, from);
         else
-          e_.linef("kfab_moments_gather<{4}, V{3}>(&{5}, &{6}, n, {2} + {0} * s.S, {2} + {1} * s.S, s.S, red[{0}], red[{1}]);", ms, slot, sh, from, b, gm,
-                   gt);
-        if (!ring_) e_.linef("if (threadIdx.x == 0) __stcg(kfab_fin + {}, gm), __stcg(kfab_fin + {}, gt);", ms, slot);
+          e_.linef("kfab_moments_gather<B, V{3}>(&gm, &gt, n, {2} + {0} * s.S, {2} + {1} * s.S, s.S, red[{0}], red[{1}]);", ms, slot, sh, from);
+        if (ring_) e_.linef("if (threadIdx.x == 0) kfab_fin[{}] = gm, kfab_fin[{}] = gt;", ms, slot);
+        else e_.linef("if (threadIdx.x == 0) __stcg(kfab_fin + {}, gm), __stcg(kfab_fin + {}, gt);", ms, slot);
       } else {
         const int op = p_.nodes[k].op == "rowmax" ? 1 : p_.nodes[k].op == "rowmin" ? 2 : 0;
-        e_.linef("{}{} = kfab_split_gather<{}, {}{}>({} + {} * s.S, s.S, red[{}]);", ring_ ? "" : "const float ", gt, b, op, from, sh, slot, slot);
-        if (!ring_) e_.linef("if (threadIdx.x == 0) __stcg(kfab_fin + {}, gt);", slot);
+        e_.linef("const float gt = kfab_split_gather<B, {}{}>({} + {} * s.S, s.S, red[{}]);", op, from, sh, slot, slot);
+        if (ring_) e_.linef("if (threadIdx.x == 0) kfab_fin[{}] = gt;", slot);
+        else e_.linef("if (threadIdx.x == 0) __stcg(kfab_fin + {}, gt);", slot);
       }
-      if (!ring_) e_.close();
+      e_.close();
     }
   }
 

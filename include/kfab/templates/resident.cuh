@@ -113,9 +113,9 @@ bool kfab_go_cluster(K kernel, int threads, cudaStream_t stream, const Args& a, 
 // counter of arrivals a group, zero at launch (row_reduce.cuh's kfab_split_combine). Read twice (kfab_go_l2):
 // S parts a row, `shares` [rows][nred][S] then the rows' reductions [rows][nred], `bar` a counter a row,
 // D the tiles first passes run ahead of second ones, `ticket` the grid's count of tickets taken; zero at launch.
-// Tiles kept in shared memory (kfab_go_ring): `tags` a word a share ([rows][nred][S]: the launch's `epoch` in
-// its high half, the share's bits in its low), R slots of a tile, a tile's second pass L of the block's tiles
-// after its first.
+// Tiles kept in shared memory (kfab_go_ring): `tags` a word a share ([rows][nred][S]: `epoch` in its high half
+// once written, zero before, the share's bits in its low), R slots of a tile, a tile's second pass L of the
+// block's tiles after its first.
 struct KfabSplit {
   int S, nred;
   float* shares;
@@ -214,7 +214,7 @@ bool kfab_go_l2(K kernel, int threads, int64_t holds, int nred, int lag, cudaStr
 // Rows in tiles each read once, into a ring of shared-memory slots by the bulk copy (cp.async.bulk, Hopper):
 // block b of G takes tiles b, b + G, ..; at its step j it makes tile j's shares of its row's reductions from
 // slot j % R, and writes tile j - L's outputs from its slot once that row's shares are all in, then refills
-// the slot with tile j - L + R. A share is one 8-byte word stamped with the launch (kfab_ring_put): no fence,
+// the slot with tile j - L + R. A share is one 8-byte word stamped as written (kfab_ring_put): no fence,
 // no counter; a second pass loads its row's words before the first pass before it and checks them after
 // (kfab_ring_peek, kfab_ring_take), so the wait costs no round trip to L2 when the row is done.
 // (bench/probes/softmax_ring.cu: on an H200 level1/23's softmax took 3.19 ms this way, 94% of cudaMemcpy's
@@ -261,7 +261,8 @@ __device__ __forceinline__ void kfab_ring_wait(unsigned long long* mbar, int64_t
 #endif
 }
 
-// A share: its bits and the launch's epoch in one 8-byte word (a single store, seen whole or not at all).
+// A share: its bits and the stamp `epoch` (nonzero) in one 8-byte word (a single store, seen whole or not at all;
+// kfab_go_ring zeroes the words before each call).
 __device__ __forceinline__ void kfab_ring_put(unsigned long long* w, float v, unsigned epoch) {
   const unsigned long long q = static_cast<unsigned long long>(epoch) << 32 | __float_as_uint(v);
   asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(w), "l"(q) : "memory");
@@ -282,21 +283,29 @@ __device__ __forceinline__ void kfab_ring_peek(unsigned long long (&q)[4], const
   }
 }
 
-// Each thread waits until the words kfab_ring_peek loaded for it carry `epoch` (loading again those that did
-// not) and leaves their shares in sh[0, count); then the block meets once, and the gathers (row_reduce.cuh's,
-// SH: from shared memory) read them there. (A thread waits on its own words alone: a block-wide vote on
-// whether any was missing cost a second barrier a tile.)
+// The block waits until every word kfab_ring_peek loaded carries `epoch` (loading again those that did not),
+// then leaves their shares in sh[0, count) for the gathers (row_reduce.cuh's, SH: from shared memory).
 template <int B>
 __device__ __forceinline__ void kfab_ring_take(unsigned long long (&q)[4], const unsigned long long* w, int count, unsigned epoch, float* sh) {
+  for (;;) {
+    bool missing = false;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int i = static_cast<int>(threadIdx.x) + k * B;
+      missing = missing || (i < count && static_cast<unsigned>(q[k] >> 32) != epoch);
+    }
+    if (!__syncthreads_or(missing)) break;
+    __nanosleep(64);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int i = static_cast<int>(threadIdx.x) + k * B;
+      if (i < count && static_cast<unsigned>(q[k] >> 32) != epoch) q[k] = kfab_ring_ld(w + i);
+    }
+  }
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     const int i = static_cast<int>(threadIdx.x) + k * B;
-    if (i >= count) continue;
-    while (static_cast<unsigned>(q[k] >> 32) != epoch) {
-      __nanosleep(64);
-      q[k] = kfab_ring_ld(w + i);
-    }
-    sh[i] = __uint_as_float(static_cast<unsigned>(q[k]));
+    if (i < count) sh[i] = __uint_as_float(static_cast<unsigned>(q[k]));
   }
   __syncthreads();
 }
@@ -315,9 +324,8 @@ __host__ __device__ constexpr int64_t kfab_ring_lag(int64_t S, int64_t G) { retu
 // memory holds fewer than L + 2 slots, the device is older than Hopper or cannot launch it.
 template <class K, class Args>
 bool kfab_go_ring(K kernel, int threads, int64_t holds, int nred, int lag, cudaStream_t stream, const Args& a, int64_t rows, int64_t n) {
-  static unsigned long long* tags = nullptr;  // kept between calls, grown (and zeroed) when a shape needs more
+  static unsigned long long* tags = nullptr;  // kept between calls, grown when a shape needs more
   static int64_t have = 0;
-  static unsigned epoch = 0;
   const int64_t S = (n + holds - 1) / holds, T = rows * S;
   int dev = 0, optin = 0, major = 0;
   cudaFuncAttributes fa = {};
@@ -344,14 +352,15 @@ bool kfab_go_ring(K kernel, int threads, int64_t holds, int nred, int lag, cudaS
   const int64_t least = kfab_ring_lag(S, G);
   const int L = static_cast<int>(least > lag ? least : lag);
   const int smem = static_cast<int>(R * tile);
-  const int64_t before = have;
+  // The words zeroed on the stream every call, each then stamped 1 when written: a CUDA graph that recorded
+  // the call zeroes them at every replay too. (A count of calls kept here stamped them until session 29; a
+  // replay does not run this code, so it kept the recorded count, and a second pass could take the share a
+  // replay before had left in a word for this one's: layer norm's 64 x 393216, replayed by kfab's timing as
+  // calls under 100 us are, was off by up to 8e-5 in 12 of 12 evaluations, and passed 3 of 3 zeroed.)
   if (!kfab_scratch(&tags, &have, T * nred)) return false;
-  if (have != before || ++epoch == 0) {  // new words, or the epochs wrapped: none may look written
-    if (cudaMemsetAsync(tags, 0, sizeof(unsigned long long) * static_cast<size_t>(have), stream) != cudaSuccess) return (void)cudaGetLastError(), false;
-    epoch = 1;
-  }
+  if (cudaMemsetAsync(tags, 0, sizeof(unsigned long long) * static_cast<size_t>(T * nred), stream) != cudaSuccess) return (void)cudaGetLastError(), false;
   KfabSplit s{static_cast<int>(S), nred, nullptr, nullptr, 0, nullptr};
-  s.tags = tags, s.epoch = epoch, s.R = R, s.L = L;
+  s.tags = tags, s.epoch = 1, s.R = R, s.L = L;
   return kfab_go_coop(kernel, G, threads, smem, stream, a, rows, n, s);
 }
 // kfab:end

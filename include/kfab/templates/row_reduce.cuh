@@ -26,30 +26,6 @@ __device__ __forceinline__ float kfab_group(float v, float* slot) {
   }
   return v;
 }
-// A softmax's maximum and sum over the G threads of a row at one barrier, where kfab_group takes one each:
-// *m, the maximum of the thread's warp (or of its G threads where G <= 32), the same in each of them, and *s,
-// the thread's sum of exp(x - *m); left as the row's maximum and the sum of exp(x - it) in every thread.
-// With G > 32 the warps' pairs meet in `slot_m` and `slot_s` (as kfab_group's) and each thread rescales
-// them to the largest maximum in the same order (a warp's sum alone where its maximum is the largest, as
-// kfab_softmax_gather: a row of -infinity keeps its NaN).
-template <int G>
-__device__ __forceinline__ void kfab_group_softmax(float* m, float* s, float* slot_m, float* slot_s) {
-  float t = *s;
-#pragma unroll
-  for (int off = (G < 32 ? G : 32) / 2; off > 0; off /= 2) t += __shfl_xor_sync(0xffffffffu, t, off);
-  if constexpr (G > 32) {
-    if (threadIdx.x % 32 == 0) slot_m[threadIdx.x / 32] = *m, slot_s[threadIdx.x / 32] = t;
-    __syncthreads();
-    float M = slot_m[0];
-#pragma unroll
-    for (int w = 1; w < G / 32; ++w) M = fmaxf(M, slot_m[w]);
-    t = 0.0f;
-#pragma unroll
-    for (int w = 0; w < G / 32; ++w) t += slot_m[w] == M ? slot_s[w] : slot_s[w] * expf(slot_m[w] - M);
-    *m = M;
-  }
-  *s = t;
-}
 // A row split over the CL blocks of a cluster (rows longer than one block's registers hold): v, the
 // block's share of a reduction, combined over the cluster. Threads r < CL send the share to block r's
 // slot `part[rank]` with st.async, which counts its 4 bytes on block r's mbarrier `bar`; every block
@@ -166,13 +142,12 @@ __device__ __forceinline__ float kfab_share(const float* p) {
   else return __ldcg(p);
 }
 
-// The row's total of a reduction from the S blocks' shares `sh` (thread r of each B takes shares r, r + B, ..;
-// then kfab_group over `slot`), in the same order in every block, so every block has the same total. (B 32:
-// each warp on its own, no barrier; resident.cuh's ring kernels.)
+// The row's total of a reduction from the S blocks' shares `sh` (thread r of B takes shares r, r + B, ..;
+// then kfab_group over `slot`), in the same order in every block, so every block has the same total.
 template <int B, int OP, bool SH = false>
 __device__ __forceinline__ float kfab_split_gather(const float* sh, int S, float* slot) {
   float t = OP == 0 ? 0.0f : OP == 1 ? -INFINITY : INFINITY;
-  for (int r = threadIdx.x % B; r < S; r += B) t = kfab_combine<OP>(t, kfab_share<SH>(sh + r));
+  for (int r = threadIdx.x; r < S; r += B) t = kfab_combine<OP>(t, kfab_share<SH>(sh + r));
   return kfab_group<B, OP>(t, slot);
 }
 
@@ -193,10 +168,10 @@ __device__ __forceinline__ float kfab_split_combine(float v, float* sh, unsigned
 template <int B, bool SH = false>
 __device__ __forceinline__ void kfab_softmax_gather(float* m, float* s, const float* shm, const float* shs, int S, float* slot_m, float* slot_s) {
   float M = -INFINITY;
-  for (int r = threadIdx.x % B; r < S; r += B) M = fmaxf(M, kfab_share<SH>(shm + r));
+  for (int r = threadIdx.x; r < S; r += B) M = fmaxf(M, kfab_share<SH>(shm + r));
   M = kfab_group<B, 1>(M, slot_m);
   float t = 0.0f;
-  for (int r = threadIdx.x % B; r < S; r += B) {
+  for (int r = threadIdx.x; r < S; r += B) {
     const float mb = kfab_share<SH>(shm + r), sb = kfab_share<SH>(shs + r);
     t += mb == M ? sb : sb * expf(mb - M);
   }
@@ -227,10 +202,10 @@ __device__ __forceinline__ void kfab_moments_gather(float* m, float* q, int64_t 
     return static_cast<float>(left < 0 ? 0 : left < chunk ? left : chunk);
   };
   float t = 0.0f;
-  for (int r = threadIdx.x % B; r < S; r += B) t += part(r) * kfab_share<SH>(shm + r);
+  for (int r = threadIdx.x; r < S; r += B) t += part(r) * kfab_share<SH>(shm + r);
   const float mean = kfab_group<B, 0>(t, slot_m) / static_cast<float>(n);
   float u = 0.0f;
-  for (int r = threadIdx.x % B; r < S; r += B) {
+  for (int r = threadIdx.x; r < S; r += B) {
     const float d = kfab_share<SH>(shm + r) - mean;
     u += kfab_share<SH>(shq + r) + part(r) * d * d;
   }
