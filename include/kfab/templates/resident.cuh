@@ -128,14 +128,16 @@ struct KfabSplit {
 };
 
 // Device memory of at least `need` T's at *p, kept between calls (*have: how many), grown when a shape needs
-// more; false where CUDA cannot give it.
+// more; false (*p as it was) where CUDA cannot give it. A buffer outgrown is not freed: a CUDA graph that
+// recorded an earlier call still points at it, and replays it after later calls. Each growth at least doubles
+// it, so all of them together stay under twice the last.
 template <class T>
 bool kfab_scratch(T** p, int64_t* have, int64_t need) {
   if (need <= *have) return true;
-  if (*p != nullptr) cudaFree(*p);
-  *p = nullptr, *have = 0;
-  if (cudaMalloc(reinterpret_cast<void**>(p), sizeof(T) * static_cast<size_t>(need)) != cudaSuccess) return (void)cudaGetLastError(), false;
-  *have = need;
+  const int64_t want = need > 2 * *have ? need : 2 * *have;
+  T* q = nullptr;
+  if (cudaMalloc(reinterpret_cast<void**>(&q), sizeof(T) * static_cast<size_t>(want)) != cudaSuccess) return (void)cudaGetLastError(), false;
+  *p = q, *have = want;
   return true;
 }
 
