@@ -32,14 +32,15 @@ python3 bench/matmul_table.py "$out/bench/bench.json" --kernelbench "$(cat "$kb/
 python3 bench/points_table.py "$out/bench/bench.json" >"$out/points.md"
 # KFAB_SPOT_PROFILE=1: each winner's exported ModelNew called on the problem's inputs (scripts/kb_ncu.py)
 # under ncu, its second call's kernels whose names start kfab_: duration, DRAM, SM, L1 and L2 throughput,
-# occupancy, registers and the stall reasons (cycles a warp waits per instruction issued), in profile.txt.
+# occupancy, registers, warp instructions executed (smsp__inst_executed.sum) and the stall reasons (cycles
+# a warp waits per instruction issued), in profile.txt.
 # (kfab eval --profile takes native tasks only.) Clocks are not set (--clock-control none).
 # KFAB_SPOT_PROFILE_POINTS="00 02": the candidates of those points too (bench/runs/NAME/*_00.cu, ..), after the winner.
 if [ "${KFAB_SPOT_PROFILE:-0}" = 1 ]; then
   metrics=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,dram__bytes_write.sum
   metrics+=,sm__throughput.avg.pct_of_peak_sustained_elapsed,l1tex__throughput.avg.pct_of_peak_sustained_elapsed
   metrics+=,lts__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active
-  metrics+=,smsp__issue_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,launch__grid_size
+  metrics+=,smsp__issue_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,launch__grid_size,smsp__inst_executed.sum
   for st in long_scoreboard short_scoreboard barrier mio_throttle lg_throttle wait membar drain no_instruction branch_resolving; do
     metrics+=,smsp__average_warps_issue_stalled_${st}_per_issue_active.ratio
   done
@@ -55,5 +56,5 @@ if [ "${KFAB_SPOT_PROFILE:-0}" = 1 ]; then
         python3 scripts/kb_ncu.py "$f" "$out/modelnew_$name.py" 2 >>"$out/profile.txt" 2>&1
     done
   done
-  grep -E "^==|kfab_|duration|throughput|warps_active|issue_active|registers|stalled|bytes" "$out/profile.txt" | head -200
+  grep -E "^==|kfab_|duration|throughput|warps_active|issue_active|registers|stalled|bytes|inst_executed" "$out/profile.txt" | head -200
 fi
