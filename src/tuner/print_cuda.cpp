@@ -519,28 +519,32 @@ class RowKernel final : public RowSteps {
   }
 
   // The row's reductions from its parts' shares into kfab_fin (a pair's at once), by thread 0. (kRing: from
-  // the shares kfab_ring_take left in shared memory, into the block's own kfab_fin there.)
+  // the shares kfab_ring_take left in shared memory, into the block's own kfab_fin there, by warp 0.)
   void gather() {
     const char* sh = ring_ ? "kfab_sh" : "shares";
     const char* from = ring_ ? ", true" : "";
+    // (kRing: warp 0 alone, its 32 threads taking the shares r, r + 32, ..: the other warps go on to their
+    // values, and the barrier before the outputs orders kfab_fin. The whole block took them until session 29,
+    // at two barriers and some 340 instructions a thread a tile, a quarter of a second pass's.)
+    const char* b = ring_ ? "32" : "B";
     for (size_t k = 0; k < p_.nodes.size(); ++k) {
       if (!g_.live[k] || !is_row_reduction(p_.nodes[k].op)) continue;
       const int slot = g_.redslot[k];
       const auto paired = deferred_.find(static_cast<int>(k));
       if (paired != deferred_.end() && paired->second > static_cast<int>(k)) continue;  // with the reduction after it
-      e_.open("");
+      e_.open(ring_ ? "if (threadIdx.x < 32)" : "");
       if (paired != deferred_.end()) {
         const int ms = g_.redslot[paired->second];
         e_.line("float gm = 0.0f, gt = 0.0f;");
         if (p_.nodes[paired->second].op == "rowmax")
-          e_.linef("kfab_softmax_gather<B{3}>(&gm, &gt, {2} + {0} * s.S, {2} + {1} * s.S, s.S, red[{0}], red[{1}]);", ms, slot, sh, from);
+          e_.linef("kfab_softmax_gather<{4}{3}>(&gm, &gt, {2} + {0} * s.S, {2} + {1} * s.S, s.S, red[{0}], red[{1}]);", ms, slot, sh, from, b);
         else
-          e_.linef("kfab_moments_gather<B, V{3}>(&gm, &gt, n, {2} + {0} * s.S, {2} + {1} * s.S, s.S, red[{0}], red[{1}]);", ms, slot, sh, from);
+          e_.linef("kfab_moments_gather<{4}, V{3}>(&gm, &gt, n, {2} + {0} * s.S, {2} + {1} * s.S, s.S, red[{0}], red[{1}]);", ms, slot, sh, from, b);
         if (ring_) e_.linef("if (threadIdx.x == 0) kfab_fin[{}] = gm, kfab_fin[{}] = gt;", ms, slot);
         else e_.linef("if (threadIdx.x == 0) __stcg(kfab_fin + {}, gm), __stcg(kfab_fin + {}, gt);", ms, slot);
       } else {
         const int op = p_.nodes[k].op == "rowmax" ? 1 : p_.nodes[k].op == "rowmin" ? 2 : 0;
-        e_.linef("const float gt = kfab_split_gather<B, {}{}>({} + {} * s.S, s.S, red[{}]);", op, from, sh, slot, slot);
+        e_.linef("const float gt = kfab_split_gather<{}, {}{}>({} + {} * s.S, s.S, red[{}]);", b, op, from, sh, slot, slot);
         if (ring_) e_.linef("if (threadIdx.x == 0) kfab_fin[{}] = gt;", slot);
         else e_.linef("if (threadIdx.x == 0) __stcg(kfab_fin + {}, gt);", slot);
       }

@@ -372,8 +372,8 @@ TEST_F(CudaBuild, RowsInTilesInSharedMemoryGetPointsThatCompile) {
   const auto is_ring = [](const TemplateParams& q) { return q.count("ring") > 0; };
   int built = 0;
   for (const auto& [name, prog, gather] : std::vector<std::tuple<std::string, const Program*, std::string>>{
-           {"softmax", &*sm, "kfab_softmax_gather<B, true>(&gm, &gt, kfab_sh + 0 * s.S, kfab_sh + 1 * s.S"},
-           {"layer_norm", &*ln, "kfab_moments_gather<B, V, true>(&gm, &gt, n, kfab_sh + 0 * s.S, kfab_sh + 1 * s.S"}}) {
+           {"softmax", &*sm, "kfab_softmax_gather<32, true>(&gm, &gt, kfab_sh + 0 * s.S, kfab_sh + 1 * s.S"},
+           {"layer_norm", &*ln, "kfab_moments_gather<32, V, true>(&gm, &gt, n, kfab_sh + 0 * s.S, kfab_sh + 1 * s.S"}}) {
     for (const auto& [n, items] : std::vector<std::pair<int64_t, std::vector<std::string>>>{{393216, {"8", "16"}}, {4194304, {"8"}}}) {
       const auto all = fused_grid(*prog, n);
       // after the l2 point with lag 4 (rows of at most 1M floats: first), or after the three l2 points (longer)
@@ -398,6 +398,7 @@ TEST_F(CudaBuild, RowsInTilesInSharedMemoryGetPointsThatCompile) {
         EXPECT_NE(src.find("kfab_ring_wait(kfab_mbar + kfab_slot, j / s.R);"), std::string::npos) << name;
         EXPECT_NE(src.find(gather), std::string::npos) << name;
         EXPECT_NE(src.find("= kfab_fin[1];"), std::string::npos) << name;
+        EXPECT_NE(src.find("if (threadIdx.x < 32) {\n        float gm = 0.0f, gt = 0.0f;"), std::string::npos) << name;  // warp 0 gathers
         for (const char* other : {"kfab_split_combine<B, ", "kfab_split_softmax<B>(&r", "kfab_split_moments<B, V>(&r", "kfab_l2_ticket(t, T", "kfab_l2_wait(kfab_bar",
                                   "__ldcg(kfab_fin"})
           EXPECT_EQ(src.find(other), std::string::npos) << name << " " << other;
